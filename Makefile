@@ -1,0 +1,45 @@
+# ckfrelay — see README.md.
+GO        ?= go
+PKGS      := ./...
+# Packages that must also build for the WebAssembly consumer.
+WASM_PKGS := ./ckf/... 
+FUZZTIME  ?= 20s
+
+.PHONY: all run test test-race check vet fmt-check wasm-check bench fuzz tidy-check
+
+all: check test
+
+## run: run the main job on its embedded default
+run:
+	$(GO) run ./cmd/relay demo
+
+## test: every test, race detector on packages with goroutines
+test: check
+	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -race -short $(PKGS)
+
+## check: formatting, vet, cross-build for wasip1
+check: fmt-check vet wasm-check
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+wasm-check:
+	GOOS=wasip1 GOARCH=wasm $(GO) build $(WASM_PKGS)
+
+## bench: side-by-side benchmarks, ending in BENCH summary lines
+bench:
+	$(GO) run ./internal/cmd/benchsummary -- $(BENCHFLAGS)
+
+## fuzz: run every fuzz target for FUZZTIME each
+fuzz:
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done

@@ -1,0 +1,113 @@
+package ckf
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// Defaults and limits of SPEC §2.1.
+const (
+	// DefaultSeed is the filter seed used when none is configured.
+	DefaultSeed uint64 = 0x5DEECE66D1B54A33
+	// DefaultMaxKicks bounds the relocation chain of one insertion.
+	DefaultMaxKicks = 500
+	// MaxMaxKicks is the largest accepted MaxKicks.
+	MaxMaxKicks = 4096
+	// DefaultVerificationWindow is the consumer prefix-search verification window.
+	DefaultVerificationWindow = 2
+	// MaxVerificationWindow is the largest accepted verification window.
+	MaxVerificationWindow = 8
+	// MinBucketCount and MaxBucketCount bound a valid bucket count (both powers of two).
+	MinBucketCount = 2
+	MaxBucketCount = 1 << 24
+)
+
+// Config sizes and tunes one pool's filter. The zero value is not valid; start
+// from [DefaultConfig].
+type Config struct {
+	// ExpectedBlocks is the number of distinct resident blocks the filter is
+	// sized for (≈80% design load). Must be > 0.
+	ExpectedBlocks uint64
+	// Seed keys the addressing hashes and the relocation RNG.
+	Seed uint64
+	// MaxKicks bounds one insertion's relocation chain, 1..=4096.
+	MaxKicks int
+	// VerificationWindow is the consumer prefix-search window, 1..=8.
+	VerificationWindow int
+	// PublishEveryNEvents is the publication cadence in admitted events, > 0.
+	PublishEveryNEvents uint64
+}
+
+// DefaultConfig returns the library defaults of SPEC §2.1 (expected blocks 1,
+// cadence 1). The relay uses larger values.
+func DefaultConfig() Config {
+	return Config{
+		ExpectedBlocks:      1,
+		Seed:                DefaultSeed,
+		MaxKicks:            DefaultMaxKicks,
+		VerificationWindow:  DefaultVerificationWindow,
+		PublishEveryNEvents: 1,
+	}
+}
+
+// Validate checks the fields in SPEC order and returns the first failure,
+// wrapped around [ErrInvalidConfig].
+func (c Config) Validate() error {
+	if c.ExpectedBlocks == 0 {
+		return configError("expected_blocks must be > 0")
+	}
+	// Every seed is valid.
+	if c.MaxKicks < 1 || c.MaxKicks > MaxMaxKicks {
+		return configError(fmt.Sprintf("max_kicks %d outside 1..=%d", c.MaxKicks, MaxMaxKicks))
+	}
+	if c.VerificationWindow < 1 || c.VerificationWindow > MaxVerificationWindow {
+		return configError(fmt.Sprintf("verification_window %d outside 1..=%d", c.VerificationWindow, MaxVerificationWindow))
+	}
+	if c.PublishEveryNEvents == 0 {
+		return configError("publish_every_n_events must be > 0")
+	}
+	if _, err := BucketCount(c.ExpectedBlocks); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Format returns the format identity the configuration produces. It calls
+// [Config.Validate] first.
+func (c Config) Format() (Format, error) {
+	if err := c.Validate(); err != nil {
+		return Format{}, err
+	}
+	n, _ := BucketCount(c.ExpectedBlocks)
+	return NewFormat(c.Seed, n), nil
+}
+
+// BucketCount returns next_pow2(max(2, floor((5n+15)/16))), the bucket count
+// that holds n blocks at ≈80% load with four slots a bucket. It fails when the
+// result would exceed [MaxBucketCount] or the arithmetic overflows.
+func BucketCount(expectedBlocks uint64) (uint64, error) {
+	if expectedBlocks == 0 {
+		return 0, configError("expected_blocks must be > 0")
+	}
+	hi, lo := bits.Mul64(expectedBlocks, 5)
+	lo, carry := bits.Add64(lo, 15, 0)
+	if hi != 0 || carry != 0 {
+		return 0, configError(fmt.Sprintf("expected_blocks %d overflows the bucket count", expectedBlocks))
+	}
+	want := max(lo/16, MinBucketCount)
+	if want > MaxBucketCount {
+		return 0, configError(fmt.Sprintf("expected_blocks %d needs more than %d buckets", expectedBlocks, MaxBucketCount))
+	}
+	return nextPow2(want), nil
+}
+
+func nextPow2(v uint64) uint64 {
+	if v <= 1 {
+		return 1
+	}
+	if v > math.MaxUint64/2+1 {
+		return 0
+	}
+	return 1 << (64 - bits.LeadingZeros64(v-1))
+}

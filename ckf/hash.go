@@ -1,0 +1,83 @@
+package ckf
+
+import (
+	"encoding/binary"
+
+	"github.com/zeebo/xxh3"
+)
+
+// BaseSalt is the local block hash seed of the base model (SPEC §3).
+const BaseSalt uint64 = 1337
+
+// sequenceSeed seeds the canonical chain hash.
+const sequenceSeed uint64 = 1337
+
+// Salt returns the local block hash seed for an adapter and cache namespace:
+// 1337, plus (wrapping) XXH3_64(lora, seed 0) when lora is non-empty, plus
+// XXH3_64(namespace, seed 1) when namespace is non-empty.
+func Salt(lora, namespace string) uint64 {
+	s := BaseSalt
+	if lora != "" {
+		s += xxh3.HashStringSeed(lora, 0)
+	}
+	if namespace != "" {
+		s += xxh3.HashStringSeed(namespace, 1)
+	}
+	return s
+}
+
+// stackTokens is how many tokens LocalBlockHash encodes without allocating.
+const stackTokens = 512
+
+// LocalBlockHash returns the tokens_hash of one block: XXH3_64 with seed salt
+// over the token ids as little-endian u32s.
+func LocalBlockHash(tokens []uint32, salt uint64) uint64 {
+	var stack [stackTokens * 4]byte
+	var buf []byte
+	if len(tokens) <= stackTokens {
+		buf = stack[:len(tokens)*4]
+	} else {
+		buf = make([]byte, len(tokens)*4)
+	}
+	for i, tok := range tokens {
+		binary.LittleEndian.PutUint32(buf[4*i:], tok)
+	}
+	return xxh3.HashSeed(buf, salt)
+}
+
+// AppendLocalBlockHashes appends the local hash of every complete block of
+// blockSize tokens to dst and returns it. A trailing partial block is ignored.
+// blockSize must be > 0.
+func AppendLocalBlockHashes(dst []uint64, tokens []uint32, blockSize int, salt uint64) []uint64 {
+	if blockSize <= 0 {
+		return dst
+	}
+	for i := 0; i+blockSize <= len(tokens); i += blockSize {
+		dst = append(dst, LocalBlockHash(tokens[i:i+blockSize], salt))
+	}
+	return dst
+}
+
+// ChainHash returns the canonical hash of a block whose parent has canonical
+// hash parent: XXH3_64(LE8(parent) ‖ LE8(local), seed 1337).
+func ChainHash(parent, local uint64) uint64 {
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[:8], parent)
+	binary.LittleEndian.PutUint64(buf[8:], local)
+	return xxh3.HashSeed(buf[:], sequenceSeed)
+}
+
+// AppendSequenceHashes appends the canonical chain of locals to dst: s0 =
+// locals[0], si = ChainHash(s(i-1), locals[i]).
+func AppendSequenceHashes(dst []uint64, locals []uint64) []uint64 {
+	var prev uint64
+	for i, l := range locals {
+		if i == 0 {
+			prev = l
+		} else {
+			prev = ChainHash(prev, l)
+		}
+		dst = append(dst, prev)
+	}
+	return dst
+}

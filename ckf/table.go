@@ -1,0 +1,121 @@
+package ckf
+
+// bucketWrite records one bucket write: its index and the word before it.
+type bucketWrite struct {
+	bucket uint64
+	before uint64
+}
+
+// table is the physical cuckoo table shared by [Filter] and [Pool]: bucket
+// words, addressing, the persistent RNG and the kick bound. Successful
+// mutations append their writes, in write order, to t.writes so the caller
+// can feed a dirty window; failed ones leave words and t.writes unchanged.
+type table struct {
+	words    []uint64
+	addr     Addresser
+	rng      RNG
+	maxKicks int
+	// writes is scratch reused across calls; valid until the next mutation.
+	writes []bucketWrite
+}
+
+func newTable(bucketCount, seed uint64, maxKicks int) table {
+	return table{
+		words:    make([]uint64, bucketCount),
+		addr:     NewAddresser(seed, bucketCount),
+		rng:      NewRNG(seed),
+		maxKicks: maxKicks,
+	}
+}
+
+func (t *table) set(bucket uint64, word uint64) {
+	t.writes = append(t.writes, bucketWrite{bucket, t.words[bucket]})
+	t.words[bucket] = word
+}
+
+// placeEmpty writes fp into the lowest empty slot of a, else of b, without
+// relocation and without an RNG draw. It reports whether it found room.
+func (t *table) placeEmpty(ad Address) bool {
+	for _, bk := range [2]uint64{ad.A, ad.B} {
+		w := Bucket(t.words[bk])
+		if s := w.LowestEmpty(); s >= 0 {
+			t.set(bk, uint64(w.WithSlot(s, ad.Fingerprint)))
+			return true
+		}
+	}
+	return false
+}
+
+// insert places key per SPEC §2.5. On success t.writes holds the writes; on
+// failure every write is undone in reverse order, t.writes is empty and the
+// error is ErrCapacityExhausted. RNG draws are never rolled back.
+func (t *table) insert(key uint64) error {
+	t.writes = t.writes[:0]
+	ad := t.addr.Address(key)
+	if t.placeEmpty(ad) {
+		return nil
+	}
+	cur := ad.A
+	if t.rng.Next()&1 != 0 {
+		cur = ad.B
+	}
+	carry := ad.Fingerprint
+	for range t.maxKicks {
+		s := int(t.rng.Next() & 3)
+		w := Bucket(t.words[cur])
+		victim := w.Slot(s)
+		t.set(cur, uint64(w.WithSlot(s, carry)))
+		carry = victim
+		cur = t.addr.Alternate(cur, victim)
+		w = Bucket(t.words[cur])
+		if e := w.LowestEmpty(); e >= 0 {
+			t.set(cur, uint64(w.WithSlot(e, carry)))
+			return nil
+		}
+	}
+	// INVARIANT: after rollback the words are byte-identical to before the call.
+	for i := len(t.writes) - 1; i >= 0; i-- {
+		t.words[t.writes[i].bucket] = t.writes[i].before
+	}
+	t.writes = t.writes[:0]
+	return ErrCapacityExhausted
+}
+
+// reoffer places key only into an empty slot of its two buckets (no
+// relocation, no RNG draw): the re-offer of a non-resident block (SPEC §4.3).
+func (t *table) reoffer(key uint64) bool {
+	t.writes = t.writes[:0]
+	return t.placeEmpty(t.addr.Address(key))
+}
+
+// remove clears the first slot equal to key's fingerprint, bucket a before b,
+// lowest slot first. It reports false, writing nothing, when neither holds it.
+func (t *table) remove(key uint64) bool {
+	t.writes = t.writes[:0]
+	ad := t.addr.Address(key)
+	for _, bk := range [2]uint64{ad.A, ad.B} {
+		w := Bucket(t.words[bk])
+		if s := w.Find(ad.Fingerprint); s >= 0 {
+			t.set(bk, uint64(w.WithSlot(s, 0)))
+			return true
+		}
+	}
+	return false
+}
+
+// contains reports whether key's fingerprint is in either candidate bucket.
+func (t *table) contains(key uint64) bool {
+	ad := t.addr.Address(key)
+	return Bucket(t.words[ad.A]).Contains(ad.Fingerprint) || Bucket(t.words[ad.B]).Contains(ad.Fingerprint)
+}
+
+// occupied counts non-empty slots. Cost O(buckets).
+func (t *table) occupied() (slots, buckets int) {
+	for _, w := range t.words {
+		if n := Bucket(w).Occupied(); n > 0 {
+			slots += n
+			buckets++
+		}
+	}
+	return slots, buckets
+}
