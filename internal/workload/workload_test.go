@@ -1,0 +1,165 @@
+package workload
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+func TestTraceReader_Mooncake(t *testing.T) {
+	f, err := os.Open("testdata/mooncake_head200.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	reqs, err := ReadTrace(f)
+	if err != nil {
+		t.Fatalf("ReadTrace: %v", err)
+	}
+	if got, want := len(reqs), 200; got != want {
+		t.Fatalf("read %d requests, want %d", got, want)
+	}
+	if got, want := len(reqs[0].HashIDs), 79; got != want {
+		t.Errorf("first request has %d blocks, want %d", got, want)
+	}
+	if reqs[0].InputLength != 40160 || reqs[0].OutputLength != 6 {
+		t.Errorf("first request lengths = %d/%d, want 40160/6", reqs[0].InputLength, reqs[0].OutputLength)
+	}
+}
+
+func TestTraceReader_MalformedLineNumbers(t *testing.T) {
+	good := `{"timestamp": 1, "input_length": 512, "output_length": 1, "hash_ids": [1]}`
+	cases := []struct {
+		name  string
+		input string
+		line  int
+	}{
+		{"bad json", good + "\n{not json}\n", 2},
+		{"missing hash_ids", good + "\n\n" + `{"timestamp": 2}` + "\n", 3},
+		{"missing timestamp", `{"hash_ids": [1]}`, 1},
+		{"negative id", good + "\n" + `{"timestamp": 2, "hash_ids": [-1]}`, 2},
+		{"time goes back", `{"timestamp": 5, "hash_ids": []}` + "\n" + `{"timestamp": 4, "hash_ids": []}`, 2},
+		{"negative length", `{"timestamp": 5, "input_length": -1, "hash_ids": []}`, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ReadTrace(strings.NewReader(c.input))
+			var te *TraceError
+			if !errors.As(err, &te) {
+				t.Fatalf("err = %v, want *TraceError", err)
+			}
+			if te.Line != c.line {
+				t.Errorf("line = %d, want %d (%v)", te.Line, c.line, err)
+			}
+			if !errors.Is(err, ErrMalformedTrace) {
+				t.Errorf("errors.Is(err, ErrMalformedTrace) = false")
+			}
+		})
+	}
+}
+
+// TestFleet_PoolMatchesGroundTruth replays trace requests through a small
+// fleet into one ckf.Pool per data center and checks that the exact pool
+// state equals the fleet's ground truth after every request: the events a
+// rank emits are always valid (no unknown parent), and ownership equals
+// what the ranks hold.
+func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
+	f, err := os.Open("testdata/mooncake_head200.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	reqs, err := ReadTrace(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet, err := NewFleet(FleetConfig{DataCenters: 3, WorkersPerDC: 2, RanksPerWorker: 2, BlocksPerRank: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := make([]*ckf.Pool, 3)
+	for i := range pools {
+		cfg := ckf.DefaultConfig()
+		cfg.ExpectedBlocks = 4 * 300 * 2 // generous: no capacity omissions expected
+		if pools[i], err = ckf.NewPool(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var events []ckf.RouterEvent
+	for n, req := range reqs {
+		chain := Chain(req.HashIDs)
+		locals := make([]uint64, len(req.HashIDs))
+		for i, id := range req.HashIDs {
+			locals[i] = TokensHash(id)
+		}
+		dc, r := n%3, (n/3)%fleet.Ranks()
+		events = fleet.Serve(events[:0], dc, r, chain, locals)
+		for i := range events {
+			if out := pools[dc].ApplyEvent(&events[i]); out.FirstError != nil {
+				t.Fatalf("request %d: pool rejected %v event: %v", n, events[i].Kind, out.FirstError)
+			}
+		}
+		if got, want := pools[dc].Stats().UniqueBlocks, fleet.HeldBlocks(dc); got != want {
+			t.Fatalf("request %d dc %d: pool tracks %d unique blocks, fleet holds %d", n, dc, got, want)
+		}
+		for i, c := range chain {
+			owners, resident := pools[dc].Owners(c)
+			held := fleet.dcs[dc].held[c]
+			if int(owners) != held || (held > 0 && !resident) {
+				t.Fatalf("request %d block %d: pool owners=%d resident=%v, fleet ranks holding=%d", n, i, owners, resident, held)
+			}
+		}
+		if d := fleet.Depth(dc, chain); d > len(chain) || d < fleet.RankDepth(dc, r, chain) {
+			t.Fatalf("request %d: dc depth %d inconsistent with rank depth %d", n, d, fleet.RankDepth(dc, r, chain))
+		}
+	}
+}
+
+func TestFleet_EvictionKeepsCapacity(t *testing.T) {
+	fleet, err := NewFleet(FleetConfig{DataCenters: 1, WorkersPerDC: 1, RanksPerWorker: 1, BlocksPerRank: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewSynthetic(DefaultSyntheticConfig())
+	pool, _ := ckf.NewPool(ckf.Config{ExpectedBlocks: 64, Seed: ckf.DefaultSeed, MaxKicks: 500, VerificationWindow: 2, PublishEveryNEvents: 1})
+	var events []ckf.RouterEvent
+	for range 500 {
+		req := g.Next()
+		chain := Chain(req.HashIDs)
+		locals := make([]uint64, len(req.HashIDs))
+		for i, id := range req.HashIDs {
+			locals[i] = TokensHash(id)
+		}
+		events = fleet.Serve(events[:0], 0, 0, chain, locals)
+		for i := range events {
+			if out := pool.ApplyEvent(&events[i]); out.FirstError != nil {
+				t.Fatalf("pool rejected event: %v", out.FirstError)
+			}
+		}
+		if got := fleet.HeldBlocks(0); got > 10 {
+			t.Fatalf("rank holds %d blocks, capacity 10", got)
+		}
+		if got, want := pool.Stats().UniqueBlocks, fleet.HeldBlocks(0); got != want {
+			t.Fatalf("pool tracks %d blocks, fleet holds %d", got, want)
+		}
+	}
+}
+
+func TestSynthetic_SharesPrefixes(t *testing.T) {
+	g := NewSynthetic(DefaultSyntheticConfig())
+	first := map[uint64]int{}
+	for range 1000 {
+		r := g.Next()
+		first[r.HashIDs[0]]++
+	}
+	top := 0
+	for _, n := range first {
+		top = max(top, n)
+	}
+	if top < 100 {
+		t.Errorf("most popular system prompt starts %d of 1000 requests; want a Zipf head ≥ 100", top)
+	}
+}
