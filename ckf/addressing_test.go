@@ -20,5 +20,67 @@ func TestAddresser_GoldenVectors(t *testing.T) {
 		if got != want {
 			t.Errorf("Address(%#x) = %+v, want %+v", c.key, got, want)
 		}
+		if alt := ad.Alternate(got.A, got.Fingerprint); alt != c.b {
+			t.Errorf("Alternate(%d, %d) = %d, want %d", got.A, got.Fingerprint, alt, c.b)
+		}
+	}
+}
+
+func TestAddresser_Invariants(t *testing.T) {
+	cases := []struct {
+		name        string
+		seed        uint64
+		bucketCount uint64
+	}{
+		{"golden", 0x123456789ABCDEF0, 1024},
+		{"default seed min buckets", DefaultSeed, 2},
+		{"default seed 4 buckets", DefaultSeed, 4},
+		{"zero seed", 0, 1 << 16},
+		{"max buckets", DefaultSeed, MaxBucketCount},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ad := NewAddresser(tc.seed, tc.bucketCount)
+			for h := uint64(0); h <= 10000; h++ {
+				got := ad.Address(h)
+				if got.Fingerprint == 0 {
+					t.Fatalf("Address(%d).Fingerprint = 0, want non-zero", h)
+				}
+				if got.A == got.B {
+					t.Fatalf("Address(%d) = %+v: a == b, want distinct buckets", h, got)
+				}
+				if got.A >= tc.bucketCount || got.B >= tc.bucketCount {
+					t.Fatalf("Address(%d) = %+v, want buckets < %d", h, got, tc.bucketCount)
+				}
+				if alt := ad.Alternate(got.B, got.Fingerprint); alt != got.A {
+					t.Fatalf("Alternate(b=%d, %d) = %d, want a=%d", got.B, got.Fingerprint, alt, got.A)
+				}
+				if alt := ad.Alternate(got.A, got.Fingerprint); alt != got.B {
+					t.Fatalf("Alternate(a=%d, %d) = %d, want b=%d", got.A, got.Fingerprint, alt, got.B)
+				}
+			}
+		})
+	}
+}
+
+func TestAddresser_AlternateIsInvolutionForEveryFingerprint(t *testing.T) {
+	ad := NewAddresser(DefaultSeed, 64)
+	for fp := 1; fp <= 0xFFFF; fp++ {
+		for _, b := range []uint64{0, 1, 37, 63} {
+			alt := ad.Alternate(b, uint16(fp))
+			if alt == b || alt >= 64 {
+				t.Fatalf("Alternate(%d, %d) = %d, want a different bucket < 64", b, fp, alt)
+			}
+			if back := ad.Alternate(alt, uint16(fp)); back != b {
+				t.Fatalf("Alternate(Alternate(%d, %d)) = %d, want %d", b, fp, back, b)
+			}
+		}
+	}
+}
+
+func TestFormat_Addresser(t *testing.T) {
+	f := NewFormat(0x123456789ABCDEF0, 1024)
+	if got, want := f.Addresser().Address(1), (Address{Fingerprint: 64153, A: 348, B: 36}); got != want {
+		t.Fatalf("Format.Addresser().Address(1) = %+v, want %+v", got, want)
 	}
 }

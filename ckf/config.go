@@ -54,8 +54,12 @@ func DefaultConfig() Config {
 // Validate checks the fields in SPEC order and returns the first failure,
 // wrapped around [ErrInvalidConfig].
 func (c Config) Validate() error {
-	if c.ExpectedBlocks == 0 {
-		return configError("expected_blocks must be > 0")
+	// The bucket-count overflow is a property of expected_blocks, the first
+	// row of SPEC §2.1, so it is checked here rather than after the later
+	// rows: a config with several bad fields must report expected_blocks.
+	// BucketCount also rejects zero.
+	if _, err := BucketCount(c.ExpectedBlocks); err != nil {
+		return err
 	}
 	// Every seed is valid.
 	if c.MaxKicks < 1 || c.MaxKicks > MaxMaxKicks {
@@ -66,9 +70,6 @@ func (c Config) Validate() error {
 	}
 	if c.PublishEveryNEvents == 0 {
 		return configError("publish_every_n_events must be > 0")
-	}
-	if _, err := BucketCount(c.ExpectedBlocks); err != nil {
-		return err
 	}
 	return nil
 }

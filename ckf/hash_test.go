@@ -1,8 +1,11 @@
 package ckf
 
 import (
+	"encoding/binary"
 	"slices"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 func TestAppendSequenceHashes_Vector(t *testing.T) {
@@ -10,5 +13,103 @@ func TestAppendSequenceHashes_Vector(t *testing.T) {
 	want := []uint64{0x0123456789ABCDEF, 0x98E7E55F299CF592, 0x65D53B99C5252D19}
 	if got := AppendSequenceHashes(nil, locals); !slices.Equal(got, want) {
 		t.Fatalf("AppendSequenceHashes = %#x, want %#x", got, want)
+	}
+	// Appending to a non-empty dst must not chain off dst's contents.
+	got := AppendSequenceHashes([]uint64{7}, locals)
+	if !slices.Equal(got, append([]uint64{7}, want...)) {
+		t.Fatalf("AppendSequenceHashes([7], …) = %#x, want 7 then %#x", got, want)
+	}
+	if got := AppendSequenceHashes(nil, nil); len(got) != 0 {
+		t.Fatalf("AppendSequenceHashes(nil, nil) = %#x, want empty", got)
+	}
+	if got := ChainHash(want[0], locals[1]); got != want[1] {
+		t.Fatalf("ChainHash(s0, l1) = %#x, want %#x", got, want[1])
+	}
+}
+
+// leTokens encodes token ids as little-endian u32s, the SPEC §3 byte layout.
+func leTokens(tokens []uint32) []byte {
+	b := make([]byte, 0, 4*len(tokens))
+	for _, tok := range tokens {
+		b = binary.LittleEndian.AppendUint32(b, tok)
+	}
+	return b
+}
+
+func TestLocalBlockHash_Bytes(t *testing.T) {
+	long := make([]uint32, stackTokens+3) // beyond the stack buffer
+	for i := range long {
+		long[i] = uint32(i * 2654435761)
+	}
+	cases := []struct {
+		name   string
+		tokens []uint32
+		salt   uint64
+	}{
+		{"empty", nil, BaseSalt},
+		{"one token", []uint32{42}, BaseSalt},
+		{"block", []uint32{1, 2, 3, 0xFFFFFFFF}, BaseSalt},
+		{"other salt", []uint32{1, 2, 3, 0xFFFFFFFF}, 99},
+		{"exactly stack size", long[:stackTokens], BaseSalt},
+		{"beyond stack size", long, BaseSalt},
+	}
+	for _, tc := range cases {
+		want := xxh3.HashSeed(leTokens(tc.tokens), tc.salt)
+		if got := LocalBlockHash(tc.tokens, tc.salt); got != want {
+			t.Errorf("%s: LocalBlockHash = %#x, want %#x", tc.name, got, want)
+		}
+	}
+	if LocalBlockHash([]uint32{1, 2}, 1337) == LocalBlockHash([]uint32{2, 1}, 1337) {
+		t.Error("LocalBlockHash ignores token order")
+	}
+}
+
+func TestSalt_Table(t *testing.T) {
+	lora := xxh3.Hash([]byte("my-adapter"))
+	ns := xxh3.HashSeed([]byte("tenant-a"), 1)
+	cases := []struct {
+		name, lora, ns string
+		want           uint64
+	}{
+		{"base model", "", "", 1337},
+		{"lora only", "my-adapter", "", 1337 + lora},
+		{"namespace only", "", "tenant-a", 1337 + ns},
+		{"both", "my-adapter", "tenant-a", 1337 + lora + ns},
+	}
+	for _, tc := range cases {
+		if got := Salt(tc.lora, tc.ns); got != tc.want {
+			t.Errorf("%s: Salt(%q, %q) = %#x, want %#x", tc.name, tc.lora, tc.ns, got, tc.want)
+		}
+	}
+	if Salt("x", "") == Salt("", "x") {
+		t.Error("Salt does not separate a LoRA name from a namespace of the same text")
+	}
+}
+
+func TestAppendLocalBlockHashes_CompleteBlocksOnly(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	salt := Salt("lora", "")
+	b0 := LocalBlockHash(tokens[0:4], salt)
+	b1 := LocalBlockHash(tokens[4:8], salt)
+	cases := []struct {
+		name      string
+		dst       []uint64
+		tokens    []uint32
+		blockSize int
+		want      []uint64
+	}{
+		{"partial tail ignored", nil, tokens, 4, []uint64{b0, b1}},
+		{"exact blocks", nil, tokens[:8], 4, []uint64{b0, b1}},
+		{"shorter than one block", nil, tokens[:3], 4, nil},
+		{"appends to dst", []uint64{9}, tokens, 4, []uint64{9, b0, b1}},
+		{"zero block size", []uint64{9}, tokens, 0, []uint64{9}},
+		{"negative block size", nil, tokens, -1, nil},
+		{"block size one", nil, tokens[:2], 1, []uint64{LocalBlockHash(tokens[:1], salt), LocalBlockHash(tokens[1:2], salt)}},
+	}
+	for _, tc := range cases {
+		got := AppendLocalBlockHashes(tc.dst, tc.tokens, tc.blockSize, salt)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %#x, want %#x", tc.name, got, tc.want)
+		}
 	}
 }

@@ -1,0 +1,106 @@
+package ckf
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+func TestBucket_Slots(t *testing.T) {
+	b := Bucket(0).WithSlot(0, 0x1111).WithSlot(2, 0x3333)
+	if got, want := uint64(b), uint64(0x0000_3333_0000_1111); got != want {
+		t.Fatalf("packed word = %#016x, want %#016x (slot 0 least significant)", got, want)
+	}
+	cases := []struct {
+		name string
+		got  int
+		want int
+	}{
+		{"Find 0x1111", b.Find(0x1111), 0},
+		{"Find 0x3333", b.Find(0x3333), 2},
+		{"Find absent", b.Find(0x2222), -1},
+		{"LowestEmpty", b.LowestEmpty(), 1},
+		{"Occupied", b.Occupied(), 2},
+		{"full LowestEmpty", Bucket(0x0004_0003_0002_0001).LowestEmpty(), -1},
+		{"full Occupied", Bucket(0x0004_0003_0002_0001).Occupied(), 4},
+		{"empty LowestEmpty", Bucket(0).LowestEmpty(), 0},
+		{"empty Occupied", Bucket(0).Occupied(), 0},
+		{"duplicate Find is lowest", Bucket(0x0007_0000_0007_0000).Find(7), 1},
+	}
+	for _, tc := range cases {
+		if tc.got != tc.want {
+			t.Errorf("%s = %d, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+	if got := b.WithSlot(0, 0).Slot(0); got != 0 {
+		t.Errorf("WithSlot(0, 0).Slot(0) = %#x, want 0", got)
+	}
+	if got := b.WithSlot(2, 0xFFFF); uint64(got) != 0x0000_FFFF_0000_1111 {
+		t.Errorf("WithSlot(2, 0xFFFF) = %#016x, want 0x0000ffff00001111 (other slots untouched)", uint64(got))
+	}
+}
+
+func TestBucket_ContainsTable(t *testing.T) {
+	cases := []struct {
+		word uint64
+		fp   uint16
+		want bool
+	}{
+		{0, 1, false},
+		{0x0000_0000_0000_0001, 1, true},
+		{0x0001_0000_0000_0000, 1, true},
+		{0xFFFF_FFFF_FFFF_FFFF, 0xFFFF, true},
+		{0xFFFF_FFFF_FFFF_FFFE, 0xFFFE, true},
+		{0xFFFF_FFFF_FFFF_FFFE, 0xFFFD, false},
+		// Borrow traps: a lane equal to fp+1 next to a matching lane.
+		{0x0002_0001_0002_0002, 2, true},
+		{0x0002_0003_0002_0003, 1, false},
+		{0x8000_0000_0000_0000, 0x8000, true},
+		{0x0000_8001_0000_0000, 0x8000, false},
+		{0x0001_0000_0000_0000, 0x0101, false},
+	}
+	for _, tc := range cases {
+		if got := Bucket(tc.word).Contains(tc.fp); got != tc.want {
+			t.Errorf("Bucket(%#016x).Contains(%#x) = %v, want %v", tc.word, tc.fp, got, tc.want)
+		}
+		if got := Bucket(tc.word).containsScalar(tc.fp); got != tc.want {
+			t.Errorf("Bucket(%#016x).containsScalar(%#x) = %v, want %v", tc.word, tc.fp, got, tc.want)
+		}
+	}
+}
+
+// TestBucket_ContainsMatchesScalar is the SPEC §2.3 property: the SWAR test
+// equals the slot-by-slot scan. Lanes are drawn so that zero lanes, the
+// probed fingerprint itself and its neighbours (borrow/carry edges) are common.
+func TestBucket_ContainsMatchesScalar(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		fp := rapid.Uint16Min(1).Draw(t, "fp")
+		var word uint64
+		for i := range 4 {
+			lane := rapid.OneOf(
+				rapid.Just(uint16(0)),
+				rapid.Just(fp),
+				rapid.Just(fp+1),
+				rapid.Just(fp-1),
+				rapid.Just(fp^0x8000),
+				rapid.Uint16(),
+			).Draw(t, "lane")
+			word |= uint64(lane) << (16 * i)
+		}
+		b := Bucket(word)
+		if got, want := b.Contains(fp), b.containsScalar(fp); got != want {
+			t.Fatalf("Bucket(%#016x).Contains(%#x) = %v, want scalar %v", word, fp, got, want)
+		}
+	})
+}
+
+func TestBucket_ContainsMatchesScalarRandomWords(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		word := rapid.Uint64().Draw(t, "word")
+		fp := rapid.Uint16Min(1).Draw(t, "fp")
+		b := Bucket(word)
+		if got, want := b.Contains(fp), b.containsScalar(fp); got != want {
+			t.Fatalf("Bucket(%#016x).Contains(%#x) = %v, want scalar %v", word, fp, got, want)
+		}
+	})
+}
