@@ -81,8 +81,8 @@ func TestBucketCount_Examples(t *testing.T) {
 		{1, 2}, {2, 2}, {7, 4}, {16, 8}, {32, 16}, {1000, 512},
 		{1_048_576, 524_288},
 		// floor((5n+15)/16) exactly a power of two stays put.
-		{51, 16},  // (255+15)/16 = 16
-		{52, 32},  // (260+15)/16 = 17 → 32
+		{51, 16},                       // (255+15)/16 = 16
+		{52, 32},                       // (260+15)/16 = 17 → 32
 		{(1<<24*16 - 15) / 5, 1 << 24}, // largest n that fits 2^24 buckets
 	}
 	for _, tc := range cases {
