@@ -1,0 +1,218 @@
+// Package hub fans one pool's publication stream out to any number of remote
+// subscribers (SPEC §11).
+//
+// The relay holds exactly one lease on a pool's publisher. The hub consumes
+// that lease's snapshot and deltas, keeps a mirror of the table, and serves
+// each remote subscriber a snapshot taken from the mirror at the mirror's
+// sequence followed by every later delta, re-stamped with the subscriber's
+// own lease. Each subscriber has a bounded queue: one that falls behind is
+// closed with [ErrLagged] and must resubscribe with a higher epoch. Nothing is
+// ever silently skipped.
+//
+// A Hub is safe for concurrent use: one goroutine feeds it ([Hub.Install],
+// [Hub.Apply], [Hub.Close]) while any number subscribe and read.
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// Errors a subscription ends with, and subscribe refusals.
+var (
+	// ErrLagged: the subscriber's queue overflowed; resubscribe with a higher epoch.
+	ErrLagged = errors.New("hub: subscriber lagged")
+	// ErrProducerChanged: the hub re-installed from a new snapshot (new
+	// producer incarnation or a new publisher lease); resubscribe.
+	ErrProducerChanged = errors.New("hub: producer changed")
+	// ErrClosed: the hub shut down.
+	ErrClosed = errors.New("hub: closed")
+	// ErrNotReady: the hub has no snapshot yet.
+	ErrNotReady = errors.New("hub: not ready")
+	// ErrTooManySubscribers: the subscriber limit is reached.
+	ErrTooManySubscribers = errors.New("hub: too many subscribers")
+	// ErrStaleEpoch: a lane's new lease must have a higher assignment epoch
+	// than any lease that consumer lane held on this hub.
+	ErrStaleEpoch = errors.New("hub: stale assignment epoch")
+	// ErrBrokenStream: a delta did not continue the mirror's sequence; the hub
+	// must be re-installed from a new snapshot.
+	ErrBrokenStream = errors.New("hub: delta does not continue the mirror")
+)
+
+// Config bounds a hub. The zero value is not valid; start from [DefaultConfig].
+type Config struct {
+	// QueueDeltas is each subscriber's bounded queue, in deltas.
+	QueueDeltas int
+	// MaxSubscribers bounds concurrent subscriptions (memory is roughly
+	// MaxSubscribers × (QueueDeltas × delta size) plus one snapshot copy each
+	// while it is being sent).
+	MaxSubscribers int
+}
+
+// DefaultConfig returns a 4096-delta queue and 256 subscribers.
+func DefaultConfig() Config { return Config{QueueDeltas: 4096, MaxSubscribers: 256} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.QueueDeltas < 1 {
+		return fmt.Errorf("hub: queue deltas %d < 1", c.QueueDeltas)
+	}
+	if c.MaxSubscribers < 1 {
+		return fmt.Errorf("hub: max subscribers %d < 1", c.MaxSubscribers)
+	}
+	return nil
+}
+
+type laneKey struct {
+	consumer uint64
+	lane     uint8
+}
+
+// Hub mirrors one pool's table and fans deltas out.
+type Hub struct {
+	cfg Config
+
+	mu       sync.Mutex
+	ready    bool
+	closed   bool
+	identity ckf.ProducerIdentity
+	words    []uint64
+	sequence uint64
+	subs     map[*Subscription]struct{}
+	epochs   map[laneKey]uint64 // highest epoch granted per consumer lane
+}
+
+// New returns an empty hub; subscribers are refused until [Hub.Install].
+func New(cfg Config) (*Hub, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Hub{cfg: cfg, subs: make(map[*Subscription]struct{}), epochs: make(map[laneKey]uint64)}, nil
+}
+
+// Install replaces the mirror with snap (the hub's own lease's snapshot). Every
+// existing subscription ends with ErrProducerChanged: its sequence continuity
+// with the new stream is not guaranteed. The hub keeps snap.Words.
+func (h *Hub) Install(snap ckf.Snapshot) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closeAllLocked(ErrProducerChanged)
+	h.identity = snap.Identity
+	h.words = snap.Words
+	h.sequence = snap.Sequence
+	h.ready = !h.closed
+}
+
+// Apply advances the mirror by one delta of the hub's stream and queues it to
+// every subscriber. A delta that does not continue the mirror makes the hub
+// not ready, ends every subscription with ErrBrokenStream and returns it; the
+// owner must re-install. d.Images must not be modified afterwards: queued
+// deltas share it.
+func (h *Hub) Apply(d ckf.Delta) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ready {
+		return ErrNotReady
+	}
+	if d.Identity != h.identity || d.BaseSequence != h.sequence || d.Sequence != h.sequence+1 {
+		h.ready = false
+		h.closeAllLocked(ErrBrokenStream)
+		return fmt.Errorf("%w: mirror at %d, delta %d→%d", ErrBrokenStream, h.sequence, d.BaseSequence, d.Sequence)
+	}
+	for _, im := range d.Images {
+		if uint64(im.Bucket) >= uint64(len(h.words)) {
+			h.ready = false
+			h.closeAllLocked(ErrBrokenStream)
+			return fmt.Errorf("%w: image bucket %d out of range", ErrBrokenStream, im.Bucket)
+		}
+	}
+	for _, im := range d.Images {
+		h.words[im.Bucket] = im.Word
+	}
+	h.sequence = d.Sequence
+	for s := range h.subs {
+		out := d
+		out.Lease = s.lease
+		select {
+		case s.deltas <- out:
+		default:
+			h.endLocked(s, ErrLagged)
+		}
+	}
+	return nil
+}
+
+// Close ends every subscription with ErrClosed (or cause, when non-nil) and
+// refuses new ones.
+func (h *Hub) Close(cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed, h.ready = true, false
+	h.closeAllLocked(cmpErr(cause, ErrClosed))
+}
+
+// Subscribe grants lease a snapshot of the mirror at its current sequence and
+// a subscription carrying every later delta. The lease's assignment epoch must
+// exceed every epoch the same (consumer, lane) held on this hub.
+func (h *Hub) Subscribe(lease ckf.LaneLease) (ckf.Snapshot, *Subscription, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return ckf.Snapshot{}, nil, ErrClosed
+	case !h.ready:
+		return ckf.Snapshot{}, nil, ErrNotReady
+	case len(h.subs) >= h.cfg.MaxSubscribers:
+		return ckf.Snapshot{}, nil, ErrTooManySubscribers
+	}
+	key := laneKey{lease.ConsumerInstance, lease.PhysicalLane}
+	if last, ok := h.epochs[key]; ok && lease.AssignmentEpoch <= last {
+		return ckf.Snapshot{}, nil, fmt.Errorf("%w: epoch %d, last granted %d", ErrStaleEpoch, lease.AssignmentEpoch, last)
+	}
+	h.epochs[key] = lease.AssignmentEpoch
+	s := &Subscription{hub: h, lease: lease, deltas: make(chan ckf.Delta, h.cfg.QueueDeltas), done: make(chan struct{})}
+	h.subs[s] = struct{}{}
+	snap := ckf.Snapshot{Identity: h.identity, Lease: lease, Sequence: h.sequence, Words: slices.Clone(h.words)}
+	return snap, s, nil
+}
+
+// Stats is a point-in-time view of a hub.
+type Stats struct {
+	Ready       bool
+	Sequence    uint64
+	Subscribers int
+}
+
+// Stats returns the hub's state.
+func (h *Hub) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return Stats{Ready: h.ready, Sequence: h.sequence, Subscribers: len(h.subs)}
+}
+
+func (h *Hub) closeAllLocked(cause error) {
+	for s := range h.subs {
+		h.endLocked(s, cause)
+	}
+}
+
+// endLocked ends s with cause. Queued deltas stay readable before the cause.
+func (h *Hub) endLocked(s *Subscription, cause error) {
+	if _, ok := h.subs[s]; !ok {
+		return
+	}
+	delete(h.subs, s)
+	s.err = cause
+	close(s.done)
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,76 @@
+package hub
+
+import (
+	"context"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// Subscription is one remote subscriber's stream of deltas after its snapshot.
+// It is read by one goroutine.
+type Subscription struct {
+	hub    *Hub
+	lease  ckf.LaneLease
+	deltas chan ckf.Delta
+	done   chan struct{} // closed when the subscription ends; err is set before
+	err    error
+}
+
+// Lease returns the subscriber's lease.
+func (s *Subscription) Lease() ckf.LaneLease { return s.lease }
+
+// Deltas returns the queue of deltas, in sequence order, each stamped with the
+// subscriber's lease. Read it together with [Subscription.Done].
+func (s *Subscription) Deltas() <-chan ckf.Delta { return s.deltas }
+
+// Done is closed when the subscription ends; [Subscription.Err] then says why.
+// Deltas queued before the end are still valid, but after ErrLagged the queue
+// has a gap at its end and must not be extended.
+func (s *Subscription) Done() <-chan struct{} { return s.done }
+
+// Err returns why the subscription ended (ErrLagged, ErrProducerChanged,
+// ErrBrokenStream, ErrClosed, or the cause given to Close), or nil while it
+// is live.
+func (s *Subscription) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// Next returns the next delta. After the subscription ends it returns the
+// deltas still queued, then the end cause — except after ErrLagged, whose
+// queue can no longer be extended: Next reports it at once.
+func (s *Subscription) Next(ctx context.Context) (ckf.Delta, error) {
+	for {
+		select {
+		case <-s.done:
+			if s.err == ErrLagged {
+				return ckf.Delta{}, s.err
+			}
+			select {
+			case d := <-s.deltas:
+				return d, nil
+			default:
+				return ckf.Delta{}, s.err
+			}
+		default:
+		}
+		select {
+		case d := <-s.deltas:
+			return d, nil
+		case <-s.done:
+		case <-ctx.Done():
+			return ckf.Delta{}, ctx.Err()
+		}
+	}
+}
+
+// Cancel ends the subscription (the subscriber went away) and frees its slot.
+func (s *Subscription) Cancel() {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	s.hub.endLocked(s, context.Canceled)
+}
