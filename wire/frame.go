@@ -80,9 +80,11 @@ type Close struct {
 	Message string
 }
 
-// Frame is one decoded frame: Kind selects which field is meaningful. A Frame
-// may be reused across decodes; its slices then alias decoder-owned buffers
-// (see the decoder's documentation).
+// Frame is one frame: Kind selects which field is meaningful, the others are
+// ignored by [AppendFrame] and left stale by [DecodeFrame]. A Frame may be
+// reused across decodes: Snapshot.Words and Delta.Images are then refilled in
+// place (see [DecodeFrame] for what aliases what). The zero Frame has no
+// valid kind. A Frame is not safe for concurrent use.
 type Frame struct {
 	Kind      Kind
 	Snapshot  SnapshotChunk   // KindSnapshotChunk
@@ -90,4 +92,14 @@ type Frame struct {
 	Drain     ckf.DrainMarker // KindDrainMarker
 	Heartbeat Heartbeat       // KindHeartbeat
 	Close     Close           // KindClose
+
+	raw []byte // payload bin of the last decoded snapshot chunk or delta; aliases the decoded input
 }
+
+// Payload returns the raw bin payload of the last snapshot chunk or delta
+// decoded into f: little-endian u64 words (8 bytes each) for a snapshot
+// chunk, {u32 LE bucket, u64 LE word} (12 bytes each) for a delta, nil for
+// other kinds or a Frame that was not decoded. It aliases the byte slice
+// passed to [DecodeFrame] or [DecodeFrameView] (or a [Reader]'s buffer,
+// valid until its next read); copy it if it must outlive that.
+func (f *Frame) Payload() []byte { return f.raw }
