@@ -117,6 +117,12 @@ func (p *Pool) PendingEventCount() uint64 { return p.pendingEvents }
 // device state. A Stored event is validated whole before anything commits.
 func (p *Pool) ApplyEvent(ev *RouterEvent) ApplyOutcome {
 	var out ApplyOutcome
+	// A nil event is bad input, not a programmer error the pool may panic on:
+	// the relay feeds decoded network events straight through.
+	if ev == nil {
+		out.FirstError = &EventError{Kind: ErrMalformedEvent, Detail: "nil event"}
+		return out
+	}
 	if ev.StorageTier > TierExternal {
 		out.FirstError = &EventError{Kind: ErrUnsupportedResidencyDomain, Member: ev.Member(), Detail: "unknown storage tier"}
 		return out
