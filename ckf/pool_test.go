@@ -81,8 +81,8 @@ func TestPool_SharedOwnershipSurvivesNonFinalRemoval(t *testing.T) {
 func TestPool_ClearKeepsSiblingRanks(t *testing.T) {
 	p := newTestPool(t, 1000, 1, DefaultMaxKicks)
 	p.ApplyEvent(rootEv(mA, b(1, 10), b(2, 11)))
-	p.ApplyEvent(rootEv(mC, b(1, 20)))  // same worker, rank 1, same external hash 1
-	p.ApplyEvent(rootEv(mC, b(3, 10)))  // shares canonical 10 with mA
+	p.ApplyEvent(rootEv(mC, b(1, 20))) // same worker, rank 1, same external hash 1
+	p.ApplyEvent(rootEv(mC, b(3, 10))) // shares canonical 10 with mA
 	out := p.ApplyEvent(clearedEv(mA))
 	if out.FirstError != nil {
 		t.Fatalf("clear error = %v", out.FirstError)
