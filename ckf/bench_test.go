@@ -1,0 +1,536 @@
+package ckf_test
+
+// Side-by-side benchmarks for package ckf. `make bench` (internal/cmd/benchsummary)
+// runs them and turns pairs measured in the same run into BENCH ratio lines;
+// BENCHMARKS.md explains every figure and records measured numbers.
+//
+// Sizing of the filter comparison: n = 1,000,000 keys go into 2^18 buckets of
+// four slots (1,048,576 slots, 95.4% load) for both cuckoo filters. That is
+// exactly what github.com/seiflotfy/cuckoofilter allocates for a capacity of
+// 1M, so both cuckoo filters run at the same load and slot count, and 95% is
+// the stress point for a cuckoo filter: relocation chains are longest and the
+// false-positive rate (≈ 8·load/2^f) is highest. ckf's design load (SPEC §2.1,
+// 80%) can only be easier. The Bloom filter gets the same memory as ckf
+// (2 MiB = 16.8 bits per key) with the optimal number of hash functions.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"testing"
+
+	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/ckfrelay/ckfrelay/ckf"
+	cuckoo "github.com/seiflotfy/cuckoofilter"
+)
+
+// Package-level sinks keep the compiler from discarding benchmarked results.
+var (
+	sinkBool    bool
+	sinkOutcome ckf.ApplyOutcome
+)
+
+const (
+	filterKeys    = 1_000_000
+	filterBuckets = 1 << 18 // ×4 slots = 1,048,576 slots: 95.4% load at filterKeys
+	fprProbes     = 1 << 20 // absent keys probed to measure the false-positive rate
+)
+
+// benchKey is a bijection on uint64 (the SplitMix64 output finalizer applied to
+// i+γ), so benchKey(i) for distinct i are distinct keys. Present keys are
+// benchKey(0..n); absent keys are benchKey(n..), disjoint by construction.
+func benchKey(i uint64) uint64 {
+	x := i + 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31)
+}
+
+var presentKeys, absentKeys = func() ([]uint64, []uint64) {
+	p := make([]uint64, filterKeys)
+	for i := range p {
+		p[i] = benchKey(uint64(i))
+	}
+	a := make([]uint64, fprProbes)
+	for i := range a {
+		a[i] = benchKey(uint64(filterKeys + i))
+	}
+	return p, a
+}()
+
+// approxFilter is the common surface of the compared filters. Every library
+// pays the same interface call; the peers that take []byte also pay an 8-byte
+// little-endian encoding of the key into a buffer the adapter owns.
+type approxFilter interface {
+	insert(key uint64) bool
+	contains(key uint64) bool
+	bytes() int
+}
+
+type ckfFilter struct{ f *ckf.Filter }
+
+func (c *ckfFilter) insert(key uint64) bool   { return c.f.Insert(key) == nil }
+func (c *ckfFilter) contains(key uint64) bool { return c.f.Contains(key) }
+func (c *ckfFilter) bytes() int               { return c.f.BucketCount() * 8 }
+
+type seiflotfyFilter struct {
+	f   *cuckoo.Filter
+	buf [8]byte
+}
+
+func (s *seiflotfyFilter) insert(key uint64) bool {
+	binary.LittleEndian.PutUint64(s.buf[:], key)
+	return s.f.Insert(s.buf[:])
+}
+
+func (s *seiflotfyFilter) contains(key uint64) bool {
+	binary.LittleEndian.PutUint64(s.buf[:], key)
+	return s.f.Lookup(s.buf[:])
+}
+
+// bytes is one 8-bit fingerprint per slot; the library sizes its slots as
+// next_pow2(capacity).
+func (s *seiflotfyFilter) bytes() int { return filterBuckets * 4 }
+
+type bloomFilter struct {
+	f   *bloom.BloomFilter
+	buf [8]byte
+}
+
+func (b *bloomFilter) insert(key uint64) bool {
+	binary.LittleEndian.PutUint64(b.buf[:], key)
+	b.f.Add(b.buf[:])
+	return true
+}
+
+func (b *bloomFilter) contains(key uint64) bool {
+	binary.LittleEndian.PutUint64(b.buf[:], key)
+	return b.f.Test(b.buf[:])
+}
+
+func (b *bloomFilter) bytes() int { return int(b.f.Cap() / 8) }
+
+type filterLib struct {
+	name string
+	new  func(tb testing.TB) approxFilter
+}
+
+var filterLibs = []filterLib{
+	{"ckf", func(tb testing.TB) approxFilter {
+		f, err := ckf.NewFilter(filterBuckets, ckf.DefaultSeed, ckf.DefaultMaxKicks)
+		if err != nil {
+			tb.Fatalf("NewFilter: %v", err)
+		}
+		return &ckfFilter{f: f}
+	}},
+	{"seiflotfy", func(testing.TB) approxFilter {
+		return &seiflotfyFilter{f: cuckoo.NewFilter(filterKeys)}
+	}},
+	{"bloom", func(testing.TB) approxFilter {
+		m := uint(filterBuckets * 64) // the same bits as ckf
+		k := uint(math.Round(math.Ln2 * float64(m) / filterKeys))
+		return &bloomFilter{f: bloom.New(m, k)}
+	}},
+}
+
+// fullFilter is a filter holding every present key, with its measured
+// false-positive rate. Built once per library per process.
+type fullFilter struct {
+	f        approxFilter
+	fpr      float64
+	failures int
+}
+
+var fullFilters = map[string]*fullFilter{}
+
+func full(b *testing.B, lib filterLib) *fullFilter {
+	if ff, ok := fullFilters[lib.name]; ok {
+		return ff
+	}
+	ff := &fullFilter{f: lib.new(b)}
+	for _, k := range presentKeys {
+		if !ff.f.insert(k) {
+			ff.failures++
+		}
+	}
+	for _, k := range presentKeys {
+		if !ff.f.contains(k) {
+			b.Fatalf("lib=%s: inserted key %#x not found (false negative), insert failures %d", lib.name, k, ff.failures)
+		}
+	}
+	positives := 0
+	for _, k := range absentKeys {
+		if ff.f.contains(k) {
+			positives++
+		}
+	}
+	ff.fpr = float64(positives) / float64(len(absentKeys))
+	fullFilters[lib.name] = ff
+	return ff
+}
+
+func reportFilter(b *testing.B, ff *fullFilter) {
+	b.ReportMetric(ff.fpr, "fpr")
+	b.ReportMetric(float64(ff.f.bytes()*8)/filterKeys, "bits/key")
+}
+
+// BenchmarkFilterInsert measures filling an empty filter with filterKeys keys
+// (load 0 → 95.4%): one op is one whole fill, so every run averages over the
+// same load curve; ns/insert is the figure to compare. The empty filter is
+// allocated with the timer stopped.
+func BenchmarkFilterInsert(b *testing.B) {
+	for _, lib := range filterLibs {
+		b.Run("lib="+lib.name+"/n=1M", func(b *testing.B) {
+			ff := full(b, lib)
+			failures := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				f := lib.new(b)
+				b.StartTimer()
+				for _, k := range presentKeys {
+					if !f.insert(k) {
+						failures++
+					}
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(presentKeys)), "ns/insert")
+			reportFilter(b, ff)
+			if failures > 0 {
+				b.ReportMetric(float64(failures)/float64(b.N), "failures/op")
+			}
+		})
+	}
+}
+
+// BenchmarkFilterLookup measures one Contains on a filter holding filterKeys
+// keys: hit probes inserted keys, miss probes keys never inserted.
+func BenchmarkFilterLookup(b *testing.B) {
+	for _, probe := range []struct {
+		name string
+		keys []uint64
+	}{{"hit", presentKeys}, {"miss", absentKeys}} {
+		for _, lib := range filterLibs {
+			b.Run(probe.name+"/lib="+lib.name+"/n=1M", func(b *testing.B) {
+				ff := full(b, lib)
+				keys := probe.keys
+				b.ReportAllocs()
+				b.ResetTimer()
+				j := 0
+				for range b.N {
+					sinkBool = ff.f.contains(keys[j])
+					j++
+					if j == len(keys) {
+						j = 0
+					}
+				}
+				b.StopTimer()
+				reportFilter(b, ff)
+			})
+		}
+	}
+}
+
+// Pool workload: poolMembers members each extend one long chain by Stored
+// events of chainBlocks blocks whose parent is the member's previous event's
+// last block. A steady-state step stores one new event and removes the same
+// member's oldest event, so the resident count holds at the target load.
+const (
+	poolExpected = 1 << 20 // ExpectedBlocks; 524,288 buckets, 2,097,152 slots
+	chainBlocks  = 16
+	poolMembers  = 8
+	poolCadence  = 16 // relay default publish_every_n_events
+)
+
+// blockIndex is the exact bookkeeping under test: the ckf pool, or the
+// map-only baseline.
+type blockIndex interface {
+	apply(ev *ckf.RouterEvent) error
+}
+
+type poolIndex struct{ p *ckf.Pool }
+
+func newPoolIndex(tb testing.TB) *poolIndex {
+	cfg := ckf.DefaultConfig()
+	cfg.ExpectedBlocks = poolExpected
+	cfg.PublishEveryNEvents = poolCadence
+	p, err := ckf.NewPool(cfg)
+	if err != nil {
+		tb.Fatalf("NewPool: %v", err)
+	}
+	return &poolIndex{p: p}
+}
+
+func (x *poolIndex) apply(ev *ckf.RouterEvent) error {
+	sinkOutcome = x.p.ApplyEvent(ev)
+	return sinkOutcome.FirstError
+}
+
+// mapIndex is the baseline: the same exact bookkeeping as ckf.Pool for device
+// Stored/Removed events (per-member lineage external → canonical, canonical
+// chaining, whole-event validation, refcounts) with plain Go maps and no
+// filter, dirty window or publication.
+type mapIndex struct {
+	lineage map[ckf.Member]map[uint64]uint64
+	owners  map[uint64]uint32
+	canon   []uint64
+}
+
+func newMapIndex() *mapIndex {
+	return &mapIndex{lineage: map[ckf.Member]map[uint64]uint64{}, owners: map[uint64]uint32{}}
+}
+
+var errBaseline = errors.New("baseline: invalid event")
+
+func (x *mapIndex) apply(ev *ckf.RouterEvent) error {
+	m := ev.Member()
+	lin := x.lineage[m]
+	switch ev.Kind {
+	case ckf.EventStored:
+		canon := x.canon[:0]
+		var prev uint64
+		if ev.HasParent {
+			var ok bool
+			if prev, ok = lin[ev.ParentHash]; !ok {
+				return errBaseline
+			}
+		}
+		for i, blk := range ev.Blocks {
+			c := blk.TokensHash
+			if i > 0 || ev.HasParent {
+				c = ckf.ChainHash(prev, blk.TokensHash)
+			}
+			if old, ok := lin[blk.BlockHash]; ok && old != c {
+				return errBaseline
+			}
+			for _, e := range ev.Blocks[:i] {
+				if e.BlockHash == blk.BlockHash {
+					return errBaseline
+				}
+			}
+			canon = append(canon, c)
+			prev = c
+		}
+		x.canon = canon
+		if lin == nil {
+			lin = make(map[uint64]uint64, len(ev.Blocks))
+			x.lineage[m] = lin
+		}
+		for i, blk := range ev.Blocks {
+			if _, ok := lin[blk.BlockHash]; ok {
+				continue
+			}
+			lin[blk.BlockHash] = canon[i]
+			x.owners[canon[i]]++
+		}
+	case ckf.EventRemoved:
+		for _, h := range ev.BlockHashes {
+			c, ok := lin[h]
+			if !ok {
+				continue
+			}
+			delete(lin, h)
+			if n := x.owners[c]; n > 1 {
+				x.owners[c] = n - 1
+			} else {
+				delete(x.owners, c)
+			}
+		}
+	}
+	return nil
+}
+
+// chainWorkload generates the pool workload deterministically. Its memory is
+// allocated up front so that it does not count as exact state.
+type chainWorkload struct {
+	next   uint64                  // block counter; block i has external hash benchKey(2i)
+	chains [poolMembers][][]uint64 // per member, a ring of its events' external hashes
+	head   [poolMembers]int        // oldest event in the ring
+	size   [poolMembers]int        // events in the ring
+	last   [poolMembers]uint64     // last external hash stored by the member
+	store  ckf.RouterEvent         // reused Stored event
+	remove ckf.RouterEvent         // reused Removed event
+	blocks [chainBlocks]ckf.StoredBlock
+	hashes [chainBlocks]uint64
+	member int
+}
+
+func newChainWorkload(residentBlocks int) *chainWorkload {
+	w := &chainWorkload{}
+	events := (residentBlocks + chainBlocks - 1) / chainBlocks
+	// Room for every member's share of the fill plus the one event a step
+	// stores before it removes the oldest.
+	perMember := (events+poolMembers-1)/poolMembers + 1
+	for m := range w.chains {
+		w.chains[m] = make([][]uint64, perMember)
+		for i := range w.chains[m] {
+			w.chains[m][i] = make([]uint64, chainBlocks)
+		}
+	}
+	w.store = ckf.RouterEvent{Kind: ckf.EventStored, Blocks: w.blocks[:]}
+	w.remove = ckf.RouterEvent{Kind: ckf.EventRemoved, BlockHashes: w.hashes[:]}
+	return w
+}
+
+// storeNext applies the next member's next Stored event (round robin).
+func (w *chainWorkload) storeNext(x blockIndex) error {
+	m := w.member
+	w.member = (w.member + 1) % poolMembers
+	ring := w.chains[m]
+	slot := ring[(w.head[m]+w.size[m])%len(ring)]
+	for i := range w.blocks {
+		w.blocks[i] = ckf.StoredBlock{BlockHash: benchKey(2 * w.next), TokensHash: benchKey(2*w.next + 1)}
+		slot[i] = w.blocks[i].BlockHash
+		w.next++
+	}
+	w.store.WorkerID = uint64(m)
+	w.store.HasParent = w.size[m] > 0
+	w.store.ParentHash = w.last[m]
+	w.size[m]++
+	w.last[m] = slot[chainBlocks-1]
+	return x.apply(&w.store)
+}
+
+// removeOldest applies a Removed event for member m's oldest stored event.
+func (w *chainWorkload) removeOldest(x blockIndex, m int) error {
+	ring := w.chains[m]
+	copy(w.hashes[:], ring[w.head[m]])
+	w.head[m] = (w.head[m] + 1) % len(ring)
+	w.size[m]--
+	w.remove.WorkerID = uint64(m)
+	return x.apply(&w.remove)
+}
+
+// fill stores events until the index tracks at least blocks blocks.
+func (w *chainWorkload) fill(x blockIndex, blocks int) error {
+	for range (blocks + chainBlocks - 1) / chainBlocks {
+		if err := w.storeNext(x); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step stores one event and removes the oldest event of the same member.
+func (w *chainWorkload) step(x blockIndex) error {
+	m := w.member
+	if err := w.storeNext(x); err != nil {
+		return err
+	}
+	return w.removeOldest(x, m)
+}
+
+// prefilled caches the one pre-filled index in use, so that the b.N ramp-up
+// of a sub-benchmark continues from the steady state instead of rebuilding
+// it; a different sub-benchmark replaces (and frees) it.
+var prefilled struct {
+	key string
+	x   blockIndex
+	w   *chainWorkload
+}
+
+func prefill(b *testing.B, key string, newIndex func() blockIndex, blocks int) (blockIndex, *chainWorkload) {
+	if prefilled.key == key {
+		return prefilled.x, prefilled.w
+	}
+	prefilled.x, prefilled.w, prefilled.key = nil, nil, ""
+	runtime.GC()
+	x, w := newIndex(), newChainWorkload(blocks)
+	if err := w.fill(x, blocks); err != nil {
+		b.Fatalf("prefill %s: %v", key, err)
+	}
+	prefilled.key, prefilled.x, prefilled.w = key, x, w
+	return x, w
+}
+
+// BenchmarkPoolApplyEvent measures ckf.Pool.ApplyEvent against the map-only
+// baseline at 50% and 90% of ExpectedBlocks = 1,048,576 resident blocks (filter
+// slot load 25% and 45%: the SPEC's bucket-count rounding doubles the table
+// for a power-of-two n). One op stores a 16-block event chained to the
+// member's previous event and removes the member's oldest 16-block event;
+// blocks/s counts the stored blocks.
+func BenchmarkPoolApplyEvent(b *testing.B) {
+	for _, load := range []int{50, 90} {
+		blocks := poolExpected * load / 100
+		for _, impl := range []struct {
+			name string
+			new  func() blockIndex
+		}{
+			{"pool", func() blockIndex { return newPoolIndex(b) }},
+			{"map", func() blockIndex { return newMapIndex() }},
+		} {
+			b.Run(fmt.Sprintf("load=%d/impl=%s", load, impl.name), func(b *testing.B) {
+				x, w := prefill(b, b.Name(), impl.new, blocks)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if err := w.step(x); err != nil {
+						b.Fatalf("step: %v", err)
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")
+				if p, ok := x.(*poolIndex); ok {
+					if st := p.p.Stats(); st.CapacityFailures != 0 || st.ResidentBlocks != uint64(st.UniqueBlocks) {
+						b.Fatalf("capacity failures %d, resident %d of %d unique: want every block resident",
+							st.CapacityFailures, st.ResidentBlocks, st.UniqueBlocks)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPoolExactState builds an index of ExpectedBlocks = 1,048,576 blocks
+// (8 members, 16-block chained events) and measures the live heap its exact
+// state takes, per tracked block, with runtime.MemStats after a GC. For the
+// pool the filter and dirty window are allocated before the first reading, so
+// the difference is lineage, ownership and member maps; est-B/block is
+// Pool.Stats().ExactStateBytes / n, the pool's own estimate.
+func BenchmarkPoolExactState(b *testing.B) {
+	const n = poolExpected
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	for _, impl := range []struct {
+		name string
+		new  func() blockIndex
+	}{
+		{"pool", func() blockIndex { return newPoolIndex(b) }},
+		{"map", func() blockIndex { return newMapIndex() }},
+	} {
+		b.Run("impl="+impl.name+"/n=1M", func(b *testing.B) {
+			prefilled.x, prefilled.w, prefilled.key = nil, nil, ""
+			var measured, estimated float64
+			for range b.N {
+				x, w := impl.new(), newChainWorkload(n)
+				before := heap()
+				if err := w.fill(x, n); err != nil {
+					b.Fatalf("fill: %v", err)
+				}
+				after := heap()
+				measured = (float64(after) - float64(before)) / n
+				if p, ok := x.(*poolIndex); ok {
+					st := p.p.Stats()
+					if st.UniqueBlocks != n {
+						b.Fatalf("unique blocks %d, want %d", st.UniqueBlocks, n)
+					}
+					estimated = float64(st.ExactStateBytes) / n
+				}
+				runtime.KeepAlive(x)
+				runtime.KeepAlive(w)
+			}
+			b.ReportMetric(measured, "B/block")
+			if estimated > 0 {
+				b.ReportMetric(estimated, "est-B/block")
+			}
+		})
+	}
+}
