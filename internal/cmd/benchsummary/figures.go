@@ -1,0 +1,41 @@
+package main
+
+// figures is the list of BENCH summary lines, in print order. Each entry names
+// the package that produces it, the benchmark (as go test prints it, without
+// the -GOMAXPROCS suffix), the metric column to read and, for a ratio, the
+// baseline benchmark measured in the same run. See the package comment for how
+// to add one.
+//
+// Ratios are the benchmark's metric over the baseline's, so for ns/op a ratio
+// below 1 means the first is faster. Targets live in BENCHMARKS.md, not here:
+// this tool reports, it does not judge.
+var figures = []figure{
+	// ckf.Filter against github.com/seiflotfy/cuckoofilter and
+	// github.com/bits-and-blooms/bloom/v3, 1M keys, 2^18 buckets (95.4% load).
+	{Name: "ckf_filter_insert_vs_seiflotfy", Pkg: "./ckf", Bench: "BenchmarkFilterInsert/lib=ckf/n=1M", Base: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metric: "ns/insert", Unit: "ratio"},
+	{Name: "ckf_filter_lookup_hit_vs_seiflotfy", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/hit/lib=ckf/n=1M", Base: "BenchmarkFilterLookup/hit/lib=seiflotfy/n=1M", Metric: "ns/op", Unit: "ratio"},
+	{Name: "ckf_filter_lookup_miss_vs_seiflotfy", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/miss/lib=ckf/n=1M", Base: "BenchmarkFilterLookup/miss/lib=seiflotfy/n=1M", Metric: "ns/op", Unit: "ratio"},
+	{Name: "ckf_filter_insert_vs_bloom", Pkg: "./ckf", Bench: "BenchmarkFilterInsert/lib=ckf/n=1M", Base: "BenchmarkFilterInsert/lib=bloom/n=1M", Metric: "ns/insert", Unit: "ratio"},
+	{Name: "ckf_filter_lookup_hit_vs_bloom", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/hit/lib=ckf/n=1M", Base: "BenchmarkFilterLookup/hit/lib=bloom/n=1M", Metric: "ns/op", Unit: "ratio"},
+	{Name: "ckf_filter_lookup_miss_vs_bloom", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/miss/lib=ckf/n=1M", Base: "BenchmarkFilterLookup/miss/lib=bloom/n=1M", Metric: "ns/op", Unit: "ratio"},
+	{Name: "ckf_filter_insert_ns", Pkg: "./ckf", Bench: "BenchmarkFilterInsert/lib=ckf/n=1M", Metric: "ns/insert", Unit: "ns"},
+	{Name: "ckf_filter_lookup_hit_ns", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/hit/lib=ckf/n=1M", Metric: "ns/op", Unit: "ns"},
+	{Name: "ckf_filter_lookup_miss_ns", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/miss/lib=ckf/n=1M", Metric: "ns/op", Unit: "ns"},
+	{Name: "ckf_filter_fpr", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/miss/lib=ckf/n=1M", Metric: "fpr", Unit: "fraction"},
+	{Name: "ckf_filter_fpr_seiflotfy", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/miss/lib=seiflotfy/n=1M", Metric: "fpr", Unit: "fraction"},
+	{Name: "ckf_filter_fpr_bloom", Pkg: "./ckf", Bench: "BenchmarkFilterLookup/miss/lib=bloom/n=1M", Metric: "fpr", Unit: "fraction"},
+
+	// ckf.Pool.ApplyEvent against a map-only exact index, 16-block chained
+	// Stored events, ExpectedBlocks 1,048,576, at 50% and 90% of it.
+	{Name: "ckf_pool_apply_vs_map_50", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=50/impl=pool", Base: "BenchmarkPoolApplyEvent/load=50/impl=map", Metric: "ns/op", Unit: "ratio"},
+	{Name: "ckf_pool_apply_vs_map_90", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=90/impl=pool", Base: "BenchmarkPoolApplyEvent/load=90/impl=map", Metric: "ns/op", Unit: "ratio"},
+	{Name: "ckf_pool_apply_blocks_per_s_50", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=50/impl=pool", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ckf_pool_apply_blocks_per_s_90", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=90/impl=pool", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ckf_map_apply_blocks_per_s_90", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=90/impl=map", Metric: "blocks/s", Unit: "blocks/s"},
+
+	// Exact state per tracked block at 1,048,576 blocks: measured live heap,
+	// the pool's own Stats estimate, and the map-only baseline.
+	{Name: "ckf_pool_bytes_per_block", Pkg: "./ckf", Bench: "BenchmarkPoolExactState/impl=pool/n=1M", Metric: "B/block", Unit: "bytes"},
+	{Name: "ckf_pool_bytes_per_block_estimate", Pkg: "./ckf", Bench: "BenchmarkPoolExactState/impl=pool/n=1M", Metric: "est-B/block", Unit: "bytes"},
+	{Name: "ckf_map_bytes_per_block", Pkg: "./ckf", Bench: "BenchmarkPoolExactState/impl=map/n=1M", Metric: "B/block", Unit: "bytes"},
+}

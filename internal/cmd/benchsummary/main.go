@@ -1,0 +1,110 @@
+// Benchsummary runs the project's side-by-side benchmarks and ends with one
+// summary line per figure:
+//
+//	BENCH <name> <value> <unit>
+//
+// It is what `make bench` runs. For every package named in the figure table it
+// runs
+//
+//	go test -run '^$' -bench '^(BenchmarkA|BenchmarkB)$' -benchmem <defaults> <passthrough> <pkg>
+//
+// streaming the raw output, repeats that -rounds times (package by package, so
+// the rounds interleave in time and a burst of load on the shared machine hits
+// one sample, not one variant), then prints the figures. A figure's value is
+// the median of its samples; a ratio is the median of the benchmark's samples
+// over the median of the baseline's, both from the same runs. Arguments after
+// "--" are passed to go test after the defaults, so `make bench
+// BENCHFLAGS='-benchtime=1s'` overrides the default -benchtime; the Makefile
+// passes BENCHROUNDS as -rounds.
+//
+// # Adding a figure
+//
+// Append one entry to the figures table in figures.go:
+//
+//	{Name: "consumer_query_vs_native", Pkg: "./consumer",
+//	 Bench: "BenchmarkLaneQuery/impl=wasm", Base: "BenchmarkLaneQuery/impl=native",
+//	 Metric: "ns/op", Unit: "ratio"},
+//
+// Name is the BENCH name (snake_case, prefixed by the package); Pkg is the
+// package directory relative to the module root; Bench is the benchmark as go
+// test prints it without the -GOMAXPROCS suffix (so names must not end in
+// "-<digits>"); Metric is the unit column to read (ns/op, B/op, or any
+// b.ReportMetric unit); Base, when set, makes the figure Bench/Base. The
+// package's benchmark run selects every top-level benchmark the table names,
+// with all their sub-benchmarks, so keep those bounded. A missing figure
+// (benchmark failed or not found) is reported on stderr and makes the exit
+// status 1; the other figures are still printed.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+)
+
+// defaultTestFlags keep one round of `make bench` to a few tens of seconds on
+// a 2-core machine; passthrough flags come later and win.
+var defaultTestFlags = []string{"-benchtime=300ms"}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is the whole command; it returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("benchsummary", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	goCmd := fs.String("go", "go", "go command to run")
+	rounds := fs.Int("rounds", 3, "times to run each package's benchmarks (samples are interleaved)")
+	dryRun := fs.Bool("n", false, "print the go test commands without running them")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *rounds < 1 {
+		fmt.Fprintf(stderr, "benchsummary: -rounds %d: want ≥ 1\n", *rounds)
+		return 2
+	}
+	passthrough := fs.Args()
+
+	samples := samples{}
+	status := 0
+	for round := 1; round <= *rounds && status == 0; round++ {
+		for _, pkg := range packages(figures) {
+			argv := testArgs(pkg, figures, passthrough)
+			fmt.Fprintf(stdout, "# round %d/%d: %s %q\n", round, *rounds, *goCmd, argv)
+			if *dryRun {
+				continue
+			}
+			var raw bytes.Buffer
+			cmd := exec.Command(*goCmd, argv...)
+			cmd.Stdout = io.MultiWriter(stdout, &raw)
+			cmd.Stderr = stderr
+			err := cmd.Run()
+			samples.add(pkg, parseBench(&raw))
+			if err != nil {
+				fmt.Fprintf(stderr, "benchsummary: %s: %v\n", pkg, err)
+				status = 1
+				break
+			}
+		}
+	}
+	if *dryRun {
+		return 0
+	}
+	lines, missing := summarize(figures, samples)
+	for _, l := range lines {
+		fmt.Fprintln(stdout, l)
+	}
+	for _, err := range missing {
+		fmt.Fprintf(stderr, "benchsummary: %v\n", err)
+	}
+	if len(missing) > 0 {
+		status = 1
+	}
+	return status
+}
+
+// errMissing reports a figure whose inputs were not in the output.
+var errMissing = errors.New("missing figure")

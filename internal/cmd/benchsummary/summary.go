@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// figure is one BENCH line. See the package comment.
+type figure struct {
+	Name   string // BENCH name
+	Pkg    string // package directory, "./ckf"
+	Bench  string // benchmark name without the -GOMAXPROCS suffix
+	Metric string // unit column to read: "ns/op", "B/op", a ReportMetric unit
+	Base   string // optional baseline benchmark: the figure is Bench/Base
+	Unit   string // unit printed on the BENCH line
+}
+
+// result is one parsed benchmark line.
+type result struct {
+	Name       string             // without the -GOMAXPROCS suffix
+	Iterations int64              // b.N
+	Metrics    map[string]float64 // unit → value
+}
+
+var procsSuffix = regexp.MustCompile(`-[0-9]+$`)
+
+// parseBench extracts the benchmark result lines of go test output:
+// "BenchmarkName-P  N  v1 unit1  v2 unit2 …". Lines that are not results (pkg:
+// headers, logs, a "--- FAIL" after a benchmark name) are skipped.
+func parseBench(r io.Reader) []result {
+	var out []result
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || len(f)%2 != 0 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		res := result{Name: procsSuffix.ReplaceAllString(f[0], ""), Iterations: n, Metrics: map[string]float64{}}
+		ok := true
+		for i := 2; i < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				ok = false
+				break
+			}
+			res.Metrics[f[i+1]] = v
+		}
+		if ok {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// samples holds every value seen: package → benchmark → metric → values.
+type samples map[string]map[string]map[string][]float64
+
+func (s samples) add(pkg string, results []result) {
+	if s[pkg] == nil {
+		s[pkg] = map[string]map[string][]float64{}
+	}
+	for _, r := range results {
+		if s[pkg][r.Name] == nil {
+			s[pkg][r.Name] = map[string][]float64{}
+		}
+		for unit, v := range r.Metrics {
+			s[pkg][r.Name][unit] = append(s[pkg][r.Name][unit], v)
+		}
+	}
+}
+
+// median returns the median of a bench's metric samples, and false if there
+// are none.
+func (s samples) median(pkg, bench, metric string) (float64, bool) {
+	vs := s[pkg][bench][metric]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	vs = slices.Sorted(slices.Values(vs))
+	if len(vs)%2 == 1 {
+		return vs[len(vs)/2], true
+	}
+	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
+}
+
+// summarize computes every figure's BENCH line, in table order, and an error
+// for each figure whose inputs are missing.
+func summarize(figs []figure, s samples) (lines []string, missing []error) {
+	for _, f := range figs {
+		v, ok := s.median(f.Pkg, f.Bench, f.Metric)
+		if !ok {
+			missing = append(missing, fmt.Errorf("%w %s: no %q for %s in %s", errMissing, f.Name, f.Metric, f.Bench, f.Pkg))
+			continue
+		}
+		if f.Base != "" {
+			base, ok := s.median(f.Pkg, f.Base, f.Metric)
+			if !ok || base == 0 {
+				missing = append(missing, fmt.Errorf("%w %s: no non-zero %q for %s in %s", errMissing, f.Name, f.Metric, f.Base, f.Pkg))
+				continue
+			}
+			v /= base
+		}
+		lines = append(lines, fmt.Sprintf("BENCH %s %s %s", f.Name, formatValue(v), f.Unit))
+	}
+	return lines, missing
+}
+
+// formatValue prints v with four significant digits and no exponent, so that
+// 0.000108 and 861800 read as plain numbers.
+func formatValue(v float64) string {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 4, 64), 64)
+	return strconv.FormatFloat(r, 'f', -1, 64)
+}
+
+// packages returns the distinct packages of figs in first-use order.
+func packages(figs []figure) []string {
+	var out []string
+	for _, f := range figs {
+		if !slices.Contains(out, f.Pkg) {
+			out = append(out, f.Pkg)
+		}
+	}
+	return out
+}
+
+// benchRegexp selects every top-level benchmark that pkg's figures name (and
+// so all their sub-benchmarks).
+func benchRegexp(pkg string, figs []figure) string {
+	var tops []string
+	for _, f := range figs {
+		if f.Pkg != pkg {
+			continue
+		}
+		for _, name := range []string{f.Bench, f.Base} {
+			if name == "" {
+				continue
+			}
+			top, _, _ := strings.Cut(name, "/")
+			top = regexp.QuoteMeta(top)
+			if !slices.Contains(tops, top) {
+				tops = append(tops, top)
+			}
+		}
+	}
+	return "^(" + strings.Join(tops, "|") + ")$"
+}
+
+// testArgs returns the go test arguments of one package run.
+func testArgs(pkg string, figs []figure, passthrough []string) []string {
+	args := []string{"test", "-run", "^$", "-bench", benchRegexp(pkg, figs), "-benchmem"}
+	args = append(args, defaultTestFlags...)
+	args = append(args, passthrough...)
+	return append(args, pkg)
+}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// sampleOutput is go test -bench output as Go 1.26 prints it, including a
+// failed sub-benchmark, a log line and a second package header.
+const sampleOutput = `goos: linux
+goarch: amd64
+pkg: github.com/ckfrelay/ckfrelay/ckf
+cpu: AMD EPYC
+BenchmarkFilterInsert/lib=ckf/n=1M-2         	       8	  75351135 ns/op	        16.78 bits/key	         0.0001087 fpr	        75.35 ns/insert	   16368 B/op	      10 allocs/op
+BenchmarkFilterInsert/lib=seiflotfy/n=1M-2   	      12	  46117522 ns/op	         8.389 bits/key	         0.02935 fpr	        46.12 ns/insert	       0 B/op	       0 allocs/op
+BenchmarkPoolApplyEvent/load=90/impl=pool-2            	--- FAIL: BenchmarkPoolApplyEvent/load=90/impl=pool-2
+    bench_test.go:466: step: ckf: parent block not found: worker 0 rank 0 block 0xe0aee4fd525a15c5
+BenchmarkSingleProc      	 1000	  12.5 ns/op
+BenchmarkPoolApplyEvent/load=50/impl=pool-2            	   12724	     18565 ns/op	    861826 blocks/s	     518 B/op	       0 allocs/op
+PASS
+ok  	github.com/ckfrelay/ckfrelay/ckf	8.866s
+`
+
+func TestParseBench_Lines(t *testing.T) {
+	got := parseBench(strings.NewReader(sampleOutput))
+	want := []result{
+		{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Iterations: 8, Metrics: map[string]float64{
+			"ns/op": 75351135, "bits/key": 16.78, "fpr": 0.0001087, "ns/insert": 75.35, "B/op": 16368, "allocs/op": 10}},
+		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Iterations: 12, Metrics: map[string]float64{
+			"ns/op": 46117522, "bits/key": 8.389, "fpr": 0.02935, "ns/insert": 46.12, "B/op": 0, "allocs/op": 0}},
+		{Name: "BenchmarkSingleProc", Iterations: 1000, Metrics: map[string]float64{"ns/op": 12.5}},
+		{Name: "BenchmarkPoolApplyEvent/load=50/impl=pool", Iterations: 12724, Metrics: map[string]float64{
+			"ns/op": 18565, "blocks/s": 861826, "B/op": 518, "allocs/op": 0}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("parseBench:\ngot  %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseBench_Malformed(t *testing.T) {
+	for _, line := range []string{
+		"",
+		"Benchmark",
+		"BenchmarkX-2 notanumber 12 ns/op",
+		"BenchmarkX-2 10 twelve ns/op",
+		"BenchmarkX-2 10 12",          // value without unit
+		"NotABenchmark-2 10 12 ns/op", // wrong prefix
+	} {
+		if got := parseBench(strings.NewReader(line)); len(got) != 0 {
+			t.Errorf("parseBench(%q) = %+v, want nothing", line, got)
+		}
+	}
+}
+
+var testFigures = []figure{
+	{Name: "insert_vs_peer", Pkg: "./ckf", Bench: "BenchmarkFilterInsert/lib=ckf/n=1M", Base: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metric: "ns/insert", Unit: "ratio"},
+	{Name: "fpr", Pkg: "./ckf", Bench: "BenchmarkFilterInsert/lib=ckf/n=1M", Metric: "fpr", Unit: "fraction"},
+	{Name: "apply", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=50/impl=pool", Metric: "blocks/s", Unit: "blocks/s"},
+}
+
+func TestSummarize_MedianAndRatio(t *testing.T) {
+	s := samples{}
+	s.add("./ckf", []result{
+		{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Metrics: map[string]float64{"ns/insert": 90, "fpr": 0.0001}},
+		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/insert": 40}},
+		{Name: "BenchmarkPoolApplyEvent/load=50/impl=pool", Metrics: map[string]float64{"blocks/s": 861826}},
+	})
+	s.add("./ckf", []result{
+		{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Metrics: map[string]float64{"ns/insert": 60, "fpr": 0.0001}},
+		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/insert": 50}},
+	})
+	s.add("./ckf", []result{
+		{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Metrics: map[string]float64{"ns/insert": 70, "fpr": 0.0001}},
+		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/insert": 1000}}, // a noisy sample
+	})
+	lines, missing := summarize(testFigures, s)
+	// median ckf 70, median seiflotfy 50 (the outlier does not move it).
+	want := []string{
+		"BENCH insert_vs_peer 1.4 ratio",
+		"BENCH fpr 0.0001 fraction",
+		"BENCH apply 861800 blocks/s",
+	}
+	if !slices.Equal(lines, want) || len(missing) != 0 {
+		t.Errorf("summarize:\ngot  %q, missing %v\nwant %q, none missing", lines, missing, want)
+	}
+}
+
+func TestSummarize_Missing(t *testing.T) {
+	s := samples{}
+	s.add("./ckf", []result{
+		{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Metrics: map[string]float64{"ns/insert": 70, "fpr": 0.0001}},
+		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/op": 50}}, // wrong metric
+	})
+	lines, missing := summarize(testFigures, s)
+	if want := []string{"BENCH fpr 0.0001 fraction"}; !slices.Equal(lines, want) {
+		t.Errorf("lines: got %q, want %q", lines, want)
+	}
+	if len(missing) != 2 {
+		t.Fatalf("missing: got %v, want 2 errors (baseline metric, pool benchmark)", missing)
+	}
+	for _, err := range missing {
+		if !errors.Is(err, errMissing) {
+			t.Errorf("missing error %v: got not errMissing, want errors.Is(err, errMissing)", err)
+		}
+	}
+	if !strings.Contains(missing[0].Error(), "insert_vs_peer") || !strings.Contains(missing[1].Error(), "apply") {
+		t.Errorf("missing: got %v, want insert_vs_peer then apply", missing)
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{
+		{0, "0"},
+		{1.4, "1.4"},
+		{1.53456, "1.535"},
+		{0.000108711, "0.0001087"},
+		{861826.3, "861800"},
+		{75.35, "75.35"},
+		{72.16666, "72.17"},
+	} {
+		if got := formatValue(tc.v); got != tc.want {
+			t.Errorf("formatValue(%v): got %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestBenchRegexp_SelectsTopLevels(t *testing.T) {
+	figs := append(slices.Clone(testFigures),
+		figure{Name: "other", Pkg: "./consumer", Bench: "BenchmarkLaneQuery/impl=wasm", Metric: "ns/op", Unit: "ns"})
+	if got, want := benchRegexp("./ckf", figs), "^(BenchmarkFilterInsert|BenchmarkPoolApplyEvent)$"; got != want {
+		t.Errorf("benchRegexp(./ckf): got %q, want %q", got, want)
+	}
+	if got, want := packages(figs), []string{"./ckf", "./consumer"}; !slices.Equal(got, want) {
+		t.Errorf("packages: got %q, want %q", got, want)
+	}
+	args := testArgs("./ckf", figs, []string{"-benchtime=1s"})
+	if args[len(args)-1] != "./ckf" || args[len(args)-2] != "-benchtime=1s" {
+		t.Errorf("testArgs: got %q, want passthrough flags last before the package", args)
+	}
+}
+
+// TestFigures_Valid checks the real figure table: every entry complete, names
+// unique and in snake_case, benchmark names free of a -N suffix the parser
+// would strip.
+func TestFigures_Valid(t *testing.T) {
+	nameRE := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	seen := map[string]bool{}
+	for _, f := range figures {
+		if !nameRE.MatchString(f.Name) || seen[f.Name] {
+			t.Errorf("figure %q: got a duplicate or non-snake_case name", f.Name)
+		}
+		seen[f.Name] = true
+		if f.Pkg == "" || f.Metric == "" || f.Unit == "" || !strings.HasPrefix(f.Bench, "Benchmark") {
+			t.Errorf("figure %q: got %+v, want Pkg, Bench, Metric and Unit set", f.Name, f)
+		}
+		for _, b := range []string{f.Bench, f.Base} {
+			if procsSuffix.MatchString(b) {
+				t.Errorf("figure %q: benchmark %q ends in -<digits>, which the parser strips", f.Name, b)
+			}
+		}
+		if (f.Base != "") != (f.Unit == "ratio") {
+			t.Errorf("figure %q: got Base %q with unit %q, want a Base exactly for ratios", f.Name, f.Base, f.Unit)
+		}
+	}
+}
+
+// fakeGoEnv makes the test binary act as a fake go command (see TestMain).
+const fakeGoEnv = "BENCHSUMMARY_FAKE_GO"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(fakeGoEnv) {
+	case "ok":
+		fmt.Print(sampleOutput)
+		os.Exit(0)
+	case "fail":
+		fmt.Print(sampleOutput)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+func TestRun_EndToEnd(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skipf("no executable path: %v", err)
+	}
+	saved := figures
+	t.Cleanup(func() { figures = saved })
+	figures = testFigures
+
+	for _, tc := range []struct {
+		mode       string
+		wantStatus int
+	}{{"ok", 0}, {"fail", 1}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Setenv(fakeGoEnv, tc.mode)
+			var stdout, stderr bytes.Buffer
+			status := run([]string{"-go", exe, "-rounds", "2", "--", "-benchtime=10ms"}, &stdout, &stderr)
+			if status != tc.wantStatus {
+				t.Errorf("status: got %d, want %d (stderr %q)", status, tc.wantStatus, stderr.String())
+			}
+			out := stdout.String()
+			if !strings.Contains(out, "BenchmarkFilterInsert/lib=ckf/n=1M-2") {
+				t.Errorf("stdout: got %q, want the raw benchmark output streamed", out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			want := []string{"BENCH insert_vs_peer 1.634 ratio", "BENCH fpr 0.0001087 fraction", "BENCH apply 861800 blocks/s"}
+			if got := lines[len(lines)-3:]; !slices.Equal(got, want) {
+				t.Errorf("last lines: got %q, want %q", got, want)
+			}
+			rounds := strings.Count(out, "# round ")
+			if wantRounds := map[string]int{"ok": 2, "fail": 1}[tc.mode]; rounds != wantRounds {
+				t.Errorf("rounds run: got %d, want %d (a failing go test stops further rounds)", rounds, wantRounds)
+			}
+		})
+	}
+}
+
+func TestRun_BadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-rounds", "0"}, {"-nosuchflag"}} {
+		var stdout, stderr bytes.Buffer
+		if status := run(args, &stdout, &stderr); status != 2 {
+			t.Errorf("run(%q): got status %d, want 2", args, status)
+		}
+	}
+}
