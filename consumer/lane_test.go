@@ -1,0 +1,412 @@
+package consumer
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+func TestConsumer_StaleSnapshotCannotRollBack(t *testing.T) {
+	f := newFixture(t)
+	l := f.ready(0, 1, 5)
+	for _, seq := range []uint64{5, 3, 0} {
+		before := f.table()
+		f.want(f.c.InstallSnapshot(f.snapshot(0, l, seq, testWords(42, testBuckets))), IgnoredStaleOrDuplicate, NoFault)
+		f.wantTable(before)
+		if s := f.status(0); !s.Ready || s.InstalledSequence != 5 {
+			t.Fatalf("seq %d: got ready=%v installed=%d, want ready at 5", seq, s.Ready, s.InstalledSequence)
+		}
+	}
+}
+
+func TestConsumer_ForwardSnapshotOnReadyLaneDeactivatesWithoutWrites(t *testing.T) {
+	f := newFixture(t)
+	l := f.ready(0, 1, 5)
+	before := f.table()
+	r := f.c.InstallSnapshot(f.snapshot(0, l, 6, testWords(42, testBuckets)))
+	f.want(r, Deactivated, SnapshotWhileReady)
+	f.wantTable(before)
+	s := f.status(0)
+	if s.Ready || s.Assigned || f.c.ReadyMask() != 0 {
+		t.Fatalf("got ready=%v assigned=%v mask=%#x, want lane 0 deactivated", s.Ready, s.Assigned, f.c.ReadyMask())
+	}
+	// The lease is revoked: the same lease cannot reinstall.
+	f.want(f.c.InstallSnapshot(f.snapshot(0, l, 6, testWords(42, testBuckets))), IgnoredForeignLease, NoFault)
+	f.wantTable(before)
+}
+
+func TestConsumer_DuplicateAndStaleDeltasIgnoredWithoutWrites(t *testing.T) {
+	f := newFixture(t)
+	l := f.ready(0, 1, 5)
+	f.want(f.c.ApplyDelta(f.delta(0, l, 5, 6, ckf.BucketImage{Bucket: 3, Word: 0xAAAA})), Applied, NoFault)
+	before := f.table()
+	for _, d := range []*ckf.Delta{
+		f.delta(0, l, 5, 6, ckf.BucketImage{Bucket: 3, Word: 0xBBBB}), // duplicate sequence, other word
+		f.delta(0, l, 4, 5, ckf.BucketImage{Bucket: 4, Word: 0xCCCC}), // stale
+		f.delta(0, l, 0, 1, ckf.BucketImage{Bucket: 5, Word: 0xDDDD}),
+	} {
+		f.want(f.c.ApplyDelta(d), IgnoredStaleOrDuplicate, NoFault)
+	}
+	f.wantTable(before)
+	if s := f.status(0); !s.Ready || s.InstalledSequence != 6 || s.Stats.FramesIgnored != 3 {
+		t.Fatalf("got %+v, want ready at 6 with 3 ignored frames", s)
+	}
+}
+
+func TestConsumer_DeltaFaults(t *testing.T) {
+	img := ckf.BucketImage{Bucket: 1, Word: 0x1234}
+	tests := []struct {
+		name  string
+		base  uint64
+		seq   uint64
+		imgs  []ckf.BucketImage
+		fault Fault
+	}{
+		{"forward gap", 7, 8, []ckf.BucketImage{img}, BaseSequenceMismatch},
+		{"base behind installed", 4, 6, []ckf.BucketImage{img}, BaseSequenceMismatch},
+		{"non-contiguous", 5, 7, []ckf.BucketImage{img}, NonContiguous},
+		{"empty delta", 5, 6, nil, EmptyDelta},
+		{"bucket out of range", 5, 6, []ckf.BucketImage{img, {Bucket: testBuckets, Word: 9}}, MalformedImages},
+		{"bucket far out of range", 5, 6, []ckf.BucketImage{{Bucket: math.MaxUint32, Word: 9}}, MalformedImages},
+		{"duplicate bucket", 5, 6, []ckf.BucketImage{img, {Bucket: 2, Word: 3}, {Bucket: 1, Word: 9}}, MalformedImages},
+		// Check order: a gap wins over non-contiguity and malformed images.
+		{"gap before non-contiguous", 6, 9, nil, BaseSequenceMismatch},
+		{"non-contiguous before empty", 5, 9, nil, NonContiguous},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			l := f.ready(0, 1, 5)
+			f.ready(1, 1, 9)
+			before := f.table()
+			f.want(f.c.ApplyDelta(f.delta(0, l, tc.base, tc.seq, tc.imgs...)), Deactivated, tc.fault)
+			f.wantTable(before)
+			if got := f.c.ReadyMask(); got != 0b10 {
+				t.Fatalf("got ready mask %#b, want only lane 1", got)
+			}
+			if s := f.status(0); s.LastFault != tc.fault || s.Stats.Deactivations != 1 {
+				t.Fatalf("got last fault %v deactivations %d, want %v and 1", s.LastFault, s.Stats.Deactivations, tc.fault)
+			}
+			// The seen bitset must be clean again for the next delta.
+			for i, w := range f.c.seen {
+				if w != 0 {
+					t.Fatalf("seen[%d] = %#x after rejection, want 0", i, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConsumer_ApplyDeltaWritesAbsoluteImages(t *testing.T) {
+	f := newFixture(t)
+	l := f.ready(2, 1, 0)
+	f.want(f.c.ApplyDelta(f.delta(2, l, 0, 1, ckf.BucketImage{Bucket: 0, Word: 7}, ckf.BucketImage{Bucket: 63, Word: 0})), Applied, NoFault)
+	got, _ := f.c.AppendLaneWords(nil, 2)
+	want := testWords(2*1000, testBuckets)
+	want[0], want[63] = 7, 0
+	if !slices.Equal(got, want) {
+		t.Fatalf("got lane words %x, want %x", got, want)
+	}
+	if s := f.status(2); s.InstalledSequence != 1 || s.Stats.ImagesApplied != 2 || s.Stats.DeltasApplied != 1 {
+		t.Fatalf("got %+v, want installed 1, 2 images, 1 delta", s)
+	}
+}
+
+func TestConsumer_SequenceOverflowIsShadowedByStaleCheck(t *testing.T) {
+	// SPEC §8.3 checks base+1 overflow after the stale and base checks; a lane
+	// installed at MaxUint64 therefore treats every delta as stale.
+	f := newFixture(t)
+	l := f.ready(0, 1, math.MaxUint64)
+	f.want(f.c.ApplyDelta(f.delta(0, l, math.MaxUint64, 0, ckf.BucketImage{Bucket: 1, Word: 1})), IgnoredStaleOrDuplicate, NoFault)
+}
+
+func TestConsumer_WrongIdentityUnderCurrentLeaseDeactivates(t *testing.T) {
+	other := testIdentity(0, testBuckets)
+	other.ProducerIncarnation++
+	tests := []struct {
+		name  string
+		frame func(l ckf.LaneLease) *wire.Frame
+	}{
+		{"snapshot", func(l ckf.LaneLease) *wire.Frame {
+			return &wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: wire.SnapshotChunk{Identity: other, Lease: l, Sequence: 9, ChunkCount: 1, Words: testWords(1, testBuckets)}}
+		}},
+		{"stale delta", func(l ckf.LaneLease) *wire.Frame {
+			return &wire.Frame{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: other, Lease: l, BaseSequence: 1, Sequence: 2}}
+		}},
+		{"heartbeat", func(l ckf.LaneLease) *wire.Frame {
+			return &wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: other, Lease: l, LastSequence: 5}}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			l := f.ready(0, 1, 5)
+			before := f.table()
+			f.want(f.c.ApplyFrame(tc.frame(l)), Deactivated, WrongIdentity)
+			f.wantTable(before)
+			if s := f.status(0); s.Ready || s.Assigned {
+				t.Fatalf("got ready=%v assigned=%v, want deactivated", s.Ready, s.Assigned)
+			}
+		})
+	}
+}
+
+func TestConsumer_SupersededLeaseIgnoredWithoutHurtingReplacement(t *testing.T) {
+	f := newFixture(t)
+	old := f.ready(0, 1, 5)
+	l := f.ready(0, 2, 3)
+	before := f.table()
+	st := f.status(0)
+	for _, fr := range []*wire.Frame{
+		{Kind: wire.KindSnapshotChunk, Snapshot: wire.SnapshotChunk{Identity: testIdentity(0, testBuckets), Lease: old, Sequence: 9, ChunkCount: 1, Words: testWords(1, testBuckets)}},
+		{Kind: wire.KindDelta, Delta: *f.delta(0, old, 3, 4, ckf.BucketImage{Bucket: 1, Word: 1})},
+		{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: old, ExpectedSequence: 99}},
+		{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: testIdentity(0, testBuckets), Lease: old, LastSequence: 99}},
+	} {
+		f.want(f.c.ApplyFrame(fr), IgnoredForeignLease, NoFault)
+	}
+	f.wantTable(before)
+	got := f.status(0)
+	st.Stats.FramesIgnored += 4
+	if got != st {
+		t.Fatalf("got %+v, want %+v", got, st)
+	}
+	f.want(f.c.ApplyDelta(f.delta(0, l, 3, 4, ckf.BucketImage{Bucket: 1, Word: 1})), Applied, NoFault)
+}
+
+func TestConsumer_ForeignLeases(t *testing.T) {
+	f := newFixture(t)
+	l := f.ready(0, 1, 5)
+	before := f.table()
+	other := l
+	other.ConsumerInstance++
+	f.want(f.c.ApplyDelta(f.delta(0, other, 5, 6, ckf.BucketImage{Bucket: 1, Word: 1})), IgnoredForeignLease, NoFault)
+	r := f.c.ApplyDelta(f.delta(0, testLease(200, 1), 5, 6, ckf.BucketImage{Bucket: 1, Word: 1}))
+	if r.Outcome != IgnoredForeignLease || r.Lane != -1 {
+		t.Fatalf("got %v, want IgnoredForeignLease on lane -1", r)
+	}
+	f.want(f.c.ApplyDelta(f.delta(1, testLease(1, 1), 0, 1, ckf.BucketImage{Bucket: 1, Word: 1})), IgnoredForeignLease, NoFault) // never assigned
+	f.want(f.c.ApplyDelta(f.delta(5, testLease(5, 1), 0, 1, ckf.BucketImage{Bucket: 1, Word: 1})), IgnoredForeignLease, NoFault) // unconfigured
+	f.wantTable(before)
+}
+
+func TestConsumer_WrongBucketCount(t *testing.T) {
+	t.Run("inactive lane retries on the same lease", func(t *testing.T) {
+		f := newFixture(t)
+		l := f.assign(0, 1)
+		before := f.table()
+		for _, n := range []uint64{testBuckets - 1, testBuckets + 1, 0} {
+			f.want(f.c.InstallSnapshot(f.snapshot(0, l, 4, testWords(1, n))), RetrySnapshot, WrongBucketCount)
+			f.wantTable(before)
+			if s := f.status(0); !s.Assigned || s.Ready || s.Lease != l {
+				t.Fatalf("n=%d: got %+v, want assigned, not ready, same lease", n, s)
+			}
+		}
+		f.want(f.c.InstallSnapshot(f.snapshot(0, l, 4, testWords(1, testBuckets))), SnapshotInstalled, NoFault)
+		if s := f.status(0); s.Stats.SnapshotRetries != 3 || s.InstalledSequence != 4 {
+			t.Fatalf("got %+v, want 3 retries and installed 4", s)
+		}
+	})
+	t.Run("ready lane deactivates", func(t *testing.T) {
+		f := newFixture(t)
+		l := f.ready(0, 1, 5)
+		before := f.table()
+		f.want(f.c.InstallSnapshot(f.snapshot(0, l, 4, testWords(1, testBuckets+1))), Deactivated, WrongBucketCount)
+		f.wantTable(before)
+	})
+}
+
+func TestConsumer_DrainMarker(t *testing.T) {
+	f := newFixture(t)
+	l := f.ready(0, 1, 5)
+	f.want(f.c.ApplyDelta(f.delta(0, l, 5, 6, ckf.BucketImage{Bucket: 1, Word: 1})), Applied, NoFault)
+	f.want(f.c.Drain(ckf.DrainMarker{Lease: testLease(0, 9), ExpectedSequence: 6}), IgnoredForeignLease, NoFault)
+	f.want(f.c.Drain(ckf.DrainMarker{Lease: l, ExpectedSequence: 6}), DrainAcknowledged, NoFault)
+	if s := f.status(0); !s.Ready || s.Stats.DrainsAcknowledged != 1 {
+		t.Fatalf("got %+v, want ready with one acknowledged drain", s)
+	}
+	// The final delta 6→7 was lost: the marker says 7.
+	before := f.table()
+	f.want(f.c.Drain(ckf.DrainMarker{Lease: l, ExpectedSequence: 7}), Deactivated, TerminalSequenceMismatch)
+	f.wantTable(before)
+	if f.c.ReadyMask() != 0 {
+		t.Fatalf("got ready mask %#x, want 0", f.c.ReadyMask())
+	}
+
+	t.Run("behind installed", func(t *testing.T) {
+		f := newFixture(t)
+		l := f.ready(0, 1, 5)
+		f.want(f.c.Drain(ckf.DrainMarker{Lease: l, ExpectedSequence: 4}), Deactivated, TerminalSequenceMismatch)
+	})
+	t.Run("not ready", func(t *testing.T) {
+		f := newFixture(t)
+		l := f.assign(0, 1)
+		f.want(f.c.Drain(ckf.DrainMarker{Lease: l, ExpectedSequence: 0}), Deactivated, TerminalSequenceMismatch)
+	})
+}
+
+func TestConsumer_AssignmentEpochsIncreaseAcrossRetire(t *testing.T) {
+	f := newFixture(t)
+	f.ready(0, 3, 5)
+	if err := f.c.Retire(0); err != nil {
+		t.Fatalf("Retire: %v", err)
+	}
+	if s := f.status(0); s.Ready || s.Assigned || !s.HasEpoch || s.LastEpoch != 3 {
+		t.Fatalf("got %+v, want retired with last epoch 3", s)
+	}
+	for _, epoch := range []uint64{3, 2, 0} {
+		err := f.c.Assign(testIdentity(0, testBuckets), testLease(0, epoch))
+		if !errors.Is(err, ErrStaleAssignmentEpoch) {
+			t.Fatalf("epoch %d: got %v, want ErrStaleAssignmentEpoch", epoch, err)
+		}
+	}
+	f.assign(0, 4)
+	// Deactivation keeps the epoch too.
+	f.want(f.c.Drain(ckf.DrainMarker{Lease: testLease(0, 4), ExpectedSequence: 1}), Deactivated, TerminalSequenceMismatch)
+	if err := f.c.Assign(testIdentity(0, testBuckets), testLease(0, 4)); !errors.Is(err, ErrStaleAssignmentEpoch) {
+		t.Fatalf("got %v, want ErrStaleAssignmentEpoch", err)
+	}
+	f.assign(0, 5)
+}
+
+func TestConsumer_AssignErrors(t *testing.T) {
+	id := testIdentity(0, testBuckets)
+	otherFormat := id
+	otherFormat.Format = ckf.NewFormat(testSeed+1, testBuckets)
+	tests := []struct {
+		name  string
+		id    ckf.ProducerIdentity
+		lease ckf.LaneLease
+		want  error
+	}{
+		{"wrong consumer", id, ckf.LaneLease{ConsumerInstance: testInstance + 1, PhysicalLane: 0, AssignmentEpoch: 9}, ErrWrongConsumer},
+		{"unconfigured lane", testIdentity(5, testBuckets), testLease(5, 9), ErrWrongLane},
+		{"lane out of range", id, testLease(16, 9), ErrWrongLane},
+		{"wrong pool", testIdentity(1, testBuckets), testLease(0, 9), ErrWrongPool},
+		{"format mismatch", otherFormat, testLease(0, 9), ErrFormatMismatch},
+		{"stale epoch", id, testLease(0, 2), ErrStaleAssignmentEpoch},
+		// Order: the consumer is checked before the lane, the lane before the pool.
+		{"wrong consumer and lane", id, ckf.LaneLease{ConsumerInstance: 1, PhysicalLane: 16}, ErrWrongConsumer},
+		{"wrong pool and stale epoch", testIdentity(1, testBuckets), testLease(0, 1), ErrWrongPool},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.ready(0, 2, 5)
+			before, st := f.table(), f.status(0)
+			err := f.c.Assign(tc.id, tc.lease)
+			var le *LaneError
+			if !errors.Is(err, tc.want) || !errors.As(err, &le) {
+				t.Fatalf("got %v, want a *LaneError matching %v", err, tc.want)
+			}
+			f.wantTable(before)
+			if got := f.status(0); got != st {
+				t.Fatalf("got %+v, want lane 0 untouched %+v", got, st)
+			}
+		})
+	}
+}
+
+func TestConsumer_AssignClearsReadinessAndPartialSnapshot(t *testing.T) {
+	f := newFixture(t)
+	f.ready(0, 1, 5)
+	l := f.assign(0, 2)
+	if s := f.status(0); s.Ready || !s.Assigned || s.InstalledSequence != 0 || f.c.ReadyMask() != 0 {
+		t.Fatalf("got %+v, want assigned and not ready", s)
+	}
+	f.want(f.c.ApplyDelta(f.delta(0, l, 0, 1, ckf.BucketImage{Bucket: 1, Word: 1})), AwaitingSnapshot, NoFault)
+	words := testWords(3, testBuckets)
+	f.want(f.c.ApplySnapshotChunk(chunk(0, l, 7, 0, 2, 0, words[:32])), SnapshotChunkAccepted, NoFault)
+	l3 := f.assign(0, 3)
+	if s := f.status(0); s.SnapshotInProgress {
+		t.Fatalf("got %+v, want the partial snapshot discarded", s)
+	}
+	// The second chunk of the discarded snapshot is foreign now; under the
+	// new lease it would be out of order.
+	f.want(f.c.ApplySnapshotChunk(chunk(0, l, 7, 1, 2, 32, words[32:])), IgnoredForeignLease, NoFault)
+	f.want(f.c.ApplySnapshotChunk(chunk(0, l3, 7, 1, 2, 32, words[32:])), RetrySnapshot, ChunkOutOfOrder)
+}
+
+func TestConsumer_Heartbeat(t *testing.T) {
+	f := newFixture(t)
+	l := f.assign(0, 1)
+	hb := &wire.Heartbeat{Identity: testIdentity(0, testBuckets), Lease: l, LastSequence: 40, UnixMicros: 1234}
+	f.want(f.c.Heartbeat(hb), HeartbeatObserved, NoFault) // not ready: recorded only
+	f.want(f.c.InstallSnapshot(f.snapshot(0, l, 5, testWords(1, testBuckets))), SnapshotInstalled, NoFault)
+	hb.LastSequence, hb.UnixMicros = 5, 5678
+	f.want(f.c.Heartbeat(hb), HeartbeatObserved, NoFault)
+	if s := f.status(0); s.Stats.LastHeartbeatMicros != 5678 || s.InstalledSequence != 5 {
+		t.Fatalf("got %+v, want heartbeat 5678 at sequence 5", s)
+	}
+	hb.LastSequence = 6 // the delta 5→6 never arrived
+	f.want(f.c.Heartbeat(hb), Deactivated, HeartbeatSequenceMismatch)
+}
+
+func TestConsumer_CloseAndUnknownFrames(t *testing.T) {
+	f := newFixture(t)
+	f.ready(0, 1, 5)
+	st := f.status(0)
+	if r := f.c.ApplyFrame(&wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseLagged}}); r.Outcome != StreamClosed || r.Lane != -1 {
+		t.Fatalf("got %v, want StreamClosed on lane -1", r)
+	}
+	if r := f.c.ApplyFrame(&wire.Frame{Kind: 99}); r.Outcome != IgnoredUnknownKind {
+		t.Fatalf("got %v, want IgnoredUnknownKind", r)
+	}
+	if got := f.status(0); got != st {
+		t.Fatalf("got %+v, want %+v", got, st)
+	}
+}
+
+func TestResult_FailurePointAndDisposition(t *testing.T) {
+	tests := []struct {
+		outcome Outcome
+		point   ckf.FailurePoint
+		action  ckf.RecoveryAction
+		commit  ckf.CommitState
+	}{
+		{Deactivated, ckf.ConsumerGapOrMalformedBeforeWrite, ckf.DeactivateAndSnapshot, ckf.KnownUnchanged},
+		{RetrySnapshot, ckf.InactiveSnapshotInstallFailure, ckf.RetrySnapshot, ckf.KnownUnchanged},
+		{Applied, 0, 0, 0},
+		{IgnoredForeignLease, 0, 0, 0},
+		{IgnoredStaleOrDuplicate, 0, 0, 0},
+		{AwaitingSnapshot, 0, 0, 0},
+		{DrainAcknowledged, 0, 0, 0},
+		{SnapshotInstalled, 0, 0, 0},
+		{SnapshotChunkAccepted, 0, 0, 0},
+	}
+	for _, tc := range tests {
+		r := Result{Outcome: tc.outcome}
+		if got := r.FailurePoint(); got != tc.point {
+			t.Errorf("%v: got failure point %v, want %v", tc.outcome, got, tc.point)
+		}
+		d, ok := r.Disposition()
+		if ok != (tc.point != 0) || d.Action != tc.action || d.Commit != tc.commit {
+			t.Errorf("%v: got disposition %+v ok=%v, want action %v commit %v", tc.outcome, d, ok, tc.action, tc.commit)
+		}
+		if ok && (d.Domain != ckf.ConsumerLane || d.RecoveryDomain != ckf.ConsumerLane) {
+			t.Errorf("%v: got domains %v/%v, want ConsumerLane", tc.outcome, d.Domain, d.RecoveryDomain)
+		}
+	}
+}
+
+func TestFault_StringsAreDistinct(t *testing.T) {
+	seen := map[string]bool{}
+	for f := NoFault; f <= HeartbeatSequenceMismatch; f++ {
+		s := f.String()
+		if seen[s] || s == "" || s[0] == 'F' && s[:6] == "Fault(" {
+			t.Fatalf("fault %d: got name %q, want a distinct name", f, s)
+		}
+		seen[s] = true
+	}
+	for o := Applied; o <= IgnoredUnknownKind; o++ {
+		s := o.String()
+		if seen[s] || len(s) > 8 && s[:8] == "Outcome(" {
+			t.Fatalf("outcome %d: got name %q, want a distinct name", o, s)
+		}
+		seen[s] = true
+	}
+}

@@ -1,0 +1,70 @@
+package consumer
+
+import (
+	"fmt"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// DefaultVerificationWindow is the SPEC §2.1 default window of the prefix search.
+const DefaultVerificationWindow = 2
+
+// MaxVerificationWindow is the largest accepted verification window.
+const MaxVerificationWindow = 8
+
+// Manifest configures a [Consumer] (SPEC §8.2): which pool each of the 16
+// lanes serves, the one format every lane shares, and the verification
+// window of the prefix search. The zero value is invalid (no lane, window 0).
+type Manifest struct {
+	// ConsumerInstance must equal the ConsumerInstance of every lease.
+	ConsumerInstance uint64
+	// Domain is the routing domain every configured pool must belong to.
+	Domain ckf.Domain
+	// Format is the one (seed, bucket count) layout of every lane.
+	Format ckf.Format
+	// Lanes[i] is the pool lane i serves; nil leaves the lane unconfigured.
+	Lanes [ckf.MaxLanes]*ckf.PoolID
+	// VerificationWindow is W of SPEC §8.4, 1..=8.
+	VerificationWindow int
+}
+
+// Validate returns the first failure, checking lane by lane (in index order)
+// for a duplicate pool, a duplicate dc_id and a pool in another domain, then
+// that at least one lane is configured, then the window, then the format.
+// Duplicates are checked before the domain so that each kind of mistake is
+// reported by its own name (see docs/RATIONALE.md). Every error is a
+// [*ManifestError].
+func (m *Manifest) Validate() error {
+	configured := 0
+	for i, p := range m.Lanes {
+		if p == nil {
+			continue
+		}
+		configured++
+		for j := range i {
+			q := m.Lanes[j]
+			if q == nil {
+				continue
+			}
+			if *q == *p {
+				return &ManifestError{Lane: i, Err: ErrDuplicatePool, Detail: fmt.Sprintf("same pool as lane %d", j)}
+			}
+			if q.DCID == p.DCID {
+				return &ManifestError{Lane: i, Err: ErrDuplicateDCID, Detail: fmt.Sprintf("dc_id %d also on lane %d", p.DCID, j)}
+			}
+		}
+		if p.Domain != m.Domain {
+			return &ManifestError{Lane: i, Err: ErrForeignDomain}
+		}
+	}
+	if configured == 0 {
+		return &ManifestError{Lane: -1, Err: ErrNoLanes}
+	}
+	if m.VerificationWindow < 1 || m.VerificationWindow > MaxVerificationWindow {
+		return &ManifestError{Lane: -1, Err: ErrInvalidWindow, Detail: fmt.Sprintf("got %d", m.VerificationWindow)}
+	}
+	if err := m.Format.Validate(); err != nil {
+		return &ManifestError{Lane: -1, Err: err}
+	}
+	return nil
+}

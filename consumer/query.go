@@ -1,0 +1,122 @@
+package consumer
+
+import (
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// QueryResult is filled by the query methods. The caller owns it and may
+// reuse it across queries; queries never allocate it.
+type QueryResult struct {
+	// Mask is the ready mask captured once when the query started. Depths[l]
+	// is meaningful exactly when bit l is set; other entries are 0.
+	Mask uint16
+	// Depths[l] is the number of leading blocks lane l holds (0..Blocks).
+	Depths [ckf.MaxLanes]uint32
+	// Blocks is the number of blocks the query asked about.
+	Blocks int
+	// Probes is the number of table probes (two 16-lane rows each) the
+	// query made; at most Blocks.
+	Probes int
+}
+
+// Query answers how many leading blocks of a request each ready lane holds,
+// given the request's local block hashes (tokens_hash per block, SPEC §3).
+// It chains them into canonical sequence hashes in reused scratch, then runs
+// the prefix search of SPEC §8.4. With no ready lane it returns
+// [ErrUnavailable] and res.Mask = 0. locals is only read. After a query of
+// the same or greater length, Query does not allocate.
+func (c *Consumer) Query(locals []uint64, res *QueryResult) error {
+	if res == nil {
+		return ErrInvalidQuery
+	}
+	q := &c.q
+	q.seq = ckf.AppendSequenceHashes(q.seq[:0], locals)
+	return c.run(res, false)
+}
+
+// QuerySequenceHashes is [Consumer.Query] for hashes that are already the
+// canonical chain. seq is only read and not retained.
+func (c *Consumer) QuerySequenceHashes(seq []uint64, res *QueryResult) error {
+	if res == nil {
+		return ErrInvalidQuery
+	}
+	saved := c.q.seq
+	c.q.seq = seq
+	err := c.run(res, false)
+	c.q.seq = saved
+	return err
+}
+
+// QuerySequenceHashesLinear is the exact reference search (a linear scan that
+// stops at each lane's first miss) over already-chained hashes. It exists to
+// check and compare the fast search; routers should use the fast one.
+func (c *Consumer) QuerySequenceHashesLinear(seq []uint64, res *QueryResult) error {
+	if res == nil {
+		return ErrInvalidQuery
+	}
+	saved := c.q.seq
+	c.q.seq = seq
+	err := c.run(res, true)
+	c.q.seq = saved
+	return err
+}
+
+// QueryTokens hashes tokens into complete blocks of blockSize tokens with the
+// given salt (see [ckf.Salt]; a trailing partial block is ignored), chains
+// them and answers like [Consumer.Query]. blockSize must be > 0
+// ([ErrInvalidQuery] otherwise). Blocks of more than 512 tokens allocate a
+// hashing buffer; smaller ones hash on the stack.
+func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *QueryResult) error {
+	if res == nil || blockSize <= 0 {
+		return ErrInvalidQuery
+	}
+	q := &c.q
+	q.seq = q.seq[:0]
+	var prev uint64
+	for i := 0; i+blockSize <= len(tokens); i += blockSize {
+		local := ckf.LocalBlockHash(tokens[i:i+blockSize], salt)
+		if i == 0 {
+			prev = local
+		} else {
+			prev = ckf.ChainHash(prev, local)
+		}
+		q.seq = append(q.seq, prev)
+	}
+	return c.run(res, false)
+}
+
+// run searches c.q.seq over the ready lanes captured once here.
+func (c *Consumer) run(res *QueryResult, linear bool) error {
+	ready := c.ready
+	*res = QueryResult{Mask: ready, Blocks: len(c.q.seq)}
+	c.q.queries++
+	if ready == 0 {
+		return ErrUnavailable
+	}
+	if len(c.q.seq) == 0 {
+		return nil
+	}
+	before := c.q.probes
+	c.q.prepare(len(c.q.seq))
+	if linear {
+		c.searchLinear(ready, &res.Depths)
+	} else {
+		c.searchFast(ready, &res.Depths)
+	}
+	res.Probes = int(c.q.probes - before)
+	return nil
+}
+
+// Contains returns the ready lanes whose filter holds the canonical sequence
+// hash seqHash (bit l = lane l). Like any cuckoo filter it may report a false
+// positive (≈ 0.012% per lane at full load), never a false negative for a
+// resident block. With no ready lane it returns [ErrUnavailable].
+func (c *Consumer) Contains(seqHash uint64) (uint16, error) {
+	ready := c.ready
+	c.q.queries++
+	if ready == 0 {
+		return 0, ErrUnavailable
+	}
+	c.q.probes++
+	return c.rowHits(c.addresser.Address(seqHash), ready), nil
+}
