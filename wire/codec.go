@@ -229,8 +229,11 @@ func decodeFrame(data []byte, f *Frame, convert bool) error {
 	if err != nil {
 		return err
 	}
-	kind := Kind(k)
 	want := 0
+	kind := Kind(k)
+	if k > math.MaxUint8 {
+		kind = 0 // not a Kind at all; never truncate it into one
+	}
 	switch kind {
 	case KindSnapshotChunk:
 		want = snapshotChunkElems
@@ -243,7 +246,7 @@ func decodeFrame(data []byte, f *Frame, convert bool) error {
 	case KindClose:
 		want = closeElems
 	}
-	if want == 0 || k > math.MaxUint8 {
+	if want == 0 {
 		r.off = kindAt
 		return r.fail(ErrUnknownKind, "kind "+utoa(k))
 	}

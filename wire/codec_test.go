@@ -179,14 +179,14 @@ func TestFrame_Golden(t *testing.T) {
 // TestFrame_GoldenByHand spells the drain marker out byte by byte.
 func TestFrame_GoldenByHand(t *testing.T) {
 	want := []byte{
-		0x94,       // fixarray of 4: [version, kind, lease, expected_sequence]
-		0x01,       // version 1
-		0x03,       // kind 3 = drain marker
-		0x93,       // lease = fixarray of 3
-		0x2a,       //   consumer_instance 42
-		0x05,       //   physical_lane 5
-		0x09,       //   assignment_epoch 9
-		0x12,       // expected_sequence 18
+		0x94, // fixarray of 4: [version, kind, lease, expected_sequence]
+		0x01, // version 1
+		0x03, // kind 3 = drain marker
+		0x93, // lease = fixarray of 3
+		0x2a, //   consumer_instance 42
+		0x05, //   physical_lane 5
+		0x09, //   assignment_epoch 9
+		0x12, // expected_sequence 18
 	}
 	f := sampleFrames()["drain_marker"]
 	got, err := wire.AppendFrame(nil, &f)

@@ -216,7 +216,10 @@ func (r *reader) eventData(ev *ckf.RouterEvent) error {
 	}
 	at := r.off
 	if c >= 0xa0 && c <= 0xbf || c == mpStr8 || c == mpStr16 || c == mpStr32 {
-		s, _ := r.str()
+		s, err := r.str()
+		if err != nil {
+			return err
+		}
 		if string(s) != "cleared" {
 			r.off = at
 			return r.fail(ErrMalformed, "unit variant "+quote(s)+", want \"cleared\"")

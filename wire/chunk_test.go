@@ -1,0 +1,102 @@
+package wire_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+func TestChunkWords(t *testing.T) {
+	tests := []struct {
+		limit, want int
+	}{
+		{0, 1048557},
+		{wire.DefaultMaxFrameBytes, 1048557},
+		{wire.MaxSnapshotChunkOverhead + 8, 1},
+		{wire.MaxSnapshotChunkOverhead + 15, 1},
+		{wire.MaxSnapshotChunkOverhead + 16, 2},
+	}
+	for _, tt := range tests {
+		got, err := wire.ChunkWords(tt.limit)
+		if err != nil || got != tt.want {
+			t.Errorf("ChunkWords(%d): got %d, %v; want %d", tt.limit, got, err, tt.want)
+		}
+	}
+	if _, err := wire.ChunkWords(wire.MaxSnapshotChunkOverhead + 7); !errors.Is(err, wire.ErrInvalidFrame) {
+		t.Errorf("ChunkWords(overhead+7): got %v, want ErrInvalidFrame", err)
+	}
+}
+
+// TestMaxSnapshotChunkOverhead_IsTight encodes a chunk with every field at
+// its widest and checks the overhead constant is exactly its size.
+func TestMaxSnapshotChunkOverhead_IsTight(t *testing.T) {
+	id := testIdentity()
+	id.Pool.DCID, id.ProducerIncarnation, id.LayoutGeneration = math.MaxUint64, math.MaxUint64, math.MaxUint64
+	id.Format = ckf.Format{Version: 255, Seed: math.MaxUint64, BucketCount: math.MaxUint64, FingerprintBits: 255, SlotsPerBucket: 255}
+	words := make([]uint64, 65536/8+1) // forces a bin32 header
+	f := wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: wire.SnapshotChunk{
+		Identity: id, Lease: ckf.LaneLease{ConsumerInstance: math.MaxUint64, PhysicalLane: 255, AssignmentEpoch: math.MaxUint64},
+		Sequence: math.MaxUint64, ChunkIndex: math.MaxUint32 - 1, ChunkCount: math.MaxUint32,
+		BucketOffset: math.MaxUint64 - uint64(len(words)), Words: words,
+	}}
+	b, err := wire.AppendFrame(nil, &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(b) - 8*len(words); got != wire.MaxSnapshotChunkOverhead {
+		t.Fatalf("overhead: got %d, want %d", got, wire.MaxSnapshotChunkOverhead)
+	}
+}
+
+func TestSplitSnapshot(t *testing.T) {
+	per := 10
+	limit := wire.MaxSnapshotChunkOverhead + 8*per
+	tests := []struct {
+		words, chunks int
+	}{
+		{0, 1}, {1, 1}, {10, 1}, {11, 2}, {20, 2}, {21, 3}, {1024, 103},
+	}
+	for _, tt := range tests {
+		words := make([]uint64, tt.words)
+		for i := range words {
+			words[i] = uint64(i + 1)
+		}
+		s := &ckf.Snapshot{Identity: testIdentity(), Lease: testLease(), Sequence: 3, Words: words}
+		chunks, err := wire.SplitSnapshot(s, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(chunks) != tt.chunks {
+			t.Fatalf("%d words: got %d chunks, want %d", tt.words, len(chunks), tt.chunks)
+		}
+		next := 0
+		for i, c := range chunks {
+			if c.ChunkIndex != uint32(i) || c.ChunkCount != uint32(tt.chunks) || c.BucketOffset != uint64(next) {
+				t.Fatalf("chunk %d: got index %d count %d offset %d, want %d %d %d", i, c.ChunkIndex, c.ChunkCount, c.BucketOffset, i, tt.chunks, next)
+			}
+			if c.Identity != s.Identity || c.Lease != s.Lease || c.Sequence != s.Sequence {
+				t.Fatalf("chunk %d: header differs from the snapshot", i)
+			}
+			if len(c.Words) > per || (i < len(chunks)-1 && len(c.Words) != per) {
+				t.Fatalf("chunk %d: %d words, want %d", i, len(c.Words), per)
+			}
+			for j, w := range c.Words {
+				if w != uint64(next+j+1) {
+					t.Fatalf("chunk %d word %d: got %d, want %d", i, j, w, next+j+1)
+				}
+			}
+			next += len(c.Words)
+			f := wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: c}
+			b, err := wire.AppendFrame(nil, &f)
+			if err != nil || len(b) > limit {
+				t.Fatalf("chunk %d: %d bytes (%v), limit %d", i, len(b), err, limit)
+			}
+		}
+		if next != tt.words {
+			t.Fatalf("covered %d words, want %d", next, tt.words)
+		}
+	}
+}

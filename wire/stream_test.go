@@ -1,0 +1,218 @@
+package wire_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"runtime"
+	"testing"
+	"testing/iotest"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+func TestStream_RoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	w := wire.NewWriter(&buf, 0)
+	frames := sampleFrames()
+	order := []string{"snapshot_chunk", "delta", "heartbeat", "drain_marker", "close"}
+	for _, name := range order {
+		f := frames[name]
+		if err := w.WriteFrame(&f); err != nil {
+			t.Fatalf("WriteFrame %s: %v", name, err)
+		}
+	}
+	// One byte at a time: the reader must not depend on read sizes.
+	r := wire.NewReader(iotest.OneByteReader(&buf), 0)
+	var f wire.Frame
+	for _, name := range order {
+		if err := r.ReadFrame(&f); err != nil {
+			t.Fatalf("ReadFrame %s: %v", name, err)
+		}
+		want := frames[name]
+		frameEqual(t, &f, &want)
+	}
+	if err := r.ReadFrame(&f); err != io.EOF {
+		t.Fatalf("at end: got %v, want io.EOF", err)
+	}
+}
+
+func TestWriter_LengthPrefix(t *testing.T) {
+	var buf bytes.Buffer
+	f := sampleFrames()["drain_marker"]
+	if err := wire.NewWriter(&buf, 0).WriteFrame(&f); err != nil {
+		t.Fatal(err)
+	}
+	want := mustHex("00000008" + goldenFrames["drain_marker"])
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("got %x, want %x", buf.Bytes(), want)
+	}
+}
+
+func TestWriter_FrameTooLarge(t *testing.T) {
+	var buf bytes.Buffer
+	f := sampleFrames()["close"]
+	f.Close.Message = string(make([]byte, 100))
+	w := wire.NewWriter(&buf, 64)
+	err := w.WriteFrame(&f)
+	if !errors.Is(err, wire.ErrFrameTooLarge) {
+		t.Fatalf("got %v, want ErrFrameTooLarge", err)
+	}
+	if buf.Len() != 0 {
+		t.Fatalf("wrote %d bytes, want 0", buf.Len())
+	}
+	if err := w.WriteRaw(make([]byte, 65)); !errors.Is(err, wire.ErrFrameTooLarge) {
+		t.Fatalf("WriteRaw: got %v, want ErrFrameTooLarge", err)
+	}
+}
+
+// countingReader counts the bytes handed out so a test can prove the
+// reader stopped at the prefix.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func TestReader_Errors(t *testing.T) {
+	good := mustHex("00000008" + goldenFrames["drain_marker"])
+	tests := []struct {
+		name   string
+		stream []byte
+		limit  int
+		want   error
+		sticky bool
+	}{
+		{"prefix cut", good[:2], 0, wire.ErrTruncated, true},
+		{"body cut", good[:7], 0, wire.ErrTruncated, true},
+		{"over limit", good, 7, wire.ErrFrameTooLarge, true},
+		{"huge prefix", []byte{0xff, 0xff, 0xff, 0xff}, 0, wire.ErrFrameTooLarge, true},
+		{"empty frame", []byte{0, 0, 0, 0}, 0, wire.ErrMalformed, false},
+		{"bad body", mustHex("00000002" + "9101"), 0, wire.ErrMalformed, false},
+		{"trailing inside frame", mustHex("00000009" + goldenFrames["drain_marker"] + "c0"), 0, wire.ErrTrailingBytes, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stream := append([]byte(nil), tt.stream...)
+			if tt.want != wire.ErrTruncated {
+				stream = append(stream, good...)
+			}
+			cr := &countingReader{r: bytes.NewReader(stream)}
+			r := wire.NewReader(cr, tt.limit)
+			var f wire.Frame
+			err := r.ReadFrame(&f)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			if errors.Is(err, wire.ErrFrameTooLarge) && cr.n != 4 {
+				t.Fatalf("read %d bytes past an oversize prefix, want 4", cr.n)
+			}
+			err2 := r.ReadFrame(&f)
+			if tt.sticky {
+				if err2 != err {
+					t.Fatalf("second read: got %v, want the same error %v", err2, err)
+				}
+				return
+			}
+			if err2 != nil {
+				t.Fatalf("second read: got %v, want the next good frame", err2)
+			}
+			want := sampleFrames()["drain_marker"]
+			frameEqual(t, &f, &want)
+		})
+	}
+}
+
+func TestReader_HugePrefixDoesNotAllocate(t *testing.T) {
+	stream := []byte{0xff, 0xff, 0xff, 0xff} // 4 GiB announced, default limit
+	r := wire.NewReader(bytes.NewReader(stream), 0)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := r.ReadRaw()
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, wire.ErrFrameTooLarge) {
+		t.Fatalf("got %v, want ErrFrameTooLarge", err)
+	}
+	// Only the error and its message; never a body buffer.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4096 {
+		t.Fatalf("allocated %d bytes, want ≤ 4096", got)
+	}
+}
+
+type errWriter struct{ err error }
+
+func (e errWriter) Write([]byte) (int, error) { return 0, e.err }
+
+func TestWriter_PassesWriteErrors(t *testing.T) {
+	boom := errors.New("boom")
+	f := sampleFrames()["drain_marker"]
+	if err := wire.NewWriter(errWriter{boom}, 0).WriteFrame(&f); err != boom {
+		t.Fatalf("got %v, want %v", err, boom)
+	}
+}
+
+func TestReader_PassesReadErrors(t *testing.T) {
+	boom := errors.New("boom")
+	r := wire.NewReader(iotest.ErrReader(boom), 0)
+	if _, err := r.ReadRaw(); err != boom {
+		t.Fatalf("got %v, want %v", err, boom)
+	}
+}
+
+func TestWriter_WriteSnapshotChunks(t *testing.T) {
+	words := make([]uint64, 1000)
+	for i := range words {
+		words[i] = uint64(i) * 0x9E3779B97F4A7C15
+	}
+	s := &ckf.Snapshot{Identity: testIdentity(), Lease: testLease(), Sequence: 5, Words: words}
+	limit := wire.MaxSnapshotChunkOverhead + 8*300 // 300 words a chunk → 4 chunks
+	var buf bytes.Buffer
+	if err := wire.NewWriter(&buf, limit).WriteSnapshot(s); err != nil {
+		t.Fatal(err)
+	}
+	r := wire.NewReader(&buf, limit)
+	var got []uint64
+	var f wire.Frame
+	for i := 0; ; i++ {
+		err := r.ReadFrame(&f)
+		if err == io.EOF {
+			if i != 4 {
+				t.Fatalf("chunks: got %d, want 4", i)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := f.Snapshot
+		if c.ChunkIndex != uint32(i) || c.ChunkCount != 4 || c.BucketOffset != uint64(len(got)) || c.Sequence != 5 {
+			t.Fatalf("chunk %d: got index %d count %d offset %d seq %d", i, c.ChunkIndex, c.ChunkCount, c.BucketOffset, c.Sequence)
+		}
+		got = append(got, c.Words...)
+	}
+	if !deepEqual(got, words) {
+		t.Fatal("reassembled words differ from the snapshot")
+	}
+}
+
+func TestWriteRaw_ReadRaw(t *testing.T) {
+	body := mustHex(goldenFrames["close"])
+	var buf bytes.Buffer
+	if err := wire.NewWriter(&buf, 0).WriteRaw(body); err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.BigEndian.Uint32(buf.Bytes()); got != uint32(len(body)) {
+		t.Fatalf("prefix: got %d, want %d", got, len(body))
+	}
+	got, err := wire.NewReader(&buf, 0).ReadRaw()
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("got %x (%v), want %x", got, err, body)
+	}
+}
