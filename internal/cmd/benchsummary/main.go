@@ -10,9 +10,11 @@
 //
 // streaming the raw output, repeats that -rounds times (package by package, so
 // the rounds interleave in time and a burst of load on the shared machine hits
-// one sample, not one variant), then prints the figures. A figure's value is
-// the median of its samples; a ratio is the median of the benchmark's samples
-// over the median of the baseline's, both from the same runs. Arguments after
+// one sample, not one variant), then prints the figures. A figure's value
+// aggregates its samples: the minimum of a time per op (ns/…), the maximum of
+// a rate (…/s), the median of anything else, because interference only ever
+// makes a run slower; a ratio divides the benchmark's aggregate by the
+// baseline's, both from the same runs. Arguments after
 // "--" are passed to go test after the defaults, so `make bench
 // BENCHFLAGS='-benchtime=1s'` overrides the default -benchtime; the Makefile
 // passes BENCHROUNDS as -rounds.
@@ -46,9 +48,9 @@ import (
 	"os/exec"
 )
 
-// defaultTestFlags keep one round of `make bench` to a few tens of seconds on
-// a 2-core machine; passthrough flags come later and win.
-var defaultTestFlags = []string{"-benchtime=300ms"}
+// defaultTestFlags keep one round of `make bench` to about 15 seconds on a
+// 2-core machine (five rounds ≈ 75 s); passthrough flags come later and win.
+var defaultTestFlags = []string{"-benchtime=200ms"}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -57,7 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchsummary", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	goCmd := fs.String("go", "go", "go command to run")
-	rounds := fs.Int("rounds", 3, "times to run each package's benchmarks (samples are interleaved)")
+	rounds := fs.Int("rounds", 5, "times to run each package's benchmarks (samples are interleaved)")
 	dryRun := fs.Bool("n", false, "print the go test commands without running them")
 	if err := fs.Parse(args); err != nil {
 		return 2

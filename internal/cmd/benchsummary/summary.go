@@ -80,12 +80,21 @@ func (s samples) add(pkg string, results []result) {
 	}
 }
 
-// median returns the median of a bench's metric samples, and false if there
-// are none.
-func (s samples) median(pkg, bench, metric string) (float64, bool) {
+// value aggregates a bench's metric samples, and reports false if there are
+// none. Interference on a shared machine only ever adds time, so a time per
+// operation (a unit starting "ns/") takes the minimum and a rate (a unit
+// ending "/s") the maximum: the best round is the one least disturbed. Any
+// other metric (false-positive rate, bytes) takes the median.
+func (s samples) value(pkg, bench, metric string) (float64, bool) {
 	vs := s[pkg][bench][metric]
 	if len(vs) == 0 {
 		return 0, false
+	}
+	switch {
+	case strings.HasPrefix(metric, "ns/"):
+		return slices.Min(vs), true
+	case strings.HasSuffix(metric, "/s"):
+		return slices.Max(vs), true
 	}
 	vs = slices.Sorted(slices.Values(vs))
 	if len(vs)%2 == 1 {
@@ -98,13 +107,13 @@ func (s samples) median(pkg, bench, metric string) (float64, bool) {
 // for each figure whose inputs are missing.
 func summarize(figs []figure, s samples) (lines []string, missing []error) {
 	for _, f := range figs {
-		v, ok := s.median(f.Pkg, f.Bench, f.Metric)
+		v, ok := s.value(f.Pkg, f.Bench, f.Metric)
 		if !ok {
 			missing = append(missing, fmt.Errorf("%w %s: no %q for %s in %s", errMissing, f.Name, f.Metric, f.Bench, f.Pkg))
 			continue
 		}
 		if f.Base != "" {
-			base, ok := s.median(f.Pkg, f.Base, f.Metric)
+			base, ok := s.value(f.Pkg, f.Base, f.Metric)
 			if !ok || base == 0 {
 				missing = append(missing, fmt.Errorf("%w %s: no non-zero %q for %s in %s", errMissing, f.Name, f.Metric, f.Base, f.Pkg))
 				continue

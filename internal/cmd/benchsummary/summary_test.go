@@ -65,27 +65,28 @@ var testFigures = []figure{
 	{Name: "apply", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=50/impl=pool", Metric: "blocks/s", Unit: "blocks/s"},
 }
 
-func TestSummarize_MedianAndRatio(t *testing.T) {
+func TestSummarize_AggregatesAndRatio(t *testing.T) {
+	figs := append(slices.Clone(testFigures),
+		figure{Name: "bytes", Pkg: "./ckf", Bench: "BenchmarkPoolExactState/impl=pool/n=1M", Metric: "B/block", Unit: "bytes"})
 	s := samples{}
-	s.add("./ckf", []result{
-		{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Metrics: map[string]float64{"ns/insert": 90, "fpr": 0.0001}},
-		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/insert": 40}},
-		{Name: "BenchmarkPoolApplyEvent/load=50/impl=pool", Metrics: map[string]float64{"blocks/s": 861826}},
-	})
-	s.add("./ckf", []result{
-		{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Metrics: map[string]float64{"ns/insert": 60, "fpr": 0.0001}},
-		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/insert": 50}},
-	})
-	s.add("./ckf", []result{
-		{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Metrics: map[string]float64{"ns/insert": 70, "fpr": 0.0001}},
-		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/insert": 1000}}, // a noisy sample
-	})
-	lines, missing := summarize(testFigures, s)
-	// median ckf 70, median seiflotfy 50 (the outlier does not move it).
+	for _, round := range []struct{ ckf, peer, rate, bytes float64 }{
+		{90, 40, 500000, 72},
+		{60, 50, 861826, 70},
+		{70, 1000, 300000, 90}, // a disturbed round
+	} {
+		s.add("./ckf", []result{
+			{Name: "BenchmarkFilterInsert/lib=ckf/n=1M", Metrics: map[string]float64{"ns/insert": round.ckf, "fpr": 0.0001}},
+			{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/insert": round.peer}},
+			{Name: "BenchmarkPoolApplyEvent/load=50/impl=pool", Metrics: map[string]float64{"blocks/s": round.rate}},
+			{Name: "BenchmarkPoolExactState/impl=pool/n=1M", Metrics: map[string]float64{"B/block": round.bytes}},
+		})
+	}
+	lines, missing := summarize(figs, s)
 	want := []string{
-		"BENCH insert_vs_peer 1.4 ratio",
-		"BENCH fpr 0.0001 fraction",
-		"BENCH apply 861800 blocks/s",
+		"BENCH insert_vs_peer 1.5 ratio", // min 60 over min 40
+		"BENCH fpr 0.0001 fraction",      // median
+		"BENCH apply 861800 blocks/s",    // max rate
+		"BENCH bytes 72 bytes",           // median
 	}
 	if !slices.Equal(lines, want) || len(missing) != 0 {
 		t.Errorf("summarize:\ngot  %q, missing %v\nwant %q, none missing", lines, missing, want)
