@@ -43,8 +43,15 @@ func newTestPool(t testing.TB, expected, every uint64, kicks int) *Pool {
 	return p
 }
 
-// checkBatch verifies the SPEC §4.4 batch shape and returns nil when it holds.
-func checkBatch(tb testing.TB, b *Batch, bucketCount uint64) {
+// fataler is the part of testing.TB that rapid.T also implements.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// checkBatch fails unless a non-nil batch has the SPEC §4.4 shape: not empty,
+// unique bucket indices, all < bucketCount.
+func checkBatch(tb fataler, b *Batch, bucketCount uint64) {
 	tb.Helper()
 	if b == nil {
 		return

@@ -1,0 +1,465 @@
+package ckf
+
+import (
+	"errors"
+	"maps"
+	"slices"
+)
+
+// choices is a source of bounded random decisions: rapid draws in the
+// property test, fuzz bytes in the fuzz target. ok is false when the source
+// is exhausted (fuzz input ran out).
+type choices interface {
+	intn(n int, label string) (v int, ok bool)
+}
+
+// modelPool is the reference model of SPEC §4: plain maps, no filter. The
+// harness drives a Pool and the model with the same operations and checks
+// after every step that they agree (see check).
+type modelPool struct {
+	lineage map[Member]map[uint64]uint64 // member → external → canonical
+	history map[Member][]RouterEvent     // committed Stored events since the member's last reset, replay order
+	pending uint64
+	unknown uint64
+	every   uint64
+}
+
+func newModel(every uint64) *modelPool {
+	return &modelPool{lineage: map[Member]map[uint64]uint64{}, history: map[Member][]RouterEvent{}, every: every}
+}
+
+// canonicalize validates a Stored event against a lineage exactly as SPEC
+// §4.3 words it and returns the canonical hashes, or the sentinel it fails with.
+func modelCanonicalize(lin map[uint64]uint64, ev *RouterEvent) ([]uint64, error) {
+	var prev uint64
+	if ev.HasParent {
+		c, ok := lin[ev.ParentHash]
+		if !ok {
+			return nil, ErrParentBlockNotFound
+		}
+		prev = c
+	} else if len(ev.Blocks) > 0 && ev.HasStartPosition && ev.StartPosition > 0 {
+		return nil, ErrInvalidBlockSequence
+	}
+	seen := map[uint64]bool{}
+	var out []uint64
+	for i, blk := range ev.Blocks {
+		c := ChainHash(prev, blk.TokensHash)
+		if i == 0 && !ev.HasParent {
+			c = blk.TokensHash
+		}
+		if old, ok := lin[blk.BlockHash]; ok && old != c {
+			return nil, ErrInvalidBlockSequence
+		}
+		if seen[blk.BlockHash] {
+			return nil, ErrInvalidBlockSequence
+		}
+		seen[blk.BlockHash] = true
+		out = append(out, c)
+		prev = c
+	}
+	return out, nil
+}
+
+// store applies a Stored event to a lineage; it returns the validation error
+// and leaves lin untouched on error.
+func modelStore(lin map[uint64]uint64, ev *RouterEvent) error {
+	canon, err := modelCanonicalize(lin, ev)
+	if err != nil {
+		return err
+	}
+	for i, blk := range ev.Blocks {
+		lin[blk.BlockHash] = canon[i]
+	}
+	return nil
+}
+
+func (m *modelPool) owners() map[uint64]uint32 {
+	out := map[uint64]uint32{}
+	for _, lin := range m.lineage {
+		for _, c := range lin {
+			out[c]++
+		}
+	}
+	return out
+}
+
+// harness drives one Pool and its model, and keeps a consumer table built
+// from the first barrier snapshot plus every batch the pool emitted.
+type harness struct {
+	t        fataler
+	p        *Pool
+	m        *modelPool
+	consumer []uint64
+	members  []Member
+	steps    int
+}
+
+func newHarness(t fataler, cfg Config) *harness {
+	p, err := NewPool(cfg)
+	if err != nil {
+		t.Fatalf("NewPool(%+v) error = %v", cfg, err)
+	}
+	tail, words := p.BarrierSnapshot()
+	if tail != nil {
+		t.Fatalf("barrier snapshot of an empty pool has a tail")
+	}
+	return &harness{
+		t: t, p: p, m: newModel(cfg.PublishEveryNEvents), consumer: words,
+		members: []Member{{1, 0}, {1, 1}, {2, 0}, {3, 7}},
+	}
+}
+
+// publish validates a batch and installs it in the consumer. Every image must
+// change what the consumer holds: a drain emits only net changes.
+func (h *harness) publish(b *Batch, what string) {
+	h.t.Helper()
+	checkBatch(h.t, b, uint64(len(h.consumer)))
+	if b == nil {
+		return
+	}
+	for _, im := range b.Images {
+		if h.consumer[im.Bucket] == im.Word {
+			h.t.Fatalf("step %d %s: image for bucket %d repeats the consumer's word %#x", h.steps, what, im.Bucket, im.Word)
+		}
+	}
+	applyBatch(h.consumer, b)
+}
+
+// admitted counts one admitted event in the model's cadence and reports
+// whether it is a publication boundary.
+func (h *harness) admitted() bool {
+	h.m.pending++
+	if h.m.pending >= h.m.every {
+		h.m.pending = 0
+		return true
+	}
+	return false
+}
+
+func (h *harness) checkOutcome(out ApplyOutcome, boundary bool, what string) {
+	h.t.Helper()
+	if out.PublicationBoundary != boundary {
+		h.t.Fatalf("step %d %s: PublicationBoundary = %v, model %v", h.steps, what, out.PublicationBoundary, boundary)
+	}
+	if !boundary && out.Batch != nil {
+		h.t.Fatalf("step %d %s: batch outside a publication boundary", h.steps, what)
+	}
+	h.publish(out.Batch, what)
+}
+
+// step draws and applies one operation. It returns false when the choice
+// source is exhausted.
+func (h *harness) step(c choices) bool {
+	h.t.Helper()
+	op, ok := c.intn(12, "op")
+	if !ok {
+		return false
+	}
+	mi, _ := c.intn(len(h.members), "member")
+	m := h.members[mi]
+	h.steps++
+	switch op {
+	case 0, 1, 2, 3: // device store
+		ev := h.genStored(c, m)
+		h.applyStored(ev)
+	case 4: // non-device store or remove: ignored
+		tier, _ := c.intn(3, "tier")
+		ev := h.genStored(c, m)
+		if op2, _ := c.intn(2, "kind"); op2 == 1 {
+			ev = removedEv(m, h.genHashes(c, m)...)
+		}
+		ev.StorageTier = StorageTier(1 + tier)
+		out := h.p.ApplyEvent(ev)
+		if out != (ApplyOutcome{}) {
+			h.t.Fatalf("step %d: non-device event outcome %+v, want ignored", h.steps, out)
+		}
+	case 5, 6: // device remove
+		hashes := h.genHashes(c, m)
+		unknown := 0
+		lin := h.m.lineage[m]
+		for _, x := range hashes {
+			if _, ok := lin[x]; ok {
+				delete(lin, x)
+			} else {
+				unknown++
+			}
+		}
+		if len(lin) == 0 {
+			delete(h.m.lineage, m)
+		}
+		h.m.unknown += uint64(unknown)
+		boundary := h.admitted()
+		out := h.p.ApplyEvent(removedEv(m, hashes...))
+		if out.FirstError != nil || out.UnknownRemovals != unknown {
+			h.t.Fatalf("step %d remove %v: outcome %+v, model unknown %d", h.steps, hashes, out, unknown)
+		}
+		h.checkOutcome(out, boundary, "remove")
+	case 7: // clear, from any tier
+		tier, _ := c.intn(4, "tier")
+		h.resetModel(m)
+		boundary := h.admitted()
+		out := h.p.ApplyEvent(onTier(clearedEv(m), StorageTier(tier)))
+		if out.FirstError != nil {
+			h.t.Fatalf("step %d clear: %v", h.steps, out.FirstError)
+		}
+		h.checkOutcome(out, boundary, "clear")
+	case 8: // rank replacement
+		h.replace(c, m)
+	case 9: // RemoveRank
+		h.resetModel(m)
+		h.m.pending = 0
+		b, err := h.p.RemoveRank(m)
+		if err != nil {
+			h.t.Fatalf("step %d RemoveRank: %v", h.steps, err)
+		}
+		h.publish(b, "remove rank")
+	case 10: // flush
+		h.m.pending = 0
+		h.publish(h.p.Flush(), "flush")
+	case 11: // barrier snapshot
+		h.m.pending = 0
+		tail, words := h.p.BarrierSnapshot()
+		h.publish(tail, "barrier tail")
+		if !slices.Equal(words, h.consumer) {
+			h.t.Fatalf("step %d: barrier snapshot differs from old stream + tail", h.steps)
+		}
+	}
+	h.check()
+	return true
+}
+
+func (h *harness) resetModel(m Member) {
+	delete(h.m.lineage, m)
+	delete(h.m.history, m)
+}
+
+// genStored draws a Stored event: a root or a child of one of the member's
+// known external hashes (or an unknown parent), blocks with external hashes
+// from a small space (so remaps and duplicates happen) and tokens from a small
+// space (so members share canonical blocks).
+func (h *harness) genStored(c choices, m Member) *RouterEvent {
+	n, _ := c.intn(5, "blocks")
+	blocks := make([]StoredBlock, n)
+	for i := range blocks {
+		ext, _ := c.intn(24, "ext")
+		tok, _ := c.intn(6, "tokens")
+		blocks[i] = b(uint64(ext+1), uint64(tok+1))
+	}
+	ev := rootEv(m, blocks...)
+	kind, _ := c.intn(8, "parent")
+	known := slices.Sorted(maps.Keys(h.m.lineage[m]))
+	switch {
+	case kind <= 3 && len(known) > 0:
+		i, _ := c.intn(len(known), "parentIdx")
+		ev.HasParent, ev.ParentHash = true, known[i]
+	case kind == 4:
+		ev.HasParent, ev.ParentHash = true, 1000 // never an external hash
+	case kind == 5:
+		ev.HasStartPosition, ev.StartPosition = true, 32
+	}
+	return ev
+}
+
+func (h *harness) genHashes(c choices, m Member) []uint64 {
+	n, _ := c.intn(4, "removals")
+	known := slices.Sorted(maps.Keys(h.m.lineage[m]))
+	out := make([]uint64, 0, n)
+	for range n {
+		if pick, _ := c.intn(3, "known"); pick > 0 && len(known) > 0 {
+			i, _ := c.intn(len(known), "idx")
+			out = append(out, known[i])
+		} else {
+			x, _ := c.intn(30, "ext")
+			out = append(out, uint64(x+1))
+		}
+	}
+	return out
+}
+
+func (h *harness) applyStored(ev *RouterEvent) {
+	h.t.Helper()
+	m := ev.Member()
+	lin := h.m.lineage[m]
+	if lin == nil {
+		lin = map[uint64]uint64{}
+	}
+	wantErr := modelStore(lin, ev)
+	if wantErr == nil && len(lin) > 0 {
+		h.m.lineage[m] = lin
+		h.m.history[m] = append(h.m.history[m], *cloneEvent(ev))
+	}
+	boundary := h.admitted()
+	out := h.p.ApplyEvent(ev)
+	switch {
+	case wantErr != nil:
+		if !errors.Is(out.FirstError, wantErr) {
+			h.t.Fatalf("step %d store %+v: FirstError = %v, model %v", h.steps, ev, out.FirstError, wantErr)
+		}
+	case out.FirstError != nil && !errors.Is(out.FirstError, ErrCapacityExhausted):
+		h.t.Fatalf("step %d store %+v: FirstError = %v, want nil or a capacity omission", h.steps, ev, out.FirstError)
+	}
+	h.checkOutcome(out, boundary, "store")
+}
+
+func cloneEvent(ev *RouterEvent) *RouterEvent {
+	c := *ev
+	c.Blocks = slices.Clone(ev.Blocks)
+	c.BlockHashes = slices.Clone(ev.BlockHashes)
+	return &c
+}
+
+// replace builds a replacement for m (and sometimes a second member) from
+// the member's own replay-ordered history: all of it, a prefix, nothing, or
+// with an event whose parent is unknown.
+func (h *harness) replace(c choices, m Member) {
+	h.t.Helper()
+	members := []Member{m}
+	if two, _ := c.intn(3, "two"); two == 0 {
+		j, _ := c.intn(len(h.members), "second")
+		if h.members[j] != m {
+			members = append(members, h.members[j])
+		}
+	}
+	var reps []RankReplacement
+	newLin := map[Member]map[uint64]uint64{}
+	var wantErr error
+	for _, rm := range members {
+		hist := h.m.history[rm]
+		kind, _ := c.intn(6, "replacement")
+		var evs []RouterEvent
+		switch kind {
+		case 0: // empty: removes the member
+		case 1: // a prefix
+			n, _ := c.intn(len(hist)+1, "prefix")
+			evs = slices.Clone(hist[:n])
+		case 2: // broken: an unknown parent at the end
+			evs = append(slices.Clone(hist), *childEv(rm, 999, b(1, 1)))
+		default:
+			evs = slices.Clone(hist)
+		}
+		lin := map[uint64]uint64{}
+		for i := range evs {
+			if err := modelStore(lin, &evs[i]); err != nil && wantErr == nil {
+				wantErr = err
+			}
+		}
+		newLin[rm] = lin
+		reps = append(reps, RankReplacement{Member: rm, Events: evs})
+	}
+	before := viewOf(h.p)
+	b, err := h.p.ReplaceRanks(reps)
+	if wantErr != nil {
+		if !errors.Is(err, wantErr) || b != nil {
+			h.t.Fatalf("step %d ReplaceRanks: %+v, %v; model error %v", h.steps, b, err, wantErr)
+		}
+		if after := viewOf(h.p); !after.equal(before) {
+			h.t.Fatalf("step %d: failed ReplaceRanks changed the pool", h.steps)
+		}
+		return
+	}
+	if err != nil {
+		h.t.Fatalf("step %d ReplaceRanks error = %v, model accepts", h.steps, err)
+	}
+	for i, rm := range members {
+		if len(newLin[rm]) == 0 {
+			h.resetModel(rm)
+			continue
+		}
+		h.m.lineage[rm] = newLin[rm]
+		h.m.history[rm] = reps[i].Events
+	}
+	h.m.pending = 0
+	h.publish(b, "replace")
+}
+
+// pairKey names a fingerprint copy by its fingerprint and unordered bucket pair.
+type pairKey struct {
+	fp     uint16
+	lo, hi uint64
+}
+
+func (h *harness) check() {
+	h.t.Helper()
+	p, m, step := h.p, h.m, h.steps
+	// Exact lineage per member.
+	if len(p.members) != len(m.lineage) {
+		h.t.Fatalf("step %d: %d members, model %d", step, len(p.members), len(m.lineage))
+	}
+	var contributions uint64
+	for mem, lin := range m.lineage {
+		ms := p.members[mem]
+		if ms == nil || !maps.Equal(ms.lineage, lin) {
+			h.t.Fatalf("step %d: member %+v lineage %v, model %v", step, mem, ms, lin)
+		}
+		contributions += uint64(len(lin))
+	}
+	// Ownership refcounts.
+	owners := m.owners()
+	if len(p.blocks) != len(owners) {
+		h.t.Fatalf("step %d: %d tracked blocks, model %d", step, len(p.blocks), len(owners))
+	}
+	want := map[pairKey]int{}
+	resident := 0
+	for c, n := range owners {
+		got, res := p.Owners(c)
+		if got != n {
+			h.t.Fatalf("step %d: Owners(%#x) = %d, model %d", step, c, got, n)
+		}
+		if !res {
+			continue
+		}
+		resident++
+		if !p.Contains(c) {
+			h.t.Fatalf("step %d: resident %#x not found (false negative)", step, c)
+		}
+		ad := p.t.addr.Address(c)
+		want[pairKey{ad.Fingerprint, min(ad.A, ad.B), max(ad.A, ad.B)}]++
+	}
+	// The table is exactly the projection of the resident blocks: every
+	// fingerprint copy sits in one of its two buckets, once per resident block.
+	got := map[pairKey]int{}
+	for bk, w := range p.t.words {
+		for s := range 4 {
+			fp := Bucket(w).Slot(s)
+			if fp == 0 {
+				continue
+			}
+			alt := p.t.addr.Alternate(uint64(bk), fp)
+			got[pairKey{fp, min(uint64(bk), alt), max(uint64(bk), alt)}]++
+		}
+	}
+	if !maps.Equal(got, want) {
+		h.t.Fatalf("step %d: table fingerprints %v, resident projection %v", step, got, want)
+	}
+	s := p.Stats()
+	if s.OccupiedSlots != resident || s.ResidentBlocks != uint64(resident) {
+		h.t.Fatalf("step %d: occupied slots %d, ResidentBlocks %d, model resident %d", step, s.OccupiedSlots, s.ResidentBlocks, resident)
+	}
+	if s.Members != len(m.lineage) || s.Contributions != contributions || s.UniqueBlocks != len(owners) || s.UnknownRemovals != m.unknown {
+		h.t.Fatalf("step %d: stats %+v, model members %d contributions %d unique %d unknown %d",
+			step, s, len(m.lineage), contributions, len(owners), m.unknown)
+	}
+	if p.PendingEventCount() != m.pending {
+		h.t.Fatalf("step %d: PendingEventCount = %d, model %d", step, p.PendingEventCount(), m.pending)
+	}
+	// Consumer = first snapshot + every batch: equal to what the pool says
+	// consumers hold, and to the words whenever nothing is pending.
+	if held := p.dirty.heldWords(p.t.words); !slices.Equal(h.consumer, held) {
+		h.t.Fatalf("step %d: consumer table differs from the producer's published view", step)
+	}
+	if !p.HasPendingPublication() && !slices.Equal(h.consumer, p.t.words) {
+		h.t.Fatalf("step %d: nothing pending, yet consumer differs from the words", step)
+	}
+}
+
+// finish flushes and requires the consumer to equal the producer's bytes.
+func (h *harness) finish() {
+	h.t.Helper()
+	h.m.pending = 0
+	h.publish(h.p.Flush(), "final flush")
+	if !slices.Equal(h.consumer, h.p.Words()) {
+		h.t.Fatalf("after the final flush the consumer differs from Pool.Words()")
+	}
+	h.check()
+}
