@@ -33,7 +33,7 @@ wasm-check:
 
 ## bench: side-by-side benchmarks, ending in BENCH summary lines
 bench:
-	$(GO) run ./internal/cmd/benchsummary -- $(BENCHFLAGS)
+	$(GO) run ./internal/cmd/benchsummary -go=$(GO) $(if $(BENCHROUNDS),-rounds=$(BENCHROUNDS)) -- $(BENCHFLAGS)
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
