@@ -35,7 +35,8 @@ var (
 	// block's fingerprint is missing from both candidate buckets).
 	ErrIndexerInvariantViolation = errors.New("ckf: indexer invariant violation")
 	// ErrUnsupportedResidencyDomain: an event names a storage tier the pool
-	// cannot represent, or a replacement contains a non-Stored event.
+	// cannot represent. (A replacement holding a non-Stored or non-device
+	// event fails with [ErrInvalidReplacement] instead.)
 	ErrUnsupportedResidencyDomain = errors.New("ckf: unsupported residency domain")
 )
 

@@ -115,6 +115,9 @@ func (p *Pool) PendingEventCount() uint64 { return p.pendingEvents }
 // drains the window. Non-device Stored and Removed events are ignored without
 // counting toward the cadence; Cleared from any tier clears the member's
 // device state. A Stored event is validated whole before anything commits.
+// A nil event, an unknown kind or an unknown tier is rejected with
+// [ErrMalformedEvent] or [ErrUnsupportedResidencyDomain] and is not admitted
+// (no cadence count, no change).
 func (p *Pool) ApplyEvent(ev *RouterEvent) ApplyOutcome {
 	var out ApplyOutcome
 	// A nil event is bad input, not a programmer error the pool may panic on:

@@ -633,3 +633,47 @@ func TestNewPool_FormatAndConfig(t *testing.T) {
 		t.Fatalf("Config %+v Format %+v words %d; want the config, 16 buckets seed 5", p.Config(), p.Format(), len(p.Words()))
 	}
 }
+
+// TestPool_IndexerInvariantViolation: when the filter has lost a resident
+// fingerprint (simulated corruption), the last owner's removal reports
+// IndexerInvariantViolation, which fences and rebuilds the producer.
+func TestPool_IndexerInvariantViolation(t *testing.T) {
+	p := newTestPool(t, 1000, 1, DefaultMaxKicks)
+	p.ApplyEvent(rootEv(mA, b(1, 10)))
+	clear(p.t.words) // corrupt: the filter no longer holds the block
+	out := p.ApplyEvent(removedEv(mA, 1))
+	var ee *EventError
+	if !errors.As(out.FirstError, &ee) || !errors.Is(out.FirstError, ErrIndexerInvariantViolation) || ee.BlockHash != chain(10)[0] {
+		t.Fatalf("FirstError = %v, want IndexerInvariantViolation for the canonical hash", out.FirstError)
+	}
+	if d, _ := DispositionOf(FailurePointOf(out.FirstError)); d.Action != FenceAndRebuildProducer {
+		t.Fatalf("disposition = %+v, want FenceAndRebuildProducer", d)
+	}
+	if out.Batch != nil {
+		t.Fatalf("invariant violation published %+v", out.Batch)
+	}
+}
+
+// TestPool_OwnershipDegreeOverflow: a block at the maximum owner count is
+// skipped for the new owner (no lineage, no ownership) and reported.
+func TestPool_OwnershipDegreeOverflow(t *testing.T) {
+	p := newTestPool(t, 1000, 1, DefaultMaxKicks)
+	p.ApplyEvent(rootEv(mA, b(1, 10)))
+	c := chain(10)[0]
+	st := p.blocks[c]
+	st.owners = 1<<32 - 1
+	p.blocks[c] = st
+	out := p.ApplyEvent(rootEv(mB, b(2, 10), b(3, 11)))
+	if !errors.Is(out.FirstError, ErrOwnershipDegreeOverflow) {
+		t.Fatalf("FirstError = %v, want ErrOwnershipDegreeOverflow", out.FirstError)
+	}
+	if FailurePointOf(out.FirstError) != SourceProtocolFailure {
+		t.Fatalf("failure point = %v, want SourceProtocolFailure", FailurePointOf(out.FirstError))
+	}
+	if owners, _ := p.Owners(c); owners != 1<<32-1 {
+		t.Fatalf("owners = %d, want unchanged max", owners)
+	}
+	if got := p.MemberCounts(); !slices.Equal(got, []MemberCount{{mA, 1}, {mB, 1}}) {
+		t.Fatalf("MemberCounts = %+v, want mB holding only its second block", got)
+	}
+}
