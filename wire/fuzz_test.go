@@ -1,0 +1,131 @@
+package wire_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// Every decoder error must be one of the documented categories.
+func checkDecodeErr(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	var de *wire.DecodeError
+	if !errors.As(err, &de) {
+		t.Fatalf("error %T %v is not a *DecodeError", err, err)
+	}
+	for _, k := range []error{wire.ErrTruncated, wire.ErrTrailingBytes, wire.ErrFrameTooLarge, wire.ErrUnknownVersion, wire.ErrUnknownKind, wire.ErrMalformed} {
+		if errors.Is(err, k) {
+			return
+		}
+	}
+	t.Fatalf("error %v wraps no decode category", err)
+}
+
+func FuzzDecodeFrame(f *testing.F) {
+	for _, name := range []string{"snapshot_chunk", "delta", "drain_marker", "heartbeat", "close"} {
+		f.Add(mustHex(goldenFrames[name]))
+	}
+	f.Add([]byte{})
+	f.Add(mustHex("940103932a0509cf0000"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var fr wire.Frame
+		before := fr
+		err := wire.DecodeFrame(data, &fr)
+		checkDecodeErr(t, err)
+		if err != nil {
+			if !deepEqual(fr, before) {
+				t.Fatalf("frame changed on error")
+			}
+			return
+		}
+		// Whatever decodes re-encodes and decodes to the same frame.
+		b, err := wire.AppendFrame(nil, &fr)
+		if err != nil {
+			t.Fatalf("decoded frame does not re-encode: %v", err)
+		}
+		var again wire.Frame
+		if err := wire.DecodeFrame(b, &again); err != nil || !sameFrame(&again, &fr) {
+			t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, fr)
+		}
+		if len(b) > len(data) {
+			t.Fatalf("canonical encoding %d bytes longer than input %d", len(b), len(data))
+		}
+	})
+}
+
+func FuzzReader(f *testing.F) {
+	f.Add(mustHex("00000008"+goldenFrames["drain_marker"]+"00000015"+goldenFrames["close"]), 0)
+	f.Add(mustHex("ffffffff"), 16)
+	f.Add(mustHex("0000000000000002"), 8)
+	f.Fuzz(func(t *testing.T, data []byte, limit int) {
+		limit = 1 + int(uint(limit)%4096) // keep buffers small
+		r := wire.NewReader(bytes.NewReader(data), limit)
+		var fr wire.Frame
+		for range len(data) + 1 {
+			err := r.ReadFrame(&fr)
+			if err == io.EOF {
+				return
+			}
+			checkDecodeErr(t, err)
+			if errors.Is(err, wire.ErrTruncated) || errors.Is(err, wire.ErrFrameTooLarge) {
+				return // sticky
+			}
+		}
+		t.Fatalf("reader did not reach the end of %d bytes", len(data))
+	})
+}
+
+func FuzzDecodeRouterEventJSON(f *testing.F) {
+	for _, ev := range sampleEvents() {
+		b, _ := wire.AppendRouterEventJSON(nil, &ev)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"worker_id":1,"event":{"event_id":2,"data":{"cleared":null}}}`))
+	f.Add([]byte(`[{"worker_id":1}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev, err := wire.DecodeRouterEventJSON(data)
+		checkDecodeErr(t, err)
+		if err == nil {
+			b, err := wire.AppendRouterEventJSON(nil, &ev)
+			if err != nil {
+				t.Fatalf("decoded event does not re-encode: %v", err)
+			}
+			again, err := wire.DecodeRouterEventJSON(b)
+			if err != nil || !deepEqual(normalize(again), normalize(ev)) {
+				t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, ev)
+			}
+		}
+		_, err = wire.DecodeRouterEventsJSON(data, nil)
+		checkDecodeErr(t, err)
+	})
+}
+
+func FuzzDecodeRouterEventMsgpack(f *testing.F) {
+	for _, ev := range sampleEvents() {
+		b, _ := wire.AppendRouterEventMsgpack(nil, &ev)
+		f.Add(b)
+	}
+	f.Add([]byte{0x91, 0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev, err := wire.DecodeRouterEventMsgpack(data)
+		checkDecodeErr(t, err)
+		if err == nil {
+			b, err := wire.AppendRouterEventMsgpack(nil, &ev)
+			if err != nil {
+				t.Fatalf("decoded event does not re-encode: %v", err)
+			}
+			again, err := wire.DecodeRouterEventMsgpack(b)
+			if err != nil || !deepEqual(normalize(again), normalize(ev)) {
+				t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, ev)
+			}
+		}
+		_, err = wire.DecodeRouterEventsMsgpack(data, nil)
+		checkDecodeErr(t, err)
+	})
+}
