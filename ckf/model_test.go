@@ -13,23 +13,33 @@ type choices interface {
 	intn(n int, label string) (v int, ok bool)
 }
 
-// modelPool is the reference model of SPEC §4: plain maps, no filter. The
-// harness drives a Pool and the model with the same operations and checks
-// after every step that they agree (see check).
+// modelPool is the reference model of SPEC §4: plain maps for the exact
+// state, and refFilter (the plain SPEC §2 transcription in filter_test.go)
+// for the physical table. The harness drives a Pool and the model with the
+// same operations and checks after every step that they agree byte for byte.
 type modelPool struct {
-	lineage map[Member]map[uint64]uint64 // member → external → canonical
-	history map[Member][]RouterEvent     // committed Stored events since the member's last reset, replay order
-	pending uint64
-	unknown uint64
-	every   uint64
+	lineage  map[Member]map[uint64]uint64 // member → external → canonical
+	own      map[uint64]uint32            // canonical → owners
+	resident map[uint64]bool
+	ref      *refFilter
+	history  map[Member][]RouterEvent // committed Stored events since the member's last reset, replay order
+	pending  uint64
+	unknown  uint64
+	every    uint64
+	cfg      Config
 }
 
-func newModel(every uint64) *modelPool {
-	return &modelPool{lineage: map[Member]map[uint64]uint64{}, history: map[Member][]RouterEvent{}, every: every}
+func newModel(cfg Config, buckets int) *modelPool {
+	return &modelPool{
+		lineage: map[Member]map[uint64]uint64{}, own: map[uint64]uint32{}, resident: map[uint64]bool{},
+		ref:     newRefFilter(buckets, cfg.Seed, cfg.MaxKicks),
+		history: map[Member][]RouterEvent{}, every: cfg.PublishEveryNEvents, cfg: cfg,
+	}
 }
 
-// canonicalize validates a Stored event against a lineage exactly as SPEC
-// §4.3 words it and returns the canonical hashes, or the sentinel it fails with.
+// modelCanonicalize validates a Stored event against a lineage exactly as
+// SPEC §4.3 words it and returns the canonical hashes, or the sentinel it
+// fails with.
 func modelCanonicalize(lin map[uint64]uint64, ev *RouterEvent) ([]uint64, error) {
 	var prev uint64
 	if ev.HasParent {
@@ -61,19 +71,7 @@ func modelCanonicalize(lin map[uint64]uint64, ev *RouterEvent) ([]uint64, error)
 	return out, nil
 }
 
-// store applies a Stored event to a lineage; it returns the validation error
-// and leaves lin untouched on error.
-func modelStore(lin map[uint64]uint64, ev *RouterEvent) error {
-	canon, err := modelCanonicalize(lin, ev)
-	if err != nil {
-		return err
-	}
-	for i, blk := range ev.Blocks {
-		lin[blk.BlockHash] = canon[i]
-	}
-	return nil
-}
-
+// owners recomputes refcounts from the lineage (a cross-check of own).
 func (m *modelPool) owners() map[uint64]uint32 {
 	out := map[uint64]uint32{}
 	for _, lin := range m.lineage {
@@ -82,6 +80,127 @@ func (m *modelPool) owners() map[uint64]uint32 {
 		}
 	}
 	return out
+}
+
+// store applies a Stored event of mem: validation first, then per block the
+// ownership and the residency attempt (full insertion for a block's first
+// owner, an empty-slot re-offer for a tracked non-resident block).
+func (m *modelPool) store(mem Member, ev *RouterEvent) error {
+	lin := m.lineage[mem]
+	if lin == nil {
+		lin = map[uint64]uint64{}
+	}
+	canon, err := modelCanonicalize(lin, ev)
+	if err != nil {
+		return err
+	}
+	for i, blk := range ev.Blocks {
+		c := canon[i]
+		newBlock := m.own[c] == 0
+		if _, ok := lin[blk.BlockHash]; !ok {
+			lin[blk.BlockHash] = c
+			m.own[c]++
+		}
+		if m.resident[c] {
+			continue
+		}
+		ad := m.ref.addr.Address(c)
+		if newBlock {
+			m.resident[c] = m.ref.insert(c)
+		} else {
+			m.resident[c] = m.ref.putEmpty(ad.A, ad.Fingerprint) || m.ref.putEmpty(ad.B, ad.Fingerprint)
+		}
+		if !m.resident[c] {
+			delete(m.resident, c)
+		}
+	}
+	if len(lin) > 0 {
+		m.lineage[mem] = lin
+	}
+	return nil
+}
+
+func (m *modelPool) release(c uint64) {
+	m.own[c]--
+	if m.own[c] > 0 {
+		return
+	}
+	delete(m.own, c)
+	if m.resident[c] {
+		delete(m.resident, c)
+		if !m.ref.remove(c) {
+			panic("model: resident block missing from the reference filter")
+		}
+	}
+}
+
+// remove applies a Removed event and returns the unknown-removal count.
+func (m *modelPool) remove(mem Member, hashes []uint64) (unknown int) {
+	lin := m.lineage[mem]
+	for _, x := range hashes {
+		c, ok := lin[x]
+		if !ok {
+			unknown++
+			continue
+		}
+		delete(lin, x)
+		m.release(c)
+	}
+	if len(lin) == 0 {
+		delete(m.lineage, mem)
+	}
+	m.unknown += uint64(unknown)
+	return unknown
+}
+
+// clear releases mem's blocks in ascending external-hash order (the order
+// the pool documents, which fixes the physical result).
+func (m *modelPool) clear(mem Member) {
+	lin := m.lineage[mem]
+	for _, x := range slices.Sorted(maps.Keys(lin)) {
+		m.release(lin[x])
+	}
+	delete(m.lineage, mem)
+	delete(m.history, mem)
+}
+
+// replace rebuilds per SPEC §4.5: a new table with the RNG restarted, every
+// retained member's blocks inserted in ascending canonical order, then each
+// replacement's events in order. On a validation error m is untouched.
+func (m *modelPool) replace(reps []RankReplacement) error {
+	next := newModel(m.cfg, len(m.ref.slots))
+	replaced := map[Member]bool{}
+	for _, r := range reps {
+		replaced[r.Member] = true
+	}
+	for mem, lin := range m.lineage {
+		if replaced[mem] {
+			continue
+		}
+		next.lineage[mem] = maps.Clone(lin)
+		next.history[mem] = m.history[mem]
+		for _, c := range lin {
+			next.own[c]++
+		}
+	}
+	for _, c := range slices.Sorted(maps.Keys(next.own)) {
+		if next.ref.insert(c) {
+			next.resident[c] = true
+		}
+	}
+	for _, r := range reps {
+		for i := range r.Events {
+			if err := next.store(r.Member, &r.Events[i]); err != nil {
+				return err
+			}
+		}
+		if len(next.lineage[r.Member]) > 0 {
+			next.history[r.Member] = r.Events
+		}
+	}
+	next.unknown, next.pending = m.unknown, 0
+	*m = *next
+	return nil
 }
 
 // harness drives one Pool and its model, and keeps a consumer table built
@@ -105,7 +224,7 @@ func newHarness(t fataler, cfg Config) *harness {
 		t.Fatalf("barrier snapshot of an empty pool has a tail")
 	}
 	return &harness{
-		t: t, p: p, m: newModel(cfg.PublishEveryNEvents), consumer: words,
+		t: t, p: p, m: newModel(cfg, len(words)), consumer: words,
 		members: []Member{{1, 0}, {1, 1}, {2, 0}, {3, 7}},
 	}
 }
@@ -176,19 +295,7 @@ func (h *harness) step(c choices) bool {
 		}
 	case 5, 6: // device remove
 		hashes := h.genHashes(c, m)
-		unknown := 0
-		lin := h.m.lineage[m]
-		for _, x := range hashes {
-			if _, ok := lin[x]; ok {
-				delete(lin, x)
-			} else {
-				unknown++
-			}
-		}
-		if len(lin) == 0 {
-			delete(h.m.lineage, m)
-		}
-		h.m.unknown += uint64(unknown)
+		unknown := h.m.remove(m, hashes)
 		boundary := h.admitted()
 		out := h.p.ApplyEvent(removedEv(m, hashes...))
 		if out.FirstError != nil || out.UnknownRemovals != unknown {
@@ -197,7 +304,7 @@ func (h *harness) step(c choices) bool {
 		h.checkOutcome(out, boundary, "remove")
 	case 7: // clear, from any tier
 		tier, _ := c.intn(4, "tier")
-		h.resetModel(m)
+		h.m.clear(m)
 		boundary := h.admitted()
 		out := h.p.ApplyEvent(onTier(clearedEv(m), StorageTier(tier)))
 		if out.FirstError != nil {
@@ -207,7 +314,7 @@ func (h *harness) step(c choices) bool {
 	case 8: // rank replacement
 		h.replace(c, m)
 	case 9: // RemoveRank
-		h.resetModel(m)
+		h.m.clear(m)
 		h.m.pending = 0
 		b, err := h.p.RemoveRank(m)
 		if err != nil {
@@ -227,11 +334,6 @@ func (h *harness) step(c choices) bool {
 	}
 	h.check()
 	return true
-}
-
-func (h *harness) resetModel(m Member) {
-	delete(h.m.lineage, m)
-	delete(h.m.history, m)
 }
 
 // genStored draws a Stored event: a root or a child of one of the member's
@@ -280,13 +382,8 @@ func (h *harness) genHashes(c choices, m Member) []uint64 {
 func (h *harness) applyStored(ev *RouterEvent) {
 	h.t.Helper()
 	m := ev.Member()
-	lin := h.m.lineage[m]
-	if lin == nil {
-		lin = map[uint64]uint64{}
-	}
-	wantErr := modelStore(lin, ev)
-	if wantErr == nil && len(lin) > 0 {
-		h.m.lineage[m] = lin
+	wantErr := h.m.store(m, ev)
+	if wantErr == nil && len(h.m.lineage[m]) > 0 {
 		h.m.history[m] = append(h.m.history[m], *cloneEvent(ev))
 	}
 	boundary := h.admitted()
@@ -322,8 +419,6 @@ func (h *harness) replace(c choices, m Member) {
 		}
 	}
 	var reps []RankReplacement
-	newLin := map[Member]map[uint64]uint64{}
-	var wantErr error
 	for _, rm := range members {
 		hist := h.m.history[rm]
 		kind, _ := c.intn(6, "replacement")
@@ -338,15 +433,9 @@ func (h *harness) replace(c choices, m Member) {
 		default:
 			evs = slices.Clone(hist)
 		}
-		lin := map[uint64]uint64{}
-		for i := range evs {
-			if err := modelStore(lin, &evs[i]); err != nil && wantErr == nil {
-				wantErr = err
-			}
-		}
-		newLin[rm] = lin
 		reps = append(reps, RankReplacement{Member: rm, Events: evs})
 	}
+	wantErr := h.m.replace(reps)
 	before := viewOf(h.p)
 	b, err := h.p.ReplaceRanks(reps)
 	if wantErr != nil {
@@ -360,14 +449,6 @@ func (h *harness) replace(c choices, m Member) {
 	}
 	if err != nil {
 		h.t.Fatalf("step %d ReplaceRanks error = %v, model accepts", h.steps, err)
-	}
-	for i, rm := range members {
-		if len(newLin[rm]) == 0 {
-			h.resetModel(rm)
-			continue
-		}
-		h.m.lineage[rm] = newLin[rm]
-		h.m.history[rm] = reps[i].Events
 	}
 	h.m.pending = 0
 	h.publish(b, "replace")
@@ -396,6 +477,17 @@ func (h *harness) check() {
 	}
 	// Ownership refcounts.
 	owners := m.owners()
+	if !maps.Equal(owners, m.own) {
+		h.t.Fatalf("step %d: model bookkeeping broke: %v vs %v", step, owners, m.own)
+	}
+	// Byte-for-byte: the pool's table and RNG equal the SPEC transcription
+	// driven by the same logical history, and residency agrees per block.
+	if !slices.Equal(p.t.words, m.ref.words()) {
+		h.t.Fatalf("step %d: words %#x, reference %#x", step, p.t.words, m.ref.words())
+	}
+	if p.t.rng.State() != m.ref.rng.State() {
+		h.t.Fatalf("step %d: RNG state %#x, reference %#x", step, p.t.rng.State(), m.ref.rng.State())
+	}
 	if len(p.blocks) != len(owners) {
 		h.t.Fatalf("step %d: %d tracked blocks, model %d", step, len(p.blocks), len(owners))
 	}
@@ -403,8 +495,8 @@ func (h *harness) check() {
 	resident := 0
 	for c, n := range owners {
 		got, res := p.Owners(c)
-		if got != n {
-			h.t.Fatalf("step %d: Owners(%#x) = %d, model %d", step, c, got, n)
+		if got != n || res != m.resident[c] {
+			h.t.Fatalf("step %d: Owners(%#x) = %d, %v; model %d, %v", step, c, got, res, n, m.resident[c])
 		}
 		if !res {
 			continue
