@@ -53,7 +53,7 @@ type jsonHash uint64
 func (h *jsonHash) UnmarshalJSON(b []byte) error {
 	v, err := strconv.ParseUint(string(b), 10, 64)
 	if err != nil {
-		return &fieldError{"event.data.removed.block_hashes[]", "JSON " + string(b) + " is not a u64"}
+		return &fieldError{"event.data.removed.block_hashes[]", "JSON " + quote(b) + " is not a u64"}
 	}
 	*h = jsonHash(v)
 	return nil
