@@ -677,3 +677,44 @@ func TestPool_OwnershipDegreeOverflow(t *testing.T) {
 		t.Fatalf("MemberCounts = %+v, want mB holding only its second block", got)
 	}
 }
+
+// TestPool_SnapshotPlusBatchesReconstructWords: a consumer that joins at a
+// barrier snapshot taken mid-history and installs every later batch (events,
+// flush, rank reset, replacement) holds the producer's bytes at every drain.
+func TestPool_SnapshotPlusBatchesReconstructWords(t *testing.T) {
+	p := newTestPool(t, 16, 3, 20)
+	for i := uint64(0); i < 6; i++ {
+		p.ApplyEvent(rootEv(mA, b(i, 100+i)))
+	}
+	tail, consumer := p.BarrierSnapshot() // the tail goes to older subscribers only
+	_ = tail
+	ops := []func() *Batch{
+		func() *Batch { return p.ApplyEvent(rootEv(mB, b(1, 100), b(2, 200))).Batch },
+		func() *Batch { return p.ApplyEvent(removedEv(mA, 0, 1)).Batch },
+		func() *Batch { return p.ApplyEvent(childEv(mB, 2, b(3, 300), b(4, 301))).Batch },
+		func() *Batch { return p.Flush() },
+		func() *Batch { return p.ApplyEvent(rootEv(mC, b(9, 900))).Batch },
+		func() *Batch { b, _ := p.RemoveRank(mA); return b },
+		func() *Batch { return p.ApplyEvent(rootEv(mA, b(5, 105))).Batch },
+		func() *Batch {
+			b, err := p.ReplaceRanks([]RankReplacement{{mB, events(rootEv(mB, b(1, 100)))}})
+			if err != nil {
+				t.Fatalf("ReplaceRanks error = %v", err)
+			}
+			return b
+		},
+		func() *Batch { return p.ApplyEvent(clearedEv(mC)).Batch },
+		func() *Batch { return p.Flush() },
+	}
+	for i, op := range ops {
+		batch := op()
+		checkBatch(t, batch, p.Format().BucketCount)
+		applyBatch(consumer, batch)
+		if !p.HasPendingPublication() && !slices.Equal(consumer, p.Words()) {
+			t.Fatalf("op %d: snapshot + batches %#x, producer %#x", i, consumer, p.Words())
+		}
+	}
+	if !slices.Equal(consumer, p.Words()) {
+		t.Fatal("after the final flush the consumer differs from the producer")
+	}
+}
