@@ -48,8 +48,9 @@ import (
 	"os/exec"
 )
 
-// defaultTestFlags keep one round of `make bench` to about 15 seconds on a
-// 2-core machine (five rounds ≈ 75 s); passthrough flags come later and win.
+// defaultTestFlags keep one round of `make bench` to about 6 s of CPU (five
+// rounds ≈ 30 s; wall time grows with the shared machine's load); passthrough
+// flags come later and win.
 var defaultTestFlags = []string{"-benchtime=200ms"}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
