@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/bits-and-blooms/bloom/v3"
@@ -48,17 +49,19 @@ func benchKey(i uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-var presentKeys, absentKeys = func() ([]uint64, []uint64) {
-	p := make([]uint64, filterKeys)
-	for i := range p {
-		p[i] = benchKey(uint64(i))
+// benchKeys returns the present and absent key sets, built on first use so
+// that the package's tests and fuzz workers do not pay for them.
+var benchKeys = sync.OnceValues(func() (present, absent []uint64) {
+	present = make([]uint64, filterKeys)
+	for i := range present {
+		present[i] = benchKey(uint64(i))
 	}
-	a := make([]uint64, fprProbes)
-	for i := range a {
-		a[i] = benchKey(uint64(filterKeys + i))
+	absent = make([]uint64, fprProbes)
+	for i := range absent {
+		absent[i] = benchKey(uint64(filterKeys + i))
 	}
-	return p, a
-}()
+	return present, absent
+})
 
 // approxFilter is the common surface of the compared filters. Every library
 // pays the same interface call; the peers that take []byte also pay an 8-byte
@@ -149,6 +152,7 @@ func full(b *testing.B, lib filterLib) *fullFilter {
 	if ff, ok := fullFilters[lib.name]; ok {
 		return ff
 	}
+	presentKeys, absentKeys := benchKeys()
 	ff := &fullFilter{f: lib.new(b)}
 	for _, k := range presentKeys {
 		if !ff.f.insert(k) {
@@ -184,6 +188,7 @@ func BenchmarkFilterInsert(b *testing.B) {
 	for _, lib := range filterLibs {
 		b.Run("lib="+lib.name+"/n=1M", func(b *testing.B) {
 			ff := full(b, lib)
+			presentKeys, _ := benchKeys()
 			failures := 0
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -210,6 +215,7 @@ func BenchmarkFilterInsert(b *testing.B) {
 // BenchmarkFilterLookup measures one Contains on a filter holding filterKeys
 // keys: hit probes inserted keys, miss probes keys never inserted.
 func BenchmarkFilterLookup(b *testing.B) {
+	presentKeys, absentKeys := benchKeys()
 	for _, probe := range []struct {
 		name string
 		keys []uint64
