@@ -1,0 +1,148 @@
+package consumer
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// tokenLanes builds a consumer whose lane 0 holds the first d0 blocks of
+// tokens and lane 1 the first d1, both hashed with salt.
+func tokenLanes(t *testing.T, tokens []uint32, blockSize int, salt uint64, d0, d1 int) *Consumer {
+	t.Helper()
+	locals := ckf.AppendLocalBlockHashes(nil, tokens, blockSize, salt)
+	seq := ckf.AppendSequenceHashes(nil, locals)
+	var member [lanes][]bool
+	for l, d := range []int{d0, d1} {
+		member[l] = make([]bool, len(seq))
+		for p := range d {
+			member[l][p] = true
+		}
+	}
+	c, _ := buildLanes(t, DefaultVerificationWindow, seq, member)
+	return c
+}
+
+func TestConsumer_QueryForms(t *testing.T) {
+	tokens := make([]uint32, 16*40+5) // 40 complete blocks and a partial one
+	for i := range tokens {
+		tokens[i] = uint32(i * 7)
+	}
+	salt := ckf.Salt("adapter", "")
+	c := tokenLanes(t, tokens, 16, salt, 40, 13)
+	locals := ckf.AppendLocalBlockHashes(nil, tokens, 16, salt)
+	seq := ckf.AppendSequenceHashes(nil, locals)
+
+	want := QueryResult{Mask: 0b11, Blocks: 40}
+	want.Depths[0], want.Depths[1] = 40, 13
+	check := func(name string, err error, res QueryResult) {
+		t.Helper()
+		res.Probes = 0
+		if err != nil || res != want {
+			t.Fatalf("%s: got %+v, %v, want %+v", name, res, err, want)
+		}
+	}
+	var res QueryResult
+	check("Query", c.Query(locals, &res), res)
+	check("QuerySequenceHashes", c.QuerySequenceHashes(seq, &res), res)
+	check("QuerySequenceHashesLinear", c.QuerySequenceHashesLinear(seq, &res), res)
+	check("QueryTokens", c.QueryTokens(tokens, 16, salt, &res), res)
+
+	// Another salt (the base model) shares no block with the adapter's.
+	if err := c.QueryTokens(tokens, 16, ckf.BaseSalt, &res); err != nil || res.Depths != [lanes]uint32{} {
+		t.Fatalf("base salt: got %+v, %v, want all depths 0", res, err)
+	}
+	// A prefix of the request answers at most its own length.
+	if err := c.Query(locals[:10], &res); err != nil || res.Depths[0] != 10 || res.Depths[1] != 10 || res.Blocks != 10 {
+		t.Fatalf("prefix: got %+v, %v, want depths 10/10", res, err)
+	}
+	if err := c.Query(nil, &res); err != nil || res.Blocks != 0 || res.Mask != 0b11 || res.Probes != 0 {
+		t.Fatalf("empty query: got %+v, %v, want 0 blocks, mask 0b11", res, err)
+	}
+	if m, err := c.Contains(seq[20]); err != nil || m != 0b01 {
+		t.Fatalf("Contains(seq[20]): got %#b, %v, want 0b01", m, err)
+	}
+	if m, err := c.Contains(seq[5]); err != nil || m != 0b11 {
+		t.Fatalf("Contains(seq[5]): got %#b, %v, want 0b11", m, err)
+	}
+}
+
+func TestConsumer_QueryErrors(t *testing.T) {
+	f := newFixture(t)
+	var res QueryResult
+	res.Depths[3] = 9
+	if err := f.c.Query([]uint64{1, 2}, &res); !errors.Is(err, ErrUnavailable) || res.Mask != 0 || res.Depths[3] != 0 {
+		t.Fatalf("got %+v, %v, want ErrUnavailable with a cleared result", res, err)
+	}
+	if _, err := f.c.Contains(1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Contains: got %v, want ErrUnavailable", err)
+	}
+	f.ready(1, 1, 1)
+	for name, err := range map[string]error{
+		"block size 0":     f.c.QueryTokens([]uint32{1, 2}, 0, ckf.BaseSalt, &res),
+		"block size -1":    f.c.QueryTokens([]uint32{1, 2}, -1, ckf.BaseSalt, &res),
+		"nil result":       f.c.Query([]uint64{1}, nil),
+		"nil result (seq)": f.c.QuerySequenceHashes([]uint64{1}, nil),
+	} {
+		if !errors.Is(err, ErrInvalidQuery) {
+			t.Errorf("%s: got %v, want ErrInvalidQuery", name, err)
+		}
+	}
+	if err := f.c.QueryTokens([]uint32{1, 2, 3}, 4, ckf.BaseSalt, &res); err != nil || res.Blocks != 0 || res.Mask != 0b10 {
+		t.Fatalf("only a partial block: got %+v, %v, want 0 blocks", res, err)
+	}
+}
+
+func TestConsumer_QueriesDoNotAllocate(t *testing.T) {
+	tokens := make([]uint32, 16*256)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	c := tokenLanes(t, tokens, 16, ckf.BaseSalt, 200, 31)
+	locals := ckf.AppendLocalBlockHashes(nil, tokens, 16, ckf.BaseSalt)
+	seq := ckf.AppendSequenceHashes(nil, locals)
+	var res QueryResult
+	for name, fn := range map[string]func(){
+		"Query":               func() { _ = c.Query(locals, &res) },
+		"QuerySequenceHashes": func() { _ = c.QuerySequenceHashes(seq, &res) },
+		"QueryTokens":         func() { _ = c.QueryTokens(tokens, 16, ckf.BaseSalt, &res) },
+		"Contains":            func() { _, _ = c.Contains(seq[3]) },
+	} {
+		fn() // grow the scratch once
+		if got := testing.AllocsPerRun(50, fn); got != 0 {
+			t.Errorf("%s: got %v allocations per run, want 0", name, got)
+		}
+		if res.Depths[0] != 200 && name != "Contains" {
+			t.Errorf("%s: got depth %d, want 200", name, res.Depths[0])
+		}
+	}
+}
+
+func TestConsumer_ApplyDoesNotAllocate(t *testing.T) {
+	f := newFixture(t)
+	l := f.ready(0, 1, 0)
+	d := f.delta(0, l, 0, 1, ckf.BucketImage{Bucket: 1, Word: 2}, ckf.BucketImage{Bucket: 9, Word: 3})
+	got := testing.AllocsPerRun(100, func() {
+		if r := f.c.ApplyDelta(d); r.Outcome != Applied {
+			t.Fatalf("got %v, want Applied", r)
+		}
+		d.BaseSequence++
+		d.Sequence++
+	})
+	if got != 0 {
+		t.Fatalf("got %v allocations per delta, want 0", got)
+	}
+}
+
+func TestConsumer_StatsCountQueriesAndProbes(t *testing.T) {
+	f := newFixture(t)
+	f.ready(0, 1, 1)
+	var res QueryResult
+	_ = f.c.QuerySequenceHashes([]uint64{1, 2, 3}, &res)
+	_, _ = f.c.Contains(5)
+	s := f.c.Stats()
+	if s.Queries != 2 || s.Probes != uint64(res.Probes)+1 || s.BucketCount != testBuckets || s.TableBytes != testBuckets*16*8 || s.ReadyMask != 1 {
+		t.Fatalf("got %+v (last query probes %d), want 2 queries and matching probes", s, res.Probes)
+	}
+}
