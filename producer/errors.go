@@ -40,6 +40,10 @@ var (
 	ErrFenced = errors.New("producer: fenced")
 	// ErrStaleSourceEpoch is wrapped by [*StaleSourceEpochError].
 	ErrStaleSourceEpoch = errors.New("producer: stale source epoch")
+	// ErrUnannouncedSourceEpoch: an event carried a newer source epoch than
+	// the member's without a reset or replacement barrier; it was not applied
+	// and is reported as a [FaultSourceProtocol] fault.
+	ErrUnannouncedSourceEpoch = errors.New("producer: source epoch advanced without a reset or replacement")
 	// ErrLagged closes a [Subscription] whose bounded delta buffer overflowed;
 	// the consumer must subscribe again with a new lease. Nothing is skipped
 	// silently.

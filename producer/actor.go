@@ -1,0 +1,371 @@
+package producer
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+type commandKind uint8
+
+const (
+	cmdApply commandKind = iota + 1
+	cmdReplace
+	cmdReset
+	cmdFlush
+	cmdSubscribe
+	cmdStats
+	cmdPause // test only: see pause_test.go
+)
+
+// command is one mailbox entry. Apply commands carry no reply channel, so
+// admission allocates nothing beyond the event the caller built.
+type command struct {
+	kind     commandKind
+	epoch    uint64
+	ev       ckf.RouterEvent
+	weight   int64 // payload permits held, returned after the command
+	member   ckf.Member
+	degraded bool
+	reps     []RankReplacement
+	lease    ckf.LaneLease
+	reply    chan reply // buffered 1; nil for Apply
+	pause    *pause
+}
+
+type reply struct {
+	err   error
+	sub   *Subscription
+	stats ActorStats
+}
+
+// pause parks the actor inside a command until release closes (tests).
+type pause struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+// run is the actor goroutine: it alone touches the pool and the publisher.
+func (a *actor) run() {
+	defer close(a.stopped)
+	fenced := false
+loop:
+	for {
+		// A fence wins over queued work: select alone would pick at random.
+		if a.fenced() {
+			fenced = true
+			break
+		}
+		select {
+		case <-a.fence:
+			fenced = true
+			break loop
+		case c := <-a.mailbox:
+			if !a.handle(&c) {
+				fenced = true
+				break loop
+			}
+		case <-a.timer.C:
+			a.timerArmed = false
+			a.publishPending()
+		case <-a.sealed:
+			// Admission is closed and the mailbox content is final: apply it.
+			for {
+				if a.fenced() {
+					fenced = true
+					break loop
+				}
+				select {
+				case c := <-a.mailbox:
+					if !a.handle(&c) {
+						fenced = true
+						break loop
+					}
+				default:
+					break loop
+				}
+			}
+		}
+		a.armTimer()
+	}
+	a.finish(fenced)
+}
+
+// armTimer keeps the publication timer armed exactly while a dirty tail is
+// pending, so a sparse tail below the cadence is published after
+// PublicationDelay.
+func (a *actor) armTimer() {
+	pending := a.pool.HasPendingPublication()
+	switch {
+	case pending && !a.timerArmed:
+		a.timer.Reset(a.cfg.PublicationDelay)
+		a.timerArmed = true
+	case !pending && a.timerArmed:
+		a.timer.Stop()
+		a.timerArmed = false
+	}
+}
+
+// finish publishes the tail (unless fenced), ends the stream, refuses what
+// is left in the mailbox and closes the fault channel.
+func (a *actor) finish(fenced bool) {
+	a.timer.Stop()
+	if fenced {
+		a.sink.endCurrent(errFenced, nil)
+	} else {
+		a.publishPending()
+		if m, ok := a.pub.ExactDrainMarker(); ok {
+			a.sink.endCurrent(errStopped, &m)
+		} else {
+			a.sink.endCurrent(errStopped, nil)
+		}
+	}
+	a.pub.RetireLease()
+	// Fence and Shutdown both seal; after that the mailbox content is final.
+	<-a.sealed
+	err := a.stopErr()
+	for {
+		select {
+		case c := <-a.mailbox:
+			if c.weight > 0 {
+				a.permits.Release(c.weight)
+			}
+			if c.reply != nil {
+				c.reply <- reply{err: err}
+			}
+		default:
+			close(a.faults)
+			return
+		}
+	}
+}
+
+// handle runs one command. It returns false when a fence interrupted it.
+func (a *actor) handle(c *command) bool {
+	switch c.kind {
+	case cmdApply:
+		return a.apply(c)
+	case cmdReplace:
+		c.reply <- reply{err: a.replace(c)}
+		a.permits.Release(c.weight)
+	case cmdReset:
+		c.reply <- reply{err: a.reset(c)}
+	case cmdFlush:
+		c.reply <- reply{err: a.publishPending()}
+	case cmdSubscribe:
+		sub, err := a.subscribe(c.lease)
+		c.reply <- reply{sub: sub, err: err}
+	case cmdStats:
+		c.reply <- reply{stats: a.statsNow()}
+	case cmdPause:
+		close(c.pause.entered)
+		select {
+		case <-c.pause.release:
+		case <-a.fence:
+			return false
+		}
+	}
+	return true
+}
+
+func (a *actor) apply(c *command) bool {
+	m := c.ev.Member()
+	cur, known := a.epochs[m]
+	switch {
+	case known && c.epoch < cur:
+		a.permits.Release(c.weight)
+		a.stats.StaleEventsDropped++
+		a.logs.stale.logf(a.log, "producer: dropping an event from a superseded source epoch",
+			memberAttrs(m, c.epoch, c.ev.EventID)...)
+		return true
+	case known && c.epoch > cur:
+		a.permits.Release(c.weight)
+		d, _ := ckf.DispositionOf(ckf.SourceProtocolFailure)
+		return a.fault(Fault{Member: m, SourceEpoch: c.epoch, EventID: c.ev.EventID,
+			Category: FaultSourceProtocol, Disposition: d, Err: ErrUnannouncedSourceEpoch})
+	case !known:
+		a.epochs[m] = c.epoch
+	}
+	out := a.pool.ApplyEvent(&c.ev)
+	a.permits.Release(c.weight)
+	if out.UnknownRemovals > 0 {
+		a.stats.UnknownRemovalEvents++
+		a.logs.unknown.logf(a.log, "producer: ignoring removals of blocks the member does not hold",
+			append(memberAttrs(m, c.epoch, c.ev.EventID), slog.Int("unknown_removals", out.UnknownRemovals))...)
+	}
+	if out.Batch != nil {
+		a.publish(out.Batch)
+	} else if out.PublicationBoundary && a.diag != nil {
+		a.diag.unchanged.Add(1)
+	}
+	if out.FirstError == nil {
+		return true
+	}
+	d, _ := ckf.DispositionOf(ckf.FailurePointOf(out.FirstError))
+	cat, isFault := CategoryOf(d.Action)
+	if !isFault {
+		// A capacity omission is a pre-commit, lossy-index omission: exact
+		// state is kept and a later store re-offers the block. Never a fault.
+		a.stats.CapacityOmissionEvents++
+		a.logs.capacity.logf(a.log, "producer: capacity omission; the block stays tracked as non-resident",
+			memberAttrs(m, c.epoch, c.ev.EventID)...)
+		return true
+	}
+	return a.fault(Fault{Member: m, SourceEpoch: c.epoch, EventID: c.ev.EventID,
+		Category: cat, Disposition: d, Err: out.FirstError})
+}
+
+// fault delivers f, blocking while the channel is full; a fence interrupts
+// the wait (it returns false then).
+func (a *actor) fault(f Fault) bool {
+	select {
+	case a.faults <- f:
+		a.stats.Faults++
+		return true
+	case <-a.fence:
+		return false
+	}
+}
+
+func memberAttrs(m ckf.Member, epoch, eventID uint64) []any {
+	return []any{slog.Uint64("worker_id", m.WorkerID), slog.Uint64("dp_rank", uint64(m.DPRank)),
+		slog.Uint64("source_epoch", epoch), slog.Uint64("event_id", eventID)}
+}
+
+// publish hands one batch to the publisher. A lagging subscriber retires the
+// lease as stalled; a fenced publisher drops the batch, which the next
+// subscriber's barrier snapshot covers.
+func (a *actor) publish(b *ckf.Batch) error {
+	out, err := a.pub.Publish(b)
+	if err != nil {
+		if errors.Is(err, ErrLagged) {
+			a.pub.RetireStalledLease()
+		}
+		a.stats.PublishFailures++
+		a.logs.publish.logf(a.log, "producer: publication refused", slog.Any("error", err))
+		return err
+	}
+	if a.diag != nil {
+		if out.Published {
+			a.diag.publications.Add(1)
+		} else {
+			a.diag.unchanged.Add(1)
+		}
+	}
+	return nil
+}
+
+func (a *actor) publishPending() error {
+	if b := a.pool.Flush(); b != nil {
+		return a.publish(b)
+	}
+	return nil
+}
+
+func (a *actor) staleEpoch(m ckf.Member, epoch uint64) error {
+	if cur, ok := a.epochs[m]; ok && epoch < cur {
+		return &StaleSourceEpochError{Member: m, Current: cur, Received: epoch}
+	}
+	return nil
+}
+
+func (a *actor) replace(c *command) error {
+	for _, r := range c.reps {
+		if err := a.staleEpoch(r.Member, r.SourceEpoch); err != nil {
+			return err
+		}
+	}
+	var start time.Time
+	if a.diag != nil {
+		start = time.Now()
+	}
+	reps := make([]ckf.RankReplacement, len(c.reps))
+	for i, r := range c.reps {
+		reps[i] = ckf.RankReplacement{Member: r.Member, Events: r.Events}
+	}
+	b, err := a.pool.ReplaceRanks(reps)
+	if a.diag != nil {
+		a.diag.rebuilt(start)
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range c.reps {
+		a.epochs[r.Member] = r.SourceEpoch
+	}
+	// The swap committed: a publication problem is the stream's (the
+	// publisher fences and the next subscriber's snapshot covers it), not
+	// the replacement's.
+	if b != nil {
+		a.publish(b)
+	} else if a.diag != nil {
+		a.diag.unchanged.Add(1)
+	}
+	return nil
+}
+
+func (a *actor) reset(c *command) error {
+	if err := a.staleEpoch(c.member, c.epoch); err != nil {
+		return err
+	}
+	b, err := a.pool.RemoveRank(c.member)
+	if b != nil {
+		a.publish(b)
+	}
+	if err != nil {
+		// The clear kept exact state while reporting an error; retry what is
+		// still tracked once before giving up.
+		a.log.Warn("producer: retrying the remainder of a partial rank reset",
+			append(memberAttrs(c.member, c.epoch, 0), slog.Any("error", err))...)
+		b, err = a.pool.RemoveRank(c.member)
+		if b != nil {
+			a.publish(b)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if b == nil && a.diag != nil {
+		a.diag.unchanged.Add(1)
+	}
+	a.epochs[c.member] = c.epoch
+	if c.degraded {
+		a.stats.DegradedResets++
+		if a.diag != nil {
+			a.diag.degradedResets.Add(1)
+		}
+	}
+	return nil
+}
+
+func (a *actor) subscribe(lease ckf.LaneLease) (*Subscription, error) {
+	snap, err := a.pub.SnapshotAfterBarrier(a.pool, lease)
+	if err != nil && !errors.Is(err, ErrSequenceExhausted) {
+		// The old stream could not take its tail (it lagged). The publisher
+		// is fenced now, so a second barrier skips the lost tail and its
+		// snapshot covers it.
+		if errors.Is(err, ErrLagged) {
+			a.pub.RetireStalledLease()
+		}
+		a.stats.PublishFailures++
+		snap, err = a.pub.SnapshotAfterBarrier(a.pool, lease)
+	}
+	if err != nil {
+		return nil, err
+	}
+	a.sink.endCurrent(ErrSuperseded, nil)
+	a.sink.cur = newStream(a.cfg.SubscriberBuffer)
+	return &Subscription{Snapshot: snap, s: a.sink.cur}, nil
+}
+
+func (a *actor) statsNow() ActorStats {
+	s := a.stats
+	s.Pool = a.pool.Stats()
+	s.Members = a.pool.MemberCounts()
+	s.Sequence = a.pub.LastSequence()
+	s.Lease, s.HasLease = a.pub.Lease()
+	s.Fence = a.pub.FenceReason()
+	return s
+}

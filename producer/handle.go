@@ -1,0 +1,437 @@
+package producer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// RankReplacement is the complete, replay-ordered Stored history (a tree
+// dump) of one member at a source epoch. An empty Events list removes the
+// member.
+type RankReplacement struct {
+	SourceEpoch uint64
+	Member      ckf.Member
+	Events      []ckf.RouterEvent
+}
+
+// ActorStats is a consistent view of one actor, taken between commands.
+type ActorStats struct {
+	Pool     ckf.Stats
+	Members  []ckf.MemberCount // sorted by (worker_id, dp_rank)
+	Sequence uint64            // the publisher's last sequence
+	Lease    ckf.LaneLease     // valid when HasLease
+	HasLease bool
+	Fence    FenceReason
+
+	StaleEventsDropped     uint64 // events from a superseded source epoch
+	UnknownRemovalEvents   uint64 // events with at least one unknown removal
+	CapacityOmissionEvents uint64 // events with a capacity omission (never a fault)
+	PublishFailures        uint64 // publications refused by a fenced publisher or a lagging subscriber
+	DegradedResets         uint64
+	Faults                 uint64 // faults delivered to the fault channel
+}
+
+// Handle is the way into one pool's actor. It is a small value: copy it and
+// share it across goroutines freely. The zero Handle is not started; its
+// methods return [ErrNotStarted].
+//
+// Every method that takes a context gives up when it is cancelled; work
+// already queued still runs.
+type Handle struct {
+	a *actor
+}
+
+// Start builds the identity from scope and pool's format, starts the pool's
+// actor goroutine and returns its handle and its fault channel (buffered
+// [Config.FaultCapacity]; closed when the actor stops). The actor owns pool
+// from now on: the caller must not touch it again.
+//
+// The fault channel must be drained: a full channel blocks the actor until
+// it is read or the actor is fenced.
+func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error) {
+	if err := cfg.Validate(); err != nil {
+		return Handle{}, nil, err
+	}
+	if pool == nil {
+		return Handle{}, nil, configError("nil pool")
+	}
+	a := &actor{
+		cfg:      cfg,
+		identity: scope.Identity(pool.Format()),
+		log:      cfg.Logger,
+		mailbox:  make(chan command, cfg.MailboxCapacity),
+		permits:  semaphore.NewWeighted(cfg.PayloadPermits),
+		faults:   make(chan Fault, cfg.FaultCapacity),
+		closing:  make(chan struct{}),
+		sealed:   make(chan struct{}),
+		fence:    make(chan struct{}),
+		stopped:  make(chan struct{}),
+		pool:     pool,
+		epochs:   make(map[ckf.Member]uint64),
+		timer:    time.NewTimer(time.Hour),
+	}
+	a.timer.Stop()
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if cfg.Diagnostics {
+		a.diag = &diagnostics{}
+	}
+	a.pub = NewPublisher(a.identity, 0, &a.sink)
+	go a.run()
+	return Handle{a: a}, a.faults, nil
+}
+
+// Identity returns the producer identity stamped on the actor's stream.
+func (h Handle) Identity() ckf.ProducerIdentity {
+	if h.a == nil {
+		return ckf.ProducerIdentity{}
+	}
+	return h.a.identity
+}
+
+// MailboxDepth returns the number of queued commands (a racy gauge).
+func (h Handle) MailboxDepth() int {
+	if h.a == nil {
+		return 0
+	}
+	return len(h.a.mailbox)
+}
+
+// Done is closed when the actor goroutine has stopped.
+func (h Handle) Done() <-chan struct{} {
+	if h.a == nil {
+		return nil
+	}
+	return h.a.stopped
+}
+
+// Diagnostics returns the optional counters; ok is false when
+// [Config.Diagnostics] is off. It does not go through the mailbox.
+func (h Handle) Diagnostics() (d Diagnostics, ok bool) {
+	if h.a == nil || h.a.diag == nil {
+		return Diagnostics{}, false
+	}
+	return h.a.diag.snapshot(), true
+}
+
+// AdmitEvent admits one event of the member ev.Member() at sourceEpoch. It
+// acquires payload permits weighted by the event's block count (min 1,
+// capped at [Config.PayloadPermits]), then queues the event and returns: it
+// never waits for the mutation. A full mailbox or exhausted permits
+// back-pressure the caller; nothing is dropped. After Shutdown or Fence it
+// returns [ErrShuttingDown].
+//
+// The actor takes ownership of ev's slices. Per-member order is the order
+// of AdmitEvent returns. An event from an older epoch than the member's is
+// later dropped silently; one from a newer epoch without a reset or
+// replacement is not applied and is reported as a fault.
+func (h Handle) AdmitEvent(ctx context.Context, sourceEpoch uint64, ev ckf.RouterEvent) error {
+	a := h.a
+	if a == nil {
+		return ErrNotStarted
+	}
+	var start time.Time
+	if a.diag != nil {
+		start = time.Now()
+	}
+	w := min(int64(ev.BlockCount()), a.cfg.PayloadPermits)
+	if err := a.acquire(ctx, w); err != nil {
+		return err
+	}
+	c := command{kind: cmdApply, epoch: sourceEpoch, ev: ev, weight: w}
+	if err := a.send(ctx, &c); err != nil {
+		a.permits.Release(w)
+		return err
+	}
+	if a.diag != nil {
+		a.diag.mailboxWaited(start)
+	}
+	return nil
+}
+
+// ReplaceRanks replaces the exact state of the given members in one atomic
+// rebuild (SPEC §4.5) and publishes the difference as one delta. A
+// replacement whose epoch is older than the member's current one fails the
+// whole batch with a [*StaleSourceEpochError] before anything is built; an
+// invalid replacement fails with the pool's error and the old state intact.
+// Neither is a fault. On success every member's epoch becomes its
+// replacement's. It waits for the result.
+func (h Handle) ReplaceRanks(ctx context.Context, reps []RankReplacement) error {
+	a := h.a
+	if a == nil {
+		return ErrNotStarted
+	}
+	var w int64
+	for i := range reps {
+		for j := range reps[i].Events {
+			w += int64(reps[i].Events[j].BlockCount())
+		}
+	}
+	w = min(max(w, 1), a.cfg.PayloadPermits)
+	if err := a.acquire(ctx, w); err != nil {
+		return err
+	}
+	r, err := a.request(ctx, command{kind: cmdReplace, reps: reps, weight: w}, true)
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// ResetRank removes every block of member m (retrying the remainder once if
+// the first pass reports an error), publishes the result and records
+// sourceEpoch as the member's epoch. An epoch older than the current one
+// returns a [*StaleSourceEpochError] and changes nothing. degraded marks a
+// reset caused by a failed tree dump; such resets are counted.
+func (h Handle) ResetRank(ctx context.Context, sourceEpoch uint64, m ckf.Member, degraded bool) error {
+	r, err := h.a.request(ctx, command{kind: cmdReset, epoch: sourceEpoch, member: m, degraded: degraded}, false)
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// Flush publishes the pending tail now and waits for it. It returns the
+// publisher's error when the tail could not be published.
+func (h Handle) Flush(ctx context.Context) error {
+	r, err := h.a.request(ctx, command{kind: cmdFlush}, false)
+	if err != nil {
+		return err
+	}
+	return r.err
+}
+
+// Subscribe installs lease through a barrier snapshot (SPEC §6): the
+// previous lease first receives its pending tail and its stream ends with
+// [ErrSuperseded]; then the new subscription's snapshot and stream start
+// exactly at the publisher's last sequence.
+func (h Handle) Subscribe(ctx context.Context, lease ckf.LaneLease) (*Subscription, error) {
+	r, err := h.a.request(ctx, command{kind: cmdSubscribe, lease: lease}, false)
+	if err != nil {
+		return nil, err
+	}
+	return r.sub, r.err
+}
+
+// Stats returns the actor's statistics, taken between two commands.
+func (h Handle) Stats(ctx context.Context) (ActorStats, error) {
+	r, err := h.a.request(ctx, command{kind: cmdStats}, false)
+	if err != nil {
+		return ActorStats{}, err
+	}
+	return r.stats, nil
+}
+
+// Shutdown stops admission (later calls fail with [ErrShuttingDown]),
+// lets the actor apply everything already admitted, publishes the tail,
+// ends the subscriber's stream with a drain marker, retires the lease and
+// waits for the actor to stop. A second Shutdown returns ErrShuttingDown.
+// If the actor was fenced before it finished, Shutdown returns an error
+// matching [ErrFenced]. If ctx ends first, the shutdown still completes in
+// the background.
+func (h Handle) Shutdown(ctx context.Context) error {
+	a := h.a
+	if a == nil {
+		return ErrNotStarted
+	}
+	first := false
+	a.shutdownOnce.Do(func() { first = true })
+	if !first {
+		return a.stopErr()
+	}
+	a.stopAdmission()
+	select {
+	case <-a.stopped:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if a.fenced() {
+		return errFenced
+	}
+	return nil
+}
+
+// Fence stops the actor at once: the unpublished tail is discarded, the
+// subscriber's stream ends with [ErrFenced], queued work is refused and
+// later calls fail. A fence interrupts an actor blocked on a full fault
+// channel. It waits for the actor to stop (or ctx).
+func (h Handle) Fence(ctx context.Context) error {
+	a := h.a
+	if a == nil {
+		return ErrNotStarted
+	}
+	a.fenceOnce.Do(func() { close(a.fence) })
+	a.stopAdmission()
+	select {
+	case <-a.stopped:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// actor is the state shared by handles and the actor goroutine. Fields below
+// "owned by run" are touched only by the actor goroutine (and, after stopped
+// is closed, by tests).
+type actor struct {
+	cfg      Config
+	identity ckf.ProducerIdentity
+	log      *slog.Logger
+	mailbox  chan command
+	permits  *semaphore.Weighted
+	faults   chan Fault
+	diag     *diagnostics
+
+	// gate orders senders against stopAdmission: senders hold it shared
+	// while they enqueue; stopAdmission takes it exclusively, so once sealed
+	// is closed no command can still enter the mailbox.
+	gate         sync.RWMutex
+	closed       bool          // guarded by gate
+	closing      chan struct{} // closed when admission stops (wakes blocked senders)
+	sealed       chan struct{} // closed when no sender can still enqueue
+	stopOnce     sync.Once
+	shutdownOnce sync.Once
+	fence        chan struct{}
+	fenceOnce    sync.Once
+	stopped      chan struct{}
+
+	// owned by run
+	pool       *ckf.Pool
+	pub        *Publisher
+	sink       streamSink
+	epochs     map[ckf.Member]uint64
+	timer      *time.Timer
+	timerArmed bool
+	stats      ActorStats // counters only; the rest is filled by statsNow
+	logs       struct{ unknown, capacity, stale, publish rateLimit }
+}
+
+func (a *actor) fenced() bool {
+	select {
+	case <-a.fence:
+		return true
+	default:
+		return false
+	}
+}
+
+func (a *actor) stopErr() error {
+	if a.fenced() {
+		return errFenced
+	}
+	return errStopped
+}
+
+// stopAdmission closes admission once: blocked senders wake and fail, and
+// after the exclusive gate no sender can enqueue, so the mailbox content is
+// final when sealed closes.
+func (a *actor) stopAdmission() {
+	a.stopOnce.Do(func() {
+		close(a.closing)
+		a.gate.Lock()
+		a.closed = true
+		a.gate.Unlock()
+		close(a.sealed)
+	})
+}
+
+// acquire takes w payload permits. The fast path does not allocate; the
+// slow path also gives up when admission stops.
+func (a *actor) acquire(ctx context.Context, w int64) error {
+	if a.permits.TryAcquire(w) {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := a.permits.Acquire(ctx, w); err != nil {
+		select {
+		case <-a.closing:
+			return a.stopErr()
+		default:
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+// send enqueues c, waiting for mailbox space (back-pressure) unless ctx ends
+// or admission stops.
+func (a *actor) send(ctx context.Context, c *command) error {
+	a.gate.RLock()
+	defer a.gate.RUnlock()
+	if a.closed {
+		return a.stopErr()
+	}
+	select {
+	case a.mailbox <- *c:
+		return nil
+	default:
+	}
+	select {
+	case a.mailbox <- *c:
+		return nil
+	case <-a.closing:
+		return a.stopErr()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// request sends a command that expects a reply and waits for it. Every
+// command the actor receives is answered, by the handler or by the final
+// discard, so the reply always arrives. permitsHeld says c.weight permits
+// were acquired for it and must be returned if it is never queued.
+func (a *actor) request(ctx context.Context, c command, permitsHeld bool) (reply, error) {
+	if a == nil {
+		return reply{}, ErrNotStarted
+	}
+	c.reply = make(chan reply, 1)
+	if err := a.send(ctx, &c); err != nil {
+		if permitsHeld {
+			a.permits.Release(c.weight)
+		}
+		return reply{}, err
+	}
+	select {
+	case r := <-c.reply:
+		return r, nil
+	case <-ctx.Done():
+		return reply{}, ctx.Err()
+	}
+}
+
+// rateLimit lets a log line through the first time and then at powers of two.
+type rateLimit struct{ n uint64 }
+
+func (r *rateLimit) hit() (n uint64, first, log bool) {
+	r.n++
+	return r.n, r.n == 1, r.n&(r.n-1) == 0
+}
+
+func (r *rateLimit) logf(l *slog.Logger, msg string, attrs ...any) {
+	n, first, ok := r.hit()
+	if !ok {
+		return
+	}
+	attrs = append(attrs, slog.Uint64("occurrences", n))
+	if first {
+		l.Warn(msg, attrs...)
+	} else {
+		l.Debug(msg, attrs...)
+	}
+}
+

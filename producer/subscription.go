@@ -1,0 +1,101 @@
+package producer
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// Subscription is one consumer lease's view of a pool: a barrier snapshot
+// and the stream of deltas that continues it, starting exactly at
+// Snapshot.Sequence → Snapshot.Sequence+1 and gapless until the stream ends.
+//
+// Deltas is closed when the stream ends; Err then says why: [ErrSuperseded]
+// (a later Subscribe took the pool), [ErrLagged] (the bounded buffer
+// overflowed — resubscribe with a new lease), [ErrShuttingDown] (a graceful
+// end; DrainMarker gives the exact terminal sequence) or [ErrFenced] (the
+// unpublished tail was discarded). Deltas already buffered before the end
+// are still delivered; a lagged stream holds only deltas that precede the
+// gap.
+//
+// A Subscription may be read from one goroutine while Err is called from
+// another. Deltas' Images are shared with no one: the receiver owns them.
+type Subscription struct {
+	// Snapshot is the table at Snapshot.Sequence under Snapshot.Lease.
+	Snapshot ckf.Snapshot
+	s        *stream
+}
+
+// Deltas returns the delta stream.
+func (s *Subscription) Deltas() <-chan ckf.Delta { return s.s.ch }
+
+// Err returns why the stream ended, or nil while it is open.
+func (s *Subscription) Err() error {
+	s.s.mu.Lock()
+	defer s.s.mu.Unlock()
+	return s.s.err
+}
+
+// DrainMarker returns the exact terminal point of a stream that ended with a
+// graceful shutdown; ok is false otherwise.
+func (s *Subscription) DrainMarker() (m ckf.DrainMarker, ok bool) {
+	s.s.mu.Lock()
+	defer s.s.mu.Unlock()
+	return s.s.marker, s.s.hasMarker
+}
+
+// stream is a subscriber's bounded buffer. Only the actor sends and closes.
+type stream struct {
+	ch chan ckf.Delta
+
+	mu        sync.Mutex
+	err       error
+	marker    ckf.DrainMarker
+	hasMarker bool
+}
+
+func newStream(buffer int) *stream { return &stream{ch: make(chan ckf.Delta, buffer)} }
+
+// end records why the stream ended, then closes it, so a reader that sees
+// the close also sees the reason.
+func (s *stream) end(err error, marker *ckf.DrainMarker) {
+	s.mu.Lock()
+	s.err = err
+	if marker != nil {
+		s.marker, s.hasMarker = *marker, true
+	}
+	s.mu.Unlock()
+	close(s.ch)
+}
+
+// streamSink is the actor's [Sink]: it hands each delta to the current
+// subscriber without blocking. A full buffer ends the stream with ErrLagged
+// and fails the enqueue, so the publisher fences instead of skipping.
+type streamSink struct {
+	cur *stream
+}
+
+var errNoStream = errors.New("producer: no subscriber stream")
+
+func (k *streamSink) Enqueue(d ckf.Delta) error {
+	if k.cur == nil {
+		return errNoStream
+	}
+	select {
+	case k.cur.ch <- d:
+		return nil
+	default:
+		k.cur.end(ErrLagged, nil)
+		k.cur = nil
+		return ErrLagged
+	}
+}
+
+// endCurrent ends the current stream, if any.
+func (k *streamSink) endCurrent(err error, marker *ckf.DrainMarker) {
+	if k.cur != nil {
+		k.cur.end(err, marker)
+		k.cur = nil
+	}
+}
