@@ -434,4 +434,3 @@ func (r *rateLimit) logf(l *slog.Logger, msg string, attrs ...any) {
 		l.Debug(msg, attrs...)
 	}
 }
-
