@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/wire"
 )
 
 // lanes is the fixed lane count of the transposed table (the row width).
@@ -38,6 +39,9 @@ type Consumer struct {
 	seen []uint64
 
 	q querier
+
+	// frame is reused by ApplyFrameBytes.
+	frame wire.Frame
 }
 
 // lane is the state machine of one physical lane (SPEC §8.3).

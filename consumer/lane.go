@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"encoding/binary"
 	"math"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -80,7 +81,7 @@ func (c *Consumer) applied(idx int, o Outcome) Result {
 // InstallSnapshot installs a whole snapshot: one chunk of one. See
 // [Consumer.ApplySnapshotChunk] for the rules. s.Words is only read.
 func (c *Consumer) InstallSnapshot(s *ckf.Snapshot) Result {
-	return c.installChunk(&s.Identity, s.Lease, s.Sequence, 0, 1, 0, s.Words)
+	return c.installChunk(&s.Identity, s.Lease, s.Sequence, 0, 1, 0, wordSrc{words: s.Words})
 }
 
 // ApplySnapshotChunk installs one chunk of a snapshot (SPEC §8.3), checking
@@ -106,10 +107,25 @@ func (c *Consumer) InstallSnapshot(s *ckf.Snapshot) Result {
 // the snapshot's sequence (SnapshotInstalled), the others report
 // SnapshotChunkAccepted. ch.Words is only read. Cost: O(len(ch.Words)).
 func (c *Consumer) ApplySnapshotChunk(ch *wire.SnapshotChunk) Result {
-	return c.installChunk(&ch.Identity, ch.Lease, ch.Sequence, ch.ChunkIndex, ch.ChunkCount, ch.BucketOffset, ch.Words)
+	return c.installChunk(&ch.Identity, ch.Lease, ch.Sequence, ch.ChunkIndex, ch.ChunkCount, ch.BucketOffset, wordSrc{words: ch.Words})
 }
 
-func (c *Consumer) installChunk(id *ckf.ProducerIdentity, lease ckf.LaneLease, seq uint64, index, count uint32, offset uint64, words []uint64) Result {
+// wordSrc is a chunk's words, either decoded or as the frame's raw
+// little-endian payload (8 bytes a word), which is copied straight into the
+// table so that no third copy of a snapshot is ever held.
+type wordSrc struct {
+	words []uint64
+	raw   []byte
+}
+
+func (w wordSrc) len() uint64 {
+	if w.raw != nil {
+		return uint64(len(w.raw) / 8)
+	}
+	return uint64(len(w.words))
+}
+
+func (c *Consumer) installChunk(id *ckf.ProducerIdentity, lease ckf.LaneLease, seq uint64, index, count uint32, offset uint64, words wordSrc) Result {
 	idx, l := c.current(lease)
 	if l == nil {
 		return c.ignore(idx, IgnoredForeignLease)
@@ -117,7 +133,7 @@ func (c *Consumer) installChunk(id *ckf.ProducerIdentity, lease ckf.LaneLease, s
 	if *id != l.identity {
 		return c.deactivate(idx, WrongIdentity)
 	}
-	n := uint64(len(words))
+	n := words.len()
 	switch {
 	case count == 0 || index >= count:
 		return c.fail(idx, MalformedChunk)
@@ -169,14 +185,22 @@ func (c *Consumer) installChunk(id *ckf.ProducerIdentity, lease ckf.LaneLease, s
 }
 
 // writeColumn stores words as buckets [offset, offset+len) of lane idx.
-func (c *Consumer) writeColumn(idx int, offset uint64, words []uint64) {
-	if len(words) == 0 {
+func (c *Consumer) writeColumn(idx int, offset uint64, src wordSrc) {
+	n := int(src.len())
+	if n == 0 {
 		return
 	}
-	// Reslicing once lets the compiler drop the bounds check in the loop.
+	// Reslicing once lets the compiler drop the bounds check in the loops.
 	col := c.words[offset*lanes+uint64(idx):]
-	_ = col[(len(words)-1)*lanes]
-	for i, w := range words {
+	_ = col[(n-1)*lanes]
+	if src.raw != nil {
+		raw := src.raw[:8*n]
+		for i := range n {
+			col[i*lanes] = binary.LittleEndian.Uint64(raw[8*i:])
+		}
+		return
+	}
+	for i, w := range src.words {
 		col[i*lanes] = w
 	}
 }
@@ -192,6 +216,34 @@ func (c *Consumer) writeColumn(idx int, offset uint64, words []uint64) {
 // before the first write; then each absolute word is stored and the lane is
 // at d.Sequence. d.Images is only read. Cost: O(len(d.Images)).
 func (c *Consumer) ApplyDelta(d *ckf.Delta) Result {
+	return c.applyDelta(d, imageSrc{images: d.Images})
+}
+
+// imageSrc is a delta's images, either decoded or as the frame's raw payload
+// ({u32 LE bucket, u64 LE word}, 12 bytes an image).
+type imageSrc struct {
+	images []ckf.BucketImage
+	raw    []byte
+}
+
+func (s imageSrc) len() int {
+	if s.raw != nil {
+		return len(s.raw) / wire.ImageBytes
+	}
+	return len(s.images)
+}
+
+func (s imageSrc) at(i int) (bucket uint64, word uint64) {
+	if s.raw != nil {
+		q := s.raw[i*wire.ImageBytes : i*wire.ImageBytes+wire.ImageBytes]
+		return uint64(binary.LittleEndian.Uint32(q)), binary.LittleEndian.Uint64(q[4:])
+	}
+	return uint64(s.images[i].Bucket), s.images[i].Word
+}
+
+// applyDelta runs the checks of ApplyDelta on d's header and images (d.Images
+// is ignored; images is used instead).
+func (c *Consumer) applyDelta(d *ckf.Delta, images imageSrc) Result {
 	idx, l := c.current(d.Lease)
 	if l == nil {
 		return c.ignore(idx, IgnoredForeignLease)
@@ -216,31 +268,33 @@ func (c *Consumer) ApplyDelta(d *ckf.Delta) Result {
 		return c.deactivate(idx, SequenceOverflow)
 	case d.Sequence != d.BaseSequence+1:
 		return c.deactivate(idx, NonContiguous)
-	case len(d.Images) == 0:
+	case images.len() == 0:
 		return c.deactivate(idx, EmptyDelta)
 	}
-	if !c.imagesValid(d.Images) {
+	if !c.imagesValid(images) {
 		return c.deactivate(idx, MalformedImages)
 	}
 	// INVARIANT: every check has passed; from here on nothing can fail.
 	col := c.words[idx:]
-	for _, im := range d.Images {
-		col[uint64(im.Bucket)*lanes] = im.Word
+	n := images.len()
+	for i := range n {
+		b, w := images.at(i)
+		col[b*lanes] = w
 	}
 	l.installed = d.Sequence
 	l.stats.DeltasApplied++
-	l.stats.ImagesApplied += uint64(len(d.Images))
+	l.stats.ImagesApplied += uint64(n)
 	return c.applied(idx, Applied)
 }
 
 // imagesValid reports whether every image names a distinct bucket below
 // bucket_count. It marks buckets in c.seen and clears them again, so the
 // check costs O(len(images)) whatever the table size.
-func (c *Consumer) imagesValid(images []ckf.BucketImage) bool {
+func (c *Consumer) imagesValid(images imageSrc) bool {
 	ok := true
 	n := 0
-	for _, im := range images {
-		b := uint64(im.Bucket)
+	for i := range images.len() {
+		b, _ := images.at(i)
 		if b >= c.bucketCount {
 			ok = false
 			break
@@ -253,8 +307,8 @@ func (c *Consumer) imagesValid(images []ckf.BucketImage) bool {
 		c.seen[w] |= bit
 		n++
 	}
-	for _, im := range images[:n] {
-		b := uint64(im.Bucket)
+	for i := range n {
+		b, _ := images.at(i)
 		c.seen[b/64] &^= 1 << (b % 64)
 	}
 	return ok
@@ -313,4 +367,39 @@ func (c *Consumer) ApplyFrame(f *wire.Frame) Result {
 		return Result{Outcome: StreamClosed, Lane: -1}
 	}
 	return Result{Outcome: IgnoredUnknownKind, Lane: -1}
+}
+
+// ApplyFrameBytes decodes one frame (the msgpack body, without the 4-byte
+// length prefix) and applies it like [Consumer.ApplyFrame]. A frame that does
+// not decode returns the wire error (a *wire.DecodeError) and changes
+// nothing. Snapshot words and delta images are read straight from data into
+// the table, so a snapshot is never held three times (frame, scratch,
+// table). data is only read and not retained. Decoding reuses a frame owned
+// by the consumer: steady-state applies do not allocate.
+func (c *Consumer) ApplyFrameBytes(data []byte) (Result, error) {
+	f := &c.frame
+	if err := wire.DecodeFrameView(data, f); err != nil {
+		return Result{Lane: -1}, err
+	}
+	var r Result
+	switch f.Kind {
+	case wire.KindSnapshotChunk:
+		ch := &f.Snapshot
+		r = c.installChunk(&ch.Identity, ch.Lease, ch.Sequence, ch.ChunkIndex, ch.ChunkCount, ch.BucketOffset, wordSrc{raw: nonNil(f.Payload())})
+	case wire.KindDelta:
+		r = c.applyDelta(&f.Delta, imageSrc{raw: nonNil(f.Payload())})
+	default:
+		r = c.ApplyFrame(f)
+	}
+	// Drop the frame's references into data: the consumer must not retain it.
+	*f = wire.Frame{}
+	return r, nil
+}
+
+// nonNil keeps an empty payload distinguishable from "no raw payload".
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }

@@ -1,0 +1,215 @@
+package consumer
+
+import (
+	"encoding/binary"
+	"slices"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// clone returns a deep copy of c's lane state and table (not query scratch).
+func (c *Consumer) clone() *Consumer {
+	d := &Consumer{manifest: c.manifest, bucketCount: c.bucketCount, addresser: c.addresser, window: c.window,
+		words: slices.Clone(c.words), ready: c.ready, lanes: c.lanes, seen: slices.Clone(c.seen)}
+	return d
+}
+
+// statuses returns every lane's status without its counters.
+func statuses(c *Consumer) [lanes]LaneStatus {
+	var s [lanes]LaneStatus
+	for i := range lanes {
+		s[i], _ = c.LaneStatus(i)
+		s[i].Stats = LaneStats{}
+	}
+	return s
+}
+
+// fuzzConsumer returns a consumer with lane 0 ready at sequence 5 (epoch 1),
+// lane 1 assigned and waiting for a snapshot (epoch 2), lane 2 mid-way
+// through a 2-chunk snapshot at sequence 3 (epoch 3).
+func fuzzConsumer(t testing.TB) *Consumer {
+	c, err := New(testManifest(3, testBuckets))
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(r Result, o Outcome) {
+		if r.Outcome != o {
+			t.Fatalf("setup: got %v, want %v", r, o)
+		}
+	}
+	for l, e := range []uint64{1, 2, 3} {
+		if err := c.Assign(testIdentity(l, testBuckets), testLease(l, e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.InstallSnapshot(&ckf.Snapshot{Identity: testIdentity(0, testBuckets), Lease: testLease(0, 1), Sequence: 5, Words: testWords(1, testBuckets)}), SnapshotInstalled)
+	must(c.ApplySnapshotChunk(chunk(2, testLease(2, 3), 3, 0, 2, 0, testWords(2, 32))), SnapshotChunkAccepted)
+	return c
+}
+
+// fuzzSeeds returns encoded frames that exercise every kind on every lane.
+func fuzzSeeds(t testing.TB) [][]byte {
+	frames := []wire.Frame{
+		{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: testIdentity(0, testBuckets), Lease: testLease(0, 1), BaseSequence: 5, Sequence: 6,
+			Images: []ckf.BucketImage{{Bucket: 1, Word: 2}, {Bucket: 63, Word: 0}}}},
+		{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: testIdentity(0, testBuckets), Lease: testLease(0, 1), BaseSequence: 5, Sequence: 6,
+			Images: []ckf.BucketImage{{Bucket: 1, Word: 2}, {Bucket: 1, Word: 0}}}},
+		{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: testIdentity(2, testBuckets), Lease: testLease(2, 3), BaseSequence: 3, Sequence: 4,
+			Images: []ckf.BucketImage{{Bucket: 1, Word: 2}}}},
+		{Kind: wire.KindSnapshotChunk, Snapshot: *chunk(1, testLease(1, 2), 9, 0, 1, 0, testWords(3, testBuckets))},
+		{Kind: wire.KindSnapshotChunk, Snapshot: *chunk(2, testLease(2, 3), 3, 1, 2, 32, testWords(4, 32))},
+		{Kind: wire.KindSnapshotChunk, Snapshot: *chunk(2, testLease(2, 3), 3, 1, 2, 30, testWords(4, 34))},
+		{Kind: wire.KindSnapshotChunk, Snapshot: *chunk(0, testLease(0, 1), 7, 0, 1, 0, testWords(3, testBuckets))},
+		{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: testLease(0, 1), ExpectedSequence: 5}},
+		{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: testLease(0, 1), ExpectedSequence: 6}},
+		{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: testIdentity(0, testBuckets), Lease: testLease(0, 1), LastSequence: 5, UnixMicros: 9}},
+		{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseLagged, Message: "slow"}},
+	}
+	var out [][]byte
+	for i := range frames {
+		b, err := wire.AppendFrame(nil, &frames[i])
+		if err != nil {
+			t.Fatalf("seed %d: %v", i, err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// FuzzConsumer_ApplyFrameBytes applies arbitrary bytes to a configured
+// consumer. It must never panic; a frame that does not decode, or that is
+// ignored, leaves every lane and the table untouched; a fault leaves the
+// table untouched; and the zero-copy path agrees exactly with decoding
+// (wire.DecodeFrame) then ApplyFrame on a copy of the consumer.
+func FuzzConsumer_ApplyFrameBytes(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	base := fuzzConsumer(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := base.clone()
+		ref := base.clone()
+		before := slices.Clone(c.words)
+		st := statuses(c)
+		r, err := c.ApplyFrameBytes(data)
+
+		var fr wire.Frame
+		refErr := wire.DecodeFrame(data, &fr)
+		if (err == nil) != (refErr == nil) {
+			t.Fatalf("ApplyFrameBytes error %v, DecodeFrame error %v", err, refErr)
+		}
+		if err != nil {
+			if !slices.Equal(before, c.words) || statuses(c) != st {
+				t.Fatalf("undecodable frame changed the consumer")
+			}
+			return
+		}
+		if want := ref.ApplyFrame(&fr); r != want {
+			t.Fatalf("ApplyFrameBytes got %v, ApplyFrame got %v", r, want)
+		}
+		if !slices.Equal(ref.words, c.words) || statuses(ref) != statuses(c) || ref.ready != c.ready {
+			t.Fatalf("zero-copy and decoded paths left different state")
+		}
+		checkApplyInvariants(t, c, r, before, st)
+	})
+}
+
+// FuzzConsumer_ApplyDelta drives the delta rules directly with arbitrary
+// headers and images (the byte-level target rarely reaches deep semantics).
+func FuzzConsumer_ApplyDelta(f *testing.F) {
+	f.Add(uint8(0), uint64(1), uint64(5), uint64(6), []byte{1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0})
+	f.Add(uint8(2), uint64(3), uint64(3), uint64(4), []byte{})
+	f.Add(uint8(0), uint64(1), uint64(4), uint64(6), []byte{64, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0})
+	base := fuzzConsumer(f)
+	f.Fuzz(func(t *testing.T, lane uint8, epoch, baseSeq, seq uint64, raw []byte) {
+		c := base.clone()
+		before := slices.Clone(c.words)
+		st := statuses(c)
+		d := ckf.Delta{Identity: testIdentity(int(lane%3), testBuckets), Lease: testLease(int(lane), epoch), BaseSequence: baseSeq, Sequence: seq}
+		for i := 0; i+12 <= len(raw); i += 12 {
+			d.Images = append(d.Images, ckf.BucketImage{Bucket: binary.LittleEndian.Uint32(raw[i:]), Word: binary.LittleEndian.Uint64(raw[i+4:])})
+		}
+		r := c.ApplyDelta(&d)
+		checkApplyInvariants(t, c, r, before, st)
+		if r.Outcome == Applied {
+			for _, im := range d.Images {
+				if got := c.words[uint64(im.Bucket)*lanes+uint64(r.Lane)]; got != im.Word {
+					t.Fatalf("bucket %d: got %#x, want %#x", im.Bucket, got, im.Word)
+				}
+			}
+		}
+	})
+}
+
+func checkApplyInvariants(t *testing.T, c *Consumer, r Result, before []uint64, st [lanes]LaneStatus) {
+	t.Helper()
+	switch {
+	case r.Outcome.Ignored():
+		if !slices.Equal(before, c.words) || statuses(c) != st {
+			t.Fatalf("%v changed the consumer", r)
+		}
+	case r.Outcome == Deactivated || r.Outcome == RetrySnapshot:
+		if !slices.Equal(before, c.words) {
+			t.Fatalf("%v wrote to the table", r)
+		}
+		if r.Fault == NoFault || c.ready&(1<<r.Lane) != 0 {
+			t.Fatalf("%v: want a fault and the lane not ready", r)
+		}
+	case r.Outcome == 0:
+		t.Fatalf("got no outcome")
+	}
+	for i := range lanes {
+		if c.lanes[i].ready != (c.ready&(1<<i) != 0) {
+			t.Fatalf("lane %d: ready flag and ready mask disagree", i)
+		}
+	}
+	for _, w := range c.seen {
+		if w != 0 {
+			t.Fatalf("duplicate-check bitset left dirty")
+		}
+	}
+}
+
+func TestConsumer_ApplyFrameBytesMatchesApplyFrame(t *testing.T) {
+	for i, s := range fuzzSeeds(t) {
+		c, ref := fuzzConsumer(t), fuzzConsumer(t)
+		r, err := c.ApplyFrameBytes(s)
+		if err != nil {
+			t.Fatalf("seed %d: %v", i, err)
+		}
+		var fr wire.Frame
+		if err := wire.DecodeFrame(s, &fr); err != nil {
+			t.Fatal(err)
+		}
+		if want := ref.ApplyFrame(&fr); r != want || !slices.Equal(c.words, ref.words) {
+			t.Fatalf("seed %d: got %v, want %v (tables equal: %v)", i, r, want, slices.Equal(c.words, ref.words))
+		}
+	}
+	// An undecodable frame is an error and changes nothing.
+	c := fuzzConsumer(t)
+	before := slices.Clone(c.words)
+	if _, err := c.ApplyFrameBytes([]byte{0x93, 1, 2}); err == nil || !slices.Equal(before, c.words) {
+		t.Fatalf("truncated frame: got err %v, want a decode error and no change", err)
+	}
+}
+
+func TestConsumer_ApplyFrameBytesDoesNotAllocate(t *testing.T) {
+	c := fuzzConsumer(t)
+	fr := wire.Frame{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: testIdentity(0, testBuckets), Lease: testLease(0, 1),
+		Images: []ckf.BucketImage{{Bucket: 1, Word: 2}, {Bucket: 9, Word: 3}}}}
+	var buf []byte
+	seq := uint64(5)
+	got := testing.AllocsPerRun(100, func() {
+		fr.Delta.BaseSequence, fr.Delta.Sequence = seq, seq+1
+		buf, _ = wire.AppendFrame(buf[:0], &fr)
+		if r, err := c.ApplyFrameBytes(buf); err != nil || r.Outcome != Applied {
+			t.Fatalf("got %v, %v, want Applied", r, err)
+		}
+		seq++
+	})
+	if got != 0 {
+		t.Fatalf("got %v allocations per frame, want 0", got)
+	}
+}
