@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -267,7 +268,10 @@ func (h Handle) Fence(ctx context.Context) error {
 	if a == nil {
 		return ErrNotStarted
 	}
-	a.fenceOnce.Do(func() { close(a.fence) })
+	a.fenceOnce.Do(func() {
+		a.fenceFlag.Store(true)
+		close(a.fence)
+	})
 	a.stopAdmission()
 	select {
 	case <-a.stopped:
@@ -298,7 +302,8 @@ type actor struct {
 	sealed       chan struct{} // closed when no sender can still enqueue
 	stopOnce     sync.Once
 	shutdownOnce sync.Once
-	fence        chan struct{}
+	fence        chan struct{} // closed by Fence, after fenceFlag is set
+	fenceFlag    atomic.Bool
 	fenceOnce    sync.Once
 	stopped      chan struct{}
 
@@ -313,14 +318,9 @@ type actor struct {
 	logs       struct{ unknown, capacity, stale, publish rateLimit }
 }
 
-func (a *actor) fenced() bool {
-	select {
-	case <-a.fence:
-		return true
-	default:
-		return false
-	}
-}
+// fenced reports whether Fence was called: one atomic load, cheap enough
+// to check between every two commands.
+func (a *actor) fenced() bool { return a.fenceFlag.Load() }
 
 func (a *actor) stopErr() error {
 	if a.fenced() {
