@@ -82,4 +82,15 @@ var figures = []figure{
 	{Name: "consumer_delta_apply_bytes_images_per_s", Pkg: "./consumer", Bench: "BenchmarkConsumerApplyDelta/path=bytes", Metric: "images/s", Unit: "images/s"},
 	{Name: "consumer_snapshot_install_words_mb_per_s", Pkg: "./consumer", Bench: "BenchmarkConsumerInstallSnapshot/path=words", Metric: "MB/s", Unit: "MB/s"},
 	{Name: "consumer_snapshot_install_frames_mb_per_s", Pkg: "./consumer", Bench: "BenchmarkConsumerInstallSnapshot/path=frames", Metric: "MB/s", Unit: "MB/s"},
+
+	// producer: AdmitEvent through the actor (draining subscriber, timed until
+	// everything is applied and published) against direct Pool.ApplyEvent on
+	// the same 4-block Stored/Removed ring; admission latency at 50% of the
+	// measured maximum rate.
+	{Name: "producer_actor_vs_pool", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor", Base: "BenchmarkActorAdmit/impl=pool", Metric: "ns/op", Unit: "ratio"},
+	{Name: "producer_actor_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor", Metric: "events/s", Unit: "events/s"},
+	{Name: "producer_actor_blocks_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "producer_pool_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=pool", Metric: "events/s", Unit: "events/s"},
+	{Name: "producer_admit_p50_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p50-ns", Unit: "ns"},
+	{Name: "producer_admit_p99_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p99-ns", Unit: "ns"},
 }
