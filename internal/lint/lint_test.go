@@ -17,10 +17,13 @@ const module = "github.com/ckfrelay/ckfrelay"
 // A package missing from the table may import anything but the packages that
 // list it as a forbidden importer below.
 var allowed = map[string][]string{
-	"ckf":      {"github.com/zeebo/xxh3"},
-	"wire":     {"ckf", "github.com/vmihailenco/msgpack/v5"},
-	"consumer": {"ckf", "wire", "github.com/zeebo/xxh3"},
-	"producer": {"ckf", "wire", "golang.org/x/sync"},
+	"ckf":               {"github.com/zeebo/xxh3"},
+	"wire":              {"ckf", "github.com/vmihailenco/msgpack/v5"},
+	"consumer":          {"ckf", "wire", "github.com/zeebo/xxh3"},
+	"producer":          {"ckf", "wire", "golang.org/x/sync"},
+	"hub":               {"ckf"},
+	"client":            {"ckf", "consumer", "wire"},
+	"internal/workload": {"ckf", "github.com/zeebo/xxh3"},
 }
 
 type goPackage struct {

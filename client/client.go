@@ -1,0 +1,317 @@
+// Package client is the router side of ckfrelay: it subscribes one consumer
+// lane per pool (data center) to a relay's frame streams, feeds every frame
+// to a consumer (native or WebAssembly), and keeps each lane converged.
+//
+// On any deactivation, close frame, disconnect or identity change a lane
+// retires, then re-subscribes with a higher assignment epoch and installs a
+// fresh snapshot, with exponential backoff and full jitter. Staleness (the
+// age of a lane's last frame) lets a router stop trusting a silent lane:
+// relays send heartbeats while idle, so a healthy lane is never older than a
+// few heartbeat intervals.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// Lanes is the consumer a Router feeds. [Native] adapts *consumer.Consumer;
+// the WebAssembly host implements it directly. The Router serializes every
+// call, so implementations need not be safe for concurrent use.
+type Lanes interface {
+	// Assign grants a lane to a producer identity under a lease.
+	Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error
+	// ApplyFrameBytes applies one frame body (without its length prefix). An
+	// error means the frame could not be decoded; nothing changed.
+	ApplyFrameBytes(frame []byte) (consumer.Result, error)
+	// Retire makes a lane not ready and forgets its lease.
+	Retire(lane int) error
+	// QuerySequenceHashes answers per ready lane how many leading blocks of
+	// seq are present.
+	QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error
+	// Contains returns the ready lanes whose filter holds a sequence hash.
+	Contains(seqHash uint64) (uint16, error)
+}
+
+// Native adapts the native consumer to [Lanes].
+type Native struct {
+	C     *consumer.Consumer
+	frame wire.Frame
+}
+
+// Assign implements [Lanes].
+func (n *Native) Assign(id ckf.ProducerIdentity, l ckf.LaneLease) error { return n.C.Assign(id, l) }
+
+// ApplyFrameBytes implements [Lanes]: it decodes into a reused frame.
+func (n *Native) ApplyFrameBytes(b []byte) (consumer.Result, error) {
+	if err := wire.DecodeFrame(b, &n.frame); err != nil {
+		return consumer.Result{}, err
+	}
+	return n.C.ApplyFrame(&n.frame), nil
+}
+
+// Retire implements [Lanes].
+func (n *Native) Retire(lane int) error { return n.C.Retire(lane) }
+
+// QuerySequenceHashes implements [Lanes].
+func (n *Native) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
+	return n.C.QuerySequenceHashes(seq, res)
+}
+
+// Contains implements [Lanes].
+func (n *Native) Contains(seqHash uint64) (uint16, error) { return n.C.Contains(seqHash) }
+
+// Target is one pool a Router follows, on one physical lane.
+type Target struct {
+	Pool string // the relay's pool name
+	Lane int    // 0..15; must match the lane the consumer's manifest gives the pool
+}
+
+// Config configures a Router.
+type Config struct {
+	// RelayURL is the relay's base URL, e.g. "http://127.0.0.1:7878".
+	RelayURL string
+	// AuthToken is sent as a bearer token when set.
+	AuthToken string
+	// ConsumerInstance identifies this router's consumer in leases.
+	ConsumerInstance uint64
+	// Targets lists the pools to follow.
+	Targets []Target
+	// MinBackoff and MaxBackoff bound the resubscribe delay (defaults 50ms, 5s).
+	MinBackoff, MaxBackoff time.Duration
+	// MaxFrameBytes bounds one frame (default wire.DefaultMaxFrameBytes).
+	MaxFrameBytes int
+	// HTTPClient is used for streams (default: a client without timeout).
+	HTTPClient *http.Client
+	// Logger receives lane transitions (default: discard).
+	Logger *slog.Logger
+}
+
+// LaneInfo is the state of one followed lane.
+type LaneInfo struct {
+	Pool          string
+	Connected     bool          // a stream is open
+	Ready         bool          // a snapshot is installed and the stream is live
+	Epoch         uint64        // the current (or last) assignment epoch
+	Sequence      uint64        // the last installed sequence
+	LastFrame     time.Time     // when the last frame arrived (zero: never)
+	Staleness     time.Duration // time since LastFrame at the call
+	Resubscribes  uint64        // sessions started after the first
+	FramesApplied uint64
+	LastError     string // why the last session ended
+}
+
+// Router keeps a consumer's lanes converged with a relay.
+type Router struct {
+	cfg  Config
+	log  *slog.Logger
+	mu   sync.Mutex // serializes every call into lanes and guards info
+	ls   Lanes
+	info [ckf.MaxLanes]LaneInfo
+	res  consumer.QueryResult
+}
+
+// New returns a router over lanes. It does nothing until [Router.Run].
+func New(cfg Config, lanes Lanes) (*Router, error) {
+	if cfg.RelayURL == "" || len(cfg.Targets) == 0 {
+		return nil, errors.New("client: RelayURL and at least one target are required")
+	}
+	seen := map[int]bool{}
+	for _, t := range cfg.Targets {
+		if t.Lane < 0 || t.Lane >= ckf.MaxLanes || seen[t.Lane] || t.Pool == "" {
+			return nil, fmt.Errorf("client: target %+v: lanes must be distinct in 0..15 and pools named", t)
+		}
+		seen[t.Lane] = true
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 50 * time.Millisecond
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = max(5*time.Second, cfg.MinBackoff)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	r := &Router{cfg: cfg, log: cfg.Logger, ls: lanes}
+	for _, t := range cfg.Targets {
+		r.info[t.Lane].Pool = t.Pool
+	}
+	return r, nil
+}
+
+// Run follows every target until ctx ends. It always returns ctx's error.
+func (r *Router) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, t := range r.cfg.Targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.follow(ctx, t)
+		}()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// QuerySequenceHashes answers, per ready lane, the cached prefix depth of a
+// request's canonical block hashes. res is overwritten.
+func (r *Router) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ls.QuerySequenceHashes(seq, res)
+}
+
+// Contains returns the ready lanes whose filter holds seqHash.
+func (r *Router) Contains(seqHash uint64) (uint16, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ls.Contains(seqHash)
+}
+
+// Lane returns the state of a lane.
+func (r *Router) Lane(lane int) LaneInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	li := r.info[lane]
+	if !li.LastFrame.IsZero() {
+		li.Staleness = time.Since(li.LastFrame)
+	}
+	return li
+}
+
+// follow runs sessions for one target until ctx ends.
+func (r *Router) follow(ctx context.Context, t Target) {
+	var epoch uint64
+	failures := 0
+	for ctx.Err() == nil {
+		// Epochs must grow across sessions and across router restarts with the
+		// same consumer instance: take the clock, never less than last+1.
+		epoch = max(epoch+1, uint64(time.Now().UnixNano()))
+		installed, err := r.session(ctx, t, epoch)
+		r.mu.Lock()
+		_ = r.ls.Retire(t.Lane)
+		li := &r.info[t.Lane]
+		li.Connected, li.Ready = false, false
+		li.Resubscribes++
+		if err != nil {
+			li.LastError = err.Error()
+		}
+		r.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Info("lane resubscribing", "pool", t.Pool, "lane", t.Lane, "err", err)
+		if installed {
+			failures = 0
+		}
+		d := backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, failures)
+		failures++
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// backoff returns a full-jitter delay: uniform in [0, min(max, min·2^n)].
+func backoff(lo, hi time.Duration, n int) time.Duration {
+	ceil := hi
+	if n < 30 && lo<<n < hi {
+		ceil = lo << n
+	}
+	return time.Duration(rand.Int64N(int64(ceil) + 1))
+}
+
+// Session end causes.
+var (
+	// ErrDeactivated: the consumer deactivated the lane (gap, wrong identity, …).
+	ErrDeactivated = errors.New("client: lane deactivated")
+	// ErrStreamClosed: the relay sent a close frame.
+	ErrStreamClosed = errors.New("client: stream closed by relay")
+)
+
+// session opens one stream, assigns the lane from the first snapshot chunk's
+// identity, and applies frames until something ends it. installed reports
+// whether a snapshot was installed (the session was healthy).
+func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed bool, err error) {
+	u := fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d",
+		strings.TrimRight(r.cfg.RelayURL, "/"), url.PathEscape(t.Pool), r.cfg.ConsumerInstance, t.Lane, epoch)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	if r.cfg.AuthToken != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.AuthToken)
+	}
+	resp, err := r.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return false, fmt.Errorf("client: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	lease := ckf.LaneLease{ConsumerInstance: r.cfg.ConsumerInstance, PhysicalLane: uint8(t.Lane), AssignmentEpoch: epoch}
+	fr := wire.NewReader(resp.Body, r.cfg.MaxFrameBytes)
+	var first wire.Frame
+	for n := 0; ; n++ {
+		raw, err := fr.ReadRaw()
+		if err != nil {
+			return installed, err
+		}
+		r.mu.Lock()
+		if n == 0 {
+			if err := wire.DecodeFrameView(raw, &first); err != nil || first.Kind != wire.KindSnapshotChunk {
+				r.mu.Unlock()
+				return false, fmt.Errorf("client: stream must start with a snapshot chunk (%v, %v)", first.Kind, err)
+			}
+			if first.Snapshot.Lease != lease {
+				r.mu.Unlock()
+				return false, fmt.Errorf("client: snapshot under lease %+v, asked for %+v", first.Snapshot.Lease, lease)
+			}
+			if err := r.ls.Assign(first.Snapshot.Identity, lease); err != nil {
+				r.mu.Unlock()
+				return false, err
+			}
+			li := &r.info[t.Lane]
+			li.Connected, li.Epoch = true, epoch
+		}
+		res, err := r.ls.ApplyFrameBytes(raw)
+		li := &r.info[t.Lane]
+		li.LastFrame = time.Now()
+		if err == nil && !res.Outcome.Ignored() {
+			li.FramesApplied++
+		}
+		if res.Outcome == consumer.SnapshotInstalled {
+			installed, li.Ready = true, true
+		}
+		li.Sequence = res.Sequence
+		r.mu.Unlock()
+		switch {
+		case err != nil:
+			return installed, err
+		case res.Outcome == consumer.Deactivated, res.Outcome == consumer.RetrySnapshot:
+			return installed, fmt.Errorf("%w: %v", ErrDeactivated, res.Fault)
+		case res.Outcome == consumer.StreamClosed:
+			return installed, ErrStreamClosed
+		}
+	}
+}

@@ -1,0 +1,66 @@
+// Command relay is ckfrelay's server and its operator tools.
+//
+//	relay serve [flags]     host pools over HTTP (see README "HTTP API")
+//	relay tail [flags]      print a pool's frame stream as JSON lines
+//	relay demo [flags]      three data centers, a synthetic fleet and a router, in one process
+//
+// Run "relay <command> -h" for each command's flags.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole program, callable from tests. It returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = runServe(ctx, args[1:], stdout, stderr)
+	case "tail":
+		err = runTail(ctx, args[1:], stdout, stderr)
+	case "demo":
+		err = runDemo(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "relay: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	if err == errUsage {
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "relay %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: relay <command> [flags]
+
+commands:
+  serve   host pools over HTTP: events in, frame streams out
+  tail    subscribe to a pool and print decoded frames as JSON lines
+  demo    three data centers, a synthetic fleet and a router, in one process
+`)
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/internal/server"
+)
+
+var errUsage = errors.New("usage")
+
+// poolFlags collects repeated --pool flags.
+type poolFlags []server.PoolSpec
+
+func (p *poolFlags) String() string { return fmt.Sprint(len(*p), " pools") }
+func (p *poolFlags) Set(s string) error {
+	spec, err := server.ParsePoolFlag(s)
+	if err != nil {
+		return err
+	}
+	*p = append(*p, spec)
+	return nil
+}
+
+// serveConfig builds the configuration: the file (--config or
+// CKFRELAY_CONFIG) first, then CKFRELAY_* environment variables, then flags;
+// later sources override earlier ones.
+func serveConfig(args []string, stderr io.Writer) (server.Config, string, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", os.Getenv("CKFRELAY_CONFIG"), "JSON config file (env CKFRELAY_CONFIG)")
+	listen := fs.String("listen", "", "listen address (env CKFRELAY_LISTEN; default "+server.DefaultListen+")")
+	token := fs.String("auth-token", "", "bearer token required on every endpoint but /healthz (env CKFRELAY_AUTH_TOKEN)")
+	cert := fs.String("tls-cert", "", "TLS certificate file (env CKFRELAY_TLS_CERT)")
+	key := fs.String("tls-key", "", "TLS key file (env CKFRELAY_TLS_KEY)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var pools poolFlags
+	fs.Var(&pools, "pool", "a pool: name:dc=ID[,expected=N][,seed=S][,cadence=N][,delay=D][,kicks=N] (repeatable; env CKFRELAY_POOLS, ';'-separated)")
+	if err := fs.Parse(args); err != nil {
+		return server.Config{}, "", errUsage
+	}
+	var cfg server.Config
+	if *configPath != "" {
+		var err error
+		if cfg, err = server.LoadConfigFile(*configPath); err != nil {
+			return cfg, "", err
+		}
+	}
+	envStr := func(dst *string, name string) {
+		if v := os.Getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	envStr(&cfg.Listen, "CKFRELAY_LISTEN")
+	envStr(&cfg.AuthToken, "CKFRELAY_AUTH_TOKEN")
+	envStr(&cfg.TLSCertFile, "CKFRELAY_TLS_CERT")
+	envStr(&cfg.TLSKeyFile, "CKFRELAY_TLS_KEY")
+	if v := os.Getenv("CKFRELAY_MAX_SUBSCRIBERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return cfg, "", fmt.Errorf("CKFRELAY_MAX_SUBSCRIBERS: %w", err)
+		}
+		cfg.MaxSubscribers = n
+	}
+	if v := os.Getenv("CKFRELAY_POOLS"); v != "" && len(pools) == 0 {
+		for _, s := range strings.Split(v, ";") {
+			if err := pools.Set(strings.TrimSpace(s)); err != nil {
+				return cfg, "", fmt.Errorf("CKFRELAY_POOLS: %w", err)
+			}
+		}
+	}
+	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.AuthToken: *token, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key} {
+		if v != "" {
+			*dst = v
+		}
+	}
+	if len(pools) > 0 {
+		cfg.Pools = pools
+	}
+	return cfg.WithDefaults(), *logLevel, nil
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, level, err := serveConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	srv, err := server.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	log.Info("relay serving", "addr", ln.Addr().String(), "pools", len(cfg.Pools), "tls", cfg.TLSCertFile != "")
+	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining pools and closing streams")
+	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownGrace))
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	return <-errc
+}

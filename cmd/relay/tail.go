@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// runTail subscribes to one pool and prints each frame as a JSON line.
+func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	relay := fs.String("relay", "http://127.0.0.1:7878", "relay base URL")
+	pool := fs.String("pool", "", "pool name (required)")
+	consumer := fs.Uint64("consumer", 1, "consumer instance id")
+	lane := fs.Uint("lane", 0, "physical lane 0..15")
+	epoch := fs.Uint64("epoch", 1, "assignment epoch (must grow on every resubscribe)")
+	token := fs.String("auth-token", "", "bearer token")
+	limit := fs.Int("frames", 0, "stop after this many frames (0: until the stream ends)")
+	if err := fs.Parse(args); err != nil || *pool == "" {
+		if *pool == "" {
+			fmt.Fprintln(stderr, "tail: --pool is required")
+		}
+		return errUsage
+	}
+	u := fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d",
+		strings.TrimRight(*relay, "/"), url.PathEscape(*pool), *consumer, *lane, *epoch)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	if *token != "" {
+		req.Header.Set("Authorization", "Bearer "+*token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return tailFrames(resp.Body, stdout, *limit)
+}
+
+// tailFrames prints frames from r until EOF, a close frame, or limit frames.
+func tailFrames(r io.Reader, w io.Writer, limit int) error {
+	fr := wire.NewReader(r, 0)
+	enc := json.NewEncoder(w)
+	var f wire.Frame
+	for n := 0; limit == 0 || n < limit; n++ {
+		if err := fr.ReadFrame(&f); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := enc.Encode(frameJSON(&f)); err != nil {
+			return err
+		}
+		if f.Kind == wire.KindClose {
+			return nil
+		}
+	}
+	return nil
+}
+
+func hexWords(words []uint64) []string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = fmt.Sprintf("%016x", w)
+	}
+	return out
+}
+
+func identityMap(id ckf.ProducerIdentity) map[string]any {
+	d := id.Pool.Domain
+	return map[string]any{
+		"cache_semantics": hex.EncodeToString(d.CacheSemantics.Digest[:]), "routing_scope": hex.EncodeToString(d.RoutingScope.Digest[:]),
+		"dc_id": id.Pool.DCID, "producer_incarnation": id.ProducerIncarnation, "layout_generation": id.LayoutGeneration,
+		"seed": id.Format.Seed, "bucket_count": id.Format.BucketCount,
+	}
+}
+
+func leaseMap(l ckf.LaneLease) map[string]any {
+	return map[string]any{"consumer": l.ConsumerInstance, "lane": l.PhysicalLane, "epoch": l.AssignmentEpoch}
+}
+
+// frameJSON is the JSON-lines view of one frame; words and images in hex.
+func frameJSON(f *wire.Frame) map[string]any {
+	switch f.Kind {
+	case wire.KindSnapshotChunk:
+		s := &f.Snapshot
+		return map[string]any{"kind": "snapshot_chunk", "identity": identityMap(s.Identity), "lease": leaseMap(s.Lease),
+			"sequence": s.Sequence, "chunk_index": s.ChunkIndex, "chunk_count": s.ChunkCount,
+			"bucket_offset": s.BucketOffset, "words": hexWords(s.Words)}
+	case wire.KindDelta:
+		d := &f.Delta
+		images := make([]map[string]any, len(d.Images))
+		for i, im := range d.Images {
+			images[i] = map[string]any{"bucket": im.Bucket, "word": fmt.Sprintf("%016x", im.Word)}
+		}
+		return map[string]any{"kind": "delta", "identity": identityMap(d.Identity), "lease": leaseMap(d.Lease),
+			"base_sequence": d.BaseSequence, "sequence": d.Sequence, "images": images}
+	case wire.KindDrainMarker:
+		return map[string]any{"kind": "drain_marker", "lease": leaseMap(f.Drain.Lease), "expected_sequence": f.Drain.ExpectedSequence}
+	case wire.KindHeartbeat:
+		h := &f.Heartbeat
+		return map[string]any{"kind": "heartbeat", "lease": leaseMap(h.Lease), "last_sequence": h.LastSequence, "unix_micros": h.UnixMicros}
+	case wire.KindClose:
+		return map[string]any{"kind": "close", "reason": string(f.Close.Reason), "message": f.Close.Message}
+	}
+	return map[string]any{"kind": f.Kind.String()}
+}

@@ -1,0 +1,80 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/ckfrelay/ckfrelay/hub"
+	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// Error codes of the HTTP API. They are part of the API and must not change.
+const (
+	CodeBadRequest       = "bad_request"
+	CodeMalformedEvents  = "malformed_events"
+	CodeUnknownPool      = "unknown_pool"
+	CodeStaleEpoch       = "stale_source_epoch"
+	CodeStaleLease       = "stale_lease_epoch"
+	CodeTooLarge         = "too_large"
+	CodeLimitExceeded    = "limit_exceeded"
+	CodeUnauthorized     = "unauthorized"
+	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeShuttingDown     = "shutting_down"
+	CodeNotReady         = "not_ready"
+	CodeTooMany          = "too_many_subscribers"
+	CodeInvalidRanks     = "invalid_replacement"
+	CodeInternal         = "internal"
+)
+
+// apiError is an error with an HTTP status and a stable code.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+func (e *apiError) Error() string { return e.code + ": " + e.message }
+
+func apiErr(status int, code, msg string) *apiError {
+	return &apiError{status: status, code: code, message: msg}
+}
+
+// classify maps an error from the layers below to an API error.
+func classify(err error) *apiError {
+	var ae *apiError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &mbe):
+		return apiErr(http.StatusRequestEntityTooLarge, CodeTooLarge, err.Error())
+	case errors.Is(err, producer.ErrStaleSourceEpoch):
+		return apiErr(http.StatusConflict, CodeStaleEpoch, err.Error())
+	case errors.Is(err, hub.ErrStaleEpoch):
+		return apiErr(http.StatusConflict, CodeStaleLease, err.Error())
+	case errors.Is(err, hub.ErrTooManySubscribers):
+		return apiErr(http.StatusServiceUnavailable, CodeTooMany, err.Error())
+	case errors.Is(err, hub.ErrNotReady):
+		return apiErr(http.StatusServiceUnavailable, CodeNotReady, err.Error())
+	case errors.Is(err, producer.ErrShuttingDown), errors.Is(err, hub.ErrClosed):
+		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, err.Error())
+	case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrTruncated), errors.Is(err, wire.ErrTrailingBytes):
+		return apiErr(http.StatusBadRequest, CodeMalformedEvents, err.Error())
+	}
+	return apiErr(http.StatusInternalServerError, CodeInternal, err.Error())
+}
+
+// writeError writes {"error": {"code": …, "message": …}}.
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	ae := classify(err)
+	s.m.rejected.WithLabelValues(ae.code).Inc()
+	writeJSON(w, ae.status, map[string]any{"error": map[string]string{"code": ae.code, "message": ae.message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

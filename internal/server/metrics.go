@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the relay's Prometheus series. Counters the server sees
+// directly are counted as they happen; pool gauges are read from each actor
+// at scrape time by poolCollector.
+type metrics struct {
+	reg          *prometheus.Registry
+	events       *prometheus.CounterVec
+	blocks       *prometheus.CounterVec
+	rejected     *prometheus.CounterVec
+	publications *prometheus.CounterVec
+	images       *prometheus.CounterVec
+	lagged       *prometheus.CounterVec
+	faults       *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_events_admitted_total", Help: "KV events admitted into a pool."}, []string{"pool"}),
+		blocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_blocks_admitted_total", Help: "Blocks named by admitted events."}, []string{"pool"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_requests_rejected_total", Help: "HTTP requests rejected, by error code."}, []string{"code"}),
+		publications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_publications_total", Help: "Deltas published by a pool."}, []string{"pool"}),
+		images: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_bucket_images_total", Help: "Bucket images published by a pool."}, []string{"pool"}),
+		lagged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_subscriber_lagged_total", Help: "Remote subscribers closed because they fell behind."}, []string{"pool"}),
+		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_faults_total", Help: "Pool faults by category."}, []string{"pool", "category"}),
+	}
+	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.faults)
+	return m
+}
+
+// poolCollector reads each pool's actor statistics at scrape time.
+type poolCollector struct {
+	pools func() []*hostedPool
+
+	unknown, capacity, tracked, resident, occupancy, mailbox, subscribers, sequence *prometheus.Desc
+}
+
+func newPoolCollector(pools func() []*hostedPool) *poolCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"pool"}, nil)
+	}
+	return &poolCollector{
+		pools:       pools,
+		unknown:     d("ckfrelay_unknown_removals_total", "Removals of blocks the member did not hold."),
+		capacity:    d("ckfrelay_capacity_omissions_total", "Insertions that found no room (blocks tracked, not resident)."),
+		tracked:     d("ckfrelay_blocks_tracked", "Distinct canonical blocks with at least one owner."),
+		resident:    d("ckfrelay_blocks_resident", "Canonical blocks whose fingerprint is in the filter."),
+		occupancy:   d("ckfrelay_filter_occupancy_ratio", "Occupied slots / total slots."),
+		mailbox:     d("ckfrelay_mailbox_depth", "Commands queued for the pool actor."),
+		subscribers: d("ckfrelay_subscribers", "Remote subscribers attached to the pool's hub."),
+		sequence:    d("ckfrelay_sequence", "The pool publisher's last sequence."),
+	}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.unknown, c.capacity, c.tracked, c.resident, c.occupancy, c.mailbox, c.subscribers, c.sequence} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.pools() {
+		name := p.spec.Name
+		ch <- prometheus.MustNewConstMetric(c.mailbox, prometheus.GaugeValue, float64(p.handle.MailboxDepth()), name)
+		ch <- prometheus.MustNewConstMetric(c.subscribers, prometheus.GaugeValue, float64(p.hub.Stats().Subscribers), name)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := p.handle.Stats(ctx)
+		cancel()
+		if err != nil {
+			continue // a stopped actor has no statistics; its gauges vanish
+		}
+		ps := st.Pool
+		ch <- prometheus.MustNewConstMetric(c.unknown, prometheus.CounterValue, float64(ps.UnknownRemovals), name)
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.CounterValue, float64(ps.CapacityFailures), name)
+		ch <- prometheus.MustNewConstMetric(c.tracked, prometheus.GaugeValue, float64(ps.UniqueBlocks), name)
+		ch <- prometheus.MustNewConstMetric(c.resident, prometheus.GaugeValue, float64(ps.ResidentBlocks), name)
+		slots := float64(ps.FilterBytes / 8 * 4)
+		ch <- prometheus.MustNewConstMetric(c.occupancy, prometheus.GaugeValue, float64(ps.OccupiedSlots)/slots, name)
+		ch <- prometheus.MustNewConstMetric(c.sequence, prometheus.GaugeValue, float64(st.Sequence), name)
+	}
+}

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/hub"
+	"github.com/ckfrelay/ckfrelay/producer"
+)
+
+// hubConsumer is the consumer instance the relay's own hub uses for its one
+// lease on each pool's publisher.
+const hubConsumer uint64 = 0xC0FFEE
+
+// Causes a hub is closed with; the stream handler maps them to close reasons.
+var (
+	errShuttingDown = errors.New("server: shutting down")
+	errFenced       = errors.New("server: pool fenced")
+)
+
+// hostedPool is one pool: its actor, the hub that mirrors the actor's stream,
+// and the goroutines that feed the hub and drain the fault channel.
+type hostedPool struct {
+	spec   PoolSpec
+	handle producer.Handle
+	hub    *hub.Hub
+	log    *slog.Logger
+	m      *metrics
+
+	feederDone chan struct{}
+	faultsDone chan struct{}
+
+	mu        sync.Mutex
+	hubEpoch  uint64
+	lastFault string
+}
+
+func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64, log *slog.Logger, m *metrics) (*hostedPool, error) {
+	pool, err := ckf.NewPool(spec.ckfConfig())
+	if err != nil {
+		return nil, err
+	}
+	pcfg := producer.DefaultConfig()
+	pcfg.PublicationDelay = time.Duration(spec.PublicationDelay)
+	pcfg.SubscriberBuffer = cfg.SubscriberQueue
+	pcfg.Logger = log
+	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: spec.DCID}, ProducerIncarnation: incarnation}
+	h, faults, err := producer.Start(pool, scope, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	hb, err := hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, MaxSubscribers: cfg.MaxSubscribers})
+	if err != nil {
+		return nil, err
+	}
+	p := &hostedPool{spec: spec, handle: h, hub: hb, log: log.With("pool", spec.Name), m: m,
+		feederDone: make(chan struct{}), faultsDone: make(chan struct{})}
+	go p.drainFaults(faults)
+	if err := p.resubscribe(context.Background()); err != nil {
+		_ = h.Fence(context.Background())
+		return nil, err
+	}
+	return p, nil
+}
+
+// resubscribe takes a new lease on the publisher (a higher epoch each time)
+// and installs its snapshot into the hub, then starts feeding deltas.
+func (p *hostedPool) resubscribe(ctx context.Context) error {
+	p.mu.Lock()
+	p.hubEpoch++
+	lease := ckf.LaneLease{ConsumerInstance: hubConsumer, AssignmentEpoch: p.hubEpoch}
+	p.mu.Unlock()
+	sub, err := p.handle.Subscribe(ctx, lease)
+	if err != nil {
+		return fmt.Errorf("subscribe hub: %w", err)
+	}
+	p.hub.Install(sub.Snapshot)
+	go p.feed(sub)
+	return nil
+}
+
+// feed moves the actor's deltas into the hub until the stream ends, then
+// decides: resubscribe (lagged or superseded), or close the hub (shutdown,
+// fence).
+func (p *hostedPool) feed(sub *producer.Subscription) {
+	for d := range sub.Deltas() {
+		if err := p.hub.Apply(d); err != nil {
+			p.log.Error("hub rejected a delta; resubscribing", "err", err)
+			break
+		}
+		p.m.publications.WithLabelValues(p.spec.Name).Inc()
+		p.m.images.WithLabelValues(p.spec.Name).Add(float64(len(d.Images)))
+	}
+	err := sub.Err()
+	switch {
+	case errors.Is(err, producer.ErrFenced):
+		p.hub.Close(errFenced)
+		close(p.feederDone)
+	case errors.Is(err, producer.ErrShuttingDown):
+		p.hub.Close(errShuttingDown)
+		close(p.feederDone)
+	default: // lagged, superseded, or a hub error: take a new lease
+		if err != nil {
+			p.log.Warn("hub stream ended; resubscribing", "err", err)
+		}
+		if rerr := p.resubscribe(context.Background()); rerr != nil {
+			p.log.Error("hub resubscribe failed", "err", rerr)
+			p.hub.Close(errFenced)
+			close(p.feederDone)
+		}
+	}
+}
+
+func (p *hostedPool) drainFaults(faults <-chan producer.Fault) {
+	defer close(p.faultsDone)
+	for f := range faults {
+		p.m.faults.WithLabelValues(p.spec.Name, f.Category.String()).Inc()
+		p.mu.Lock()
+		p.lastFault = f.String()
+		p.mu.Unlock()
+		p.log.Warn("pool fault", "fault", f.String())
+	}
+}
+
+// shutdown drains admitted work, publishes the tail and closes the hub.
+func (p *hostedPool) shutdown(ctx context.Context) error {
+	err := p.handle.Shutdown(ctx)
+	select {
+	case <-p.feederDone:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return err
+}

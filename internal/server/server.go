@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+// Server hosts the configured pools behind the HTTP API. Create it with
+// [New], run it with [Server.Serve], stop it with [Server.Shutdown].
+type Server struct {
+	cfg         Config
+	log         *slog.Logger
+	m           *metrics
+	pools       map[string]*hostedPool
+	order       []*hostedPool // configuration order, for the catalog
+	incarnation uint64
+	http        *http.Server
+	stopping    atomic.Bool
+}
+
+// New validates cfg (after applying defaults), starts every pool's actor and
+// hub, and returns the server. The producer incarnation is the start time in
+// nanoseconds, so a restarted relay publishes a new identity and consumers
+// re-snapshot.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log, m: newMetrics(), pools: map[string]*hostedPool{},
+		incarnation: uint64(time.Now().UnixNano())}
+	domain := cfg.Domain()
+	for _, spec := range cfg.Pools {
+		p, err := startPool(spec, cfg, domain, s.incarnation, log, s.m)
+		if err != nil {
+			s.stopPools(context.Background())
+			return nil, fmt.Errorf("server: pool %q: %w", spec.Name, err)
+		}
+		s.pools[spec.Name] = p
+		s.order = append(s.order, p)
+	}
+	s.m.reg.MustRegister(newPoolCollector(func() []*hostedPool { return s.order }))
+	s.http = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// Config returns the defaulted configuration.
+func (s *Server) Config() Config { return s.cfg }
+
+// Handler returns the HTTP handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.http.Handler }
+
+// Serve accepts connections on ln until Shutdown. It returns nil after a
+// clean shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	var err error
+	if s.cfg.TLSCertFile != "" {
+		err = s.http.ServeTLS(ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+	} else {
+		err = s.http.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops admitting events, drains every pool (admitted events are
+// applied and their tail published), ends every stream with its final deltas,
+// a drain marker and a close frame, then closes the HTTP server. ctx bounds
+// the whole sequence.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopping.Store(true)
+	err := s.stopPools(ctx)
+	if herr := s.http.Shutdown(ctx); herr != nil && err == nil {
+		err = herr
+	}
+	return err
+}
+
+func (s *Server) stopPools(ctx context.Context) error {
+	var first error
+	for _, p := range s.order {
+		if err := p.shutdown(ctx); err != nil && first == nil {
+			first = fmt.Errorf("server: pool %q: %w", p.spec.Name, err)
+		}
+	}
+	return first
+}
