@@ -1,0 +1,225 @@
+//go:build wasip1
+
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unsafe"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/wasm/abi"
+)
+
+// The exports below are the whole ABI (docs/abi.md). Each one converts its
+// (pointer, length) arguments through the registry, so no host input can
+// make the module read or write outside a buffer it handed out, and recovers
+// any panic into abi.ErrInternal so no input traps the module.
+
+var (
+	g    guest
+	heap registry
+)
+
+// recovered turns a panic into ErrInternal with its message in last_error.
+func recovered(code *int32) {
+	if r := recover(); r != nil {
+		g.lastErr = fmt.Sprint("abi: internal panic: ", r)
+		*code = int32(abi.ErrInternal)
+	}
+}
+
+func view(p unsafe.Pointer, n uint64) ([]byte, bool) { return heap.view(uintptr(p), n) }
+
+//go:wasmexport abi_version
+func exportABIVersion() uint32 { return abi.Version }
+
+// alloc returns a zeroed buffer of size bytes owned by the host until it
+// calls free, or 0 when size exceeds abi.MaxAlloc.
+//
+//go:wasmexport alloc
+func exportAlloc(size uint32) (p unsafe.Pointer) {
+	defer func() {
+		if recover() != nil {
+			p = nil
+		}
+	}()
+	b := heap.alloc(size)
+	if b == nil {
+		return nil
+	}
+	return unsafe.Pointer(unsafe.SliceData(b))
+}
+
+// free releases a buffer returned by alloc: 0, or ErrBadArgument when p is
+// not the start of a live buffer.
+//
+//go:wasmexport free
+func exportFree(p unsafe.Pointer) (code int32) {
+	defer recovered(&code)
+	if !heap.free(uintptr(p)) {
+		return int32(abi.ErrBadArgument)
+	}
+	return 0
+}
+
+//go:wasmexport configure
+func exportConfigure(p unsafe.Pointer, n uint32) (code int32) {
+	defer recovered(&code)
+	b, ok := view(p, uint64(n))
+	if !ok {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	return int32(g.configure(b))
+}
+
+//go:wasmexport assign
+func exportAssign(p unsafe.Pointer, n uint32) (code int32) {
+	defer recovered(&code)
+	b, ok := view(p, uint64(n))
+	if !ok {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	return int32(g.assign(b))
+}
+
+//go:wasmexport retire
+func exportRetire(lane uint32) (code int32) {
+	defer recovered(&code)
+	return int32(g.retire(int32(min(lane, 1<<16))))
+}
+
+//go:wasmexport apply
+func exportApply(p unsafe.Pointer, n uint32) (code int32) {
+	defer func() {
+		if r := recover(); r != nil {
+			// The lane's words are uncertain (SPEC §5
+			// ConsumerWorkerFailureMidApply): take it out of service; its
+			// epoch is kept, so the host must assign a newer one.
+			lane := g.frameLane()
+			func() {
+				defer func() { _ = recover() }()
+				if lane >= 0 && g.c != nil {
+					_ = g.c.Retire(lane)
+				}
+			}()
+			g.lastErr = fmt.Sprint("abi: internal panic: ", r)
+			g.last = abi.Result{Code: abi.ErrInternal}
+			g.last.Result.Lane = lane
+			code = int32(abi.ErrInternal)
+		}
+	}()
+	b, ok := view(p, uint64(n))
+	if !ok {
+		g.last = abi.Result{Code: abi.ErrBadArgument}
+		g.last.Result.Lane = -1
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	return int32(g.apply(b))
+}
+
+// last_result writes the abi.ResultSize-byte record of the last apply.
+//
+//go:wasmexport last_result
+func exportLastResult(out unsafe.Pointer) (code int32) {
+	defer recovered(&code)
+	b, ok := view(out, abi.ResultSize)
+	if !ok {
+		return int32(abi.ErrBadArgument)
+	}
+	abi.PutResult(b, &g.last)
+	return 0
+}
+
+// last_error copies up to capacity bytes of the last error message (UTF-8)
+// to out and returns the message's full length.
+//
+//go:wasmexport last_error
+func exportLastError(out unsafe.Pointer, capacity uint32) (code int32) {
+	defer recovered(&code)
+	b, ok := view(out, uint64(min(capacity, uint32(len(g.lastErr)))))
+	if !ok {
+		return int32(abi.ErrBadArgument)
+	}
+	copy(b, g.lastErr)
+	return int32(len(g.lastErr))
+}
+
+//go:wasmexport query
+func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize uint32, salt uint64, out unsafe.Pointer) (code int32) {
+	defer recovered(&code)
+	width := uint64(8)
+	if kind == abi.QueryTokens {
+		width = 4
+	}
+	src, ok := view(in, width*uint64(count))
+	if !ok {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	dst, ok := view(out, abi.QueryRecordSize)
+	if !ok {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	if kind > abi.QueryTokens {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	return int32(g.query(int32(kind), src, int(count), int(blockSize), salt, dst))
+}
+
+//go:wasmexport contains
+func exportContains(seqHash uint64) (code int32) {
+	defer recovered(&code)
+	return int32(g.contains(seqHash))
+}
+
+//go:wasmexport lane_status
+func exportLaneStatus(lane uint32, out unsafe.Pointer) (code int32) {
+	defer recovered(&code)
+	b, ok := view(out, abi.LaneStatusSize)
+	if !ok {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	return int32(g.laneStatus(int32(min(lane, 1<<16)), b))
+}
+
+//go:wasmexport lane_words
+func exportLaneWords(lane uint32, out unsafe.Pointer, n uint32) (code int32) {
+	defer recovered(&code)
+	b, ok := view(out, uint64(n))
+	if !ok {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	return int32(g.laneWords(int32(min(lane, 1<<16)), b))
+}
+
+//go:wasmexport stats
+func exportStats(out unsafe.Pointer) (code int32) {
+	defer recovered(&code)
+	b, ok := view(out, abi.StatsSize)
+	if !ok {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	return int32(g.stats(b))
+}
+
+// salt writes ckf.Salt(lora, namespace) as u64 LE to out (8 bytes), so a
+// host without XXH3 can query by tokens with an adapter or namespace.
+//
+//go:wasmexport salt
+func exportSalt(lora unsafe.Pointer, loraLen uint32, ns unsafe.Pointer, nsLen uint32, out unsafe.Pointer) (code int32) {
+	defer recovered(&code)
+	l, ok1 := view(lora, uint64(loraLen))
+	n, ok2 := view(ns, uint64(nsLen))
+	o, ok3 := view(out, 8)
+	if !ok1 || !ok2 || !ok3 {
+		return int32(g.fail(abi.ErrBadArgument, nil))
+	}
+	binary.LittleEndian.PutUint64(o, ckf.Salt(string(l), string(n)))
+	return 0
+}
+
+// live_buffers returns how many buffers alloc has handed out and free has
+// not taken back (a leak check for hosts).
+//
+//go:wasmexport live_buffers
+func exportLiveBuffers() int32 { return int32(heap.live()) }

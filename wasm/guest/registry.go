@@ -1,0 +1,77 @@
+package main
+
+import (
+	"slices"
+	"unsafe"
+
+	"github.com/ckfrelay/ckfrelay/wasm/abi"
+)
+
+// registry keeps every buffer handed to the host reachable until the host
+// frees it (Go's GC does not move objects but would reuse an unreferenced
+// one), and checks every (pointer, length) pair the host passes against
+// them: a pointer the module did not hand out, or a length that runs past its
+// buffer, is rejected instead of being dereferenced (a load outside linear
+// memory would trap, and one inside Go's heap would corrupt it).
+type registry struct {
+	bufs [][]byte // sorted by base address; never empty slices
+}
+
+func base(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// alloc returns a zeroed buffer of n bytes (at least 1, so every allocation
+// has a distinct address), or nil when n exceeds abi.MaxAlloc.
+func (r *registry) alloc(n uint32) []byte {
+	if n > abi.MaxAlloc {
+		return nil
+	}
+	b := make([]byte, max(n, 1))
+	at, _ := slices.BinarySearchFunc(r.bufs, base(b), func(e []byte, p uintptr) int { return cmpPtr(base(e), p) })
+	r.bufs = slices.Insert(r.bufs, at, b)
+	return b
+}
+
+// free forgets the buffer whose base address is p; false when p is not one.
+func (r *registry) free(p uintptr) bool {
+	i, ok := slices.BinarySearchFunc(r.bufs, p, func(e []byte, p uintptr) int { return cmpPtr(base(e), p) })
+	if !ok {
+		return false
+	}
+	r.bufs[i] = nil
+	r.bufs = slices.Delete(r.bufs, i, i+1)
+	return true
+}
+
+// view returns the n bytes at p when they lie inside one live allocation.
+// A zero length is always valid (an empty slice), whatever p is.
+func (r *registry) view(p uintptr, n uint64) ([]byte, bool) {
+	if n == 0 {
+		return []byte{}, true
+	}
+	// The last buffer whose base is ≤ p.
+	i, ok := slices.BinarySearchFunc(r.bufs, p, func(e []byte, p uintptr) int { return cmpPtr(base(e), p) })
+	if !ok {
+		i--
+	}
+	if i < 0 {
+		return nil, false
+	}
+	b := r.bufs[i]
+	off := uint64(p - base(b))
+	if off >= uint64(len(b)) || n > uint64(len(b))-off {
+		return nil, false
+	}
+	return b[off : off+n], true
+}
+
+func (r *registry) live() int { return len(r.bufs) }
+
+func cmpPtr(a, b uintptr) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,101 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wasm/build"
+	"github.com/ckfrelay/ckfrelay/wasm/host"
+)
+
+// root is the module root seen from this package.
+const root = "../.."
+
+func cacheDir() string { return filepath.Join(os.TempDir(), "ckfrelay-wazero-cache") }
+
+func newRuntime(t testing.TB, cfg host.Config) *host.Runtime {
+	t.Helper()
+	ctx := context.Background()
+	rt, err := host.NewRuntime(ctx, cfg.WithCompilationCacheDir(cacheDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(ctx) })
+	return rt
+}
+
+// TestEmbeddedModule_UpToDate fails when wasm/host/ckfconsumer.wasm is not
+// what `go run ./cmd/wasmbuild` builds from this tree, so CI catches a
+// consumer, wire or guest change committed without rebuilding the module.
+func TestEmbeddedModule_UpToDate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the guest (≈ 10 s); runs without -short")
+	}
+	stamp, err := os.ReadFile(filepath.Join(root, build.StampPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc, _, _ := strings.Cut(string(stamp), " "); tc != runtime.Version() {
+		t.Skipf("module was built with %s, this toolchain is %s: byte-for-byte comparison needs the same Go", tc, runtime.Version())
+	}
+	if _, err := build.Check(root); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testManifest(lanes ...int) consumer.Manifest {
+	d := ckf.Domain{CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{1}}, RoutingScope: ckf.ScopedDigest{Digest: [16]byte{2}}}
+	m := consumer.Manifest{ConsumerInstance: 1, Domain: d, Format: ckf.NewFormat(ckf.DefaultSeed, 64), VerificationWindow: 2}
+	for _, l := range lanes {
+		m.Lanes[l] = &ckf.PoolID{Domain: d, DCID: uint64(l)}
+	}
+	return m
+}
+
+func TestRuntime_NewInstanceErrorsMatchNative(t *testing.T) {
+	rt := newRuntime(t, host.NewConfig())
+	ctx := context.Background()
+	bad := testManifest() // no lane
+	_, nerr := host.NewNative(bad)
+	_, werr := rt.NewInstance(ctx, bad)
+	for _, err := range []error{nerr, werr} {
+		if !errors.Is(err, consumer.ErrInvalidManifest) {
+			t.Errorf("got %v, want an error matching consumer.ErrInvalidManifest", err)
+		}
+	}
+	var he *host.Error
+	if !errors.As(werr, &he) {
+		t.Fatalf("got %T, want *host.Error", werr)
+	}
+}
+
+func TestNewRuntime_RejectsBadConfig(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		cfg  host.Config
+		want error
+	}{
+		{"zero pages", host.NewConfig().WithMemoryLimitPages(0), host.ErrInvalidConfig},
+		{"pages above 4 GiB", host.NewConfig().WithMemoryLimitPages(65537), host.ErrInvalidConfig},
+		{"empty module", host.NewConfig().WithModule(nil), host.ErrInvalidConfig},
+		{"not wasm", host.NewConfig().WithModule([]byte("\x00asm garbage")), host.ErrModule},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt, err := host.NewRuntime(ctx, tc.cfg)
+			if err == nil {
+				rt.Close(ctx)
+			}
+			if !errors.Is(err, tc.want) {
+				t.Errorf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,353 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wasm/abi"
+)
+
+// Instance is one consumer module instance behind the [Consumer] interface.
+// It is safe for concurrent use: a mutex serializes calls, because a wazero
+// module instance runs one call at a time. The lock costs ≈ 20 ns
+// uncontended; under contention callers queue, so spread queries over a
+// [Pool] when one instance saturates a core.
+//
+// When a call traps (which the module's own recovery should make impossible)
+// the instance is discarded, a fresh one is configured with the same
+// manifest, every lane's last assigned epoch is restored (so stale epochs
+// stay stale), and the call returns an error matching [ErrInstanceReset].
+type Instance struct {
+	mu       sync.Mutex
+	rt       *Runtime
+	m        *module // nil once closed
+	manifest consumer.Manifest
+	enc      []byte // manifest encoding, for resets
+
+	// assigned[l] is the last successful assignment of lane l, replayed
+	// (assign then retire) after a reset to restore the epoch floor.
+	assigned [ckf.MaxLanes]*assignment
+	resets   int
+}
+
+type assignment struct {
+	identity ckf.ProducerIdentity
+	lease    ckf.LaneLease
+}
+
+// NewInstance instantiates the module and configures it with m. A manifest
+// that fails validation is an error matching consumer.ErrInvalidManifest.
+func (r *Runtime) NewInstance(ctx context.Context, m consumer.Manifest) (*Instance, error) {
+	in := &Instance{rt: r, manifest: m, enc: abi.AppendManifest(nil, &m)}
+	mod, err := in.fresh(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in.m = mod
+	return in, nil
+}
+
+// fresh instantiates and configures a module with the manifest.
+func (in *Instance) fresh(ctx context.Context) (*module, error) {
+	mod, err := in.rt.instantiate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := mod.setup(); err != nil {
+		mod.close()
+		return nil, err
+	}
+	p, v, err := mod.input(len(in.enc))
+	if err == nil {
+		copy(v, in.enc)
+		err = mod.check("configure", fnConfigure, uint64(p), uint64(len(in.enc)))
+	}
+	if err != nil {
+		mod.close()
+		return nil, err
+	}
+	return mod, nil
+}
+
+// check calls an export that returns 0 or a negative code.
+func (m *module) check(op string, fn int, params ...uint64) error {
+	v, err := m.call(fn, params...)
+	if err != nil {
+		return err
+	}
+	if c := abi.Code(int32(v)); c < 0 {
+		return &Error{Op: op, Code: c, Message: m.lastError()}
+	}
+	return nil
+}
+
+// Close releases the instance. Later calls return [ErrClosed].
+func (in *Instance) Close() error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.m != nil {
+		in.m.close()
+		in.m = nil
+	}
+	return nil
+}
+
+// Resets returns how many times the instance was rebuilt after a trap.
+func (in *Instance) Resets() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.resets
+}
+
+// Manifest returns the manifest the instance was configured with.
+func (in *Instance) Manifest() consumer.Manifest { return in.manifest }
+
+// do runs f on the live module under the lock; a trap (any error that is
+// not an *Error) resets the instance.
+func (in *Instance) do(f func(m *module) error) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.m == nil {
+		return ErrClosed
+	}
+	err := f(in.m)
+	var ge *Error
+	if err == nil || errors.As(err, &ge) {
+		return err
+	}
+	return in.resetLocked(err)
+}
+
+func (in *Instance) resetLocked(cause error) error {
+	in.m.close()
+	in.m = nil
+	in.resets++
+	mod, err := in.fresh(context.Background())
+	if err != nil {
+		return fmt.Errorf("%w (rebuild failed: %v): %v", ErrInstanceReset, err, cause)
+	}
+	for l, a := range in.assigned {
+		if a == nil {
+			continue
+		}
+		enc := abi.AppendAssignment(nil, &a.identity, &a.lease)
+		p, v, err := mod.input(len(enc))
+		if err == nil {
+			copy(v, enc)
+			err = mod.check("assign", fnAssign, uint64(p), uint64(len(enc)))
+		}
+		if err == nil {
+			err = mod.check("retire", fnRetire, uint64(l))
+		}
+		if err != nil {
+			mod.close()
+			return fmt.Errorf("%w (epoch restore failed: %v): %v", ErrInstanceReset, err, cause)
+		}
+	}
+	in.m = mod
+	return fmt.Errorf("%w: %v", ErrInstanceReset, cause)
+}
+
+// Assign implements [Consumer].
+func (in *Instance) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error {
+	return in.do(func(m *module) error {
+		var buf [160]byte
+		enc := abi.AppendAssignment(buf[:0], &identity, &lease)
+		p, v, err := m.input(len(enc))
+		if err != nil {
+			return err
+		}
+		copy(v, enc)
+		if err := m.check("assign", fnAssign, uint64(p), uint64(len(enc))); err != nil {
+			return err
+		}
+		if int(lease.PhysicalLane) < len(in.assigned) {
+			in.assigned[lease.PhysicalLane] = &assignment{identity, lease}
+		}
+		return nil
+	})
+}
+
+// Retire implements [Consumer].
+func (in *Instance) Retire(lane int) error {
+	return in.do(func(m *module) error {
+		if lane < 0 || lane > 1<<16 {
+			return &Error{Op: "retire", Code: abi.ErrWrongLane}
+		}
+		return m.check("retire", fnRetire, uint64(lane))
+	})
+}
+
+// ApplyFrame implements [Consumer].
+func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
+	res := consumer.Result{Lane: -1}
+	err := in.do(func(m *module) error {
+		p, v, err := m.input(len(frame))
+		if err != nil {
+			return err
+		}
+		copy(v, frame)
+		code, err := m.call(fnApply, uint64(p), uint64(len(frame)))
+		if err != nil {
+			return err
+		}
+		if c := abi.Code(int32(code)); c < 0 {
+			return &Error{Op: "apply", Code: c, Message: m.lastError()}
+		}
+		if _, err := m.call(fnLastResult, uint64(m.out)); err != nil {
+			return err
+		}
+		res = abi.ReadResult(m.record(abi.ResultSize)).Result
+		return nil
+	})
+	return res, err
+}
+
+// query writes the input, calls query and reads the record into res.
+func (in *Instance) query(kind int, n, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
+	if res == nil {
+		return consumer.ErrInvalidQuery
+	}
+	// The module takes a u32 block size: a negative one is invalid like 0,
+	// and one above 2^32-1 spans more tokens than a query can hold, like
+	// 2^32-1 (no complete block).
+	if blockSize < 0 {
+		blockSize = 0
+	} else if uint64(blockSize) > math.MaxUint32 {
+		blockSize = math.MaxUint32
+	}
+	return in.do(func(m *module) error {
+		p, v, err := m.input(n * width)
+		if err != nil {
+			return err
+		}
+		fill(v)
+		code, err := m.call(fnQuery, uint64(kind), uint64(p), uint64(n), uint64(blockSize), salt, uint64(m.out))
+		if err != nil {
+			return err
+		}
+		c := abi.Code(int32(code))
+		if c >= 0 || c == abi.ErrUnavailable {
+			abi.ReadQueryRecord(m.record(abi.QueryRecordSize), res)
+		}
+		if c < 0 {
+			return &Error{Op: "query", Code: c, Message: m.lastError()}
+		}
+		return nil
+	})
+}
+
+// Query implements [Consumer].
+func (in *Instance) Query(locals []uint64, res *consumer.QueryResult) error {
+	return in.query(abi.QueryLocalHashes, len(locals), 8, func(b []byte) {
+		for i, h := range locals {
+			binary.LittleEndian.PutUint64(b[8*i:], h)
+		}
+	}, 0, 0, res)
+}
+
+// QuerySequenceHashes implements [Consumer].
+func (in *Instance) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
+	return in.query(abi.QuerySequenceHashes, len(seq), 8, func(b []byte) {
+		for i, h := range seq {
+			binary.LittleEndian.PutUint64(b[8*i:], h)
+		}
+	}, 0, 0, res)
+}
+
+// QueryTokens implements [Consumer].
+func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error {
+	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) {
+		for i, t := range tokens {
+			binary.LittleEndian.PutUint32(b[4*i:], t)
+		}
+	}, blockSize, salt, res)
+}
+
+// Contains implements [Consumer].
+func (in *Instance) Contains(seqHash uint64) (uint16, error) {
+	var mask uint16
+	err := in.do(func(m *module) error {
+		v, err := m.call(fnContains, seqHash)
+		if err != nil {
+			return err
+		}
+		if c := abi.Code(int32(v)); c < 0 {
+			return &Error{Op: "contains", Code: c, Message: m.lastError()}
+		}
+		mask = uint16(v)
+		return nil
+	})
+	return mask, err
+}
+
+// LaneStatus implements [Consumer]. The producer identity is rebuilt from
+// the manifest (see abi.ReadLaneStatus).
+func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
+	var s consumer.LaneStatus
+	err := in.do(func(m *module) error {
+		if lane < 0 || lane > 1<<16 {
+			return &Error{Op: "lane_status", Code: abi.ErrWrongLane}
+		}
+		if err := m.check("lane_status", fnLaneStatus, uint64(lane), uint64(m.out)); err != nil {
+			return err
+		}
+		s = abi.ReadLaneStatus(m.record(abi.LaneStatusSize), &in.manifest, lane)
+		return nil
+	})
+	return s, err
+}
+
+// AppendLaneWords implements [Consumer].
+func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
+	err := in.do(func(m *module) error {
+		if lane < 0 || lane > 1<<16 {
+			return &Error{Op: "lane_words", Code: abi.ErrWrongLane}
+		}
+		n := int(in.manifest.Format.BucketCount)
+		p, _, err := m.input(8 * n)
+		if err != nil {
+			return err
+		}
+		if err := m.check("lane_words", fnLaneWords, uint64(lane), uint64(p), uint64(8*n)); err != nil {
+			return err
+		}
+		v, _ := m.mem.Read(p, uint32(8*n))
+		for i := range n {
+			dst = append(dst, binary.LittleEndian.Uint64(v[8*i:]))
+		}
+		return nil
+	})
+	return dst, err
+}
+
+// Stats implements [Consumer].
+func (in *Instance) Stats() (consumer.Stats, error) {
+	var s consumer.Stats
+	err := in.do(func(m *module) error {
+		if err := m.check("stats", fnStats, uint64(m.out)); err != nil {
+			return err
+		}
+		s = abi.ReadStats(m.record(abi.StatsSize))
+		return nil
+	})
+	return s, err
+}
+
+// LiveBuffers returns how many guest buffers the host holds (a leak check:
+// the scratch and record buffers, so 2 in steady state).
+func (in *Instance) LiveBuffers() (int, error) {
+	var n int
+	err := in.do(func(m *module) error {
+		v, err := m.call(fnLiveBuffers)
+		n = int(int32(v))
+		return err
+	})
+	return n, err
+}
