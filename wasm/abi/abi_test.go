@@ -1,0 +1,203 @@
+package abi_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wasm/abi"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+func manifest() consumer.Manifest {
+	d := ckf.Domain{
+		CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{1, 2, 3}, Source: ckf.DigestExplicit},
+		RoutingScope:   ckf.ScopedDigest{Digest: [16]byte{9}},
+	}
+	m := consumer.Manifest{ConsumerInstance: 1 << 40, Domain: d, Format: ckf.NewFormat(ckf.DefaultSeed, 1<<20), VerificationWindow: 3}
+	m.Lanes[0] = &ckf.PoolID{Domain: d, DCID: 7}
+	m.Lanes[15] = &ckf.PoolID{Domain: d, DCID: 1<<64 - 1}
+	return m
+}
+
+func TestManifest_RoundTrip(t *testing.T) {
+	m := manifest()
+	got, err := abi.DecodeManifest(abi.AppendManifest(nil, &m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ConsumerInstance != m.ConsumerInstance || got.Domain != m.Domain || got.Format != m.Format ||
+		got.VerificationWindow != m.VerificationWindow {
+		t.Errorf("got %+v, want %+v", got, m)
+	}
+	for i := range m.Lanes {
+		if (got.Lanes[i] == nil) != (m.Lanes[i] == nil) || (m.Lanes[i] != nil && *got.Lanes[i] != *m.Lanes[i]) {
+			t.Errorf("lane %d: got %v, want %v", i, got.Lanes[i], m.Lanes[i])
+		}
+	}
+}
+
+func TestAssignment_RoundTrip(t *testing.T) {
+	m := manifest()
+	id := ckf.ProducerIdentity{Pool: *m.Lanes[15], ProducerIncarnation: 1<<64 - 1, LayoutGeneration: 300, Format: m.Format}
+	l := ckf.LaneLease{ConsumerInstance: 5, PhysicalLane: 15, AssignmentEpoch: 1 << 33}
+	gid, gl, err := abi.DecodeAssignment(abi.AppendAssignment(nil, &id, &l))
+	if err != nil || gid != id || gl != l {
+		t.Errorf("got %+v %+v %v, want %+v %+v", gid, gl, err, id, l)
+	}
+}
+
+// TestDecode_RejectsEveryTruncationAndTrailingByte: no prefix of a valid
+// encoding decodes, nor the encoding plus one byte.
+func TestDecode_RejectsEveryTruncationAndTrailingByte(t *testing.T) {
+	m := manifest()
+	enc := abi.AppendManifest(nil, &m)
+	for n := range len(enc) {
+		if _, err := abi.DecodeManifest(enc[:n]); !errors.Is(err, abi.ErrEncoding) {
+			t.Fatalf("manifest prefix of %d bytes: got %v, want ErrEncoding", n, err)
+		}
+	}
+	if _, err := abi.DecodeManifest(append(enc, 0)); !errors.Is(err, abi.ErrEncoding) {
+		t.Errorf("trailing byte: got %v, want ErrEncoding", err)
+	}
+	id := ckf.ProducerIdentity{Pool: *m.Lanes[0], Format: m.Format}
+	a := abi.AppendAssignment(nil, &id, &ckf.LaneLease{PhysicalLane: 3})
+	for n := range len(a) {
+		if _, _, err := abi.DecodeAssignment(a[:n]); !errors.Is(err, abi.ErrEncoding) {
+			t.Fatalf("assignment prefix of %d bytes: got %v, want ErrEncoding", n, err)
+		}
+	}
+}
+
+func TestDecode_RejectsOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{
+		{"not an array", []byte{0xc0}},
+		{"manifest version 2", []byte{0x96, 0x02}},
+		{"manifest array of 2", append([]byte{0x92, 0x94, 0x95, 0xc4, 16}, make([]byte, 16)...)},
+		{"negative int", []byte{0x96, 0xff}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := abi.DecodeManifest(tc.b); !errors.Is(err, abi.ErrEncoding) {
+				t.Errorf("got %v, want ErrEncoding", err)
+			}
+		})
+	}
+	// A digest source other than 0/1 and a lane above 255.
+	m := manifest()
+	id := ckf.ProducerIdentity{Pool: *m.Lanes[0], Format: m.Format}
+	a := abi.AppendAssignment(nil, &id, &ckf.LaneLease{})
+	a[2+1+1+1+16] = 2 // [[[pool: bin16 digest, source
+	if _, _, err := abi.DecodeAssignment(a); !errors.Is(err, abi.ErrEncoding) {
+		t.Errorf("digest source 2: got %v, want ErrEncoding", err)
+	}
+}
+
+func FuzzDecodeManifest(f *testing.F) {
+	m := manifest()
+	f.Add(abi.AppendManifest(nil, &m))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := abi.DecodeManifest(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes re-encodes to something that decodes the same.
+		again, err := abi.DecodeManifest(abi.AppendManifest(nil, &got))
+		if err != nil || again.Format != got.Format || again.ConsumerInstance != got.ConsumerInstance {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}
+
+// TestCodes_Pinned pins the numbers docs/abi.md publishes: the outcome and
+// fault values of the consumer package and the ABI's own codes.
+func TestCodes_Pinned(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		got, want int
+	}{
+		{"Applied", int(consumer.Applied), 1},
+		{"SnapshotInstalled", int(consumer.SnapshotInstalled), 2},
+		{"SnapshotChunkAccepted", int(consumer.SnapshotChunkAccepted), 3},
+		{"IgnoredForeignLease", int(consumer.IgnoredForeignLease), 4},
+		{"IgnoredStaleOrDuplicate", int(consumer.IgnoredStaleOrDuplicate), 5},
+		{"AwaitingSnapshot", int(consumer.AwaitingSnapshot), 6},
+		{"DrainAcknowledged", int(consumer.DrainAcknowledged), 7},
+		{"Deactivated", int(consumer.Deactivated), 8},
+		{"RetrySnapshot", int(consumer.RetrySnapshot), 9},
+		{"HeartbeatObserved", int(consumer.HeartbeatObserved), 10},
+		{"StreamClosed", int(consumer.StreamClosed), 11},
+		{"IgnoredUnknownKind", int(consumer.IgnoredUnknownKind), 12},
+		{"WrongIdentity", int(consumer.WrongIdentity), 1},
+		{"BaseSequenceMismatch", int(consumer.BaseSequenceMismatch), 4},
+		{"HeartbeatSequenceMismatch", int(consumer.HeartbeatSequenceMismatch), 15},
+		{"ErrStaleAssignmentEpoch", int(abi.ErrStaleAssignmentEpoch), -24},
+		{"ErrUnavailable", int(abi.ErrUnavailable), -30},
+		{"ErrFrameMalformed", int(abi.ErrFrameMalformed), -45},
+		{"ResultSize", abi.ResultSize, 32},
+		{"QueryRecordSize", abi.QueryRecordSize, 80},
+		{"LaneStatusSize", abi.LaneStatusSize, 168},
+		{"StatsSize", abi.StatsSize, 48},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %d, want %d (published in docs/abi.md)", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+func TestCodeOf_MatchesSentinels(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want abi.Code
+	}{
+		{nil, abi.OK},
+		{&consumer.LaneError{Op: "assign", Lane: 1, Err: consumer.ErrStaleAssignmentEpoch}, abi.ErrStaleAssignmentEpoch},
+		{&consumer.ManifestError{Lane: -1, Err: consumer.ErrNoLanes}, abi.ErrInvalidManifest},
+		{&wire.DecodeError{Kind: wire.ErrTruncated}, abi.ErrFrameTruncated},
+		{consumer.ErrUnavailable, abi.ErrUnavailable},
+		{errors.New("other"), abi.ErrInternal},
+	} {
+		got := abi.CodeOf(tc.err)
+		if got != tc.want {
+			t.Errorf("CodeOf(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+		if s := got.Sentinel(); tc.want < 0 && tc.want != abi.ErrInternal && !errors.Is(tc.err, s) {
+			t.Errorf("%v.Sentinel() = %v, which %v does not match", got, s, tc.err)
+		}
+	}
+}
+
+func TestRecords_RoundTrip(t *testing.T) {
+	m := manifest()
+	s := consumer.LaneStatus{Configured: true, Pool: *m.Lanes[15], Assigned: true, HasEpoch: true, Ready: true,
+		Lease:    ckf.LaneLease{ConsumerInstance: 9, PhysicalLane: 15, AssignmentEpoch: 4},
+		Identity: ckf.ProducerIdentity{Pool: *m.Lanes[15], ProducerIncarnation: 2, LayoutGeneration: 3, Format: m.Format},
+		LastEpoch: 4, InstalledSequence: 77, SnapshotInProgress: true, ChunksStaged: 2, ChunkCount: 5,
+		LastOutcome: consumer.Applied, LastFault: consumer.ChunkOverlap,
+		Stats: consumer.LaneStats{Assignments: 1, FramesApplied: 2, FramesIgnored: 3, Deactivations: 4, SnapshotRetries: 5,
+			SnapshotsInstalled: 6, DeltasApplied: 7, ImagesApplied: 8, DrainsAcknowledged: 9, LastHeartbeatMicros: -10}}
+	b := make([]byte, abi.LaneStatusSize)
+	abi.PutLaneStatus(b, &s)
+	if got := abi.ReadLaneStatus(b, &m, 15); got != s {
+		t.Errorf("lane status: got %+v, want %+v", got, s)
+	}
+	q := consumer.QueryResult{Mask: 0x8001, Blocks: 9, Probes: 4}
+	q.Depths[0], q.Depths[15] = 9, 3
+	qb := make([]byte, abi.QueryRecordSize)
+	abi.PutQueryRecord(qb, &q)
+	var gq consumer.QueryResult
+	abi.ReadQueryRecord(qb, &gq)
+	if gq != q {
+		t.Errorf("query: got %+v, want %+v", gq, q)
+	}
+	r := abi.Result{Code: abi.Code(consumer.Deactivated), Result: consumer.Result{Outcome: consumer.Deactivated,
+		Fault: consumer.BaseSequenceMismatch, Lane: -1, Sequence: 1<<64 - 1}, Kind: 2, ErrorOff: 17}
+	rb := make([]byte, abi.ResultSize)
+	abi.PutResult(rb, &r)
+	if got := abi.ReadResult(rb); got != r {
+		t.Errorf("result: got %+v, want %+v", got, r)
+	}
+}

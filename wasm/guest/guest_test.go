@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wasm/abi"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+func TestRegistry_ViewStaysInsideOneBuffer(t *testing.T) {
+	var r registry
+	a, b := r.alloc(16), r.alloc(100)
+	pa := base(a)
+	for _, tc := range []struct {
+		name string
+		p    uintptr
+		n    uint64
+		ok   bool
+	}{
+		{"whole buffer", pa, 16, true},
+		{"interior", pa + 4, 12, true},
+		{"one past the end", pa + 4, 13, false},
+		{"zero length anywhere", 12345, 0, true},
+		{"null pointer", 0, 1, false},
+		{"huge length", pa, 1 << 40, false},
+		{"start at end", pa + 16, 1, false},
+		{"other buffer", base(b) + 99, 1, true},
+	} {
+		v, ok := r.view(tc.p, tc.n)
+		if ok != tc.ok || (ok && uint64(len(v)) != tc.n) {
+			t.Errorf("%s: got ok=%v len=%d, want ok=%v len=%d", tc.name, ok, len(v), tc.ok, tc.n)
+		}
+	}
+	if r.alloc(abi.MaxAlloc+1) != nil {
+		t.Error("alloc above MaxAlloc: got a buffer, want nil")
+	}
+	if !r.free(pa) || r.free(pa) || r.free(base(b)+1) {
+		t.Error("free: want true once for a base, false after and for an interior pointer")
+	}
+	if _, ok := r.view(pa, 1); ok {
+		t.Error("view of a freed buffer: got ok")
+	}
+	if r.live() != 1 {
+		t.Errorf("live = %d, want 1", r.live())
+	}
+}
+
+func testManifest() consumer.Manifest {
+	d := ckf.Domain{CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{1}}}
+	m := consumer.Manifest{ConsumerInstance: 1, Domain: d, Format: ckf.NewFormat(ckf.DefaultSeed, 16), VerificationWindow: 2}
+	m.Lanes[2] = &ckf.PoolID{Domain: d, DCID: 2}
+	return m
+}
+
+func TestGuest_NotConfigured(t *testing.T) {
+	var g guest
+	out := make([]byte, 256)
+	for name, code := range map[string]abi.Code{
+		"assign":   g.assign(nil),
+		"retire":   g.retire(0),
+		"apply":    g.apply([]byte{0x90}),
+		"query":    g.query(abi.QueryLocalHashes, nil, 0, 0, 0, out),
+		"contains": g.contains(1),
+		"status":   g.laneStatus(0, out),
+		"words":    g.laneWords(0, out),
+		"stats":    g.stats(out),
+	} {
+		if code != abi.ErrNotConfigured {
+			t.Errorf("%s: got %v, want NotConfigured", name, code)
+		}
+	}
+}
+
+func TestGuest_ConfigureFailureKeepsConsumer(t *testing.T) {
+	var g guest
+	m := testManifest()
+	if c := g.configure(abi.AppendManifest(nil, &m)); c != abi.OK {
+		t.Fatalf("configure: got %v (%s)", c, g.lastErr)
+	}
+	before := g.c
+	big := m
+	big.Format = ckf.NewFormat(ckf.DefaultSeed, 1<<24)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want abi.Code
+	}{
+		{"garbage", []byte{1, 2, 3}, abi.ErrManifestEncoding},
+		{"no lanes", abi.AppendManifest(nil, &consumer.Manifest{VerificationWindow: 2, Format: m.Format}), abi.ErrInvalidManifest},
+		{"table above 1 GiB", abi.AppendManifest(nil, &big), abi.ErrOutOfMemory},
+	} {
+		if c := g.configure(tc.b); c != tc.want || g.c != before || g.lastErr == "" {
+			t.Errorf("%s: got %v (consumer kept %v, message %q), want %v", tc.name, c, g.c == before, g.lastErr, tc.want)
+		}
+	}
+}
+
+func TestGuest_ApplyDecodeErrorDetail(t *testing.T) {
+	var g guest
+	m := testManifest()
+	g.configure(abi.AppendManifest(nil, &m))
+	frame, err := wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: ckf.LaneLease{PhysicalLane: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := g.apply(frame[:len(frame)-1]); c != abi.ErrFrameTruncated || g.last.Result.Lane != -1 || g.last.Code != c {
+		t.Errorf("truncated: got %v, last %+v", c, g.last)
+	}
+	if c := g.apply(frame); c != abi.Code(consumer.IgnoredForeignLease) || g.last.Result.Lane != 2 || g.last.Kind != uint8(wire.KindDrainMarker) {
+		t.Errorf("drain on an unassigned lane: got %v, last %+v", c, g.last)
+	}
+	if g.frameLane() != 2 {
+		t.Errorf("frameLane = %d, want 2", g.frameLane())
+	}
+}
+
+func TestGuest_QueryArguments(t *testing.T) {
+	var g guest
+	m := testManifest()
+	g.configure(abi.AppendManifest(nil, &m))
+	out := make([]byte, abi.QueryRecordSize)
+	for _, tc := range []struct {
+		name  string
+		kind  int32
+		in    []byte
+		count int
+		bs    int
+		out   []byte
+		want  abi.Code
+	}{
+		{"unknown kind", 3, nil, 0, 0, out, abi.ErrBadArgument},
+		{"hashes past the buffer", abi.QueryLocalHashes, make([]byte, 15), 2, 0, out, abi.ErrBadArgument},
+		{"tokens past the buffer", abi.QueryTokens, make([]byte, 7), 2, 4, out, abi.ErrBadArgument},
+		{"record buffer too small", abi.QueryLocalHashes, nil, 0, 0, out[:79], abi.ErrBufferTooSmall},
+		{"block size 0", abi.QueryTokens, make([]byte, 8), 2, 0, out, abi.ErrInvalidQuery},
+		{"no ready lane", abi.QuerySequenceHashes, make([]byte, 8), 1, 0, out, abi.ErrUnavailable},
+	} {
+		if c := g.query(tc.kind, tc.in, tc.count, tc.bs, 0, tc.out); c != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, c, tc.want)
+		}
+	}
+	// The Unavailable record still says how many blocks were asked.
+	var r consumer.QueryResult
+	abi.ReadQueryRecord(out, &r)
+	if r.Mask != 0 || r.Blocks != 1 {
+		t.Errorf("unavailable record: got %+v, want mask 0, 1 block", r)
+	}
+	words := make([]byte, 8*16)
+	if c := g.laneWords(2, words); c != 16 || !bytes.Equal(words, make([]byte, 8*16)) {
+		t.Errorf("lane words: got %v", c)
+	}
+	if c := g.laneWords(2, words[:8*15]); c != abi.ErrBufferTooSmall {
+		t.Errorf("lane words short buffer: got %v, want BufferTooSmall", c)
+	}
+}
