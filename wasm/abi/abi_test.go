@@ -173,8 +173,8 @@ func TestCodeOf_MatchesSentinels(t *testing.T) {
 func TestRecords_RoundTrip(t *testing.T) {
 	m := manifest()
 	s := consumer.LaneStatus{Configured: true, Pool: *m.Lanes[15], Assigned: true, HasEpoch: true, Ready: true,
-		Lease:    ckf.LaneLease{ConsumerInstance: 9, PhysicalLane: 15, AssignmentEpoch: 4},
-		Identity: ckf.ProducerIdentity{Pool: *m.Lanes[15], ProducerIncarnation: 2, LayoutGeneration: 3, Format: m.Format},
+		Lease:     ckf.LaneLease{ConsumerInstance: 9, PhysicalLane: 15, AssignmentEpoch: 4},
+		Identity:  ckf.ProducerIdentity{Pool: *m.Lanes[15], ProducerIncarnation: 2, LayoutGeneration: 3, Format: m.Format},
 		LastEpoch: 4, InstalledSequence: 77, SnapshotInProgress: true, ChunksStaged: 2, ChunkCount: 5,
 		LastOutcome: consumer.Applied, LastFault: consumer.ChunkOverlap,
 		Stats: consumer.LaneStats{Assignments: 1, FramesApplied: 2, FramesIgnored: 3, Deactivations: 4, SnapshotRetries: 5,
