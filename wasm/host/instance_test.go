@@ -1,0 +1,211 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/conformance"
+	"github.com/ckfrelay/ckfrelay/wasm/host"
+)
+
+const blockSize = 4
+
+func tokens(base uint32, blocks int) []uint32 {
+	t := make([]uint32, blocks*blockSize)
+	for i := range t {
+		t[i] = base + uint32(i)*2654435761
+	}
+	return t
+}
+
+// readyPair returns a fixture with lanes 0..lanes-1 stored and snapshotted
+// into both a native consumer and a wasm instance.
+func readyPair(t testing.TB, rt *host.Runtime, lanes int) (*conformance.Fixture, *host.Native, *host.Instance) {
+	t.Helper()
+	fx, err := conformance.NewFixture(200, lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := host.NewNative(fx.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := rt.NewInstance(context.Background(), fx.Manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close() })
+	for l := range lanes {
+		fx.Store(l, tokens(uint32(l)*1000, 3+l), blockSize)
+		for _, c := range []host.Consumer{n, in} {
+			if err := c.Assign(fx.Identity(l), fx.Lease(l, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		frames, err := fx.Subscribe(l, fx.Lease(l, 1), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range frames {
+			for _, c := range []host.Consumer{n, in} {
+				if r, err := c.ApplyFrame(f); err != nil || r.Outcome != consumer.SnapshotInstalled {
+					t.Fatalf("snapshot: got %v, %v", r, err)
+				}
+			}
+		}
+	}
+	return fx, n, in
+}
+
+// TestInstance_ResetAfterTrap makes the guest run out of its memory limit
+// (a Go fatal error, which no recover catches) and checks the instance comes
+// back configured, every lane unassigned, and epochs still monotone.
+func TestInstance_ResetAfterTrap(t *testing.T) {
+	rt := newRuntime(t, host.NewConfig().WithMemoryLimitPages(512)) // 32 MiB
+	fx, _, in := readyPair(t, rt, 2)
+	if err := in.Assign(fx.Identity(1), fx.Lease(1, 7)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := in.ApplyFrame(make([]byte, 40<<20)) // the input buffer alone exceeds the limit
+	if !errors.Is(err, host.ErrInstanceReset) {
+		t.Fatalf("got %v, want ErrInstanceReset", err)
+	}
+	if in.Resets() != 1 {
+		t.Errorf("Resets() = %d, want 1", in.Resets())
+	}
+	for l, epoch := range []uint64{1, 7} {
+		s, err := in.LaneStatus(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Ready || s.Assigned || s.LastEpoch != epoch || !s.Configured {
+			t.Errorf("lane %d after reset: got %+v, want configured, unassigned, last epoch %d", l, s, epoch)
+		}
+		if err := in.Assign(fx.Identity(l), fx.Lease(l, epoch)); !errors.Is(err, consumer.ErrStaleAssignmentEpoch) {
+			t.Errorf("lane %d: re-assign epoch %d: got %v, want ErrStaleAssignmentEpoch", l, epoch, err)
+		}
+	}
+	if err := in.Assign(fx.Identity(1), fx.Lease(1, 8)); err != nil {
+		t.Errorf("assign a newer epoch after reset: %v", err)
+	}
+	if _, err := in.Stats(); err != nil {
+		t.Errorf("stats after reset: %v", err)
+	}
+}
+
+// TestInstance_hammer runs queries from several goroutines while one
+// goroutine applies heartbeats; every query must see the snapshot's depths.
+func TestInstance_hammer(t *testing.T) {
+	defer runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0)/2, 1)) // restore on exit
+	rt := newRuntime(t, host.NewConfig())
+	fx, n, in := readyPair(t, rt, 3)
+	req := tokens(1000, 5) // lane 1's stored request
+	var want consumer.QueryResult
+	if err := n.QueryTokens(req, blockSize, 1337, &want); err != nil {
+		t.Fatal(err)
+	}
+	want.Probes = 0
+	hb, err := fx.DrainFrame(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const P, N = 4, 200
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, P+1)
+	for range P {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var got consumer.QueryResult
+			for range N {
+				if err := in.QueryTokens(req, blockSize, 1337, &got); err != nil {
+					errs <- err
+					return
+				}
+				got.Probes = 0
+				if got != want {
+					errs <- errors.New("query result differs from native")
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-start
+		for range N {
+			if r, err := in.ApplyFrame(hb); err != nil || r.Outcome != consumer.DrainAcknowledged {
+				errs <- errors.New("drain marker not acknowledged")
+				return
+			}
+		}
+	}()
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// FuzzInstance_MatchesNative applies arbitrary bytes as a frame (raw, or
+// spliced into a real delta) to the wasm instance and the native consumer:
+// neither may trap, results and errors must agree, and a frame that was not
+// applied must leave every lane's words unchanged.
+func FuzzInstance_MatchesNative(f *testing.F) {
+	rt := newRuntime(f, host.NewConfig())
+	fx, n, in := readyPair(f, rt, 2)
+	fx.Store(0, tokens(77, 4), blockSize)
+	_, deltas := fx.Deltas(0)
+	drain, _ := fx.DrainFrame(1)
+	for _, d := range append(deltas, drain) {
+		f.Add(d, uint16(0), false)
+		f.Add(d, uint16(len(d)/2), true)
+	}
+	f.Add([]byte{0x93, 1, 9}, uint16(0), false)
+	base := deltas[0]
+	f.Fuzz(func(t *testing.T, data []byte, at uint16, splice bool) {
+		frame := data
+		if splice {
+			// Overwrite part of a real delta so the fuzzer reaches the
+			// lane rules, not only the decoder.
+			frame = append([]byte(nil), base...)
+			copy(frame[int(at)%len(frame):], data)
+		}
+		var before [2][]uint64
+		for l := range before {
+			before[l], _ = in.AppendLaneWords(nil, l)
+		}
+		rn, errN := n.ApplyFrame(frame)
+		rw, errW := in.ApplyFrame(frame)
+		if in.Resets() != 0 {
+			t.Fatalf("the instance trapped: %v", errW)
+		}
+		if rn != rw || (errN == nil) != (errW == nil) {
+			t.Fatalf("native %v (%v), wasm %v (%v)", rn, errN, rw, errW)
+		}
+		if errN != nil && !errors.Is(errW, errors.Unwrap(errN)) {
+			t.Fatalf("native error %v, wasm error %v: different sentinels", errN, errW)
+		}
+		for l := range before {
+			wn, _ := n.AppendLaneWords(nil, l)
+			ww, _ := in.AppendLaneWords(nil, l)
+			if !reflect.DeepEqual(wn, ww) {
+				t.Fatalf("lane %d words differ between native and wasm", l)
+			}
+			changed := rw.Outcome == consumer.Applied || rw.Outcome == consumer.SnapshotInstalled ||
+				rw.Outcome == consumer.SnapshotChunkAccepted
+			if (!changed || rw.Lane != l) && !reflect.DeepEqual(before[l], ww) {
+				t.Fatalf("lane %d words changed by a frame with outcome %v on lane %d", l, rw.Outcome, rw.Lane)
+			}
+		}
+	})
+}
