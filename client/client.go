@@ -29,14 +29,15 @@ import (
 )
 
 // Lanes is the consumer a Router feeds. [Native] adapts *consumer.Consumer;
-// the WebAssembly host implements it directly. The Router serializes every
-// call, so implementations need not be safe for concurrent use.
+// the WebAssembly host (wasm/host: *host.Instance, and its in-process
+// *host.Native twin) satisfies it as is. The Router serializes every call, so
+// implementations need not be safe for concurrent use.
 type Lanes interface {
 	// Assign grants a lane to a producer identity under a lease.
 	Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error
-	// ApplyFrameBytes applies one frame body (without its length prefix). An
+	// ApplyFrame applies one frame body (without its length prefix). An
 	// error means the frame could not be decoded; nothing changed.
-	ApplyFrameBytes(frame []byte) (consumer.Result, error)
+	ApplyFrame(frame []byte) (consumer.Result, error)
 	// Retire makes a lane not ready and forgets its lease.
 	Retire(lane int) error
 	// QuerySequenceHashes answers per ready lane how many leading blocks of
@@ -44,6 +45,8 @@ type Lanes interface {
 	QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error
 	// Contains returns the ready lanes whose filter holds a sequence hash.
 	Contains(seqHash uint64) (uint16, error)
+	// AppendLaneWords appends a ready lane's bucket words in bucket order.
+	AppendLaneWords(dst []uint64, lane int) ([]uint64, error)
 }
 
 // Native adapts the native consumer to [Lanes].
@@ -55,10 +58,10 @@ type Native struct {
 // Assign implements [Lanes].
 func (n *Native) Assign(id ckf.ProducerIdentity, l ckf.LaneLease) error { return n.C.Assign(id, l) }
 
-// ApplyFrameBytes implements [Lanes]: it decodes into a reused frame.
-func (n *Native) ApplyFrameBytes(b []byte) (consumer.Result, error) {
+// ApplyFrame implements [Lanes]: it decodes into a reused frame.
+func (n *Native) ApplyFrame(b []byte) (consumer.Result, error) {
 	if err := wire.DecodeFrame(b, &n.frame); err != nil {
-		return consumer.Result{}, err
+		return consumer.Result{Lane: -1}, err
 	}
 	return n.C.ApplyFrame(&n.frame), nil
 }
@@ -73,6 +76,11 @@ func (n *Native) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) er
 
 // Contains implements [Lanes].
 func (n *Native) Contains(seqHash uint64) (uint16, error) { return n.C.Contains(seqHash) }
+
+// AppendLaneWords implements [Lanes].
+func (n *Native) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
+	return n.C.AppendLaneWords(dst, lane)
+}
 
 // Target is one pool a Router follows, on one physical lane.
 type Target struct {
@@ -92,6 +100,11 @@ type Config struct {
 	Targets []Target
 	// MinBackoff and MaxBackoff bound the resubscribe delay (defaults 50ms, 5s).
 	MinBackoff, MaxBackoff time.Duration
+	// IdleTimeout ends a session that received no frame for this long, so a
+	// half-open connection (a relay that vanished without a FIN) cannot pin a
+	// lane forever. Relays heartbeat while idle: keep it at several heartbeat
+	// intervals. Default 10s; negative disables it.
+	IdleTimeout time.Duration
 	// MaxFrameBytes bounds one frame (default wire.DefaultMaxFrameBytes).
 	MaxFrameBytes int
 	// HTTPClient is used for streams (default: a client without timeout).
@@ -142,6 +155,9 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(5*time.Second, cfg.MinBackoff)
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 10 * time.Second
+	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
 	}
@@ -184,8 +200,12 @@ func (r *Router) Contains(seqHash uint64) (uint16, error) {
 	return r.ls.Contains(seqHash)
 }
 
-// Lane returns the state of a lane.
+// Lane returns the state of a lane; a lane outside 0..15 reads as the zero
+// LaneInfo.
 func (r *Router) Lane(lane int) LaneInfo {
+	if lane < 0 || lane >= ckf.MaxLanes {
+		return LaneInfo{}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	li := r.info[lane]
@@ -245,15 +265,31 @@ var (
 	ErrDeactivated = errors.New("client: lane deactivated")
 	// ErrStreamClosed: the relay sent a close frame.
 	ErrStreamClosed = errors.New("client: stream closed by relay")
+	// ErrIdle: no frame (not even a heartbeat) arrived within IdleTimeout.
+	ErrIdle = errors.New("client: stream idle")
 )
 
 // session opens one stream, assigns the lane from the first snapshot chunk's
 // identity, and applies frames until something ends it. installed reports
 // whether a snapshot was installed (the session was healthy).
 func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed bool, err error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var idle *time.Timer
+	if r.cfg.IdleTimeout > 0 {
+		idle = time.AfterFunc(r.cfg.IdleTimeout, func() { cancel(ErrIdle) })
+		defer idle.Stop()
+	}
+	defer func() {
+		// A read that failed because the idle timer fired reports ErrIdle,
+		// not the transport's "context canceled".
+		if err != nil && errors.Is(context.Cause(sctx), ErrIdle) {
+			err = fmt.Errorf("%w: no frame for %v (%v)", ErrIdle, r.cfg.IdleTimeout, err)
+		}
+	}()
 	u := fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d",
 		strings.TrimRight(r.cfg.RelayURL, "/"), url.PathEscape(t.Pool), r.cfg.ConsumerInstance, t.Lane, epoch)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := http.NewRequestWithContext(sctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false, err
 	}
@@ -277,6 +313,9 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 		if err != nil {
 			return installed, err
 		}
+		if idle != nil {
+			idle.Reset(r.cfg.IdleTimeout)
+		}
 		r.mu.Lock()
 		if n == 0 {
 			if err := wire.DecodeFrameView(raw, &first); err != nil || first.Kind != wire.KindSnapshotChunk {
@@ -294,7 +333,7 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 			li := &r.info[t.Lane]
 			li.Connected, li.Epoch = true, epoch
 		}
-		res, err := r.ls.ApplyFrameBytes(raw)
+		res, err := r.ls.ApplyFrame(raw)
 		li := &r.info[t.Lane]
 		li.LastFrame = time.Now()
 		if err == nil && !res.Outcome.Ignored() {
@@ -303,7 +342,9 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 		if res.Outcome == consumer.SnapshotInstalled {
 			installed, li.Ready = true, true
 		}
-		li.Sequence = res.Sequence
+		if res.Lane == t.Lane {
+			li.Sequence = res.Sequence
+		}
 		r.mu.Unlock()
 		switch {
 		case err != nil:

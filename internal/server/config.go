@@ -56,15 +56,19 @@ type Config struct {
 	CacheSemantics string `json:"cache_semantics,omitempty"`
 	RoutingScope   string `json:"routing_scope,omitempty"`
 	// Limits.
-	MaxFrameBytes     int        `json:"max_frame_bytes,omitempty"`      // default 8 MiB
-	MaxRequestBytes   int64      `json:"max_request_bytes,omitempty"`    // default 16 MiB
-	MaxEventsPerBatch int        `json:"max_events_per_batch,omitempty"` // default 4096
-	MaxBlocksPerEvent int        `json:"max_blocks_per_event,omitempty"` // default 4096
-	MaxSubscribers    int        `json:"max_subscribers,omitempty"`      // per pool, default 256
-	SubscriberQueue   int        `json:"subscriber_queue,omitempty"`     // deltas, default 4096
-	HeartbeatInterval Duration   `json:"heartbeat_interval,omitempty"`   // default 1s
-	ShutdownGrace     Duration   `json:"shutdown_grace,omitempty"`       // default 10s
-	Pools             []PoolSpec `json:"pools"`
+	MaxFrameBytes     int      `json:"max_frame_bytes,omitempty"`      // default 8 MiB
+	MaxRequestBytes   int64    `json:"max_request_bytes,omitempty"`    // default 16 MiB
+	MaxEventsPerBatch int      `json:"max_events_per_batch,omitempty"` // default 4096
+	MaxBlocksPerEvent int      `json:"max_blocks_per_event,omitempty"` // default 4096
+	MaxSubscribers    int      `json:"max_subscribers,omitempty"`      // per pool, default 256
+	SubscriberQueue   int      `json:"subscriber_queue,omitempty"`     // deltas, default 4096
+	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"`   // default 1s
+	// StreamWriteTimeout bounds one write to a stream: a subscriber that
+	// stops reading is dropped after it, so it cannot pin a handler (or
+	// delay shutdown) forever. Default 10s.
+	StreamWriteTimeout Duration   `json:"stream_write_timeout,omitempty"`
+	ShutdownGrace      Duration   `json:"shutdown_grace,omitempty"` // default 10s
+	Pools              []PoolSpec `json:"pools"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string.
@@ -99,6 +103,7 @@ const (
 	DefaultMaxSubscribers    = 256
 	DefaultSubscriberQueue   = 4096
 	DefaultHeartbeat         = time.Second
+	DefaultStreamWrite       = 10 * time.Second
 	DefaultShutdownGrace     = 10 * time.Second
 )
 
@@ -115,6 +120,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.SubscriberQueue, DefaultSubscriberQueue)
 	setDefault(&c.HeartbeatInterval, Duration(DefaultHeartbeat))
 	setDefault(&c.ShutdownGrace, Duration(DefaultShutdownGrace))
+	setDefault(&c.StreamWriteTimeout, Duration(DefaultStreamWrite))
 	pools := make([]PoolSpec, len(c.Pools))
 	for i, p := range c.Pools {
 		setDefault(&p.ExpectedBlocks, DefaultExpectedBlocks)
@@ -153,8 +159,8 @@ func (c Config) Validate() error {
 		return invalid("max_request_bytes %d < 1024", c.MaxRequestBytes)
 	case c.MaxEventsPerBatch < 1, c.MaxBlocksPerEvent < 1, c.MaxSubscribers < 1, c.SubscriberQueue < 1:
 		return invalid("limits must be ≥ 1")
-	case c.HeartbeatInterval <= 0 || c.ShutdownGrace <= 0:
-		return invalid("heartbeat_interval and shutdown_grace must be > 0")
+	case c.HeartbeatInterval <= 0 || c.ShutdownGrace <= 0 || c.StreamWriteTimeout <= 0:
+		return invalid("heartbeat_interval, shutdown_grace and stream_write_timeout must be > 0")
 	}
 	names := map[string]bool{}
 	dcs := map[uint64]bool{}

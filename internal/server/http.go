@@ -336,6 +336,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	fw := wire.NewWriter(w, s.cfg.MaxFrameBytes)
+	writeTimeout := time.Duration(s.cfg.StreamWriteTimeout)
+	// Every write gets a deadline: a subscriber that stops reading must not
+	// hold this goroutine, its snapshot copy or the shutdown forever.
+	_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if err := fw.WriteSnapshot(&snap); err != nil {
 		return
 	}
@@ -350,6 +354,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case d := <-sub.Deltas():
+			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			f = wire.Frame{Kind: wire.KindDelta, Delta: d}
 			if fw.WriteFrame(&f) != nil {
 				return
@@ -360,9 +365,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 				_ = rc.Flush()
 			}
 		case <-sub.Done():
+			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			s.endStream(p, fw, rc, sub, lease, last)
 			return
 		case <-hb.C:
+			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			f = wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: identity, Lease: lease,
 				LastSequence: last, UnixMicros: time.Now().UnixMicro()}}
 			if fw.WriteFrame(&f) != nil {

@@ -109,8 +109,14 @@ func (p *hostedPool) feed(sub *producer.Subscription) {
 			p.log.Warn("hub stream ended; resubscribing", "err", err)
 		}
 		if rerr := p.resubscribe(context.Background()); rerr != nil {
+			// The actor stopped between the stream's end and the new lease:
+			// say why, so streams close with the right reason.
+			cause := errFenced
+			if errors.Is(rerr, producer.ErrShuttingDown) {
+				cause = errShuttingDown
+			}
 			p.log.Error("hub resubscribe failed", "err", rerr)
-			p.hub.Close(errFenced)
+			p.hub.Close(cause)
 			close(p.feederDone)
 		}
 	}

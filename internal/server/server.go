@@ -85,8 +85,13 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopping.Store(true)
 	err := s.stopPools(ctx)
-	if herr := s.http.Shutdown(ctx); herr != nil && err == nil {
-		err = herr
+	if herr := s.http.Shutdown(ctx); herr != nil {
+		// Out of time: cut what is still open rather than leave handlers
+		// (and their goroutines) behind.
+		_ = s.http.Close()
+		if err == nil {
+			err = herr
+		}
 	}
 	return err
 }

@@ -1,0 +1,327 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+const testConsumer = 7
+
+var (
+	testDomain = ckf.Domain{
+		CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{1}, Source: ckf.DigestExplicit},
+		RoutingScope:   ckf.ScopedDigest{Digest: [16]byte{2}, Source: ckf.DigestExplicit},
+	}
+	testPool   = ckf.PoolID{Domain: testDomain, DCID: 1}
+	testFormat = ckf.NewFormat(ckf.DefaultSeed, 64)
+	testID     = ckf.ProducerIdentity{Pool: testPool, ProducerIncarnation: 1, Format: testFormat}
+)
+
+func newNative(t *testing.T) *Native {
+	t.Helper()
+	m := consumer.Manifest{ConsumerInstance: testConsumer, Domain: testDomain, Format: testFormat, VerificationWindow: 2}
+	m.Lanes[0] = &testPool
+	c, err := consumer.New(m)
+	if err != nil {
+		t.Fatalf("consumer.New: %v", err)
+	}
+	return &Native{C: c}
+}
+
+// session is one stream request the fake relay saw. Frames are written by
+// the handler's own goroutine: write hands it a function and waits.
+type session struct {
+	epoch uint64
+	ops   chan func(w *wire.Writer) error
+	errs  chan error
+	done  <-chan struct{} // the request's context
+}
+
+// write runs fn on the handler goroutine and flushes.
+func (s session) write(t *testing.T, fn func(w *wire.Writer) error) {
+	t.Helper()
+	select {
+	case s.ops <- fn:
+	case <-s.done:
+		t.Fatal("stream ended before the write")
+	}
+	if err := <-s.errs; err != nil {
+		t.Fatalf("fake relay write: %v", err)
+	}
+}
+
+func (s session) frame(t *testing.T, f wire.Frame) {
+	t.Helper()
+	s.write(t, func(w *wire.Writer) error { return w.WriteFrame(&f) })
+}
+
+// fakeRelay serves /v1/pools/p/stream by handing each request to the test
+// through a channel; the handler then runs the test's writes until the
+// request ends or the test sends on release.
+func fakeRelay(t *testing.T) (url string, sessions <-chan session, release chan<- struct{}) {
+	t.Helper()
+	sc := make(chan session)
+	rel := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		epoch, err := strconv.ParseUint(r.URL.Query().Get("epoch"), 10, 64)
+		if err != nil || r.URL.Query().Get("consumer") != strconv.Itoa(testConsumer) {
+			http.Error(w, "bad query", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		s := session{epoch: epoch, ops: make(chan func(*wire.Writer) error), errs: make(chan error, 1), done: r.Context().Done()}
+		select {
+		case sc <- s:
+		case <-r.Context().Done():
+			return
+		}
+		fw := wire.NewWriter(w, 0)
+		for {
+			select {
+			case fn := <-s.ops:
+				err := fn(fw)
+				if err == nil {
+					err = rc.Flush()
+				}
+				s.errs <- err
+			case <-rel:
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, sc, rel
+}
+
+func startRouter(t *testing.T, cfg Config, lanes Lanes) *Router {
+	t.Helper()
+	r, err := New(cfg, lanes)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done // Run must return: no session goroutine outlives it
+	})
+	return r
+}
+
+func lease(epoch uint64) ckf.LaneLease {
+	return ckf.LaneLease{ConsumerInstance: testConsumer, PhysicalLane: 0, AssignmentEpoch: epoch}
+}
+
+func words(seed uint64) []uint64 {
+	w := make([]uint64, testFormat.BucketCount)
+	for i := range w {
+		w[i] = seed*1000 + uint64(i)
+	}
+	return w
+}
+
+func nextSession(t *testing.T, sessions <-chan session) session {
+	t.Helper()
+	select {
+	case s := <-sessions:
+		return s
+	case <-time.After(30 * time.Second):
+		t.Fatal("router did not open a stream")
+		return session{}
+	}
+}
+
+func TestBackoff_BoundsAndGrowth(t *testing.T) {
+	lo, hi := 10*time.Millisecond, 640*time.Millisecond
+	tests := []struct {
+		failures int
+		ceil     time.Duration
+	}{
+		{0, 10 * time.Millisecond},
+		{1, 20 * time.Millisecond},
+		{3, 80 * time.Millisecond},
+		{6, 640 * time.Millisecond},
+		{7, 640 * time.Millisecond},
+		{29, 640 * time.Millisecond},
+		{63, 640 * time.Millisecond}, // a shift that would overflow
+		{1000, 640 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		var top time.Duration
+		for range 2000 {
+			d := backoff(lo, hi, tt.failures)
+			if d < 0 || d > tt.ceil {
+				t.Fatalf("backoff(%v, %v, %d) = %v, want within [0, %v]", lo, hi, tt.failures, d, tt.ceil)
+			}
+			top = max(top, d)
+		}
+		// Full jitter spreads over the whole range: 2000 uniform draws all
+		// below half the ceiling has probability 2^-2000.
+		if top <= tt.ceil/2 {
+			t.Errorf("backoff(%d failures): max of 2000 draws %v, want > %v (jitter spans the range)", tt.failures, top, tt.ceil/2)
+		}
+	}
+}
+
+func TestNew_RejectsBadConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+	}{
+		{"no url", Config{Targets: []Target{{Pool: "p", Lane: 0}}}},
+		{"no targets", Config{RelayURL: "http://x"}},
+		{"lane too high", Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 16}}}},
+		{"negative lane", Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: -1}}}},
+		{"duplicate lane", Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 1}, {Pool: "q", Lane: 1}}}},
+		{"unnamed pool", Config{RelayURL: "http://x", Targets: []Target{{Lane: 1}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(tt.cfg, nil); err == nil {
+				t.Errorf("New(%+v) = nil error, want an error", tt.cfg)
+			}
+		})
+	}
+}
+
+func TestRouter_LaneOutOfRangeIsZero(t *testing.T) {
+	r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 0}}}, newNative(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lane := range []int{-1, 16, 1 << 30} {
+		if got := r.Lane(lane); got != (LaneInfo{}) {
+			t.Errorf("Lane(%d) = %+v, want the zero LaneInfo", lane, got)
+		}
+	}
+}
+
+// A gap deactivates the lane; the router retires it and resubscribes with a
+// higher epoch, and the new snapshot converges it. A close frame does the
+// same, and epochs keep growing.
+func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
+	url, sessions, release := fakeRelay(t)
+	lanes := newNative(t)
+	r := startRouter(t, Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
+
+	// Session 1: snapshot at 5, then a delta from 7: a gap.
+	s1 := nextSession(t, sessions)
+	snap := ckf.Snapshot{Identity: testID, Lease: lease(s1.epoch), Sequence: 5, Words: words(1)}
+	s1.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
+	s1.frame(t, wire.Frame{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: testID, Lease: lease(s1.epoch), BaseSequence: 7, Sequence: 8,
+		Images: []ckf.BucketImage{{Bucket: 3, Word: 42}}}})
+
+	// Session 2 starts only after session 1 ended and was recorded.
+	s2 := nextSession(t, sessions)
+	if s2.epoch <= s1.epoch {
+		t.Fatalf("second epoch %d, want > first %d", s2.epoch, s1.epoch)
+	}
+	li := r.Lane(0)
+	if !strings.Contains(li.LastError, ErrDeactivated.Error()) || li.Resubscribes != 1 || li.Ready {
+		t.Fatalf("after the gap: lane %+v, want LastError %q, Resubscribes 1, not ready", li, ErrDeactivated)
+	}
+	<-s1.done // the router closed the first stream
+
+	// Session 2: a snapshot at 9 and a delta to 10, then a close frame.
+	snap2 := ckf.Snapshot{Identity: testID, Lease: lease(s2.epoch), Sequence: 9, Words: words(2)}
+	want := words(2)
+	want[5] = 99
+	s2.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap2) })
+	s2.frame(t, wire.Frame{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: testID, Lease: lease(s2.epoch), BaseSequence: 9, Sequence: 10,
+		Images: []ckf.BucketImage{{Bucket: 5, Word: 99}}}})
+	// Check convergence before the close frame: the retire that follows it
+	// forgets the lane's words.
+	waitFor(t, func() bool { return r.Lane(0).Sequence == 10 })
+	r.mu.Lock()
+	got, err := lanes.AppendLaneWords(nil, 0)
+	r.mu.Unlock()
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("lane words after resubscribe: err %v, equal %v; want the second snapshot plus the delta", err, slices.Equal(got, want))
+	}
+	s2.frame(t, wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseShuttingDown, Message: "bye"}})
+
+	s3 := nextSession(t, sessions)
+	if s3.epoch <= s2.epoch {
+		t.Fatalf("third epoch %d, want > second %d", s3.epoch, s2.epoch)
+	}
+	if li := r.Lane(0); !strings.Contains(li.LastError, ErrStreamClosed.Error()) || li.Resubscribes != 2 {
+		t.Fatalf("after the close frame: lane %+v, want LastError %q and Resubscribes 2", li, ErrStreamClosed)
+	}
+	release <- struct{}{}
+}
+
+// A stream that goes silent (no heartbeat) is abandoned after IdleTimeout.
+func TestRouter_IdleStreamResubscribes(t *testing.T) {
+	url, sessions, _ := fakeRelay(t)
+	r := startRouter(t, Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: 50 * time.Millisecond}, newNative(t))
+	s1 := nextSession(t, sessions)
+	snap := ckf.Snapshot{Identity: testID, Lease: lease(s1.epoch), Sequence: 1, Words: words(1)}
+	s1.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
+	s2 := nextSession(t, sessions) // the handler of s1 still holds its stream open
+	if s2.epoch <= s1.epoch {
+		t.Fatalf("epoch after idle %d, want > %d", s2.epoch, s1.epoch)
+	}
+	if li := r.Lane(0); !strings.Contains(li.LastError, ErrIdle.Error()) {
+		t.Fatalf("LastError %q, want it to name %q", li.LastError, ErrIdle)
+	}
+}
+
+// A refusal (HTTP error) is reported and retried, never spun on.
+func TestRouter_HTTPErrorIsRetried(t *testing.T) {
+	calls := make(chan uint64, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e, _ := strconv.ParseUint(r.URL.Query().Get("epoch"), 10, 64)
+		select {
+		case calls <- e:
+		default:
+		}
+		http.Error(w, `{"error":{"code":"unknown_pool"}}`, http.StatusNotFound)
+	}))
+	t.Cleanup(srv.Close)
+	r := startRouter(t, Config{RelayURL: srv.URL, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}, newNative(t))
+	var prev uint64
+	for i := range 3 {
+		e := <-calls
+		if e <= prev {
+			t.Fatalf("attempt %d epoch %d, want > %d", i, e, prev)
+		}
+		prev = e
+	}
+	waitFor(t, func() bool { return strings.Contains(r.Lane(0).LastError, "404") })
+	if li := r.Lane(0); li.Ready || li.Connected {
+		t.Errorf("lane %+v, want neither ready nor connected", li)
+	}
+}
+
+// waitFor polls a condition the router reaches asynchronously; it is for
+// observing an end state, not for ordering.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
