@@ -1,11 +1,5 @@
 package ckf
 
-import (
-	"encoding/binary"
-
-	"github.com/zeebo/xxh3"
-)
-
 // altSeedMix is XORed into the seed for the alternate-bucket displacement hash.
 const altSeedMix uint64 = 0x9E3779B97F4A7C15
 
@@ -13,15 +7,21 @@ const altSeedMix uint64 = 0x9E3779B97F4A7C15
 // (SPEC §2.2). It is an immutable value, safe to share. The zero value is not
 // usable; build one with [NewAddresser].
 type Addresser struct {
-	seed    uint64
-	altSeed uint64
-	mask    uint64
+	// keyFlip and dispFlip are the per-seed parts of the two XXH3 hashes
+	// (see xxh3small.go), folded in once here instead of on every call.
+	keyFlip  uint64
+	dispFlip uint64
+	mask     uint64
 }
 
 // NewAddresser returns the addressing of a table with bucketCount buckets
 // (a power of two ≥ 2, not checked here) keyed by seed.
 func NewAddresser(seed, bucketCount uint64) Addresser {
-	return Addresser{seed: seed, altSeed: seed ^ altSeedMix, mask: bucketCount - 1}
+	return Addresser{
+		keyFlip:  xxh3Flip8(seed),
+		dispFlip: xxh3Flip2(seed ^ altSeedMix),
+		mask:     bucketCount - 1,
+	}
 }
 
 // Address is the placement of one key: its non-zero fingerprint and its two
@@ -31,17 +31,21 @@ type Address struct {
 	A, B        uint64
 }
 
-// Address computes (fp, a, b) for key. Cost: two xxh3 hashes.
+// Address computes (fp, a, b) for key. Cost: two small hashes, no memory access.
 func (ad Addresser) Address(key uint64) Address {
-	var buf [8]byte
-	binary.LittleEndian.PutUint64(buf[:], key)
-	m := xxh3.HashSeed(buf[:], ad.seed)
-	fp := uint16(m)
+	fp, a := ad.primary(key)
+	return Address{Fingerprint: fp, A: a, B: a ^ ad.displacement(fp)}
+}
+
+// primary is the first half of Address: the fingerprint and bucket a. The
+// table uses it to compute b only when a does not settle the operation.
+func (ad Addresser) primary(key uint64) (fp uint16, a uint64) {
+	m := xxh3Hash8(key, ad.keyFlip)
+	fp = uint16(m)
 	if fp == 0 {
 		fp = 1
 	}
-	a := (m >> 16) & ad.mask
-	return Address{Fingerprint: fp, A: a, B: a ^ ad.displacement(fp)}
+	return fp, (m >> 16) & ad.mask
 }
 
 // Alternate returns the other candidate bucket of a fingerprint stored in
@@ -51,9 +55,7 @@ func (ad Addresser) Alternate(bucket uint64, fp uint16) uint64 {
 }
 
 func (ad Addresser) displacement(fp uint16) uint64 {
-	var buf [2]byte
-	binary.LittleEndian.PutUint16(buf[:], fp)
-	d := xxh3.HashSeed(buf[:], ad.altSeed) & ad.mask
+	d := xxh3Hash2(fp, ad.dispFlip) & ad.mask
 	if d == 0 {
 		d = 1
 	}

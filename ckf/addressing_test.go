@@ -1,6 +1,12 @@
 package ckf
 
-import "testing"
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/zeebo/xxh3"
+	"pgregory.net/rapid"
+)
 
 func TestAddresser_GoldenVectors(t *testing.T) {
 	ad := NewAddresser(0x123456789ABCDEF0, 1024)
@@ -83,4 +89,89 @@ func TestFormat_Addresser(t *testing.T) {
 	if got, want := f.Addresser().Address(1), (Address{Fingerprint: 64153, A: 348, B: 36}); got != want {
 		t.Fatalf("Format.Addresser().Address(1) = %+v, want %+v", got, want)
 	}
+}
+
+// specAddresser is a plain transcription of SPEC §2.2 over xxh3.HashSeed,
+// independent of the specialised hashes and lazy alternate of [Addresser].
+// The reference filter and the equivalence tests below use it.
+type specAddresser struct{ seed, mask uint64 }
+
+func newSpecAddresser(seed, bucketCount uint64) specAddresser {
+	return specAddresser{seed: seed, mask: bucketCount - 1}
+}
+
+func (s specAddresser) Address(key uint64) Address {
+	m := xxh3.HashSeed(binary.LittleEndian.AppendUint64(nil, key), s.seed)
+	fp := uint16(m & 0xFFFF)
+	if fp == 0 {
+		fp = 1
+	}
+	a := (m >> 16) & s.mask
+	return Address{Fingerprint: fp, A: a, B: s.Alternate(a, fp)}
+}
+
+func (s specAddresser) Alternate(bucket uint64, fp uint16) uint64 {
+	d := xxh3.HashSeed(binary.LittleEndian.AppendUint16(nil, fp), s.seed^0x9E3779B97F4A7C15) & s.mask
+	if d == 0 {
+		d = 1
+	}
+	return bucket ^ d
+}
+
+// seedGen draws seeds that stress xxh3Flip8's byte swap: zero, all ones,
+// only-low-half and only-high-half patterns besides uniform ones.
+func seedGen() *rapid.Generator[uint64] {
+	return rapid.OneOf(
+		rapid.Uint64(),
+		rapid.Just(uint64(0)),
+		rapid.Just(^uint64(0)),
+		rapid.Just(DefaultSeed),
+		rapid.Map(rapid.Uint32(), func(v uint32) uint64 { return uint64(v) }),
+		rapid.Map(rapid.Uint32(), func(v uint32) uint64 { return uint64(v) << 32 }),
+	)
+}
+
+func TestXXH3Hash8_MatchesHashSeed(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		v := rapid.Uint64().Draw(t, "v")
+		seed := seedGen().Draw(t, "seed")
+		want := xxh3.HashSeed(binary.LittleEndian.AppendUint64(nil, v), seed)
+		if got := xxh3Hash8(v, xxh3Flip8(seed)); got != want {
+			t.Fatalf("xxh3Hash8(%#x, seed %#x) = %#x, want xxh3.HashSeed %#x", v, seed, got, want)
+		}
+	})
+}
+
+// TestXXH3Hash2_MatchesHashSeed checks every 2-byte input, for a few seeds.
+func TestXXH3Hash2_MatchesHashSeed(t *testing.T) {
+	for _, seed := range []uint64{0, 1, ^uint64(0), DefaultSeed ^ altSeedMix, 0x123456789ABCDEF0 ^ altSeedMix, 1 << 63} {
+		flip := xxh3Flip2(seed)
+		for v := range 1 << 16 {
+			want := xxh3.HashSeed(binary.LittleEndian.AppendUint16(nil, uint16(v)), seed)
+			if got := xxh3Hash2(uint16(v), flip); got != want {
+				t.Fatalf("xxh3Hash2(%#x, seed %#x) = %#x, want xxh3.HashSeed %#x", v, seed, got, want)
+			}
+		}
+	}
+}
+
+func TestAddresser_MatchesSpec(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		seed := seedGen().Draw(t, "seed")
+		bucketCount := uint64(1) << rapid.IntRange(1, 24).Draw(t, "log2 buckets")
+		ad, spec := NewAddresser(seed, bucketCount), newSpecAddresser(seed, bucketCount)
+		key := rapid.Uint64().Draw(t, "key")
+		if got, want := ad.Address(key), spec.Address(key); got != want {
+			t.Fatalf("Address(%#x) = %+v, want spec %+v", key, got, want)
+		}
+		fp, a := ad.primary(key)
+		if want := spec.Address(key); fp != want.Fingerprint || a != want.A {
+			t.Fatalf("primary(%#x) = (%d, %d), want spec (%d, %d)", key, fp, a, want.Fingerprint, want.A)
+		}
+		fp = rapid.Uint16Min(1).Draw(t, "fp")
+		bucket := rapid.Uint64Max(bucketCount-1).Draw(t, "bucket")
+		if got, want := ad.Alternate(bucket, fp), spec.Alternate(bucket, fp); got != want {
+			t.Fatalf("Alternate(%d, %d) = %d, want spec %d", bucket, fp, got, want)
+		}
+	})
 }

@@ -1,5 +1,7 @@
 package ckf
 
+import "math/bits"
+
 // Bucket is one packed bucket: four 16-bit fingerprint slots in a uint64,
 // slot i in bits [16i, 16i+16), slot 0 least significant (SPEC §2.3). A zero
 // slot is empty. The zero Bucket is an empty bucket.
@@ -38,8 +40,20 @@ func (b Bucket) containsScalar(fp uint16) bool {
 	return false
 }
 
-// Find returns the lowest slot holding fp, or -1.
+// Find returns the lowest slot holding fp, or -1. It uses the zero-lane test
+// of Contains: the lowest marked lane is always a real match (a borrow only
+// marks lanes above one), so its position is exact.
 func (b Bucket) Find(fp uint16) int {
+	x := uint64(b) ^ (uint64(fp) * laneLow)
+	m := (x - laneLow) &^ x & laneHigh
+	if m == 0 {
+		return -1
+	}
+	return bits.TrailingZeros64(m) >> 4
+}
+
+// findScalar is the slot-by-slot reference for Find.
+func (b Bucket) findScalar(fp uint16) int {
 	for i := range 4 {
 		if b.Slot(i) == fp {
 			return i

@@ -104,3 +104,39 @@ func TestBucket_ContainsMatchesScalarRandomWords(t *testing.T) {
 		}
 	})
 }
+
+// TestBucket_FindMatchesScalar checks the SWAR Find (and so LowestEmpty,
+// which is Find(0)) against the slot-by-slot scan on every word built from
+// lanes that exercise borrows: zero, the probed value, its neighbours, its
+// sign-flipped twin and the extremes, for probes including 0 and 0xFFFF.
+func TestBucket_FindMatchesScalar(t *testing.T) {
+	for _, fp := range []uint16{0, 1, 2, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF, 0x1234} {
+		lanes := []uint16{0, fp, fp + 1, fp - 1, fp ^ 0x8000, 1, 0xFFFF}
+		for i0 := range lanes {
+			for i1 := range lanes {
+				for i2 := range lanes {
+					for i3 := range lanes {
+						word := uint64(lanes[i0]) | uint64(lanes[i1])<<16 | uint64(lanes[i2])<<32 | uint64(lanes[i3])<<48
+						b := Bucket(word)
+						if got, want := b.Find(fp), b.findScalar(fp); got != want {
+							t.Fatalf("Bucket(%#016x).Find(%#x) = %d, want scalar %d", word, fp, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestBucket_FindMatchesScalarRandomWords(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b := Bucket(rapid.Uint64().Draw(t, "word"))
+		fp := rapid.Uint16().Draw(t, "fp")
+		if got, want := b.Find(fp), b.findScalar(fp); got != want {
+			t.Fatalf("Bucket(%#016x).Find(%#x) = %d, want scalar %d", uint64(b), fp, got, want)
+		}
+		if got, want := b.LowestEmpty(), b.findScalar(0); got != want {
+			t.Fatalf("Bucket(%#016x).LowestEmpty() = %d, want scalar %d", uint64(b), got, want)
+		}
+	})
+}

@@ -13,13 +13,13 @@ import (
 // full copy. The production table must produce the same words.
 type refFilter struct {
 	slots    [][4]uint16
-	addr     Addresser
+	addr     specAddresser
 	rng      RNG
 	maxKicks int
 }
 
 func newRefFilter(buckets int, seed uint64, maxKicks int) *refFilter {
-	return &refFilter{slots: make([][4]uint16, buckets), addr: NewAddresser(seed, uint64(buckets)), rng: NewRNG(seed), maxKicks: maxKicks}
+	return &refFilter{slots: make([][4]uint16, buckets), addr: newSpecAddresser(seed, uint64(buckets)), rng: NewRNG(seed), maxKicks: maxKicks}
 }
 
 func (f *refFilter) putEmpty(bucket uint64, fp uint16) bool {

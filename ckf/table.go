@@ -33,17 +33,22 @@ func (t *table) set(bucket uint64, word uint64) {
 	t.words[bucket] = word
 }
 
-// placeEmpty writes fp into the lowest empty slot of a, else of b, without
-// relocation and without an RNG draw. It reports whether it found room.
-func (t *table) placeEmpty(ad Address) bool {
-	for _, bk := range [2]uint64{ad.A, ad.B} {
-		w := Bucket(t.words[bk])
-		if s := w.LowestEmpty(); s >= 0 {
-			t.set(bk, uint64(w.WithSlot(s, ad.Fingerprint)))
-			return true
-		}
+// placeEmpty writes fp into the lowest empty slot of bucket a, else of its
+// alternate b, without relocation and without an RNG draw. It reports whether
+// it found room; on false it also returns b, computed only then.
+func (t *table) placeEmpty(fp uint16, a uint64) (b uint64, ok bool) {
+	w := Bucket(t.words[a])
+	if s := w.LowestEmpty(); s >= 0 {
+		t.set(a, uint64(w.WithSlot(s, fp)))
+		return 0, true
 	}
-	return false
+	b = t.addr.Alternate(a, fp)
+	w = Bucket(t.words[b])
+	if s := w.LowestEmpty(); s >= 0 {
+		t.set(b, uint64(w.WithSlot(s, fp)))
+		return 0, true
+	}
+	return b, false
 }
 
 // insert places key per SPEC §2.5. On success t.writes holds the writes; on
@@ -51,15 +56,16 @@ func (t *table) placeEmpty(ad Address) bool {
 // error is ErrCapacityExhausted. RNG draws are never rolled back.
 func (t *table) insert(key uint64) error {
 	t.writes = t.writes[:0]
-	ad := t.addr.Address(key)
-	if t.placeEmpty(ad) {
+	fp, a := t.addr.primary(key)
+	b, ok := t.placeEmpty(fp, a)
+	if ok {
 		return nil
 	}
-	cur := ad.A
+	cur := a
 	if t.rng.Next()&1 != 0 {
-		cur = ad.B
+		cur = b
 	}
-	carry := ad.Fingerprint
+	carry := fp
 	for range t.maxKicks {
 		s := int(t.rng.Next() & 3)
 		w := Bucket(t.words[cur])
@@ -85,28 +91,34 @@ func (t *table) insert(key uint64) error {
 // relocation, no RNG draw): the re-offer of a non-resident block (SPEC §4.3).
 func (t *table) reoffer(key uint64) bool {
 	t.writes = t.writes[:0]
-	return t.placeEmpty(t.addr.Address(key))
+	_, ok := t.placeEmpty(t.addr.primary(key))
+	return ok
 }
 
 // remove clears the first slot equal to key's fingerprint, bucket a before b,
 // lowest slot first. It reports false, writing nothing, when neither holds it.
 func (t *table) remove(key uint64) bool {
 	t.writes = t.writes[:0]
-	ad := t.addr.Address(key)
-	for _, bk := range [2]uint64{ad.A, ad.B} {
-		w := Bucket(t.words[bk])
-		if s := w.Find(ad.Fingerprint); s >= 0 {
-			t.set(bk, uint64(w.WithSlot(s, 0)))
-			return true
-		}
+	fp, a := t.addr.primary(key)
+	w := Bucket(t.words[a])
+	if s := w.Find(fp); s >= 0 {
+		t.set(a, uint64(w.WithSlot(s, 0)))
+		return true
+	}
+	b := t.addr.Alternate(a, fp)
+	w = Bucket(t.words[b])
+	if s := w.Find(fp); s >= 0 {
+		t.set(b, uint64(w.WithSlot(s, 0)))
+		return true
 	}
 	return false
 }
 
 // contains reports whether key's fingerprint is in either candidate bucket.
+// Bucket b is computed only when a misses.
 func (t *table) contains(key uint64) bool {
-	ad := t.addr.Address(key)
-	return Bucket(t.words[ad.A]).Contains(ad.Fingerprint) || Bucket(t.words[ad.B]).Contains(ad.Fingerprint)
+	fp, a := t.addr.primary(key)
+	return Bucket(t.words[a]).Contains(fp) || Bucket(t.words[t.addr.Alternate(a, fp)]).Contains(fp)
 }
 
 // occupied counts non-empty slots. Cost O(buckets).
