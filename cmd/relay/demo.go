@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
+	"github.com/ckfrelay/ckfrelay/wasm/host"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -32,6 +34,8 @@ type demoOptions struct {
 	blocksPerRank int
 	rate          int // requests per second, 0 = as fast as possible
 	seed          uint64
+	consumer      string // "wasm" or "native"
+	readyTimeout  time.Duration
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -45,7 +49,24 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.IntVar(&o.blocksPerRank, "blocks-per-rank", 2048, "KV cache capacity of one rank, in blocks")
 	fs.IntVar(&o.rate, "rate", 2000, "requests per second (0: as fast as possible)")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	fs.StringVar(&o.consumer, "consumer", "wasm", "the router's consumer: wasm (the WebAssembly module under wazero) or native")
+	fs.DurationVar(&o.readyTimeout, "ready-timeout", 60*time.Second, "give up if the router's lanes are not all ready within this")
 	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "demo: unexpected arguments %q\n", fs.Args())
+		return errUsage
+	}
+	switch {
+	case o.consumer != "wasm" && o.consumer != "native":
+		fmt.Fprintf(stderr, "demo: --consumer must be wasm or native, not %q\n", o.consumer)
+		return errUsage
+	case o.dataCenters < 1 || o.dataCenters > ckf.MaxLanes:
+		fmt.Fprintf(stderr, "demo: --dcs %d outside 1..%d\n", o.dataCenters, ckf.MaxLanes)
+		return errUsage
+	case o.duration <= 0 || o.readyTimeout <= 0 || o.rate < 0 || o.workers < 1 || o.ranks < 1 || o.blocksPerRank < 1:
+		fmt.Fprintln(stderr, "demo: --duration and --ready-timeout must be > 0, --rate ≥ 0, --workers, --ranks, --blocks-per-rank ≥ 1")
 		return errUsage
 	}
 	return demo(ctx, o, stdout)
@@ -100,28 +121,28 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 		m.Lanes[d] = &ckf.PoolID{Domain: cfg.Domain(), DCID: uint64(d + 1)}
 		targets = append(targets, client.Target{Pool: fmt.Sprintf("dc-%d", d), Lane: d})
 	}
-	cons, err := consumer.New(m)
+	fmt.Fprintf(stdout, "ckfrelay demo: %d data centers × %d workers × %d ranks, %d blocks per rank; relay %s; %d buckets per pool; %s consumer\n",
+		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, base, format.BucketCount, o.consumer)
+	lanes, closeLanes, err := newLanes(ctx, o.consumer, m)
 	if err != nil {
 		return err
 	}
-	router, err := client.New(client.Config{RelayURL: base, ConsumerInstance: 77, Targets: targets}, &client.Native{C: cons})
+	defer closeLanes()
+	router, err := client.New(client.Config{RelayURL: base, ConsumerInstance: 77, Targets: targets,
+		IdleTimeout: 5 * time.Second}, lanes)
 	if err != nil {
 		return err
 	}
 	rctx, stopRouter := context.WithCancel(ctx)
-	defer stopRouter()
-	go func() { _ = router.Run(rctx) }()
+	routerDone := make(chan struct{})
+	go func() {
+		defer close(routerDone)
+		_ = router.Run(rctx)
+	}()
+	defer func() { stopRouter(); <-routerDone }()
 
-	fmt.Fprintf(stdout, "ckfrelay demo: %d data centers × %d workers × %d ranks, %d blocks per rank; relay %s; %d buckets per pool\n",
-		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, base, format.BucketCount)
-	for d := range o.dataCenters { // wait for every lane's first snapshot
-		for !router.Lane(d).Ready {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
+	if err := waitReady(ctx, router, o.dataCenters, o.readyTimeout); err != nil {
+		return err
 	}
 
 	gen := workload.NewSynthetic(workload.SyntheticConfig{SystemPrompts: 64, PromptBlocks: 8, ZipfS: 1.2,
@@ -194,7 +215,10 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 		events = fleet.Serve(events[:0], best, r, chain, locals)
 		if len(events) > 0 {
 			body, _ = wire.AppendRouterEventsJSON(body[:0], events)
-			resp, err := httpc.Post(fmt.Sprintf("%s/v1/pools/dc-%d/events?source_epoch=1", base, best), "application/json", bytes.NewReader(body))
+			resp, err := postEvents(ctx, httpc, fmt.Sprintf("%s/v1/pools/dc-%d/events?source_epoch=1", base, best), body)
+			if ctx.Err() != nil {
+				break // interrupted: still print the summary
+			}
 			if err != nil {
 				return err
 			}
@@ -224,6 +248,72 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) error {
 	return nil
 }
 
+// newLanes builds the router's consumer: the WebAssembly module under wazero,
+// or the native package.
+func newLanes(ctx context.Context, kind string, m consumer.Manifest) (client.Lanes, func(), error) {
+	if kind == "native" {
+		c, err := consumer.New(m)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &client.Native{C: c}, func() {}, nil
+	}
+	rt, err := host.NewRuntime(ctx, host.NewConfig())
+	if err != nil {
+		return nil, nil, fmt.Errorf("wasm runtime: %w", err)
+	}
+	in, err := rt.NewInstance(ctx, m)
+	if err != nil {
+		_ = rt.Close(context.Background())
+		return nil, nil, fmt.Errorf("wasm consumer: %w", err)
+	}
+	return in, func() { _ = in.Close(); _ = rt.Close(context.Background()) }, nil
+}
+
+// waitReady waits, bounded by timeout, until every lane installed a snapshot.
+// It polls (the router has no readiness callback) and says which lanes failed
+// and why, so a demo that cannot converge ends instead of hanging silently.
+func waitReady(ctx context.Context, router *client.Router, lanes int, timeout time.Duration) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var notReady []string
+		for d := range lanes {
+			if li := router.Lane(d); !li.Ready {
+				notReady = append(notReady, fmt.Sprintf("lane %d (%s): %s", d, li.Pool, cmpStr(li.LastError, "no snapshot yet")))
+			}
+		}
+		if len(notReady) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return fmt.Errorf("router lanes not ready after %v: %s", timeout, strings.Join(notReady, "; "))
+		case <-tick.C:
+		}
+	}
+}
+
+func cmpStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func postEvents(ctx context.Context, c *http.Client, url string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return c.Do(req)
+}
+
 func percentile(ns []int64, p float64) time.Duration {
 	if len(ns) == 0 {
 		return 0
@@ -250,7 +340,7 @@ func printTick(w io.Writer, base string, elapsed time.Duration, st, last *demoSt
 	tickMu.Lock()
 	defer tickMu.Unlock()
 	var cat catalog
-	if resp, err := http.Get(base + "/v1/pools"); err == nil {
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(base + "/v1/pools"); err == nil {
 		_ = json.NewDecoder(resp.Body).Decode(&cat)
 		resp.Body.Close()
 	}
