@@ -1,0 +1,27 @@
+// Package e2e ties the relay's parts together under test: random event
+// histories go through the real producer actor (package producer), every delta,
+// snapshot chunk, heartbeat and drain marker crosses a length-prefixed wire v1
+// stream (package wire), and a consumer (package consumer) decodes and applies
+// each frame into its lanes. It is the end-to-end property of issue 4.
+//
+// The package holds tests only. Its harness (rig_test.go) keeps, per pool:
+//
+//   - a reference model of every member's lineage (which external hash names
+//     which canonical chain), its source epoch and the faults, stale drops,
+//     unknown removals and capacity omissions the actor must report;
+//   - a shadow ckf.Pool fed the same operations in the same order, whose
+//     residency says which canonical hashes the producer claims to hold;
+//   - a mirror of the producer's table rebuilt from the subscription itself
+//     (snapshot plus every delta, before any encoding);
+//   - the wire link, a bytes.Buffer between a wire.Writer and a wire.Reader,
+//     with a queue of what the consumer must answer to each frame.
+//
+// At each checkpoint it asserts that the mirror equals the shadow (the actor
+// applied exactly what the model says), that the consumer lane equals the
+// mirror (wire and consumer lost or bent nothing), that a fresh Subscribe
+// snapshot equals both, and that every chain the producer holds resident is
+// found at its full depth on its lane (no false negatives). A drain marker
+// after Shutdown must be acknowledged exactly; a deliberately dropped delta
+// must deactivate the lane (gap, heartbeat or drain marker) and a new lease
+// epoch with a fresh snapshot must recover it.
+package e2e
