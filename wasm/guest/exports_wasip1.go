@@ -91,14 +91,16 @@ func exportRetire(lane uint32) (code int32) {
 
 //go:wasmexport apply
 func exportApply(p unsafe.Pointer, n uint32) (code int32) {
+	var b []byte
 	defer func() {
 		if r := recover(); r != nil {
 			// The lane's words are uncertain (SPEC §5
 			// ConsumerWorkerFailureMidApply): take it out of service; its
 			// epoch is kept, so the host must assign a newer one.
-			lane := g.frameLane()
+			lane := -1
 			func() {
 				defer func() { _ = recover() }()
+				lane = g.frameLane(b)
 				if lane >= 0 && g.c != nil {
 					_ = g.c.Retire(lane)
 				}
@@ -111,6 +113,7 @@ func exportApply(p unsafe.Pointer, n uint32) (code int32) {
 	}()
 	b, ok := view(p, uint64(n))
 	if !ok {
+		b = nil
 		g.last = abi.Result{Code: abi.ErrBadArgument}
 		g.last.Result.Lane = -1
 		return int32(g.fail(abi.ErrBadArgument, nil))

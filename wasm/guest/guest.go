@@ -30,7 +30,6 @@ type guest struct {
 	c        *consumer.Consumer
 	manifest consumer.Manifest
 
-	frame   wire.Frame // reused across apply calls
 	last    abi.Result // detail of the last apply
 	lastErr string     // message of the last failed call
 
@@ -106,7 +105,8 @@ func (g *guest) apply(b []byte) abi.Code {
 		g.last = abi.Result{Code: abi.ErrNotConfigured, Result: consumer.Result{Lane: -1}}
 		return g.fail(abi.ErrNotConfigured, nil)
 	}
-	if err := wire.DecodeFrame(b, &g.frame); err != nil {
+	r, err := g.c.ApplyFrameBytes(b)
+	if err != nil {
 		code := abi.CodeOf(err)
 		g.last = abi.Result{Code: code, Result: consumer.Result{Lane: -1}}
 		var de *wire.DecodeError
@@ -116,25 +116,44 @@ func (g *guest) apply(b []byte) abi.Code {
 		}
 		return g.fail(code, err)
 	}
-	r := g.c.ApplyFrame(&g.frame)
-	g.last = abi.Result{Code: abi.Code(r.Outcome), Result: r, Kind: uint8(g.frame.Kind)}
+	g.last = abi.Result{Code: abi.Code(r.Outcome), Result: r, Kind: peekKind(b)}
 	return abi.Code(r.Outcome)
 }
 
-// frameLane returns the lane the last decoded frame addressed, or -1. The
-// export shim uses it to take that lane out of service when apply panicked
-// (SPEC §5 ConsumerWorkerFailureMidApply: its words are uncertain).
-func (g *guest) frameLane() int {
+// peekKind returns the kind of a frame that decoded: the second element of
+// its top-level array, a positive fixint in every v1 frame.
+func peekKind(b []byte) uint8 {
+	i := 1 // fixarray
+	switch {
+	case len(b) > 0 && b[0] == 0xdc:
+		i = 3
+	case len(b) > 0 && b[0] == 0xdd:
+		i = 5
+	}
+	if i+1 < len(b) && b[i+1] < 0x80 {
+		return b[i+1]
+	}
+	return 0
+}
+
+// frameLane returns the lane frame b addresses, or -1. The export shim uses
+// it to take that lane out of service when apply panicked (SPEC §5
+// ConsumerWorkerFailureMidApply: its words are uncertain).
+func (g *guest) frameLane(b []byte) int {
+	var f wire.Frame
+	if wire.DecodeFrameView(b, &f) != nil {
+		return -1
+	}
 	var l ckf.LaneLease
-	switch g.frame.Kind {
+	switch f.Kind {
 	case wire.KindSnapshotChunk:
-		l = g.frame.Snapshot.Lease
+		l = f.Snapshot.Lease
 	case wire.KindDelta:
-		l = g.frame.Delta.Lease
+		l = f.Delta.Lease
 	case wire.KindDrainMarker:
-		l = g.frame.Drain.Lease
+		l = f.Drain.Lease
 	case wire.KindHeartbeat:
-		l = g.frame.Heartbeat.Lease
+		l = f.Heartbeat.Lease
 	default:
 		return -1
 	}

@@ -112,8 +112,11 @@ func TestGuest_ApplyDecodeErrorDetail(t *testing.T) {
 	if c := g.apply(frame); c != abi.Code(consumer.IgnoredForeignLease) || g.last.Result.Lane != 2 || g.last.Kind != uint8(wire.KindDrainMarker) {
 		t.Errorf("drain on an unassigned lane: got %v, last %+v", c, g.last)
 	}
-	if g.frameLane() != 2 {
-		t.Errorf("frameLane = %d, want 2", g.frameLane())
+	if l := g.frameLane(frame); l != 2 {
+		t.Errorf("frameLane = %d, want 2", l)
+	}
+	if l := g.frameLane(frame[:3]); l != -1 {
+		t.Errorf("frameLane of a truncated frame = %d, want -1", l)
 	}
 }
 

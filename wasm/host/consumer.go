@@ -5,7 +5,6 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
-	"github.com/ckfrelay/ckfrelay/wire"
 )
 
 // Consumer is what a router needs from a consumer, implemented by [Native]
@@ -35,12 +34,11 @@ var (
 )
 
 // Native is the in-process consumer behind the [Consumer] interface: a
-// consumer.Consumer, a reused wire.Frame, and a mutex. Its errors are the
+// consumer.Consumer and a mutex. Its errors are the
 // consumer's and wire's own.
 type Native struct {
-	mu    sync.Mutex
-	c     *consumer.Consumer
-	frame wire.Frame
+	mu sync.Mutex
+	c  *consumer.Consumer
 }
 
 // NewNative validates m and builds a native consumer.
@@ -66,14 +64,12 @@ func (n *Native) Retire(lane int) error {
 	return n.c.Retire(lane)
 }
 
-// ApplyFrame implements [Consumer]: wire.DecodeFrame, then consumer.ApplyFrame.
+// ApplyFrame implements [Consumer] with consumer.ApplyFrameBytes, the path
+// the module uses too.
 func (n *Native) ApplyFrame(frame []byte) (consumer.Result, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if err := wire.DecodeFrame(frame, &n.frame); err != nil {
-		return consumer.Result{Lane: -1}, err
-	}
-	return n.c.ApplyFrame(&n.frame), nil
+	return n.c.ApplyFrameBytes(frame)
 }
 
 // Query implements [Consumer].

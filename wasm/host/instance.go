@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -111,14 +110,32 @@ func (in *Instance) Manifest() consumer.Manifest { return in.manifest }
 // do runs f on the live module under the lock; a trap (any error that is
 // not an *Error) resets the instance.
 func (in *Instance) do(f func(m *module) error) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.m == nil {
-		return ErrClosed
+	m, err := in.lock()
+	if err != nil {
+		return err
 	}
-	err := f(in.m)
-	var ge *Error
-	if err == nil || errors.As(err, &ge) {
+	return in.unlock(f(m))
+}
+
+// lock takes the instance lock and returns the live module; on error the
+// lock is already released. Hot paths use lock/unlock directly instead of
+// do, so no closure escapes to the heap.
+func (in *Instance) lock() (*module, error) {
+	in.mu.Lock()
+	if in.m == nil {
+		in.mu.Unlock()
+		return nil, ErrClosed
+	}
+	return in.m, nil
+}
+
+// unlock finishes a call started by lock: a trap resets the instance.
+func (in *Instance) unlock(err error) error {
+	defer in.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(*Error); ok {
 		return err
 	}
 	return in.resetLocked(err)
@@ -209,8 +226,9 @@ func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	return res, err
 }
 
-// query writes the input, calls query and reads the record into res.
-func (in *Instance) query(kind int, n, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
+// query writes the input (count elements of width bytes; fill encodes
+// them), calls query and reads the record into res.
+func (in *Instance) query(kind int, count, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
 	if res == nil {
 		return consumer.ErrInvalidQuery
 	}
@@ -222,25 +240,31 @@ func (in *Instance) query(kind int, n, width int, fill func(b []byte), blockSize
 	} else if uint64(blockSize) > math.MaxUint32 {
 		blockSize = math.MaxUint32
 	}
-	return in.do(func(m *module) error {
-		p, v, err := m.input(n * width)
-		if err != nil {
-			return err
-		}
-		fill(v)
-		code, err := m.call(fnQuery, uint64(kind), uint64(p), uint64(n), uint64(blockSize), salt, uint64(m.out))
-		if err != nil {
-			return err
-		}
-		c := abi.Code(int32(code))
-		if c >= 0 || c == abi.ErrUnavailable {
-			abi.ReadQueryRecord(m.record(abi.QueryRecordSize), res)
-		}
-		if c < 0 {
-			return &Error{Op: "query", Code: c, Message: m.lastError()}
-		}
-		return nil
-	})
+	m, err := in.lock()
+	if err != nil {
+		return err
+	}
+	return in.unlock(m.query(kind, count, width, fill, blockSize, salt, res))
+}
+
+func (m *module) query(kind int, count, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
+	p, v, err := m.input(count * width)
+	if err != nil {
+		return err
+	}
+	fill(v)
+	code, err := m.call(fnQuery, uint64(kind), uint64(p), uint64(count), uint64(blockSize), salt, uint64(m.out))
+	if err != nil {
+		return err
+	}
+	c := abi.Code(int32(code))
+	if c >= 0 || c == abi.ErrUnavailable {
+		abi.ReadQueryRecord(m.record(abi.QueryRecordSize), res)
+	}
+	if c < 0 {
+		return &Error{Op: "query", Code: c, Message: m.lastError()}
+	}
+	return nil
 }
 
 // Query implements [Consumer].
@@ -272,19 +296,20 @@ func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res
 
 // Contains implements [Consumer].
 func (in *Instance) Contains(seqHash uint64) (uint16, error) {
-	var mask uint16
-	err := in.do(func(m *module) error {
-		v, err := m.call(fnContains, seqHash)
-		if err != nil {
-			return err
-		}
+	m, err := in.lock()
+	if err != nil {
+		return 0, err
+	}
+	v, err := m.call(fnContains, seqHash)
+	if err == nil {
 		if c := abi.Code(int32(v)); c < 0 {
-			return &Error{Op: "contains", Code: c, Message: m.lastError()}
+			err = &Error{Op: "contains", Code: c, Message: m.lastError()}
 		}
-		mask = uint16(v)
-		return nil
-	})
-	return mask, err
+	}
+	if err = in.unlock(err); err != nil {
+		return 0, err
+	}
+	return uint16(v), nil
 }
 
 // LaneStatus implements [Consumer]. The producer identity is rebuilt from

@@ -1,0 +1,316 @@
+package host_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wasm/host"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// Benchmarks of issue 5: the native consumer and the wasm module through
+// the same host.Consumer interface, side by side in one run (impl=native /
+// impl=wasm). Tables are 524,288 buckets × 16 lanes (64 MiB), every lane
+// holding the same 50%-loaded filter and one 1024-block request of 16-token
+// blocks, so a query of depth D hits D blocks on all 16 lanes (the search's
+// worst case: every lane gallops to the end).
+
+const (
+	benchBuckets   = 524288
+	benchBlockSize = 16
+	benchDepth     = 1024
+)
+
+type benchEnv struct {
+	manifest consumer.Manifest
+	ids      [ckf.MaxLanes]ckf.ProducerIdentity
+	words    []uint64
+	tokens   []uint32
+	rt       *host.Runtime
+}
+
+var (
+	benchOnce sync.Once
+	bench     *benchEnv
+	benchErr  error
+	sinkMask  uint16
+)
+
+func benchSetup(b *testing.B) *benchEnv {
+	benchOnce.Do(func() {
+		e := &benchEnv{}
+		f, err := ckf.NewFilter(benchBuckets, ckf.DefaultSeed, ckf.DefaultMaxKicks)
+		if err != nil {
+			benchErr = err
+			return
+		}
+		rng := rand.New(rand.NewPCG(1, 2))
+		e.tokens = make([]uint32, benchDepth*benchBlockSize)
+		for i := range e.tokens {
+			e.tokens[i] = rng.Uint32()
+		}
+		locals := ckf.AppendLocalBlockHashes(nil, e.tokens, benchBlockSize, ckf.BaseSalt)
+		for _, h := range ckf.AppendSequenceHashes(nil, locals) {
+			if err := f.Insert(h); err != nil {
+				benchErr = err
+				return
+			}
+		}
+		for f.LoadFactor() < 0.5 {
+			_ = f.Insert(rng.Uint64())
+		}
+		e.words = f.Words()
+		d := ckf.Domain{CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{7}}}
+		e.manifest = consumer.Manifest{ConsumerInstance: 1, Domain: d, Format: ckf.NewFormat(ckf.DefaultSeed, benchBuckets),
+			VerificationWindow: consumer.DefaultVerificationWindow}
+		for l := range ckf.MaxLanes {
+			p := ckf.PoolID{Domain: d, DCID: uint64(l)}
+			e.manifest.Lanes[l] = &p
+			e.ids[l] = ckf.ProducerIdentity{Pool: p, ProducerIncarnation: 1, LayoutGeneration: 1, Format: e.manifest.Format}
+		}
+		e.rt, benchErr = host.NewRuntime(context.Background(), host.NewConfig().WithCompilationCacheDir(cacheDir()))
+		bench = e
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return bench
+}
+
+func (e *benchEnv) lease(l int, epoch uint64) ckf.LaneLease {
+	return ckf.LaneLease{ConsumerInstance: 1, PhysicalLane: uint8(l), AssignmentEpoch: epoch}
+}
+
+func (e *benchEnv) snapshotFrame(b *testing.B, dst []byte, l int, epoch, seq uint64) []byte {
+	f := wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: wire.SnapshotChunk{Identity: e.ids[l], Lease: e.lease(l, epoch),
+		Sequence: seq, ChunkCount: 1, Words: e.words}}
+	out, err := wire.AppendFrame(dst[:0], &f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// impls returns a fresh native consumer and wasm instance, each with the
+// first `lanes` lanes ready at epoch 1, sequence 1.
+func (e *benchEnv) impls(b *testing.B, lanes int) []struct {
+	name string
+	c    host.Consumer
+} {
+	n, err := host.NewNative(e.manifest)
+	if err != nil {
+		b.Fatal(err)
+	}
+	in, err := e.rt.NewInstance(context.Background(), e.manifest)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close() })
+	var frame []byte
+	for _, c := range []host.Consumer{n, in} {
+		for l := range lanes {
+			if err := c.Assign(e.ids[l], e.lease(l, 1)); err != nil {
+				b.Fatal(err)
+			}
+			frame = e.snapshotFrame(b, frame, l, 1, 1)
+			if r, err := c.ApplyFrame(frame); err != nil || r.Outcome != consumer.SnapshotInstalled {
+				b.Fatalf("snapshot: %v %v", r, err)
+			}
+		}
+	}
+	return []struct {
+		name string
+		c    host.Consumer
+	}{{"native", n}, {"wasm", in}}
+}
+
+// BenchmarkQuery: prefix query over 16 ready lanes, by tokens (hashing
+// included) and by already-chained sequence hashes; ns/op plus p50/p99 of
+// individually timed queries.
+func BenchmarkQuery(b *testing.B) {
+	e := benchSetup(b)
+	impls := e.impls(b, ckf.MaxLanes)
+	locals := ckf.AppendLocalBlockHashes(nil, e.tokens, benchBlockSize, ckf.BaseSalt)
+	seq := ckf.AppendSequenceHashes(nil, locals)
+	for _, by := range []string{"tokens", "seq"} {
+		for _, depth := range []int{32, 128, 1024} {
+			for _, im := range impls {
+				b.Run("by="+by+"/depth="+itoa(depth)+"/impl="+im.name, func(b *testing.B) {
+					query := func(res *consumer.QueryResult) error {
+						if by == "seq" {
+							return im.c.QuerySequenceHashes(seq[:depth], res)
+						}
+						return im.c.QueryTokens(e.tokens[:depth*benchBlockSize], benchBlockSize, ckf.BaseSalt, res)
+					}
+					var res consumer.QueryResult
+					lat := make([]time.Duration, 0, 1<<16)
+					b.ReportAllocs()
+					for b.Loop() {
+						t0 := time.Now()
+						if err := query(&res); err != nil {
+							b.Fatal(err)
+						}
+						if len(lat) < cap(lat) {
+							lat = append(lat, time.Since(t0))
+						}
+					}
+					if res.Depths[15] != uint32(depth) {
+						b.Fatalf("lane 15 depth %d, want %d", res.Depths[15], depth)
+					}
+					sinkMask = res.Mask
+					slices.Sort(lat)
+					b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+					b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkContains is the per-call cost: one probe of 16 lanes.
+func BenchmarkContains(b *testing.B) {
+	e := benchSetup(b)
+	locals := ckf.AppendLocalBlockHashes(nil, e.tokens[:benchBlockSize], benchBlockSize, ckf.BaseSalt)
+	for _, im := range e.impls(b, ckf.MaxLanes) {
+		b.Run("impl="+im.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				m, err := im.c.Contains(locals[0])
+				if err != nil || m != 0xFFFF {
+					b.Fatalf("mask %#x, %v", m, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSnapshotInstall installs a whole 4 MiB snapshot on lane 0 (each
+// op re-assigns a newer epoch; encoding is outside the timer).
+func BenchmarkSnapshotInstall(b *testing.B) {
+	e := benchSetup(b)
+	for _, im := range e.impls(b, 0) {
+		b.Run("impl="+im.name, func(b *testing.B) {
+			b.SetBytes(8 * benchBuckets)
+			var frame []byte
+			epoch := uint64(1)
+			for b.Loop() {
+				b.StopTimer()
+				epoch++
+				frame = e.snapshotFrame(b, frame, 0, epoch, epoch)
+				if err := im.c.Assign(e.ids[0], e.lease(0, epoch)); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if r, err := im.c.ApplyFrame(frame); err != nil || r.Outcome != consumer.SnapshotInstalled {
+					b.Fatalf("%v %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDeltaApply applies deltas of 32 absolute images to one lane.
+func BenchmarkDeltaApply(b *testing.B) {
+	e := benchSetup(b)
+	const perDelta, batch = 32, 4096
+	rng := rand.New(rand.NewPCG(3, 4))
+	frames := make([][]byte, batch)
+	for i := range frames {
+		d := ckf.Delta{Identity: e.ids[0], Lease: e.lease(0, 1), BaseSequence: uint64(i + 1), Sequence: uint64(i + 2)}
+		seen := map[uint32]bool{}
+		for len(d.Images) < perDelta {
+			bk := uint32(rng.IntN(benchBuckets))
+			if !seen[bk] {
+				seen[bk] = true
+				d.Images = append(d.Images, ckf.BucketImage{Bucket: bk, Word: rng.Uint64()})
+			}
+		}
+		var err error
+		if frames[i], err = wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindDelta, Delta: d}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, im := range e.impls(b, 1) {
+		b.Run("impl="+im.name, func(b *testing.B) {
+			// Each pass re-bases by rewinding: re-assign a fresh epoch and
+			// reinstall the snapshot at sequence 1 (outside the timer), then
+			// the frames' leases must match, so the frames stay at epoch 1
+			// and the lane is re-created through a new consumer instead.
+			i := 0
+			for b.Loop() {
+				if i == batch {
+					b.StopTimer()
+					i = 0
+					fresh := e.impls(b, 1)
+					for _, f := range fresh {
+						if f.name == im.name {
+							im.c = f.c
+						}
+					}
+					b.StartTimer()
+				}
+				if r, err := im.c.ApplyFrame(frames[i]); err != nil || r.Outcome != consumer.Applied {
+					b.Fatalf("delta %d: %v %v", i, r, err)
+				}
+				i++
+			}
+			b.ReportMetric(float64(b.N*perDelta)/b.Elapsed().Seconds(), "images/s")
+		})
+	}
+}
+
+// BenchmarkInstantiateConfigure: a ready-to-use consumer of 524,288 buckets
+// × 16 lanes. For wasm: a runtime on a warm compilation cache, instantiate,
+// _initialize, configure.
+func BenchmarkInstantiateConfigure(b *testing.B) {
+	e := benchSetup(b)
+	ctx := context.Background()
+	dir := filepath.Join(os.TempDir(), "ckfrelay-wazero-cache")
+	b.Run("impl=native", func(b *testing.B) {
+		for b.Loop() {
+			n, err := host.NewNative(e.manifest)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := n.Stats(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=wasm", func(b *testing.B) {
+		for b.Loop() {
+			rt, err := host.NewRuntime(ctx, host.NewConfig().WithCompilationCacheDir(dir))
+			if err != nil {
+				b.Fatal(err)
+			}
+			in, err := rt.NewInstance(ctx, e.manifest)
+			if err != nil {
+				b.Fatal(err)
+			}
+			in.Close()
+			rt.Close(ctx)
+		}
+		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/op")
+	})
+}
+
+func itoa(v int) string {
+	var buf [20]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(buf[i:])
+		}
+	}
+}
