@@ -101,3 +101,15 @@ func TestNode(t *testing.T) {
 // cacheDir is a compilation cache shared by test runs, so only the first
 // run pays the ≈ 1 s compile.
 func cacheDir() string { return filepath.Join(os.TempDir(), "ckfrelay-wazero-cache") }
+
+// TestWazeroPool runs the scenarios on a host.Pool of two instances: every
+// frame reaches both, and results are the same as one consumer's.
+func TestWazeroPool(t *testing.T) {
+	ctx := context.Background()
+	rt, err := host.NewRuntime(ctx, host.NewConfig().WithCompilationCacheDir(cacheDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	runAll(t, func(m consumer.Manifest) (host.Consumer, error) { return rt.NewPool(ctx, m, 2) })
+}

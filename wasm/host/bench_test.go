@@ -314,3 +314,43 @@ func itoa(v int) string {
 		}
 	}
 }
+
+// BenchmarkQueryParallel: depth-128 token queries from GOMAXPROCS goroutines
+// on one instance (serialized) and on a pool of two instances.
+func BenchmarkQueryParallel(b *testing.B) {
+	e := benchSetup(b)
+	ctx := context.Background()
+	in := e.impls(b, ckf.MaxLanes)[1].c
+	pool, err := e.rt.NewPool(ctx, e.manifest, 2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pool.Close() })
+	var frame []byte
+	for l := range ckf.MaxLanes {
+		if err := pool.Assign(e.ids[l], e.lease(l, 1)); err != nil {
+			b.Fatal(err)
+		}
+		frame = e.snapshotFrame(b, frame, l, 1, 1)
+		if _, err := pool.ApplyFrame(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+	req := e.tokens[:128*benchBlockSize]
+	for _, im := range []struct {
+		name string
+		c    host.Consumer
+	}{{"instance", in}, {"pool2", pool}} {
+		b.Run("impl="+im.name, func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				var res consumer.QueryResult
+				for pb.Next() {
+					if err := im.c.QueryTokens(req, benchBlockSize, ckf.BaseSalt, &res); err != nil || res.Depths[0] != 128 {
+						b.Errorf("query: %v depth %d", err, res.Depths[0])
+						return
+					}
+				}
+			})
+		})
+	}
+}
