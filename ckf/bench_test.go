@@ -30,6 +30,7 @@ import (
 // Package-level sinks keep the compiler from discarding benchmarked results.
 var (
 	sinkBool    bool
+	sinkU64     uint64
 	sinkOutcome ckf.ApplyOutcome
 )
 
@@ -537,6 +538,25 @@ func BenchmarkPoolExactState(b *testing.B) {
 			if estimated > 0 {
 				b.ReportMetric(estimated, "est-B/block")
 			}
+		})
+	}
+}
+
+// BenchmarkLocalBlockHash measures the tokens_hash of one block of 16 tokens
+// (the relay's default block size) and of 256 tokens.
+func BenchmarkLocalBlockHash(b *testing.B) {
+	for _, n := range []int{16, 256} {
+		tokens := make([]uint32, n)
+		for i := range tokens {
+			tokens[i] = uint32(benchKey(uint64(i)))
+		}
+		b.Run(fmt.Sprintf("tokens=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var sink uint64
+			for range b.N {
+				sink += ckf.LocalBlockHash(tokens, ckf.BaseSalt)
+			}
+			sinkU64 = sink
 		})
 	}
 }

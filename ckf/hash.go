@@ -26,21 +26,20 @@ func Salt(lora, namespace string) uint64 {
 	return s
 }
 
-// stackTokens is how many tokens LocalBlockHash encodes without allocating.
-const stackTokens = 512
-
 // LocalBlockHash returns the tokens_hash of one block: XXH3_64 with seed salt
-// over the token ids as little-endian u32s.
+// over the token ids as little-endian u32s. On little-endian targets the
+// tokens are hashed in place, without copying or allocating (hash_le.go).
 func LocalBlockHash(tokens []uint32, salt uint64) uint64 {
-	var stack [stackTokens * 4]byte
-	var buf []byte
-	if len(tokens) <= stackTokens {
-		buf = stack[:len(tokens)*4]
-	} else {
-		buf = make([]byte, len(tokens)*4)
-	}
-	for i, tok := range tokens {
-		binary.LittleEndian.PutUint32(buf[4*i:], tok)
+	return localBlockHash(tokens, salt)
+}
+
+// localBlockHashEncoded is the portable path: it encodes the tokens as
+// little-endian bytes into a fresh buffer and hashes that. Big-endian targets
+// use it; the in-place path is tested against it.
+func localBlockHashEncoded(tokens []uint32, salt uint64) uint64 {
+	buf := make([]byte, 0, 4*len(tokens))
+	for _, tok := range tokens {
+		buf = binary.LittleEndian.AppendUint32(buf, tok)
 	}
 	return xxh3.HashSeed(buf, salt)
 }

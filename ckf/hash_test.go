@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/zeebo/xxh3"
+	"pgregory.net/rapid"
 )
 
 func TestAppendSequenceHashes_Vector(t *testing.T) {
@@ -37,7 +38,7 @@ func leTokens(tokens []uint32) []byte {
 }
 
 func TestLocalBlockHash_Bytes(t *testing.T) {
-	long := make([]uint32, stackTokens+3) // beyond the stack buffer
+	long := make([]uint32, 515) // past every xxh3 length class (≤16, ≤128, ≤240, long)
 	for i := range long {
 		long[i] = uint32(i * 2654435761)
 	}
@@ -50,8 +51,12 @@ func TestLocalBlockHash_Bytes(t *testing.T) {
 		{"one token", []uint32{42}, BaseSalt},
 		{"block", []uint32{1, 2, 3, 0xFFFFFFFF}, BaseSalt},
 		{"other salt", []uint32{1, 2, 3, 0xFFFFFFFF}, 99},
-		{"exactly stack size", long[:stackTokens], BaseSalt},
-		{"beyond stack size", long, BaseSalt},
+		{"16 tokens (64 bytes)", long[:16], BaseSalt},
+		{"60 tokens (240 bytes)", long[:60], BaseSalt},
+		{"61 tokens (244 bytes)", long[:61], BaseSalt},
+		{"512 tokens", long[:512], BaseSalt},
+		{"515 tokens", long, BaseSalt},
+		{"offset sub-slice", long[3:19], BaseSalt},
 	}
 	for _, tc := range cases {
 		want := xxh3.HashSeed(leTokens(tc.tokens), tc.salt)
@@ -112,4 +117,19 @@ func TestAppendLocalBlockHashes_CompleteBlocksOnly(t *testing.T) {
 			t.Errorf("%s: got %#x, want %#x", tc.name, got, tc.want)
 		}
 	}
+}
+
+// TestLocalBlockHash_PathsAgree checks the target's LocalBlockHash (in place
+// on little-endian targets) against the portable encoding path, for token
+// slices of every length class and sub-slices at any offset.
+func TestLocalBlockHash_PathsAgree(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		tokens := rapid.SliceOfN(rapid.Uint32(), 0, 600).Draw(t, "tokens")
+		from := rapid.IntRange(0, len(tokens)).Draw(t, "from")
+		salt := rapid.Uint64().Draw(t, "salt")
+		view := tokens[from:]
+		if got, want := LocalBlockHash(view, salt), localBlockHashEncoded(view, salt); got != want {
+			t.Fatalf("LocalBlockHash(%d tokens) = %#x, want encoded path %#x", len(view), got, want)
+		}
+	})
 }
