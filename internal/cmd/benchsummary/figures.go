@@ -93,4 +93,26 @@ var figures = []figure{
 	{Name: "producer_pool_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=pool", Metric: "events/s", Unit: "events/s"},
 	{Name: "producer_admit_p50_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p50-ns", Unit: "ns"},
 	{Name: "producer_admit_p99_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p99-ns", Unit: "ns"},
+
+	// wasm/host: the consumer module under wazero against the native consumer
+	// through the same host.Consumer interface, in the same run (524,288
+	// buckets × 16 lanes, 16-token blocks, every lane holding the request).
+	{Name: "wasm_query_tokens_d32_vs_native", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=32/impl=wasm", Base: "BenchmarkQuery/by=tokens/depth=32/impl=native", Metric: "p50-ns", Unit: "ratio"},
+	{Name: "wasm_query_tokens_d128_vs_native", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=128/impl=wasm", Base: "BenchmarkQuery/by=tokens/depth=128/impl=native", Metric: "p50-ns", Unit: "ratio"},
+	{Name: "wasm_query_tokens_d1024_vs_native", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=1024/impl=wasm", Base: "BenchmarkQuery/by=tokens/depth=1024/impl=native", Metric: "p50-ns", Unit: "ratio"},
+	{Name: "wasm_query_tokens_d32_p50_ns", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=32/impl=wasm", Metric: "p50-ns", Unit: "ns"},
+	{Name: "wasm_query_tokens_d32_p99_ns", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=32/impl=wasm", Metric: "p99-ns", Unit: "ns"},
+	{Name: "wasm_query_tokens_d128_p50_ns", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=128/impl=wasm", Metric: "p50-ns", Unit: "ns"},
+	{Name: "wasm_query_tokens_d128_p99_ns", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=128/impl=wasm", Metric: "p99-ns", Unit: "ns"},
+	{Name: "wasm_query_tokens_d1024_p50_ns", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=1024/impl=wasm", Metric: "p50-ns", Unit: "ns"},
+	{Name: "wasm_query_tokens_d1024_p99_ns", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=1024/impl=wasm", Metric: "p99-ns", Unit: "ns"},
+	{Name: "wasm_query_seq_d128_vs_native", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=seq/depth=128/impl=wasm", Base: "BenchmarkQuery/by=seq/depth=128/impl=native", Metric: "p50-ns", Unit: "ratio"},
+	{Name: "wasm_contains_ns", Pkg: "./wasm/host", Bench: "BenchmarkContains/impl=wasm", Metric: "ns/op", Unit: "ns"},
+	{Name: "wasm_contains_vs_native", Pkg: "./wasm/host", Bench: "BenchmarkContains/impl=wasm", Base: "BenchmarkContains/impl=native", Metric: "ns/op", Unit: "ratio"},
+	{Name: "wasm_snapshot_install_mb_per_s", Pkg: "./wasm/host", Bench: "BenchmarkSnapshotInstall/impl=wasm", Metric: "MB/s", Unit: "MB/s"},
+	{Name: "wasm_native_snapshot_install_mb_per_s", Pkg: "./wasm/host", Bench: "BenchmarkSnapshotInstall/impl=native", Metric: "MB/s", Unit: "MB/s"},
+	{Name: "wasm_delta_apply_images_per_s", Pkg: "./wasm/host", Bench: "BenchmarkDeltaApply/impl=wasm", Metric: "images/s", Unit: "images/s"},
+	{Name: "wasm_native_delta_apply_images_per_s", Pkg: "./wasm/host", Bench: "BenchmarkDeltaApply/impl=native", Metric: "images/s", Unit: "images/s"},
+	{Name: "wasm_instantiate_configure_ms", Pkg: "./wasm/host", Bench: "BenchmarkInstantiateConfigure/impl=wasm", Metric: "ms/op", Unit: "ms"},
+	{Name: "wasm_query_parallel_pool2_vs_instance", Pkg: "./wasm/host", Bench: "BenchmarkQueryParallel/impl=pool2", Base: "BenchmarkQueryParallel/impl=instance", Metric: "ns/op", Unit: "ratio"},
 }
