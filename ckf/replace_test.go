@@ -24,7 +24,9 @@ func TestPool_ReplaceRanksFailurePreservesState(t *testing.T) {
 		{"event of another member", []RankReplacement{{mA, events(rootEv(mB, b(1, 1)))}}, ErrInvalidReplacement},
 		{"removed event", []RankReplacement{{mA, events(removedEv(mA, 1))}}, ErrInvalidReplacement},
 		{"cleared event", []RankReplacement{{mA, events(clearedEv(mA))}}, ErrInvalidReplacement},
-		{"non-device event", []RankReplacement{{mA, events(onTier(rootEv(mA, b(1, 1)), TierDisk))}}, ErrInvalidReplacement},
+		{"unknown tier", []RankReplacement{{mA, events(onTier(rootEv(mA, b(1, 1)), TierExternal+1))}}, ErrUnsupportedResidencyDomain},
+		{"non-device removed event", []RankReplacement{{mA, events(onTier(removedEv(mA, 1), TierDisk))}}, ErrInvalidReplacement},
+		{"parent only on a non-device tier", []RankReplacement{{mA, events(onTier(rootEv(mA, b(1, 10)), TierHostPinned), childEv(mA, 1, b(2, 11)))}}, ErrParentBlockNotFound},
 		{"parent not found", []RankReplacement{{mA, events(rootEv(mA, b(1, 10)), childEv(mA, 5, b(2, 11)))}}, ErrParentBlockNotFound},
 		{"parent from the old state only", []RankReplacement{{mA, events(childEv(mA, 1, b(9, 11)))}}, ErrParentBlockNotFound},
 		{"duplicate external hash", []RankReplacement{{mA, events(rootEv(mA, b(1, 10), b(1, 11)))}}, ErrInvalidBlockSequence},
@@ -274,5 +276,58 @@ func TestPool_ReplaceCarriesStatsAndCountsOmissions(t *testing.T) {
 	}
 	if s.PendingEvents != 0 {
 		t.Fatalf("PendingEvents = %d, want 0", s.PendingEvents)
+	}
+}
+
+// TestPool_ReplaceSkipsNonDeviceStored: a tree dump may carry Stored events
+// of other tiers; like ApplyEvent, ReplaceRanks skips them. The result equals
+// the same replacement without them (words, counts, statistics, RNG), their
+// blocks are neither owned nor present, and the device events around them
+// install.
+func TestPool_ReplaceSkipsNonDeviceStored(t *testing.T) {
+	setup := func() *Pool {
+		p := newTestPool(t, 1000, 1, DefaultMaxKicks)
+		p.ApplyEvent(rootEv(mA, b(1, 10)))
+		p.ApplyEvent(rootEv(mB, b(7, 70)))
+		return p
+	}
+	device := events(rootEv(mA, b(1, 10)), childEv(mA, 1, b(2, 11)))
+	mixed := events(
+		onTier(rootEv(mA, b(5, 50)), TierDisk),
+		rootEv(mA, b(1, 10)),
+		onTier(childEv(mA, 1, b(6, 60)), TierHostPinned),
+		childEv(mA, 1, b(2, 11)),
+		onTier(rootEv(mA, b(8, 80)), TierExternal),
+	)
+	want, got := setup(), setup()
+	wantBatch, err := want.ReplaceRanks([]RankReplacement{{mA, device}})
+	if err != nil {
+		t.Fatalf("device-only ReplaceRanks: %v", err)
+	}
+	gotBatch, err := got.ReplaceRanks([]RankReplacement{{mA, mixed}})
+	if err != nil {
+		t.Fatalf("ReplaceRanks with non-device Stored events = %v, want nil", err)
+	}
+	if gotBatch == nil || wantBatch == nil || !slices.Equal(gotBatch.Images, wantBatch.Images) {
+		t.Fatalf("batch = %+v, want the device-only replacement's %+v", gotBatch, wantBatch)
+	}
+	if g, w := viewOf(got), viewOf(want); !g.equal(w) {
+		t.Fatalf("pool after mixed dump = %+v, want device-only %+v", g, w)
+	}
+	if g, w := got.t.rng.State(), want.t.rng.State(); g != w {
+		t.Fatalf("RNG state = %#x, want %#x", g, w)
+	}
+	if c := got.MemberCounts(); !slices.Equal(c, []MemberCount{{mA, 2}, {mB, 1}}) {
+		t.Fatalf("MemberCounts = %+v, want mA 2, mB 1", c)
+	}
+	for _, h := range []uint64{50, ChainHash(chain(10)[0], 60), 80} {
+		if owners, _ := got.Owners(h); owners != 0 {
+			t.Errorf("Owners(%#x) = %d: a non-device block was installed", h, owners)
+		}
+	}
+	for _, h := range chain(10, 11) {
+		if owners, res := got.Owners(h); owners != 1 || !res {
+			t.Errorf("Owners(%#x) = %d, %v; want 1, true", h, owners, res)
+		}
 	}
 }
