@@ -3,6 +3,7 @@ package e2e
 import (
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"pgregory.net/rapid"
@@ -97,8 +98,20 @@ func step(t *rapid.T, r *rig) {
 			}
 			p.storeAtEpoch(m, e, token("epochToken"))
 		}
-	case op < 80:
+	case op < 78:
 		p.flush()
+	case op < 80: // let the actors idle past the publication delay: the timer publishes sparse tails
+		synctest.Wait()
+		before := 0
+		for _, x := range r.pools {
+			before += len(x.sub.Deltas())
+		}
+		time.Sleep(2 * r.cfg.PublicationDelay)
+		synctest.Wait()
+		for _, x := range r.pools {
+			r.timerDeltas += len(x.sub.Deltas())
+		}
+		r.timerDeltas -= before
 	case op < 90:
 		p.pump()
 	case op < 93: // lose the next delta in transit
@@ -119,36 +132,43 @@ func TestRelay_EndToEndProperty(t *testing.T) {
 	if testing.Short() {
 		maxSteps = 150
 	}
-	var runs, totals [9]int
+	var runs, totals [10]int
 	rapid.Check(t, func(rt *rapid.T) {
-		cfg := drawConfig(rt)
-		r := newRig(rt, cfg)
-		defer r.close()
-		steps := rapid.IntRange(1, maxSteps).Draw(rt, "steps")
-		for range steps {
-			step(rt, r)
-		}
-		// The end of the run: bring every lane up to date, then shut every
-		// actor down; each drain marker must be acknowledged exactly.
-		r.checkpoint(make([]int, len(r.pools)))
-		for _, p := range r.pools {
-			p.shutdown()
-		}
-		dropped := 0
-		for _, p := range r.pools {
-			dropped += p.dropped
-		}
-		runs[0]++
-		for i, n := range []int{r.checkpoints, r.queries, r.fullChains, r.partialChains, r.restarts, r.recoveries, dropped, r.capacityEvents, r.multiChunkSnapshots} {
-			totals[i] += n
-		}
+		// A synctest bubble makes a run reproducible: the publication timer
+		// fires only when the run idles, and pumps wait for the actors first.
+		rapid.SyncTest(rt, func(rt *rapid.T) { runProperty(rt, maxSteps, &runs, &totals) })
 	})
-	t.Logf("%d runs: %d checkpoints, %d queries, %d fully resident chain checks, %d partially resident, %d restarts, %d recoveries, %d deltas dropped, %d capacity omission events, %d multi-chunk snapshots",
-		runs[0], totals[0], totals[1], totals[2], totals[3], totals[4], totals[5], totals[6], totals[7], totals[8])
+	t.Logf("%d runs: %d checkpoints, %d queries, %d fully resident chain checks, %d partially resident, %d restarts, %d recoveries, %d deltas dropped, %d capacity omission events, %d multi-chunk snapshots, %d timer publications",
+		runs[0], totals[0], totals[1], totals[2], totals[3], totals[4], totals[5], totals[6], totals[7], totals[8], totals[9])
 	// A guard on the generator, not on the relay: a hundred runs that never
 	// lose a delta or restart an actor would prove much less than they claim.
 	if !t.Failed() && runs[0] >= 100 && slices.Contains(totals[2:], 0) {
 		t.Fatalf("the generator missed a case: %v", totals)
+	}
+}
+
+func runProperty(rt *rapid.T, maxSteps int, runs, totals *[10]int) {
+	r := newRig(rt, drawConfig(rt))
+	defer r.close()
+	r.settle = synctest.Wait
+	steps := rapid.IntRange(1, maxSteps).Draw(rt, "steps")
+	for range steps {
+		step(rt, r)
+	}
+	// The end of the run: bring every lane up to date, then shut every
+	// actor down; each drain marker must be acknowledged exactly.
+	r.checkpoint(make([]int, len(r.pools)))
+	for _, p := range r.pools {
+		p.shutdown()
+	}
+	dropped := 0
+	for _, p := range r.pools {
+		dropped += p.dropped
+	}
+	runs[0]++
+	for i, n := range []int{r.checkpoints, r.queries, r.fullChains, r.partialChains, r.restarts, r.recoveries,
+		dropped, r.capacityEvents, r.multiChunkSnapshots, r.timerDeltas} {
+		totals[i] += n
 	}
 }
 

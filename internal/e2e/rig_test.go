@@ -172,10 +172,13 @@ type rig struct {
 	chunkLimit int
 	order      uint64
 	laneMask   uint16
+	// settle, when set, waits until every actor has handled what was queued
+	// (synctest.Wait inside a bubble), so pumps forward a deterministic set.
+	settle func()
 
 	// counters over the run, logged by the property
 	checkpoints, queries, fullChains, partialChains, restarts, recoveries int
-	capacityEvents, multiChunkSnapshots                                   int
+	capacityEvents, multiChunkSnapshots, timerDeltas                      int
 }
 
 func newRig(t tb, cfg rigConfig) *rig {
@@ -707,6 +710,9 @@ func (p *pool) flush() {
 // pump moves what the subscription holds over the link into the consumer.
 func (p *pool) pump() {
 	p.r.t.Helper()
+	if p.r.settle != nil {
+		p.r.settle()
+	}
 	p.forward(p.sub, false)
 	p.deliver()
 }
