@@ -37,6 +37,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runTail(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = runDemo(ctx, args[1:], stdout, stderr)
+	case "replay":
+		err = runReplay(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -62,5 +64,6 @@ commands:
   serve   host pools over HTTP: events in, frame streams out
   tail    subscribe to a pool and print decoded frames as JSON lines
   demo    three data centers, a synthetic fleet and a router, in one process
+  replay  replay a Mooncake trace through simulated data centers; score routing against exact truth
 `)
 }

@@ -115,4 +115,26 @@ var figures = []figure{
 	{Name: "wasm_native_delta_apply_images_per_s", Pkg: "./wasm/host", Bench: "BenchmarkDeltaApply/impl=native", Metric: "images/s", Unit: "images/s"},
 	{Name: "wasm_instantiate_configure_ms", Pkg: "./wasm/host", Bench: "BenchmarkInstantiateConfigure/impl=wasm", Metric: "ms/op", Unit: "ms"},
 	{Name: "wasm_query_parallel_pool2_vs_instance", Pkg: "./wasm/host", Bench: "BenchmarkQueryParallel/impl=pool2", Base: "BenchmarkQueryParallel/impl=instance", Metric: "ns/op", Unit: "ratio"},
+	// replay: the whole embedded Mooncake synthetic trace (3,993 requests)
+	// through 3 and 16 data centers of 4 workers × 2 ranks × 2048 blocks,
+	// scored against exact ground truth (BenchmarkReplay, one trace per
+	// iteration). Targets: agreement ≥ 99.9%, 0 unexplained under-reports,
+	// FPR within 1.5× of 1-(1-1/65535)^(8α).
+	{Name: "replay_3dc_agreement_pct", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=3/policy=cache-aware", Metric: "agreement-pct", Unit: "percent"},
+	{Name: "replay_3dc_unexplained_under_reports", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=3/policy=cache-aware", Metric: "unexplained-under", Unit: "count"},
+	{Name: "replay_3dc_fpr_vs_bound", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=3/policy=cache-aware", Metric: "fpr-ratio", Unit: "x-bound"},
+	{Name: "replay_3dc_hit_pct_cache_aware", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=3/policy=cache-aware", Metric: "hit-pct", Unit: "percent"},
+	{Name: "replay_3dc_hit_pct_random", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=3/policy=random", Metric: "hit-pct", Unit: "percent"},
+	{Name: "replay_3dc_events_per_s", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=3/policy=cache-aware", Metric: "events/s", Unit: "events/s"},
+	{Name: "replay_3dc_blocks_per_s", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=3/policy=cache-aware", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "replay_3dc_query_p99_ns", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=3/policy=cache-aware", Metric: "query-p99-ns", Unit: "ns"},
+	{Name: "replay_16dc_agreement_pct", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Metric: "agreement-pct", Unit: "percent"},
+	{Name: "replay_16dc_unexplained_under_reports", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Metric: "unexplained-under", Unit: "count"},
+	{Name: "replay_16dc_fpr_vs_bound", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Metric: "fpr-ratio", Unit: "x-bound"},
+	{Name: "replay_16dc_random_fpr_vs_bound", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=random", Metric: "fpr-ratio", Unit: "x-bound"},
+	{Name: "replay_16dc_hit_pct_cache_aware", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Metric: "hit-pct", Unit: "percent"},
+	{Name: "replay_16dc_hit_pct_random", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=random", Metric: "hit-pct", Unit: "percent"},
+	{Name: "replay_16dc_events_per_s", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Metric: "events/s", Unit: "events/s"},
+	{Name: "replay_16dc_blocks_per_s", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "replay_16dc_query_p99_ns", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Metric: "query-p99-ns", Unit: "ns"},
 }
