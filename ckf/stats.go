@@ -1,6 +1,7 @@
 package ckf
 
 import (
+	"math/bits"
 	"slices"
 	"unsafe"
 )
@@ -29,16 +30,66 @@ type Stats struct {
 	// Memory, in bytes.
 	FilterBytes        uint64
 	DirtyTrackingBytes uint64
-	ExactStateBytes    uint64 // an estimate: map entries plus control overhead
+	// ExactStateBytes estimates the heap of the exact state (lineage, block
+	// and member maps) from their entry counts and Go's map growth. Maps
+	// never shrink, so after mass removals the heap holds more.
+	ExactStateBytes uint64
 }
 
-// Per-entry cost estimates of Go's swiss-table maps: key+value slot plus one
-// control byte, at the 7/8 maximum load.
+// Go's maps are swiss tables (internal/runtime/maps, Go 1.24 and later):
+// groups of 8 slots, each group one 8-byte control word plus 8 key+value
+// slots; a table holds at most 1024 slots, grows by doubling when 7/8 full,
+// and beyond 1024 slots splits into more tables under a directory. A map of n
+// entries grown by insertion therefore has about next_pow2(n·8/7) slots.
 const (
-	lineageEntryBytes = (16 + 1) * 8 / 7
-	blockEntryBytes   = (8 + int(unsafe.Sizeof(blockState{})) + 1) * 8 / 7
-	memberEntryBytes  = 64
+	mapGroupSlots     = 8
+	mapMaxTableSlots  = 1024
+	mapHeaderBytes    = 48 // the map header
+	mapTableBytes     = 48 // one table header (40 bytes in the 48-byte size class)
+	mapDirectoryBytes = 8  // one directory pointer per table
 )
+
+// Slot sizes (key plus value) of the pool's maps.
+const (
+	lineageSlotBytes = 8 + 8                                   // external → canonical
+	blockSlotBytes   = 8 + uint64(unsafe.Sizeof(blockState{})) // canonical → state
+	memberSlotBytes  = uint64(unsafe.Sizeof(Member{})) + 8     // member → *memberState
+	memberStateBytes = uint64(unsafe.Sizeof(memberState{}))
+)
+
+// mapBytes estimates the heap bytes of a Go map of n entries with slots of
+// slotBytes, grown by insertion. Maps never shrink, so after mass deletion
+// the real figure is higher (the capacity of the map's peak stays).
+func mapBytes(n int, slotBytes uint64) uint64 {
+	if n == 0 {
+		return mapHeaderBytes // the group array is allocated on first insert
+	}
+	groupBytes := uint64(8 + mapGroupSlots*slotBytes)
+	if n <= mapGroupSlots {
+		return mapHeaderBytes + groupBytes // a small map is one group, no table
+	}
+	need := (uint64(n)*8 + 6) / 7 // ⌈n·8/7⌉
+	slots := uint64(1) << bits.Len64(need-1)
+	tables := max(slots/mapMaxTableSlots, 1)
+	groups := slots / mapGroupSlots
+	return mapHeaderBytes + tables*(mapTableBytes+mapDirectoryBytes) + withSizeClassSlack(groups*groupBytes)
+}
+
+// withSizeClassSlack adds the allocator's rounding of a large block up to its
+// size class: Go spaces classes above 1 KiB about 1/8 apart, so 1/16 is the
+// expected waste (a full 1024-slot group array of 16-byte slots, 17,408
+// bytes, takes 18,432: +5.9%).
+func withSizeClassSlack(b uint64) uint64 { return b + b/16 }
+
+// exactStateBytes estimates the heap held by the pool's exact state: every
+// member's lineage map, the block map, the member map and member records.
+func (p *Pool) exactStateBytes() uint64 {
+	total := mapBytes(len(p.blocks), blockSlotBytes) + mapBytes(len(p.members), memberSlotBytes)
+	for _, ms := range p.members {
+		total += memberStateBytes + mapBytes(len(ms.lineage), lineageSlotBytes)
+	}
+	return total
+}
 
 // Stats computes the pool's statistics. Cost O(buckets) for the occupancy scan.
 func (p *Pool) Stats() Stats {
@@ -60,9 +111,7 @@ func (p *Pool) Stats() Stats {
 		NetRevertedBuckets:     p.dirty.netRevertedBuckets,
 		FilterBytes:            uint64(len(p.t.words)) * 8,
 		DirtyTrackingBytes:     p.dirty.bytes(),
-		ExactStateBytes: p.contributions*lineageEntryBytes +
-			uint64(len(p.blocks))*uint64(blockEntryBytes) +
-			uint64(len(p.members))*memberEntryBytes,
+		ExactStateBytes:        p.exactStateBytes(),
 	}
 }
 
