@@ -24,4 +24,11 @@
 // after Shutdown must be acknowledged exactly; a deliberately dropped delta
 // must deactivate the lane (gap, heartbeat or drain marker) and a new lease
 // epoch with a fresh snapshot must recover it.
+//
+// Each property run executes inside a testing/synctest bubble (rapid.SyncTest):
+// pumps wait for the actors to settle and the publication timer fires only in
+// an explicit idle step, so a failure replays from the -rapid.seed it prints
+// and shrinks. The default run takes about 2 s (5 s under -race); -short cuts
+// the history length. See docs/RATIONALE.md "Why does the end-to-end property
+// (internal/e2e) keep a shadow pool and run in a synctest bubble?".
 package e2e
