@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/conformance"
+	"github.com/ckfrelay/ckfrelay/wasm/abi"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
 )
 
@@ -209,3 +210,88 @@ func FuzzInstance_MatchesNative(f *testing.F) {
 		}
 	})
 }
+
+// FuzzInstance_Calls drives random calls (assign with arbitrary bytes as the
+// lease fields, retire, queries of every kind with arbitrary arguments,
+// status, contains) through the wasm instance and the native consumer in
+// lockstep: no call may trap and every result must agree.
+func FuzzInstance_Calls(f *testing.F) {
+	rt := newRuntime(f, host.NewConfig())
+	fx, n, in := readyPair(f, rt, 2)
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})
+	f.Add([]byte{3, 2, 200, 0, 0, 0, 1, 5, 255, 4, 17, 9})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return b
+		}
+		for len(data) > 0 {
+			op, a, b := next()%6, next(), next()
+			var gotN, gotW any
+			switch op {
+			case 0: // assign: lane a%20, epoch b, identity of lane a%2 or a foreign one
+				id := fx.Identity(int(a) % 2)
+				if b&0x80 != 0 {
+					id.ProducerIncarnation = uint64(b)
+				}
+				l := fx.Lease(int(a)%20, uint64(b))
+				errN, errW := n.Assign(id, l), in.Assign(id, l)
+				gotN, gotW = errCode(errN), errCode(errW)
+			case 1:
+				errN, errW := n.Retire(int(a)-4), in.Retire(int(a)-4)
+				gotN, gotW = errCode(errN), errCode(errW)
+			case 2: // query of kind a%3 with b elements of arbitrary content
+				var rn, rw consumer.QueryResult
+				hs := make([]uint64, b%40)
+				toks := make([]uint32, b)
+				for i := range hs {
+					hs[i] = uint64(next()) * 0x9E3779B97F4A7C15
+				}
+				for i := range toks {
+					toks[i] = uint32(next())
+				}
+				var errN, errW error
+				switch a % 3 {
+				case 0:
+					errN, errW = n.Query(hs, &rn), in.Query(hs, &rw)
+				case 1:
+					errN, errW = n.QuerySequenceHashes(hs, &rn), in.QuerySequenceHashes(hs, &rw)
+				default:
+					bs := int(int8(next()))
+					errN, errW = n.QueryTokens(toks, bs, uint64(a), &rn), in.QueryTokens(toks, bs, uint64(a), &rw)
+				}
+				rn.Probes, rw.Probes = 0, 0
+				gotN, gotW = []any{errCode(errN), rn}, []any{errCode(errW), rw}
+			case 3:
+				sn, errN := n.LaneStatus(int(a) - 2)
+				sw, errW := in.LaneStatus(int(a) - 2)
+				gotN, gotW = []any{errCode(errN), sn}, []any{errCode(errW), sw}
+			case 4:
+				h := uint64(a)<<8 | uint64(b)
+				mn, errN := n.Contains(h)
+				mw, errW := in.Contains(h)
+				gotN, gotW = []any{errCode(errN), mn}, []any{errCode(errW), mw}
+			case 5:
+				sn, _ := n.Stats()
+				sw, err := in.Stats()
+				gotN, gotW = sn, sw
+				if err != nil {
+					gotW = err
+				}
+			}
+			if in.Resets() != 0 {
+				t.Fatalf("op %d trapped the instance", op)
+			}
+			if !reflect.DeepEqual(gotN, gotW) {
+				t.Fatalf("op %d (%d, %d): native %+v, wasm %+v", op, a, b, gotN, gotW)
+			}
+		}
+	})
+}
+
+// errCode is an error's ABI code: what both implementations must agree on.
+func errCode(err error) abi.Code { return abi.CodeOf(err) }
