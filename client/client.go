@@ -200,6 +200,19 @@ func (r *Router) Contains(seqHash uint64) (uint16, error) {
 	return r.ls.Contains(seqHash)
 }
 
+// AppendLaneWords appends a ready lane's bucket words to dst and returns them
+// with the sequence they are at, read atomically with respect to the lane's
+// stream (for audits: compare against a relay snapshot at that sequence).
+func (r *Router) AppendLaneWords(dst []uint64, lane int) ([]uint64, uint64, error) {
+	if lane < 0 || lane >= ckf.MaxLanes {
+		return dst, 0, fmt.Errorf("client: lane %d outside 0..%d", lane, ckf.MaxLanes-1)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	words, err := r.ls.AppendLaneWords(dst, lane)
+	return words, r.info[lane].Sequence, err
+}
+
 // Lane returns the state of a lane; a lane outside 0..15 reads as the zero
 // LaneInfo.
 func (r *Router) Lane(lane int) LaneInfo {

@@ -250,11 +250,9 @@ func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 	// Check convergence before the close frame: the retire that follows it
 	// forgets the lane's words.
 	waitFor(t, func() bool { return r.Lane(0).Sequence == 10 })
-	r.mu.Lock()
-	got, err := lanes.AppendLaneWords(nil, 0)
-	r.mu.Unlock()
-	if err != nil || !slices.Equal(got, want) {
-		t.Fatalf("lane words after resubscribe: err %v, equal %v; want the second snapshot plus the delta", err, slices.Equal(got, want))
+	got, seq, err := r.AppendLaneWords(nil, 0)
+	if err != nil || seq != 10 || !slices.Equal(got, want) {
+		t.Fatalf("lane words after resubscribe: err %v, equal %v; want the second snapshot plus the delta at 10", err, slices.Equal(got, want))
 	}
 	s2.frame(t, wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseShuttingDown, Message: "bye"}})
 

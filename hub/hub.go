@@ -47,9 +47,10 @@ var (
 type Config struct {
 	// QueueDeltas is each subscriber's bounded queue, in deltas.
 	QueueDeltas int
-	// MaxSubscribers bounds concurrent subscriptions (memory is roughly
-	// MaxSubscribers × (QueueDeltas × delta size) plus one snapshot copy each
-	// while it is being sent).
+	// MaxSubscribers bounds concurrent subscriptions. Memory per subscriber
+	// is its queue (QueueDeltas pointers, 8 bytes each, allocated up front)
+	// plus the deltas it has not read yet, which every subscriber shares;
+	// snapshots are shared too (see [Hub.Subscribe]).
 	MaxSubscribers int
 }
 
@@ -81,6 +82,7 @@ type Hub struct {
 	closed   bool
 	identity ckf.ProducerIdentity
 	words    []uint64
+	shared   bool // words is lent to a snapshot: copy before the next write
 	sequence uint64
 	subs     map[*Subscription]struct{}
 	epochs   map[laneKey]uint64 // highest epoch granted per consumer lane
@@ -103,6 +105,7 @@ func (h *Hub) Install(snap ckf.Snapshot) {
 	h.closeAllLocked(ErrProducerChanged)
 	h.identity = snap.Identity
 	h.words = snap.Words
+	h.shared = false
 	h.sequence = snap.Sequence
 	h.ready = !h.closed
 }
@@ -130,15 +133,23 @@ func (h *Hub) Apply(d ckf.Delta) error {
 			return fmt.Errorf("%w: image bucket %d out of range", ErrBrokenStream, im.Bucket)
 		}
 	}
+	if h.shared {
+		// Copy on write: snapshots handed out since the last delta keep the
+		// old array, however many subscribers share it.
+		h.words = slices.Clone(h.words)
+		h.shared = false
+	}
 	for _, im := range d.Images {
 		h.words[im.Bucket] = im.Word
 	}
 	h.sequence = d.Sequence
+	// One copy of the delta is queued to every subscriber; each stamps its
+	// own lease when it takes it (Subscription.Stamp), so a queue costs a
+	// pointer per slot, not a delta.
+	shared := &d
 	for s := range h.subs {
-		out := d
-		out.Lease = s.lease
 		select {
-		case s.deltas <- out:
+		case s.deltas <- shared:
 		default:
 			h.endLocked(s, ErrLagged)
 		}
@@ -158,6 +169,11 @@ func (h *Hub) Close(cause error) {
 // Subscribe grants lease a snapshot of the mirror at its current sequence and
 // a subscription carrying every later delta. The lease's assignment epoch must
 // exceed every epoch the same (consumer, lane) held on this hub.
+//
+// The snapshot's Words are shared with the hub and with every other
+// subscriber served since the last delta (the hub copies on its next write),
+// so a flood of subscribers costs one table copy, not one each. The caller
+// must not modify them.
 func (h *Hub) Subscribe(lease ckf.LaneLease) (ckf.Snapshot, *Subscription, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -174,9 +190,10 @@ func (h *Hub) Subscribe(lease ckf.LaneLease) (ckf.Snapshot, *Subscription, error
 		return ckf.Snapshot{}, nil, fmt.Errorf("%w: epoch %d, last granted %d", ErrStaleEpoch, lease.AssignmentEpoch, last)
 	}
 	h.epochs[key] = lease.AssignmentEpoch
-	s := &Subscription{hub: h, lease: lease, deltas: make(chan ckf.Delta, h.cfg.QueueDeltas), done: make(chan struct{})}
+	s := &Subscription{hub: h, lease: lease, deltas: make(chan *ckf.Delta, h.cfg.QueueDeltas), done: make(chan struct{})}
 	h.subs[s] = struct{}{}
-	snap := ckf.Snapshot{Identity: h.identity, Lease: lease, Sequence: h.sequence, Words: slices.Clone(h.words)}
+	h.shared = true
+	snap := ckf.Snapshot{Identity: h.identity, Lease: lease, Sequence: h.sequence, Words: h.words}
 	return snap, s, nil
 }
 

@@ -196,7 +196,7 @@ func TestHub_hammer(t *testing.T) {
 				t.Errorf("subscribe: %v", err)
 				return
 			}
-			words, seq := snap.Words, snap.Sequence
+			words, seq := slices.Clone(snap.Words), snap.Sequence // snapshots are shared: copy to write
 			for {
 				d, err := sub.Next(context.Background())
 				if errors.Is(err, ErrLagged) {
@@ -235,5 +235,45 @@ func TestHub_hammer(t *testing.T) {
 		if words != nil && !slices.Equal(words, want) {
 			t.Fatalf("a subscriber's table differs from the mirror")
 		}
+	}
+}
+
+// Snapshots share one table until the next delta, which copies it: a flood of
+// subscribers costs one copy, and a lent snapshot never changes under its
+// reader.
+func TestHub_SnapshotsShareTheTableCopyOnWrite(t *testing.T) {
+	h := newReadyHub(t, Config{QueueDeltas: 4, MaxSubscribers: 4})
+	s1, _, err := h.Subscribe(lease(1, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, _, err := h.Subscribe(lease(2, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &s1.Words[0] != &s2.Words[0] {
+		t.Error("two snapshots at one sequence hold two copies, want one shared table")
+	}
+	before := slices.Clone(s1.Words)
+	if err := h.Apply(delta(s1.Sequence, ckf.BucketImage{Bucket: 3, Word: 0xfeed})); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s1.Words, before) {
+		t.Error("a delta applied after the snapshot changed the lent words")
+	}
+	s3, sub3, err := h.Subscribe(lease(3, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s3.Words[3] != 0xfeed || &s3.Words[0] == &s1.Words[0] {
+		t.Errorf("snapshot after the delta: word 3 = %#x, shared with the old one %v; want 0xfeed in a new table", s3.Words[3], &s3.Words[0] == &s1.Words[0])
+	}
+	// The shared delta reaches each subscriber under its own lease.
+	if err := h.Apply(delta(s3.Sequence, ckf.BucketImage{Bucket: 4, Word: 1})); err != nil {
+		t.Fatal(err)
+	}
+	d, err := sub3.Next(context.Background())
+	if err != nil || d.Lease != lease(3, 0, 1) {
+		t.Errorf("Next = %+v, %v; want the delta under lease 3/0/1", d.Lease, err)
 	}
 }

@@ -11,17 +11,27 @@ import (
 type Subscription struct {
 	hub    *Hub
 	lease  ckf.LaneLease
-	deltas chan ckf.Delta
-	done   chan struct{} // closed when the subscription ends; err is set before
+	deltas chan *ckf.Delta // shared with every subscriber: never modified
+	done   chan struct{}   // closed when the subscription ends; err is set before
 	err    error
 }
 
 // Lease returns the subscriber's lease.
 func (s *Subscription) Lease() ckf.LaneLease { return s.lease }
 
-// Deltas returns the queue of deltas, in sequence order, each stamped with the
-// subscriber's lease. Read it together with [Subscription.Done].
-func (s *Subscription) Deltas() <-chan ckf.Delta { return s.deltas }
+// Deltas returns the queue of deltas, in sequence order. They are the hub's
+// shared copies, not yet under this subscriber's lease: pass each to
+// [Subscription.Stamp], and never modify them. Read it together with
+// [Subscription.Done], or use [Subscription.Next].
+func (s *Subscription) Deltas() <-chan *ckf.Delta { return s.deltas }
+
+// Stamp returns a copy of d under the subscriber's lease. The copy shares
+// d.Images, which must not be modified.
+func (s *Subscription) Stamp(d *ckf.Delta) ckf.Delta {
+	out := *d
+	out.Lease = s.lease
+	return out
+}
 
 // Done is closed when the subscription ends; [Subscription.Err] then says why.
 // Deltas queued before the end are still valid, but after ErrLagged the queue
@@ -40,7 +50,7 @@ func (s *Subscription) Err() error {
 	}
 }
 
-// Next returns the next delta. After the subscription ends it returns the
+// Next returns the next delta under the subscriber's lease. After the subscription ends it returns the
 // deltas still queued, then the end cause — except after ErrLagged, whose
 // queue can no longer be extended: Next reports it at once.
 func (s *Subscription) Next(ctx context.Context) (ckf.Delta, error) {
@@ -52,7 +62,7 @@ func (s *Subscription) Next(ctx context.Context) (ckf.Delta, error) {
 			}
 			select {
 			case d := <-s.deltas:
-				return d, nil
+				return s.Stamp(d), nil
 			default:
 				return ckf.Delta{}, s.err
 			}
@@ -60,7 +70,7 @@ func (s *Subscription) Next(ctx context.Context) (ckf.Delta, error) {
 		}
 		select {
 		case d := <-s.deltas:
-			return d, nil
+			return s.Stamp(d), nil
 		case <-s.done:
 		case <-ctx.Done():
 			return ckf.Delta{}, ctx.Err()

@@ -22,6 +22,10 @@ import (
 // FramesContentType is the media type of a frame stream (SPEC §9).
 const FramesContentType = "application/vnd.ckfrelay.frames"
 
+// snapshotChunkBytes bounds one snapshot chunk frame on a stream (and so the
+// encoding buffer a stream needs for it): 256 KiB is 32,749 buckets a chunk.
+const snapshotChunkBytes = 256 << 10
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -335,18 +339,22 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	fw := wire.NewWriter(w, s.cfg.MaxFrameBytes)
 	writeTimeout := time.Duration(s.cfg.StreamWriteTimeout)
 	// Every write gets a deadline: a subscriber that stops reading must not
-	// hold this goroutine, its snapshot copy or the shutdown forever.
+	// hold this goroutine, its snapshot or the shutdown forever.
 	_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if err := fw.WriteSnapshot(&snap); err != nil {
+	// The snapshot goes out in chunks of at most snapshotChunkBytes through a
+	// writer of its own: a wire.Writer keeps its largest encoding buffer, and
+	// a whole-table buffer per idle subscriber is what a subscriber flood
+	// would otherwise cost.
+	if err := wire.NewWriter(w, min(s.cfg.MaxFrameBytes, snapshotChunkBytes)).WriteSnapshot(&snap); err != nil {
 		return
 	}
+	fw := wire.NewWriter(w, s.cfg.MaxFrameBytes)
 	_ = rc.Flush()
 	last := snap.Sequence
 	identity := snap.Identity
-	snap.Words = nil // let the copy go while the stream lives on
+	snap.Words = nil // the shared table may be released while the stream lives on
 
 	hb := time.NewTicker(time.Duration(s.cfg.HeartbeatInterval))
 	defer hb.Stop()
@@ -355,7 +363,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case d := <-sub.Deltas():
 			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-			f = wire.Frame{Kind: wire.KindDelta, Delta: d}
+			f = wire.Frame{Kind: wire.KindDelta, Delta: sub.Stamp(d)}
 			if fw.WriteFrame(&f) != nil {
 				return
 			}
@@ -391,7 +399,7 @@ func (s *Server) endStream(p *hostedPool, fw *wire.Writer, rc *http.ResponseCont
 		for {
 			select {
 			case d := <-sub.Deltas():
-				f = wire.Frame{Kind: wire.KindDelta, Delta: d}
+				f = wire.Frame{Kind: wire.KindDelta, Delta: sub.Stamp(d)}
 				if fw.WriteFrame(&f) != nil {
 					return
 				}

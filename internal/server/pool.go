@@ -17,6 +17,9 @@ import (
 // lease on each pool's publisher.
 const hubConsumer uint64 = 0xC0FFEE
 
+// hubFeedBuffer is the least delta buffer of the hub's own lease.
+const hubFeedBuffer = 1024
+
 // Causes a hub is closed with; the stream handler maps them to close reasons.
 var (
 	errShuttingDown = errors.New("server: shutting down")
@@ -47,7 +50,10 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 	}
 	pcfg := producer.DefaultConfig()
 	pcfg.PublicationDelay = time.Duration(spec.PublicationDelay)
-	pcfg.SubscriberBuffer = cfg.SubscriberQueue
+	// The hub's own lease drains at memory speed; give it at least a
+	// generous buffer so a small per-subscriber queue (a remote concern)
+	// cannot make the relay's mirror lag and re-snapshot every subscriber.
+	pcfg.SubscriberBuffer = max(cfg.SubscriberQueue, hubFeedBuffer)
 	pcfg.Logger = log
 	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: spec.DCID}, ProducerIncarnation: incarnation}
 	h, faults, err := producer.Start(pool, scope, pcfg)

@@ -1,0 +1,777 @@
+//go:build unix
+
+package main
+
+// End-to-end tests: the real relay binary (built once), on loopback, with a
+// router client holding the WebAssembly consumer.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/wasm/host"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+	binDir  string
+
+	rtOnce sync.Once
+	rt     *host.Runtime
+	rtErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if rt != nil {
+		_ = rt.Close(context.Background())
+	}
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// relayBinary builds cmd/relay once per test binary.
+func relayBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end: builds and runs the relay binary")
+	}
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "ckfrelay-e2e-")
+		if binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "relay")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// relay is one running relay process.
+type relay struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	addr   string
+	base   string
+	exited chan struct{}
+	err    error // the process's exit, valid after exited
+}
+
+// startRelay runs "relay serve args..." and waits for its "listening on"
+// line.
+func startRelay(t *testing.T, args ...string) *relay {
+	t.Helper()
+	bin := relayBinary(t)
+	cmd := exec.Command(bin, append([]string{"serve", "--log-level", "warn"}, args...)...)
+	stderr, err := os.Create(filepath.Join(t.TempDir(), "relay.stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{t: t, cmd: cmd, exited: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		r.err = cmd.Wait()
+		close(r.exited)
+	}()
+	t.Cleanup(func() {
+		r.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(stderr.Name())
+			t.Logf("relay stderr:\n%s", b)
+		}
+	})
+	select {
+	case l, ok := <-lines:
+		addr, found := strings.CutPrefix(l, "listening on ")
+		if !ok || !found {
+			r.kill()
+			b, _ := os.ReadFile(stderr.Name())
+			t.Fatalf("relay did not report its address (first line %q): %v\n%s", l, r.err, b)
+		}
+		r.addr, r.base = addr, "http://"+addr
+	case <-time.After(60 * time.Second):
+		r.kill()
+		t.Fatal("relay did not start in 60s")
+	}
+	return r
+}
+
+func (r *relay) kill() {
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	_ = r.cmd.Process.Kill()
+	<-r.exited
+}
+
+// rssBytes reads the process's resident set from /proc (0 where there is none).
+func (r *relay) rssBytes() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for l := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func writeConfig(t *testing.T, cfg server.Config) string {
+	t.Helper()
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "relay.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// catalogEntry is the part of GET /v1/pools the tests read.
+type catalogEntry struct {
+	Name     string `json:"name"`
+	DCID     uint64 `json:"dc_id"`
+	Identity struct {
+		ProducerIncarnation uint64 `json:"producer_incarnation"`
+		Format              struct {
+			Seed        uint64 `json:"seed"`
+			BucketCount uint64 `json:"bucket_count"`
+		} `json:"format"`
+	} `json:"identity"`
+	Hub struct {
+		Sequence    uint64 `json:"sequence"`
+		Subscribers int    `json:"subscribers"`
+	} `json:"hub"`
+	Stats *struct {
+		UniqueBlocks int `json:"unique_blocks"`
+		Members      int `json:"members"`
+	} `json:"stats"`
+}
+
+func getCatalog(t *testing.T, base string) map[string]catalogEntry {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/pools")
+	if err != nil {
+		t.Fatalf("catalog: %v", err)
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Pools []catalogEntry `json:"pools"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		t.Fatalf("catalog: %v", err)
+	}
+	out := map[string]catalogEntry{}
+	for _, p := range c.Pools {
+		out[p.Name] = p
+	}
+	return out
+}
+
+// wasmLanes returns a WebAssembly consumer instance configured for the
+// relay's pools, lane i serving pools[i].
+func wasmLanes(t *testing.T, base string, pools []string) *host.Instance {
+	t.Helper()
+	rtOnce.Do(func() { rt, rtErr = host.NewRuntime(context.Background(), host.NewConfig()) })
+	if rtErr != nil {
+		t.Fatal(rtErr)
+	}
+	cat := getCatalog(t, base)
+	domain := server.Config{}.Domain()
+	first := cat[pools[0]].Identity.Format
+	m := consumer.Manifest{ConsumerInstance: 77, Domain: domain, Format: ckf.NewFormat(first.Seed, first.BucketCount), VerificationWindow: 2}
+	for i, p := range pools {
+		m.Lanes[i] = &ckf.PoolID{Domain: domain, DCID: cat[p].DCID}
+	}
+	in, err := rt.NewInstance(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close() })
+	return in
+}
+
+func startRouter(t *testing.T, relayURL string, pools []string, lanes client.Lanes, hc *http.Client) *client.Router {
+	t.Helper()
+	var targets []client.Target
+	for i, p := range pools {
+		targets = append(targets, client.Target{Pool: p, Lane: i})
+	}
+	r, err := client.New(client.Config{RelayURL: relayURL, ConsumerInstance: 77, Targets: targets,
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 5 * time.Second, HTTPClient: hc}, lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+var eventSeq atomic.Uint64
+
+// postBurst posts batches of Stored events (n events of `blocks` chained
+// blocks each, from a few workers) and returns how many were admitted.
+func postBurst(t *testing.T, base, pool string, n, blocks int) {
+	t.Helper()
+	const batch = 256
+	for done := 0; done < n; {
+		k := min(batch, n-done)
+		evs := make([]ckf.RouterEvent, k)
+		for i := range evs {
+			id := eventSeq.Add(1)
+			ev := ckf.RouterEvent{WorkerID: id % 4, EventID: id, Kind: ckf.EventStored}
+			for j := range blocks {
+				ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: id<<8 | uint64(j), TokensHash: id*1_000_003 + uint64(j)})
+			}
+			evs[i] = ev
+		}
+		body, err := wire.AppendRouterEventsJSON(nil, evs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Post(base+"/v1/pools/"+pool+"/events?source_epoch=1", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("post events: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("post events: %s %s", resp.Status, b)
+		}
+		done += k
+	}
+}
+
+var tailEpoch atomic.Uint64
+
+// relaySnapshot takes a fresh snapshot of a pool through its stream, as an
+// independent subscriber.
+func relaySnapshot(t *testing.T, base, pool string) (ckf.ProducerIdentity, uint64, []uint64) {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("%s/v1/pools/%s/stream?consumer=900&lane=0&epoch=%d", base, pool, uint64(time.Now().UnixNano())+tailEpoch.Add(1)))
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("snapshot: %s %s", resp.Status, b)
+	}
+	fr := wire.NewReader(resp.Body, 0)
+	var f wire.Frame
+	var words []uint64
+	for got := uint32(0); ; got++ {
+		if err := fr.ReadFrame(&f); err != nil || f.Kind != wire.KindSnapshotChunk {
+			t.Fatalf("snapshot chunk %d: kind %v, %v", got, f.Kind, err)
+		}
+		c := &f.Snapshot
+		if words == nil {
+			words = make([]uint64, c.Identity.Format.BucketCount)
+		}
+		copy(words[c.BucketOffset:], c.Words)
+		if got+1 == c.ChunkCount {
+			return c.Identity, c.Sequence, words
+		}
+	}
+}
+
+// converge waits until the router's lane holds exactly the relay's current
+// snapshot: same sequence, same words. Events must have stopped.
+func converge(t *testing.T, r *client.Router, base, pool string, lane int) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		_, seq, want := relaySnapshot(t, base, pool)
+		got, gotSeq, err := r.AppendLaneWords(nil, lane)
+		switch {
+		case err != nil:
+			last = fmt.Sprintf("lane %d: %v (%s)", lane, err, r.Lane(lane).LastError)
+		case gotSeq != seq:
+			last = fmt.Sprintf("lane %d at sequence %d, relay at %d", lane, gotSeq, seq)
+		case !slices.Equal(got, want):
+			t.Fatalf("lane %d at the relay's sequence %d but its words differ", lane, seq)
+		default:
+			return seq
+		}
+		time.Sleep(20 * time.Millisecond) // observing an end state, not ordering
+	}
+	t.Fatalf("router did not converge with %s: %s", pool, last)
+	return 0
+}
+
+func TestE2E_BurstConverges(t *testing.T) {
+	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "dc-a:dc=1,expected=65536", "--pool", "dc-b:dc=2,expected=65536")
+	pools := []string{"dc-a", "dc-b"}
+	r := startRouter(t, rl.base, pools, wasmLanes(t, rl.base, pools), nil)
+	postBurst(t, rl.base, "dc-a", 3000, 8)
+	postBurst(t, rl.base, "dc-b", 1000, 4)
+	seqA := converge(t, r, rl.base, "dc-a", 0)
+	seqB := converge(t, r, rl.base, "dc-b", 1)
+	cat := getCatalog(t, rl.base)
+	if cat["dc-a"].Stats.UniqueBlocks != 3000*8 || cat["dc-b"].Stats.UniqueBlocks != 1000*4 {
+		t.Errorf("relay tracks %d and %d blocks, want %d and %d", cat["dc-a"].Stats.UniqueBlocks, cat["dc-b"].Stats.UniqueBlocks, 3000*8, 1000*4)
+	}
+	if seqA == 0 || seqB == 0 {
+		t.Errorf("converged at sequences %d, %d: want publications after the burst", seqA, seqB)
+	}
+	// The router answers from the converged lanes: the last event's chain is
+	// held by dc-a only.
+	id := eventSeq.Load() - 1000 // the last dc-a event
+	var locals []uint64
+	for j := range 8 {
+		locals = append(locals, id*1_000_003+uint64(j))
+	}
+	var res consumer.QueryResult
+	if err := r.QuerySequenceHashes(ckf.AppendSequenceHashes(nil, locals), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Mask&1 == 0 || res.Depths[0] != 8 {
+		t.Errorf("query of dc-a's last chain: mask %b depth %d, want lane 0 at depth 8", res.Mask, res.Depths[0])
+	}
+}
+
+// proxy is a loopback TCP proxy whose connections the test can cut.
+type proxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, u)
+			p.mu.Unlock()
+			p.wg.Add(2)
+			go func() { defer p.wg.Done(); _, _ = io.Copy(u, c); u.Close() }()
+			go func() { defer p.wg.Done(); _, _ = io.Copy(c, u); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
+	return p
+}
+
+// cut closes every proxied connection; returns how many pairs were open.
+func (p *proxy) cut() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	n := len(p.conns) / 2
+	p.conns = nil
+	return n
+}
+
+func TestE2E_DroppedConnectionReconverges(t *testing.T) {
+	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "p:dc=1,expected=65536")
+	px := startProxy(t, rl.addr)
+	pools := []string{"p"}
+	r := startRouter(t, "http://"+px.ln.Addr().String(), pools, wasmLanes(t, rl.base, pools), nil)
+	postBurst(t, rl.base, "p", 500, 4)
+	converge(t, r, rl.base, "p", 0)
+	before := r.Lane(0).Resubscribes
+	if n := px.cut(); n == 0 {
+		t.Fatal("no proxied connection to cut")
+	}
+	postBurst(t, rl.base, "p", 500, 4) // published while the router is cut off
+	converge(t, r, rl.base, "p", 0)
+	if li := r.Lane(0); li.Resubscribes <= before {
+		t.Errorf("resubscribes %d after the cut, want > %d", li.Resubscribes, before)
+	}
+}
+
+func TestE2E_RelayRestartIsNewIncarnation(t *testing.T) {
+	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "p:dc=1,expected=65536")
+	pools := []string{"p"}
+	r := startRouter(t, rl.base, pools, wasmLanes(t, rl.base, pools), nil)
+	postBurst(t, rl.base, "p", 500, 4)
+	converge(t, r, rl.base, "p", 0)
+	inc1 := getCatalog(t, rl.base)["p"].Identity.ProducerIncarnation
+
+	rl.kill() // a crash: no drain, no close frame
+	var rl2 *relay
+	for attempt := 0; ; attempt++ { // the port is free once the process is gone
+		rl2 = startRelayMaybe(t, rl.addr)
+		if rl2 != nil || attempt == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if rl2 == nil {
+		t.Fatalf("could not restart the relay on %s", rl.addr)
+	}
+	inc2 := getCatalog(t, rl2.base)["p"].Identity.ProducerIncarnation
+	if inc2 == inc1 {
+		t.Fatalf("restarted relay kept incarnation %d", inc1)
+	}
+	postBurst(t, rl2.base, "p", 300, 4)
+	converge(t, r, rl2.base, "p", 0)
+	id, _, _ := relaySnapshot(t, rl2.base, "p")
+	if id.ProducerIncarnation != inc2 {
+		t.Errorf("snapshot incarnation %d, want the new %d", id.ProducerIncarnation, inc2)
+	}
+	if cat := getCatalog(t, rl2.base)["p"]; cat.Stats.UniqueBlocks != 300*4 {
+		t.Errorf("new incarnation tracks %d blocks, want only its own %d", cat.Stats.UniqueBlocks, 300*4)
+	}
+}
+
+// startRelayMaybe starts a relay on addr, or returns nil when the port is
+// still taken.
+func startRelayMaybe(t *testing.T, addr string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil
+	}
+	ln.Close()
+	return startRelay(t, "--listen", addr, "--pool", "p:dc=1,expected=65536")
+}
+
+// gated is a consumer that stops (holding the router's lock, so the router
+// stops reading its stream) when armed, until released.
+type gated struct {
+	client.Lanes
+	armed   atomic.Bool
+	blocked chan struct{}
+	release chan struct{}
+}
+
+func (g *gated) ApplyFrame(b []byte) (consumer.Result, error) {
+	if g.armed.CompareAndSwap(true, false) {
+		close(g.blocked)
+		<-g.release
+	}
+	return g.Lanes.ApplyFrame(b)
+}
+
+func metricValue(t *testing.T, base, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
+
+func TestE2E_SlowSubscriberIsLaggedAndReconverges(t *testing.T) {
+	cfg := server.Config{Listen: "127.0.0.1:0", SubscriberQueue: 4, StreamWriteTimeout: server.Duration(30 * time.Second),
+		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 16384, PublishEveryNEvents: 1}}}
+	rl := startRelay(t, "--config", writeConfig(t, cfg))
+	pools := []string{"p"}
+	g := &gated{Lanes: wasmLanes(t, rl.base, pools), blocked: make(chan struct{}), release: make(chan struct{})}
+	// A small receive buffer, so a router that stops reading backs up into
+	// the relay's queue after kilobytes, not megabytes.
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	hc := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}}
+	r := startRouter(t, rl.base, pools, g, hc)
+	postBurst(t, rl.base, "p", 50, 2)
+	converge(t, r, rl.base, "p", 0)
+
+	g.armed.Store(true)
+	postBurst(t, rl.base, "p", 1, 1)
+	<-g.blocked // the router stopped reading (heartbeat or delta)
+	const series = `ckfrelay_subscriber_lagged_total{pool="p"}`
+	for i := 0; metricValue(t, rl.base, series) == 0; i++ {
+		if i == 400 {
+			close(g.release)
+			t.Fatal("the stopped subscriber was never closed as lagged")
+		}
+		postBurst(t, rl.base, "p", 100, 2)
+	}
+	close(g.release)
+	converge(t, r, rl.base, "p", 0)
+	if li := r.Lane(0); li.Resubscribes == 0 {
+		t.Errorf("lane %+v, want a resubscribe after the lagged close", li)
+	}
+}
+
+func TestE2E_MalformedRequestsChangeNothing(t *testing.T) {
+	cfg := server.Config{Listen: "127.0.0.1:0", MaxEventsPerBatch: 4,
+		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 4096}}}
+	rl := startRelay(t, "--config", writeConfig(t, cfg))
+	postBurst(t, rl.base, "p", 4, 3)
+	// A rank reset at epoch 5 makes epoch 3 stale; a lease at epoch 9 makes
+	// 9 stale for the same consumer lane.
+	do := func(method, path, ctype, body string) (int, string) {
+		req, _ := http.NewRequest(method, rl.base+path, strings.NewReader(body))
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Error.Code
+	}
+	if code, _ := do("POST", "/v1/pools/p/ranks/reset", "application/json", `{"worker_id": 77, "source_epoch": 5}`); code != 200 {
+		t.Fatalf("reset: %d", code)
+	}
+	st, err := http.Get(rl.base + "/v1/pools/p/stream?consumer=5&lane=1&epoch=9")
+	if err != nil || st.StatusCode != 200 {
+		t.Fatalf("stream: %v", err)
+	}
+	st.Body.Close()
+	_, seq0, words0 := relaySnapshot(t, rl.base, "p")
+	five := strings.Repeat(`{"worker_id": 1, "event": {"event_id": 1, "data": "cleared"}},`, 5)
+	cases := []struct {
+		name, method, path, ctype, body string
+		status                          int
+		code                            string
+	}{
+		{"bad json", "POST", "/v1/pools/p/events?source_epoch=1", "application/json", `[{"worker_id": `, 400, server.CodeMalformedEvents},
+		{"unknown pool", "POST", "/v1/pools/q/events?source_epoch=1", "application/json", `[]`, 404, server.CodeUnknownPool},
+		{"stale source epoch", "POST", "/v1/pools/p/ranks/reset", "application/json", `{"worker_id": 77, "source_epoch": 3}`, 409, server.CodeStaleEpoch},
+		{"oversize batch", "POST", "/v1/pools/p/events?source_epoch=1", "application/json", "[" + strings.TrimSuffix(five, ",") + "]", 413, server.CodeLimitExceeded},
+		{"oversize body", "POST", "/v1/pools/p/events?source_epoch=1", "application/json", "[" + strings.Repeat(" ", 17<<20) + "]", 413, server.CodeTooLarge},
+		{"lease lane 16", "GET", "/v1/pools/p/stream?consumer=5&lane=16&epoch=1", "", "", 400, server.CodeBadRequest},
+		{"lease epoch not a number", "GET", "/v1/pools/p/stream?consumer=5&lane=1&epoch=x", "", "", 400, server.CodeBadRequest},
+		{"lease without consumer", "GET", "/v1/pools/p/stream?lane=1&epoch=1", "", "", 400, server.CodeBadRequest},
+		{"stale lease epoch", "GET", "/v1/pools/p/stream?consumer=5&lane=1&epoch=9", "", "", 409, server.CodeStaleLease},
+	}
+	for _, c := range cases {
+		if status, code := do(c.method, c.path, c.ctype, c.body); status != c.status || code != c.code {
+			t.Errorf("%s: %d %q, want %d %q", c.name, status, code, c.status, c.code)
+		}
+	}
+	_, seq1, words1 := relaySnapshot(t, rl.base, "p")
+	if seq1 != seq0 || !slices.Equal(words0, words1) {
+		t.Errorf("rejected requests changed the pool: sequence %d → %d, words equal %v", seq0, seq1, slices.Equal(words0, words1))
+	}
+	if got := metricValue(t, rl.base, `ckfrelay_requests_rejected_total{code="stale_lease_epoch"}`); got != 1 {
+		t.Errorf("rejected stale_lease_epoch counter %v, want 1", got)
+	}
+}
+
+func TestE2E_SubscriberFloodIsBounded(t *testing.T) {
+	const max = 64
+	cfg := server.Config{Listen: "127.0.0.1:0", MaxSubscribers: max,
+		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 20}}}
+	rl := startRelay(t, "--config", writeConfig(t, cfg))
+	postBurst(t, rl.base, "p", 1000, 4)
+	_, _, words := relaySnapshot(t, rl.base, "p")
+	runtime.GC()
+	rss0 := rl.rssBytes()
+
+	var bodies []io.Closer
+	t.Cleanup(func() {
+		for _, b := range bodies {
+			b.Close()
+		}
+	})
+	for i := range max {
+		resp, err := http.Get(fmt.Sprintf("%s/v1/pools/p/stream?consumer=%d&lane=0&epoch=1", rl.base, 1000+i))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("subscriber %d: %v %v", i, err, resp.Status)
+		}
+		bodies = append(bodies, resp.Body)
+		// Read the whole snapshot, then stop reading: an idle subscriber.
+		fr := wire.NewReader(resp.Body, 0)
+		var f wire.Frame
+		for {
+			if err := fr.ReadFrame(&f); err != nil {
+				t.Fatal(err)
+			}
+			if f.Kind == wire.KindSnapshotChunk && f.Snapshot.ChunkIndex+1 == f.Snapshot.ChunkCount {
+				break
+			}
+		}
+	}
+	resp, err := http.Get(rl.base + "/v1/pools/p/stream?consumer=1&lane=0&epoch=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != server.CodeTooMany {
+		t.Fatalf("subscriber %d: %d %q, want 503 %s", max+1, resp.StatusCode, e.Error.Code, server.CodeTooMany)
+	}
+	rss1 := rl.rssBytes()
+	if rss0 == 0 {
+		t.Skip("no /proc: RSS not measured")
+	}
+	growth := rss1 - rss0
+	// The bound per subscriber: its queue (pointers to shared deltas,
+	// allocated up front), its handler goroutine, connection and frame
+	// buffers. Snapshots share the hub's table, so the 4 MiB table is
+	// copied at most once for the whole flood (no deltas arrive during it).
+	perSub := int64(server.DefaultSubscriberQueue)*8 + 256<<10
+	bound := max*perSub + int64(len(words))*8 + 32<<20
+	t.Logf("RSS %d MiB → %d MiB with %d subscribers: %d KiB each (snapshot %d KiB, bound %d KiB each)",
+		rss0>>20, rss1>>20, max, growth/max>>10, len(words)*8>>10, perSub>>10)
+	if growth > bound {
+		t.Errorf("RSS grew %d MiB for %d subscribers, bound %d MiB", growth>>20, max, bound>>20)
+	}
+	if n := getCatalog(t, rl.base)["p"].Hub.Subscribers; n != max {
+		t.Errorf("catalog subscribers %d, want %d", n, max)
+	}
+	for _, b := range bodies {
+		b.Close()
+	}
+	bodies = nil
+	// Every handler ends once its subscriber leaves: the slots come back.
+	deadline := time.Now().Add(30 * time.Second)
+	for getCatalog(t, rl.base)["p"].Hub.Subscribers != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("subscribers still attached after they left: %d", getCatalog(t, rl.base)["p"].Hub.Subscribers)
+		}
+		postBurst(t, rl.base, "p", 1, 1) // a write is what notices a closed peer
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestE2E_SIGTERMDrainsAndClosesStreams(t *testing.T) {
+	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "p:dc=1,expected=65536", "--pool", "q:dc=2,expected=4096")
+	postBurst(t, rl.base, "p", 200, 4)
+	resp, err := http.Get(rl.base + "/v1/pools/p/stream?consumer=3&lane=0&epoch=1")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stream: %v", err)
+	}
+	defer resp.Body.Close()
+	postBurst(t, rl.base, "p", 200, 4)
+	if err := rl.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	fr := wire.NewReader(resp.Body, 0)
+	var f wire.Frame
+	var kinds []wire.Kind
+	var last uint64
+	var drain ckf.DrainMarker
+	var cl wire.Close
+	for {
+		if err := fr.ReadFrame(&f); err != nil {
+			if err == io.EOF {
+				break
+			}
+			t.Fatalf("after %d frames: %v", len(kinds), err)
+		}
+		kinds = append(kinds, f.Kind)
+		switch f.Kind {
+		case wire.KindSnapshotChunk:
+			last = f.Snapshot.Sequence
+		case wire.KindDelta:
+			if f.Delta.BaseSequence != last {
+				t.Fatalf("delta %d→%d after %d: a gap", f.Delta.BaseSequence, f.Delta.Sequence, last)
+			}
+			last = f.Delta.Sequence
+		case wire.KindDrainMarker:
+			drain = f.Drain
+		case wire.KindClose:
+			cl = f.Close
+		}
+	}
+	n := len(kinds)
+	if n < 3 || kinds[n-2] != wire.KindDrainMarker || kinds[n-1] != wire.KindClose {
+		t.Fatalf("stream ended with %v, want … drain marker, close", kinds[max(0, n-3):])
+	}
+	if drain.ExpectedSequence != last || cl.Reason != wire.CloseShuttingDown {
+		t.Errorf("drain expects %d (last delta %d), close %q; want equal and %q", drain.ExpectedSequence, last, cl.Reason, wire.CloseShuttingDown)
+	}
+	select {
+	case <-rl.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not exit after SIGTERM")
+	}
+	if rl.err != nil {
+		t.Errorf("relay exit after SIGTERM: %v, want status 0", rl.err)
+	}
+}
