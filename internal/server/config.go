@@ -185,6 +185,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Format returns the filter layout (seed, bucket count) a defaulted pool
+// publishes: what a router's consumer manifest must name for it.
+func (p PoolSpec) Format() (ckf.Format, error) { return p.ckfConfig().Format() }
+
 func (p PoolSpec) ckfConfig() ckf.Config {
 	cfg := ckf.DefaultConfig()
 	cfg.ExpectedBlocks = p.ExpectedBlocks

@@ -94,6 +94,14 @@ var figures = []figure{
 	{Name: "producer_admit_p50_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p50-ns", Unit: "ns"},
 	{Name: "producer_admit_p99_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p99-ns", Unit: "ns"},
 
+	// relay: batches of 64 Stored events × 4 blocks POSTed over loopback HTTP
+	// into one pool with 16 stream subscribers attached; freshness is POST
+	// accepted → block visible in a remote native consumer.
+	{Name: "relay_load_events_per_s", Pkg: "./internal/server", Bench: "BenchmarkRelayLoad", Metric: "events/s", Unit: "events/s"},
+	{Name: "relay_load_blocks_per_s", Pkg: "./internal/server", Bench: "BenchmarkRelayLoad", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "relay_freshness_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkRelayLoad", Metric: "fresh-p50-ns", Unit: "ns"},
+	{Name: "relay_freshness_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkRelayLoad", Metric: "fresh-p99-ns", Unit: "ns"},
+
 	// wasm/host: the consumer module under wazero against the native consumer
 	// through the same host.Consumer interface, in the same run (524,288
 	// buckets × 16 lanes, 16-token blocks, every lane holding the request).

@@ -1,0 +1,176 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// probe asks the remote consumer to report when key becomes visible.
+type probe struct {
+	key uint64
+	t0  time.Time
+}
+
+// BenchmarkRelayLoad posts batches of Stored events (64 events × 4 new blocks)
+// over loopback HTTP into one relay pool while 16 remote subscribers read the
+// pool's stream; one of them applies every frame to a native consumer and
+// measures freshness: from the POST's 202 to the first frame after which the
+// consumer's filter holds the batch's first block. One op is one batch.
+func BenchmarkRelayLoad(b *testing.B) {
+	const subscribers, eventsPerBatch, blocksPerEvent = 16, 64, 4
+	cfg := server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 22}}}
+	srv, err := server.New(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	base := "http://" + ln.Addr().String()
+	var wg sync.WaitGroup
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		wg.Wait() // every stream ended with the shutdown
+	}()
+	cfg = srv.Config()
+	format, err := cfg.Pools[0].Format()
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	probes := make(chan probe, 1)
+	var mu sync.Mutex
+	var fresh []time.Duration
+	ready := make(chan struct{}, subscribers)
+	for i := range subscribers {
+		resp, err := http.Get(fmt.Sprintf("%s/v1/pools/p/stream?consumer=%d&lane=0&epoch=1", base, 100+i))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("subscriber %d: %v", i, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer resp.Body.Close()
+			if i > 0 { // a plain subscriber: read and drop
+				ready <- struct{}{}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				return
+			}
+			m := consumer.Manifest{ConsumerInstance: 100, Domain: cfg.Domain(), Format: format, VerificationWindow: 2}
+			m.Lanes[0] = &ckf.PoolID{Domain: cfg.Domain(), DCID: 1}
+			c, err := consumer.New(m)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			fr := wire.NewReader(resp.Body, 0)
+			var f wire.Frame
+			var pending *probe
+			first := true
+			for {
+				if err := fr.ReadFrame(&f); err != nil {
+					return
+				}
+				if first {
+					if err := c.Assign(f.Snapshot.Identity, f.Snapshot.Lease); err != nil {
+						b.Error(err)
+						return
+					}
+					first = false
+				}
+				if r := c.ApplyFrame(&f); r.Outcome == consumer.SnapshotInstalled {
+					ready <- struct{}{}
+				}
+				if pending == nil {
+					select {
+					case p := <-probes:
+						pending = &p
+					default:
+					}
+				}
+				if pending != nil {
+					if mask, _ := c.Contains(pending.key); mask&1 != 0 {
+						mu.Lock()
+						fresh = append(fresh, time.Since(pending.t0))
+						mu.Unlock()
+						pending = nil
+					}
+				}
+			}
+		}()
+	}
+	for range subscribers {
+		<-ready
+	}
+
+	hc := &http.Client{}
+	var body []byte
+	evs := make([]ckf.RouterEvent, eventsPerBatch)
+	var next uint64
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		var firstLocal uint64
+		for i := range evs {
+			next++
+			ev := ckf.RouterEvent{WorkerID: next % 8, EventID: next, Kind: ckf.EventStored, Blocks: evs[i].Blocks[:0]}
+			for j := range blocksPerEvent {
+				local := next*1_000_003 + uint64(j)
+				if i == 0 && j == 0 {
+					firstLocal = local
+				}
+				ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: next<<8 | uint64(j), TokensHash: local})
+			}
+			evs[i] = ev
+		}
+		body, _ = wire.AppendRouterEventsJSON(body[:0], evs)
+		resp, err := hc.Post(base+"/v1/pools/p/events?source_epoch=1", "application/json", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			b.Fatalf("events: %s", resp.Status)
+		}
+		select { // one probe in flight at a time
+		case probes <- probe{key: ckf.AppendSequenceHashes(nil, []uint64{firstLocal})[0], t0: time.Now()}:
+		default:
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*eventsPerBatch)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(b.N*eventsPerBatch*blocksPerEvent)/elapsed.Seconds(), "blocks/s")
+	// Let the last probe land before reading the samples.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(probes) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	s := slices.Clone(fresh)
+	mu.Unlock()
+	if len(s) > 0 {
+		slices.Sort(s)
+		b.ReportMetric(float64(s[len(s)/2].Nanoseconds()), "fresh-p50-ns")
+		b.ReportMetric(float64(s[min(len(s)-1, len(s)*99/100)].Nanoseconds()), "fresh-p99-ns")
+		b.ReportMetric(float64(len(s)), "fresh-samples")
+	}
+}
