@@ -142,10 +142,14 @@ func (p *hostedPool) drainFaults(faults <-chan producer.Fault) {
 // shutdown drains admitted work, publishes the tail and closes the hub.
 func (p *hostedPool) shutdown(ctx context.Context) error {
 	err := p.handle.Shutdown(ctx)
-	select {
-	case <-p.feederDone:
-	case <-ctx.Done():
-		return ctx.Err()
+	// Both goroutines end once the actor has stopped: the feeder when the
+	// hub's stream ends, the fault drainer when the fault channel closes.
+	for _, done := range []chan struct{}{p.feederDone, p.faultsDone} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return err
 }

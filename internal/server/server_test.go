@@ -365,3 +365,36 @@ func TestConfig_Validate(t *testing.T) {
 		t.Fatalf("base config: %v", err)
 	}
 }
+
+// Shutdown returns only after every pool's hub feeder and fault drainer
+// ended, and closes every stream handler's subscription.
+func TestServer_ShutdownEndsPoolGoroutines(t *testing.T) {
+	cfg := testConfig()
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	sr, _ := openStream(t, ts.URL, "dc-a", 1, 0, 1)
+	if k := sr.next(); k != wire.KindSnapshotChunk {
+		t.Fatalf("first frame %v, want a snapshot chunk", k)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	for _, p := range s.order {
+		for name, done := range map[string]chan struct{}{"feeder": p.feederDone, "fault drainer": p.faultsDone} {
+			select {
+			case <-done:
+			default:
+				t.Errorf("pool %s: %s still running after Shutdown", p.spec.Name, name)
+			}
+		}
+		if n := p.hub.Stats().Subscribers; n != 0 {
+			t.Errorf("pool %s: %d subscribers after Shutdown", p.spec.Name, n)
+		}
+	}
+}
