@@ -2,10 +2,10 @@
 GO        ?= go
 PKGS      := ./...
 # Packages that must also build for the WebAssembly consumer.
-WASM_PKGS := ./ckf/... ./wire/... ./consumer/...
+WASM_PKGS := ./ckf/... ./wire/... ./consumer/... ./wasm/guest
 FUZZTIME  ?= 20s
 
-.PHONY: all run test test-race check vet fmt-check wasm-check bench fuzz tidy-check
+.PHONY: all run test check vet fmt-check wasm-check wasm bench fuzz
 
 all: check test
 
@@ -30,6 +30,10 @@ vet:
 
 wasm-check:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(WASM_PKGS)
+
+## wasm: rebuild the embedded consumer module (commit it with the change that needed it)
+wasm:
+	$(GO) run ./cmd/wasmbuild
 
 ## bench: side-by-side benchmarks, ending in BENCH summary lines
 bench:

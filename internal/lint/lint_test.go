@@ -24,6 +24,9 @@ var allowed = map[string][]string{
 	"hub":               {"ckf"},
 	"client":            {"ckf", "consumer", "wire"},
 	"internal/workload": {"ckf", "github.com/zeebo/xxh3"},
+	"wasm/abi":          {"ckf", "consumer", "wire"},
+	"wasm/guest":        {"ckf", "consumer", "wire", "wasm/abi"},
+	"wasm/host":         {"ckf", "consumer", "wasm/abi", "github.com/tetratelabs/wazero"},
 }
 
 type goPackage struct {
