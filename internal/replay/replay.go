@@ -269,7 +269,9 @@ type Report struct {
 
 	// Freshness: trace time from an event's admission to the router seeing
 	// its delta (cadence, timer and lag). Delivery: wall time from a delta's
-	// publication to the consumer having applied it (encode, decode, apply).
+	// publication to the consumer having applied it: encode, decode and
+	// apply when Lag is 0; with a lag it also includes the wall time the
+	// replay spent reaching the delta's visibility time on the trace clock.
 	FreshnessP50Ms float64 `json:"freshness_p50_ms"`
 	FreshnessP99Ms float64 `json:"freshness_p99_ms"`
 	DeliveryP50Ns  int64   `json:"delivery_p50_ns"`
