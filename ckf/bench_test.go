@@ -560,3 +560,15 @@ func BenchmarkLocalBlockHash(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAddress measures addressing alone: Address (fingerprint and both
+// buckets, what a consumer probe needs) over keys that differ every call.
+func BenchmarkAddress(b *testing.B) {
+	ad := ckf.NewAddresser(ckf.DefaultSeed, filterBuckets)
+	var sink uint64
+	for i := range b.N {
+		a := ad.Address(benchKey(uint64(i)))
+		sink += a.A ^ a.B ^ uint64(a.Fingerprint)
+	}
+	sinkU64 = sink
+}

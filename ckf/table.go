@@ -28,9 +28,11 @@ func newTable(bucketCount, seed uint64, maxKicks int) table {
 	}
 }
 
-func (t *table) set(bucket uint64, word uint64) {
-	t.writes = append(t.writes, bucketWrite{bucket, t.words[bucket]})
-	t.words[bucket] = word
+// set writes word into bucket and logs the write. before is the bucket's
+// current word, which every caller has just read: passing it saves a reload.
+func (t *table) set(bucket uint64, before Bucket, word Bucket) {
+	t.writes = append(t.writes, bucketWrite{bucket, uint64(before)})
+	t.words[bucket] = uint64(word)
 }
 
 // placeEmpty writes fp into the lowest empty slot of bucket a, else of its
@@ -39,13 +41,13 @@ func (t *table) set(bucket uint64, word uint64) {
 func (t *table) placeEmpty(fp uint16, a uint64) (b uint64, ok bool) {
 	w := Bucket(t.words[a])
 	if s := w.LowestEmpty(); s >= 0 {
-		t.set(a, uint64(w.WithSlot(s, fp)))
+		t.set(a, w, w.WithSlot(s, fp))
 		return 0, true
 	}
 	b = t.addr.Alternate(a, fp)
 	w = Bucket(t.words[b])
 	if s := w.LowestEmpty(); s >= 0 {
-		t.set(b, uint64(w.WithSlot(s, fp)))
+		t.set(b, w, w.WithSlot(s, fp))
 		return 0, true
 	}
 	return b, false
@@ -70,12 +72,12 @@ func (t *table) insert(key uint64) error {
 		s := int(t.rng.Next() & 3)
 		w := Bucket(t.words[cur])
 		victim := w.Slot(s)
-		t.set(cur, uint64(w.WithSlot(s, carry)))
+		t.set(cur, w, w.WithSlot(s, carry))
 		carry = victim
 		cur = t.addr.Alternate(cur, victim)
 		w = Bucket(t.words[cur])
 		if e := w.LowestEmpty(); e >= 0 {
-			t.set(cur, uint64(w.WithSlot(e, carry)))
+			t.set(cur, w, w.WithSlot(e, carry))
 			return nil
 		}
 	}
@@ -102,13 +104,13 @@ func (t *table) remove(key uint64) bool {
 	fp, a := t.addr.primary(key)
 	w := Bucket(t.words[a])
 	if s := w.Find(fp); s >= 0 {
-		t.set(a, uint64(w.WithSlot(s, 0)))
+		t.set(a, w, w.WithSlot(s, 0))
 		return true
 	}
 	b := t.addr.Alternate(a, fp)
 	w = Bucket(t.words[b])
 	if s := w.Find(fp); s >= 0 {
-		t.set(b, uint64(w.WithSlot(s, 0)))
+		t.set(b, w, w.WithSlot(s, 0))
 		return true
 	}
 	return false
