@@ -118,43 +118,6 @@ func (s specAddresser) Alternate(bucket uint64, fp uint16) uint64 {
 	return bucket ^ d
 }
 
-// seedGen draws seeds that stress xxh3Flip8's byte swap: zero, all ones,
-// only-low-half and only-high-half patterns besides uniform ones.
-func seedGen() *rapid.Generator[uint64] {
-	return rapid.OneOf(
-		rapid.Uint64(),
-		rapid.Just(uint64(0)),
-		rapid.Just(^uint64(0)),
-		rapid.Just(DefaultSeed),
-		rapid.Map(rapid.Uint32(), func(v uint32) uint64 { return uint64(v) }),
-		rapid.Map(rapid.Uint32(), func(v uint32) uint64 { return uint64(v) << 32 }),
-	)
-}
-
-func TestXXH3Hash8_MatchesHashSeed(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		v := rapid.Uint64().Draw(t, "v")
-		seed := seedGen().Draw(t, "seed")
-		want := xxh3.HashSeed(binary.LittleEndian.AppendUint64(nil, v), seed)
-		if got := xxh3Hash8(v, xxh3Flip8(seed)); got != want {
-			t.Fatalf("xxh3Hash8(%#x, seed %#x) = %#x, want xxh3.HashSeed %#x", v, seed, got, want)
-		}
-	})
-}
-
-// TestXXH3Hash2_MatchesHashSeed checks every 2-byte input, for a few seeds.
-func TestXXH3Hash2_MatchesHashSeed(t *testing.T) {
-	for _, seed := range []uint64{0, 1, ^uint64(0), DefaultSeed ^ altSeedMix, 0x123456789ABCDEF0 ^ altSeedMix, 1 << 63} {
-		flip := xxh3Flip2(seed)
-		for v := range 1 << 16 {
-			want := xxh3.HashSeed(binary.LittleEndian.AppendUint16(nil, uint16(v)), seed)
-			if got := xxh3Hash2(uint16(v), flip); got != want {
-				t.Fatalf("xxh3Hash2(%#x, seed %#x) = %#x, want xxh3.HashSeed %#x", v, seed, got, want)
-			}
-		}
-	}
-}
-
 func TestAddresser_MatchesSpec(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		seed := seedGen().Draw(t, "seed")

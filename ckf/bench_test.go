@@ -572,3 +572,12 @@ func BenchmarkAddress(b *testing.B) {
 	}
 	sinkU64 = sink
 }
+
+// BenchmarkChainHash measures one canonical chain step (SPEC §3).
+func BenchmarkChainHash(b *testing.B) {
+	var h uint64
+	for i := range b.N {
+		h = ckf.ChainHash(h, uint64(i))
+	}
+	sinkU64 = h
+}

@@ -60,11 +60,15 @@ func AppendLocalBlockHashes(dst []uint64, tokens []uint32, blockSize int, salt u
 // ChainHash returns the canonical hash of a block whose parent has canonical
 // hash parent: XXH3_64(LE8(parent) ‖ LE8(local), seed 1337).
 func ChainHash(parent, local uint64) uint64 {
-	var buf [16]byte
-	binary.LittleEndian.PutUint64(buf[:8], parent)
-	binary.LittleEndian.PutUint64(buf[8:], local)
-	return xxh3.HashSeed(buf[:], sequenceSeed)
+	return xxh3Hash16(parent, local, chainFlipLo, chainFlipHi)
 }
+
+// chainFlipLo and chainFlipHi are xxh3Flip16(sequenceSeed), folded at
+// compile time.
+const (
+	chainFlipLo = (xxhSecret64At24 ^ xxhSecret64At32) + sequenceSeed
+	chainFlipHi = (xxhSecret64At40 ^ xxhSecret64At48) - sequenceSeed
+)
 
 // AppendSequenceHashes appends the canonical chain of locals to dst: s0 =
 // locals[0], si = ChainHash(s(i-1), locals[i]).

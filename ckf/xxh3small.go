@@ -2,14 +2,16 @@ package ckf
 
 import "math/bits"
 
-// Specialised XXH3-64 for the two fixed input sizes of addressing (SPEC §2.2):
-// an 8-byte key and a 2-byte fingerprint, both little-endian. They return
+// Specialised XXH3-64 for the fixed input sizes ckf hashes: an 8-byte key and
+// a 2-byte fingerprint in addressing (SPEC §2.2), and the 16-byte parent ‖
+// local pair of the chain hash (SPEC §3), all little-endian. They return
 // exactly what xxh3.HashSeed returns for those inputs (a property test checks
 // every 2-byte input and random 8-byte inputs against it), but take the
 // value instead of a slice and split the work into a per-seed part, computed
 // once by [NewAddresser], and a per-input part. That skips the generic
 // length dispatch, the byte encoding and the seed mixing on every call, and
-// needs no 128-bit multiply, which matters most in WebAssembly.
+// needs no 128-bit multiply for the two addressing sizes, which matters most in
+// WebAssembly.
 //
 // The constants are words of the XXH3 default secret ("kSecret" in the XXH3
 // specification), read little-endian at the byte offset in their name.
@@ -18,10 +20,15 @@ const (
 	xxhSecret32At4  uint64 = 0x396cfeb8
 	xxhSecret64At8  uint64 = 0x1cad21f72c81017c
 	xxhSecret64At16 uint64 = 0xdb979083e96dd4de
+	xxhSecret64At24 uint64 = 0x1f67b3b7a4a44072
+	xxhSecret64At32 uint64 = 0x78e5c0cc4ee679cb
+	xxhSecret64At40 uint64 = 0x2172ffcc7dd05a82
+	xxhSecret64At48 uint64 = 0x8e2443f7744608b8
 
 	xxhPrime64_2 uint64 = 0xC2B2AE3D27D4EB4F
 	xxhPrime64_3 uint64 = 0x165667B19E3779F9
 	rrmxmxMul    uint64 = 0x9FB21C651E98DF25
+	xxh3AvalMul  uint64 = 0x165667919E3779F9
 )
 
 // xxh3Flip8 is the per-seed term of the 4..8-byte XXH3 path: the secret's
@@ -60,5 +67,24 @@ func xxh3Hash2(v uint16, flip uint64) uint64 {
 	h *= xxhPrime64_2
 	h ^= h >> 29
 	h *= xxhPrime64_3
+	return h ^ h>>32
+}
+
+// xxh3Flip16 is the per-seed pair of terms of the 9..16-byte XXH3 path.
+func xxh3Flip16(seed uint64) (lo, hi uint64) {
+	return (xxhSecret64At24 ^ xxhSecret64At32) + seed, (xxhSecret64At40 ^ xxhSecret64At48) - seed
+}
+
+// xxh3Hash16 is XXH3-64 of LE8(first) ‖ LE8(last), given
+// lo, hi = xxh3Flip16(seed).
+func xxh3Hash16(first, last, lo, hi uint64) uint64 {
+	// The 9..16-byte path reads the first and the last eight bytes: for
+	// exactly 16 bytes, the two words.
+	inLo, inHi := first^lo, last^hi
+	mulHi, mulLo := bits.Mul64(inLo, inHi)
+	h := 16 + bits.ReverseBytes64(inLo) + inHi + (mulHi ^ mulLo)
+	// XXH3 avalanche.
+	h ^= h >> 37
+	h *= xxh3AvalMul
 	return h ^ h>>32
 }
