@@ -40,7 +40,7 @@ func leTokens(tokens []uint32) []byte {
 func TestLocalBlockHash_Bytes(t *testing.T) {
 	long := make([]uint32, 515) // past every xxh3 length class (≤16, ≤128, ≤240, long)
 	for i := range long {
-		long[i] = uint32(i * 2654435761)
+		long[i] = uint32(i) * 2654435761
 	}
 	cases := []struct {
 		name   string
