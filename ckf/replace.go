@@ -19,11 +19,12 @@ type RankReplacement struct {
 // diffs the new table against what consumers hold (the pending window's
 // originals, every other bucket's current value) and swaps.
 //
-// Stored events of a non-device tier are skipped, as [Pool.ApplyEvent] skips
-// them: they change nothing, and a later event whose parent only they stored
-// fails with ErrParentBlockNotFound. Any validation error (duplicate member,
-// an event of another member, a non-Stored event, an unknown tier, parent not
-// found, invalid block sequence) returns it with the pool untouched. Capacity omissions during the rebuild
+// Events of a non-device tier are skipped, as [Pool.ApplyEvent] skips
+// non-device Stored and Removed events: they change nothing, and a later
+// event whose parent only they stored fails with ErrParentBlockNotFound. Any
+// validation error (duplicate member, an event of another member, an unknown
+// tier or kind, a device event that is not Stored, parent not found, invalid
+// block sequence) returns it with the pool untouched. Capacity omissions during the rebuild
 // are counted, not fatal. Lifetime statistics carry over. The returned batch
 // is nil when the rebuild leaves every bucket as consumers hold it.
 func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
@@ -39,12 +40,15 @@ func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
 			case ev.Member() != r.Member:
 				return nil, &EventError{Kind: ErrInvalidReplacement, Member: r.Member,
 					Detail: fmt.Sprintf("event %d belongs to worker %d rank %d", i, ev.WorkerID, ev.DPRank)}
-			case ev.Kind != EventStored:
-				return nil, &EventError{Kind: ErrInvalidReplacement, Member: r.Member,
-					Detail: fmt.Sprintf("event %d is %v, not stored", i, ev.Kind)}
 			case ev.StorageTier > TierExternal:
 				return nil, &EventError{Kind: ErrUnsupportedResidencyDomain, Member: r.Member,
 					Detail: fmt.Sprintf("event %d is on unknown tier %v", i, ev.StorageTier)}
+			case ev.Kind < EventStored || ev.Kind > EventCleared:
+				return nil, &EventError{Kind: ErrMalformedEvent, Member: r.Member,
+					Detail: fmt.Sprintf("event %d has unknown kind %v", i, ev.Kind)}
+			case ev.StorageTier == TierDevice && ev.Kind != EventStored:
+				return nil, &EventError{Kind: ErrInvalidReplacement, Member: r.Member,
+					Detail: fmt.Sprintf("event %d is %v, not stored", i, ev.Kind)}
 			}
 		}
 	}
@@ -61,7 +65,7 @@ func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
 	for _, r := range reps {
 		for i := range r.Events {
 			if r.Events[i].StorageTier != TierDevice {
-				continue // as in ApplyEvent: only device-tier blocks are routed on
+				continue // only device-tier blocks are routed on
 			}
 			if err := next.applyStored(&r.Events[i]); err != nil && !errors.Is(err, ErrCapacityExhausted) {
 				return nil, err

@@ -25,7 +25,7 @@ func TestPool_ReplaceRanksFailurePreservesState(t *testing.T) {
 		{"removed event", []RankReplacement{{mA, events(removedEv(mA, 1))}}, ErrInvalidReplacement},
 		{"cleared event", []RankReplacement{{mA, events(clearedEv(mA))}}, ErrInvalidReplacement},
 		{"unknown tier", []RankReplacement{{mA, events(onTier(rootEv(mA, b(1, 1)), TierExternal+1))}}, ErrUnsupportedResidencyDomain},
-		{"non-device removed event", []RankReplacement{{mA, events(onTier(removedEv(mA, 1), TierDisk))}}, ErrInvalidReplacement},
+		{"unknown kind", []RankReplacement{{mA, events(onTier(&RouterEvent{WorkerID: mA.WorkerID, DPRank: mA.DPRank, Kind: EventCleared + 1}, TierDisk))}}, ErrMalformedEvent},
 		{"parent only on a non-device tier", []RankReplacement{{mA, events(onTier(rootEv(mA, b(1, 10)), TierHostPinned), childEv(mA, 1, b(2, 11)))}}, ErrParentBlockNotFound},
 		{"parent not found", []RankReplacement{{mA, events(rootEv(mA, b(1, 10)), childEv(mA, 5, b(2, 11)))}}, ErrParentBlockNotFound},
 		{"parent from the old state only", []RankReplacement{{mA, events(childEv(mA, 1, b(9, 11)))}}, ErrParentBlockNotFound},
@@ -279,12 +279,12 @@ func TestPool_ReplaceCarriesStatsAndCountsOmissions(t *testing.T) {
 	}
 }
 
-// TestPool_ReplaceSkipsNonDeviceStored: a tree dump may carry Stored events
-// of other tiers; like ApplyEvent, ReplaceRanks skips them. The result equals
+// TestPool_ReplaceSkipsNonDeviceEvents: a tree dump may carry events of
+// other tiers; like ApplyEvent and Dynamo's relay, ReplaceRanks skips them. The result equals
 // the same replacement without them (words, counts, statistics, RNG), their
 // blocks are neither owned nor present, and the device events around them
 // install.
-func TestPool_ReplaceSkipsNonDeviceStored(t *testing.T) {
+func TestPool_ReplaceSkipsNonDeviceEvents(t *testing.T) {
 	setup := func() *Pool {
 		p := newTestPool(t, 1000, 1, DefaultMaxKicks)
 		p.ApplyEvent(rootEv(mA, b(1, 10)))
@@ -294,7 +294,9 @@ func TestPool_ReplaceSkipsNonDeviceStored(t *testing.T) {
 	device := events(rootEv(mA, b(1, 10)), childEv(mA, 1, b(2, 11)))
 	mixed := events(
 		onTier(rootEv(mA, b(5, 50)), TierDisk),
+		onTier(removedEv(mA, 1), TierDisk),
 		rootEv(mA, b(1, 10)),
+		onTier(clearedEv(mA), TierHostPinned),
 		onTier(childEv(mA, 1, b(6, 60)), TierHostPinned),
 		childEv(mA, 1, b(2, 11)),
 		onTier(rootEv(mA, b(8, 80)), TierExternal),
