@@ -5,7 +5,7 @@ PKGS      := ./...
 WASM_PKGS := ./ckf/... ./wire/... ./consumer/... ./wasm/guest
 FUZZTIME  ?= 20s
 
-.PHONY: all run test check vet fmt-check wasm-check wasm bench fuzz
+.PHONY: all run test check vet fmt-check wasm-check port-check wasm bench fuzz
 
 all: check test
 
@@ -19,7 +19,7 @@ test: check
 	$(GO) test -count=1 -race -short $(PKGS)
 
 ## check: formatting, vet, cross-build for wasip1
-check: fmt-check vet wasm-check
+check: fmt-check vet wasm-check port-check
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -30,6 +30,10 @@ vet:
 
 wasm-check:
 	GOOS=wasip1 GOARCH=wasm $(GO) build $(WASM_PKGS)
+
+# A 32-bit build catches int/uint64 constant overflows that 64-bit hides.
+port-check:
+	GOARCH=386 $(GO) build ./...
 
 ## wasm: rebuild the embedded consumer module (commit it with the change that needed it)
 wasm:

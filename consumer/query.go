@@ -64,8 +64,8 @@ func (c *Consumer) QuerySequenceHashesLinear(seq []uint64, res *QueryResult) err
 // QueryTokens hashes tokens into complete blocks of blockSize tokens with the
 // given salt (see [ckf.Salt]; a trailing partial block is ignored), chains
 // them and answers like [Consumer.Query]. blockSize must be > 0
-// ([ErrInvalidQuery] otherwise). Blocks of more than 512 tokens allocate a
-// hashing buffer; smaller ones hash on the stack.
+// ([ErrInvalidQuery] otherwise). It does not allocate: on little-endian
+// targets ckf hashes the tokens in place.
 func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *QueryResult) error {
 	if res == nil || blockSize <= 0 {
 		return ErrInvalidQuery

@@ -103,7 +103,7 @@ func appendFrame(b []byte, f *Frame) ([]byte, error) {
 		b = appendUint(b, h.LastSequence)
 		return appendInt(b, h.UnixMicros), nil
 	case KindClose:
-		if len(f.Close.Reason) > math.MaxUint32 || len(f.Close.Message) > math.MaxUint32 {
+		if uint64(len(f.Close.Reason)) > math.MaxUint32 || uint64(len(f.Close.Message)) > math.MaxUint32 {
 			return b, encodeError("close text exceeds one str")
 		}
 		b = appendArrayLen(b, closeElems)

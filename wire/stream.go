@@ -36,7 +36,7 @@ func clampLimit(n int) int {
 		return DefaultMaxFrameBytes
 	}
 	if uint64(n) > math.MaxUint32 {
-		return math.MaxUint32
+		return int(min(uint64(math.MaxUint32), uint64(math.MaxInt))) // MaxInt on 32-bit targets
 	}
 	return n
 }

@@ -180,24 +180,17 @@ func (g *guest) query(kind int32, in []byte, count int, blockSize int, salt uint
 		if count < 0 || len(in) < 8*count {
 			return g.fail(abi.ErrBadArgument, errors.New("abi: hash array outside its buffer"))
 		}
-		g.hashes = g.hashes[:0]
-		for i := range count {
-			g.hashes = append(g.hashes, binary.LittleEndian.Uint64(in[8*i:]))
-		}
+		hashes := uint64s(in[:8*count], &g.hashes)
 		if kind == abi.QueryLocalHashes {
-			err = g.c.Query(g.hashes, &g.res)
+			err = g.c.Query(hashes, &g.res)
 		} else {
-			err = g.c.QuerySequenceHashes(g.hashes, &g.res)
+			err = g.c.QuerySequenceHashes(hashes, &g.res)
 		}
 	case abi.QueryTokens:
 		if count < 0 || len(in) < 4*count {
 			return g.fail(abi.ErrBadArgument, errors.New("abi: token array outside its buffer"))
 		}
-		g.tokens = g.tokens[:0]
-		for i := range count {
-			g.tokens = append(g.tokens, binary.LittleEndian.Uint32(in[4*i:]))
-		}
-		err = g.c.QueryTokens(g.tokens, blockSize, salt, &g.res)
+		err = g.c.QueryTokens(uint32s(in[:4*count], &g.tokens), blockSize, salt, &g.res)
 	default:
 		return g.fail(abi.ErrBadArgument, fmt.Errorf("abi: unknown query kind %d", kind))
 	}

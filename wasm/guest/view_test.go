@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/binary"
+	"slices"
+	"testing"
+	"unsafe"
+)
+
+// TestViews_AlignedAndUnalignedAgree checks the typed views of query input
+// against plain little-endian decoding, at every alignment.
+func TestViews_AlignedAndUnalignedAgree(t *testing.T) {
+	backing := make([]uint64, 40) // 8-aligned
+	raw := make([]byte, 8*len(backing))
+	for i := range raw {
+		raw[i] = byte(i*7 + 3)
+	}
+	for off := range 8 {
+		b := asBytes(backing)[off : off+8*32]
+		copy(b, raw[:len(b)])
+		want64 := make([]uint64, 32)
+		for i := range want64 {
+			want64[i] = binary.LittleEndian.Uint64(b[8*i:])
+		}
+		var s64 []uint64
+		if got := uint64s(b, &s64); !slices.Equal(got, want64) {
+			t.Fatalf("offset %d: uint64s = %x, want %x", off, got, want64)
+		}
+		want32 := make([]uint32, 64)
+		for i := range want32 {
+			want32[i] = binary.LittleEndian.Uint32(b[4*i:])
+		}
+		var s32 []uint32
+		if got := uint32s(b, &s32); !slices.Equal(got, want32) {
+			t.Fatalf("offset %d: uint32s = %x, want %x", off, got, want32)
+		}
+	}
+}
+
+// asBytes views w's memory as bytes (8-aligned at offset 0).
+func asBytes(w []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), 8*len(w))
+}
