@@ -226,12 +226,12 @@ func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	return res, err
 }
 
-// query writes the input (count elements of width bytes; fill encodes
-// them), calls query and reads the record into res.
 // maxUint32Int is 2^32-1 where int holds it (the ABI's u32 limit) and
 // MaxInt on 32-bit targets.
 const maxUint32Int = int(min(uint64(math.MaxUint32), uint64(math.MaxInt)))
 
+// query writes the input (count elements of width bytes; fill encodes
+// them), calls query and reads the record into res.
 func (in *Instance) query(kind int, count, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
 	if res == nil {
 		return consumer.ErrInvalidQuery
