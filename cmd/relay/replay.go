@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
@@ -173,63 +171,5 @@ func replayMain(ctx context.Context, o replayOptions, stdout, stderr io.Writer) 
 			Reports  []*replay.Report `json:"reports"`
 		}{name, o.consumer, reports})
 	}
-	printReplayTable(stdout, reports)
-	return nil
-}
-
-// printReplayTable prints one row per figure and one column per policy.
-func printReplayTable(w io.Writer, reports []*replay.Report) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(label string, f func(r *replay.Report) string) {
-		fmt.Fprint(tw, label+"\t")
-		for _, r := range reports {
-			fmt.Fprint(tw, f(r)+"\t")
-		}
-		fmt.Fprintln(tw)
-	}
-	ns := func(v int64) string { return time.Duration(v).String() }
-	fmt.Fprintln(w)
-	row("policy", func(r *replay.Report) string { return r.Policy })
-	row("requests / events / blocks", func(r *replay.Report) string {
-		return fmt.Sprintf("%d / %d / %d", r.Requests, r.Events, r.EventBlocks)
-	})
-	row("best-DC agreement", func(r *replay.Report) string {
-		return fmt.Sprintf("%.3f%% (%d/%d)", r.AgreementPct, r.Agree, r.Requests)
-	})
-	row("  on warm requests", func(r *replay.Report) string {
-		return fmt.Sprintf("%.3f%% (%d/%d)", r.WarmAgreementPct, r.WarmAgree, r.WarmRequests)
-	})
-	row("over-reports (lanes, blocks)", func(r *replay.Report) string {
-		return fmt.Sprintf("%d, %d (fp %d, stale %d)", r.OverReports, r.OverBlocks, r.OverFalsePositive, r.OverStale)
-	})
-	row("under-reports (lanes, blocks)", func(r *replay.Report) string {
-		return fmt.Sprintf("%d, %d (cap %d, in-flight %d)", r.UnderReports, r.UnderBlocks, r.UnderCapacity, r.UnderInFlight)
-	})
-	row("unexplained under-reports", func(r *replay.Report) string { return fmt.Sprint(r.UnexplainedUnderReports) })
-	row("capacity omissions", func(r *replay.Report) string { return fmt.Sprint(r.CapacityOmissions) })
-	row("cache hit rate (DC / rank)", func(r *replay.Report) string {
-		return fmt.Sprintf("%.1f%% / %.1f%%", r.HitRatePct, r.RankHitRatePct)
-	})
-	row("false-positive rate", func(r *replay.Report) string {
-		return fmt.Sprintf("%.3g (bound %.3g, %.2f×)", r.FPR, r.FPRBound, r.FPRRatio)
-	})
-	row("filter load α", func(r *replay.Report) string { return fmt.Sprintf("%.1f%%", 100*r.FilterLoad) })
-	row("events/s, blocks/s", func(r *replay.Report) string {
-		return fmt.Sprintf("%.0f, %.0f", r.EventsPerSec, r.BlocksPerSec)
-	})
-	row("freshness p50 / p99 (trace)", func(r *replay.Report) string {
-		return fmt.Sprintf("%.1fms / %.1fms", r.FreshnessP50Ms, r.FreshnessP99Ms)
-	})
-	row("delivery p50 / p99 (wall)", func(r *replay.Report) string {
-		return ns(r.DeliveryP50Ns) + " / " + ns(r.DeliveryP99Ns)
-	})
-	row("query p50 / p99", func(r *replay.Report) string { return ns(r.QueryP50Ns) + " / " + ns(r.QueryP99Ns) })
-	row("producer B/tracked block", func(r *replay.Report) string {
-		return fmt.Sprintf("%.1f (exact %.1f) × %d", r.ProducerBytesPerBlock, r.ExactStateBytesPerBlock, r.TrackedBlocks)
-	})
-	row("consumer memory", func(r *replay.Report) string {
-		return fmt.Sprintf("%.1f MiB", float64(r.ConsumerBytes)/(1<<20))
-	})
-	row("wall time", func(r *replay.Report) string { return fmt.Sprintf("%.2fs", r.WallSeconds) })
-	tw.Flush()
+	return replay.WriteTable(stdout, reports...)
 }

@@ -28,6 +28,7 @@ package replay
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -232,26 +233,34 @@ type Report struct {
 
 	// Agreement: the router's pick (deepest reported prefix) truly holds the
 	// deepest prefix of any data center.
-	Agree             uint64  `json:"agree"`
-	AgreementPct      float64 `json:"agreement_pct"`
-	WarmRequests      uint64  `json:"warm_requests"` // some data center truly held ≥ 1 block
-	WarmAgree         uint64  `json:"warm_agree"`
-	WarmAgreementPct  float64 `json:"warm_agreement_pct"`
-	Lanes             uint64  `json:"lanes_compared"`
-	OverReports       uint64  `json:"over_reports"`
-	OverBlocks        uint64  `json:"over_blocks"`
-	OverFalsePositive uint64  `json:"over_false_positive"` // the pool's own filter also says present
-	OverStale         uint64  `json:"over_stale"`          // a removal still in flight
-	UnderReports      uint64  `json:"under_reports"`
-	UnderBlocks       uint64  `json:"under_blocks"`
-	UnderCapacity     uint64  `json:"under_capacity"` // some hole is a capacity omission
-	UnderInFlight     uint64  `json:"under_in_flight"`
+	Agree            uint64  `json:"agree"`
+	AgreementPct     float64 `json:"agreement_pct"`
+	WarmRequests     uint64  `json:"warm_requests"` // some data center truly held ≥ 1 block
+	WarmAgree        uint64  `json:"warm_agree"`
+	WarmAgreementPct float64 `json:"warm_agreement_pct"`
+	Lanes            uint64  `json:"lanes_compared"`
+	// LanesNotReady counts lanes that gave no answer (not ready) and so were
+	// not compared. A replay's lanes are always ready.
+	LanesNotReady     uint64 `json:"lanes_not_ready,omitempty"`
+	OverReports       uint64 `json:"over_reports"`
+	OverBlocks        uint64 `json:"over_blocks"`
+	OverFalsePositive uint64 `json:"over_false_positive"` // the pool's own filter also says present
+	OverStale         uint64 `json:"over_stale"`          // a removal still in flight
+	UnderReports      uint64 `json:"under_reports"`
+	UnderBlocks       uint64 `json:"under_blocks"`
+	UnderCapacity     uint64 `json:"under_capacity"` // some hole is a capacity omission
+	UnderInFlight     uint64 `json:"under_in_flight"`
 	// UnexplainedUnderReports counts under-reports with a missing block that
 	// is neither a counted capacity omission nor in flight, or with no
 	// missing block at all. The filter has no false negatives, so this must
 	// be 0.
 	UnexplainedUnderReports uint64 `json:"unexplained_under_reports"`
 	CapacityOmissions       uint64 `json:"capacity_omissions"` // stored blocks a pool could not make resident
+	// Unclassified says over- and under-reports were counted but not
+	// classified (no [Explainer]: relay demo's pools are behind HTTP), so
+	// the false-positive/stale and capacity/in-flight/unexplained counts
+	// are not measured.
+	Unclassified bool `json:"unclassified,omitempty"`
 
 	// Cache hit rate: blocks of each request already cached where it was served.
 	HitBlocks      uint64  `json:"hit_blocks"`
@@ -284,4 +293,19 @@ type Report struct {
 	ExactStateBytesPerBlock float64 `json:"exact_state_bytes_per_block"`
 	ProducerBytes           uint64  `json:"producer_bytes"`
 	ConsumerBytes           uint64  `json:"consumer_bytes"`
+
+	// Unmeasured names, by JSON name, the figures the run could not measure
+	// (their fields are zero); [WriteTable] prints them as n/a. A replay
+	// measures everything.
+	Unmeasured []string `json:"unmeasured,omitempty"`
+}
+
+// measured reports whether every named figure was measured.
+func (r *Report) measured(names ...string) bool {
+	for _, n := range names {
+		if slices.Contains(r.Unmeasured, n) {
+			return false
+		}
+	}
+	return true
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -71,7 +70,8 @@ type harness struct {
 	dcs   []*dataCenter
 	cons  host.Consumer
 	rng   *rand.Rand
-	rep   Report
+	rep   Report // the harness's own figures; sc fills the scoring ones
+	sc    *Scorer
 
 	frame wire.Frame
 	buf   []byte
@@ -80,9 +80,14 @@ type harness struct {
 	now        time.Duration // trace clock
 	rankHits   uint64
 	before     []bool // scratch: residency before an event
-	queryNs    []int64
 	deliveryNs []int64
-	freshness  []time.Duration
+
+	// The request being scored, for the Explainer methods: its chain, the
+	// deepest true prefix, and the consumer's Contains mask per position of
+	// that prefix (filled on the first under-report).
+	chain    []uint64
+	maxTruth int
+	masks    []uint16
 }
 
 // Run replays reqs (in order; timestamps must not decrease) under cfg and
@@ -115,6 +120,9 @@ func newHarness(cfg Config) (*harness, error) {
 		RoutingScope:   ckf.ScopedDigest{Digest: [16]byte{'s', 'c', 'o', 'p', 'e'}, Source: ckf.DigestExplicit},
 	}
 	h := &harness{cfg: cfg, fleet: fleet, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5EED))}
+	if h.sc, err = NewScorer(cfg.DataCenters, h); err != nil {
+		return nil, err
+	}
 	var m consumer.Manifest
 	for d := range cfg.DataCenters {
 		pool, err := ckf.NewPool(pc)
@@ -189,7 +197,7 @@ func (h *harness) run(ctx context.Context, reqs []workload.Request) error {
 	start := time.Now()
 	nextTick := start.Add(time.Second)
 	var last Progress
-	lastQueries := 0
+	mark := 0
 	var events []ckf.RouterEvent
 	var locals []uint64
 	var chain []uint64
@@ -217,25 +225,29 @@ func (h *harness) run(ctx context.Context, reqs []workload.Request) error {
 			locals = append(locals, workload.TokensHash(id))
 		}
 		chain = ckf.AppendSequenceHashes(chain[:0], locals)
-		if err := h.score(chain, truth, reported); err != nil {
+		query, err := h.query(chain, truth, reported)
+		if err != nil {
 			return err
 		}
 		d := h.place(i, reported)
+		if err := h.score(chain, truth, reported, d, query); err != nil {
+			return err
+		}
 		if err := h.serve(d, chain, locals, &events); err != nil {
 			return err
 		}
 		if err := h.advance(at); err != nil { // lag 0: visible before the next query
 			return err
 		}
-		h.rep.Requests++
 		if h.cfg.Progress != nil {
 			if now := time.Now(); !now.Before(nextTick) {
-				p := h.progress(now.Sub(start), h.queryNs[lastQueries:])
+				var p Progress
+				p, mark = h.progress(now.Sub(start), mark)
 				dt := (p.Elapsed - last.Elapsed).Seconds()
 				p.EventsPerSec = float64(p.Events-last.Events) / dt
 				p.BlocksPerSec = float64(p.Blocks-last.Blocks) / dt
 				h.cfg.Progress(p)
-				last, lastQueries = p, len(h.queryNs)
+				last = p
 				nextTick = now.Add(time.Second)
 			}
 		}
@@ -298,7 +310,7 @@ func (h *harness) advance(t time.Duration) error {
 			h.deliveryNs = append(h.deliveryNs, time.Since(o.published).Nanoseconds())
 			for _, a := range o.admits {
 				if len(a.fresh) > 0 {
-					h.freshness = append(h.freshness, o.visibleAt-a.at)
+					h.sc.ObserveFreshness(o.visibleAt - a.at)
 				}
 			}
 			h.release(dc, o.admits)
@@ -339,8 +351,10 @@ func (h *harness) release(dc *dataCenter, admits []admit) {
 	}
 }
 
-// score queries the router and compares every lane with the exact truth.
-func (h *harness) score(chain []uint64, truth, reported []int) error {
+// query asks the router for every lane's depth of chain (or the exact
+// index, with Config.Exact) and computes the exact truth per data center.
+// It returns how long the router's answer took.
+func (h *harness) query(chain []uint64, truth, reported []int) (time.Duration, error) {
 	n := len(chain)
 	t0 := time.Now()
 	if h.cfg.Exact {
@@ -356,105 +370,89 @@ func (h *harness) score(chain []uint64, truth, reported []int) error {
 		}
 	} else if n > 0 {
 		if err := h.cons.QuerySequenceHashes(chain, &h.res); err != nil {
-			return fmt.Errorf("%w: query: %v", ErrInvariant, err)
+			return 0, fmt.Errorf("%w: query: %v", ErrInvariant, err)
 		}
 		for d := range h.dcs {
 			if h.res.Mask&(1<<d) == 0 {
-				return fmt.Errorf("%w: lane %d not ready", ErrInvariant, d)
+				return 0, fmt.Errorf("%w: lane %d not ready", ErrInvariant, d)
 			}
 			reported[d] = int(h.res.Depths[d])
 		}
 	} else {
 		clear(reported)
 	}
-	h.queryNs = append(h.queryNs, time.Since(t0).Nanoseconds())
-
-	best, maxTruth := 0, 0
+	took := time.Since(t0)
 	for d := range h.dcs {
 		truth[d] = h.fleet.Depth(d, chain)
-		maxTruth = max(maxTruth, truth[d])
+	}
+	return took, nil
+}
+
+// score hands one request to the scorer: the router's pick is the deepest
+// reported lane, ties to the data center that served the fewest requests;
+// served is where the policy placed it.
+func (h *harness) score(chain []uint64, truth, reported []int, served int, query time.Duration) error {
+	best := 0
+	h.chain, h.maxTruth, h.masks = chain, 0, h.masks[:0]
+	for d := range h.dcs {
+		h.maxTruth = max(h.maxTruth, truth[d])
 		if reported[d] > reported[best] || (reported[d] == reported[best] && h.dcs[d].served < h.dcs[best].served) {
 			best = d
 		}
 	}
-	h.rep.RequestBlocks += uint64(n)
-	if truth[best] == maxTruth {
-		h.rep.Agree++
-	}
-	if maxTruth > 0 {
-		h.rep.WarmRequests++
-		if truth[best] == maxTruth {
-			h.rep.WarmAgree++
-		}
-	}
-	var masks []uint16 // lazily: Contains per position, for under-reports
-	for d, dc := range h.dcs {
-		h.rep.Lanes++
-		got, want := reported[d], truth[d]
-		switch {
-		case got > want:
-			h.rep.OverReports++
-			h.rep.OverBlocks += uint64(got - want)
-			if dc.pool.Contains(chain[want]) {
-				h.rep.OverFalsePositive++
-			} else {
-				h.rep.OverStale++
-			}
-		case got < want:
-			h.rep.UnderReports++
-			h.rep.UnderBlocks += uint64(want - got)
-			if h.cfg.Exact {
-				h.rep.UnexplainedUnderReports++ // the exact index has no excuse
-				continue
-			}
-			if masks == nil {
-				masks = make([]uint16, maxTruth)
-				for p := range maxTruth {
-					m, err := h.cons.Contains(chain[p])
-					if err != nil {
-						return fmt.Errorf("%w: contains: %v", ErrInvariant, err)
-					}
-					masks[p] = m
-				}
-			}
-			h.explainUnder(d, chain[:want], masks)
-		}
-	}
-	return nil
+	return h.sc.Observe(truth, reported, best, served, len(chain), query)
 }
 
-// explainUnder classifies one under-report of lane d: every block of the
-// true prefix the lane lacks must be a counted capacity omission or in
-// flight, and at least one must be lacking.
-func (h *harness) explainUnder(d int, prefix []uint64, masks []uint16) {
+// ExplainOver implements [Explainer]: an over-report whose first missing
+// block the pool's own filter holds is a false positive the producer
+// published; otherwise the block's removal is still in flight.
+func (h *harness) ExplainOver(d, truth int) (Cause, error) {
+	if h.dcs[d].pool.Contains(h.chain[truth]) {
+		return CauseFalsePositive, nil
+	}
+	return CauseStale, nil
+}
+
+// ExplainUnder implements [Explainer]: every block of the true prefix the
+// lane lacks must be a counted capacity omission or in flight, and at least
+// one must be lacking. The exact index has no excuse.
+func (h *harness) ExplainUnder(d, _, truth int) (Cause, error) {
+	if h.cfg.Exact {
+		return CauseUnexplained, nil
+	}
+	if len(h.masks) == 0 { // once per request: Contains per position, all lanes
+		for p := range h.maxTruth {
+			m, err := h.cons.Contains(h.chain[p])
+			if err != nil {
+				return 0, fmt.Errorf("%w: contains: %v", ErrInvariant, err)
+			}
+			h.masks = append(h.masks, m)
+		}
+	}
 	dc := h.dcs[d]
-	holes, capacity, inflight, unexplained := 0, false, false, false
-	for p, c := range prefix {
-		if masks[p]&(1<<d) != 0 {
+	var c Cause
+	holes, unexplained := 0, false
+	for p, b := range h.chain[:truth] {
+		if h.masks[p]&(1<<d) != 0 {
 			continue
 		}
 		holes++
-		if _, ok := dc.omitted[c]; ok {
-			if owners, resident := dc.pool.Owners(c); owners > 0 && !resident {
-				capacity = true
+		if _, ok := dc.omitted[b]; ok {
+			if owners, resident := dc.pool.Owners(b); owners > 0 && !resident {
+				c |= CauseCapacity
 				continue
 			}
 		}
-		if dc.inflight[c] > 0 {
-			inflight = true
+		if dc.inflight[b] > 0 {
+			c |= CauseInFlight
 			continue
 		}
 		unexplained = true
 	}
-	if capacity {
-		h.rep.UnderCapacity++
-	}
-	if inflight {
-		h.rep.UnderInFlight++
-	}
 	if holes == 0 || unexplained {
-		h.rep.UnexplainedUnderReports++
+		c |= CauseUnexplained
 	}
+	return c, nil
 }
 
 // place picks the serving data center by policy.
@@ -480,7 +478,6 @@ func (h *harness) place(i int, reported []int) int {
 func (h *harness) serve(d int, chain, locals []uint64, events *[]ckf.RouterEvent) error {
 	dc := h.dcs[d]
 	dc.served++
-	h.rep.HitBlocks += uint64(h.fleet.Depth(d, chain))
 	r, k := 0, -1
 	for i := range dc.rankLoad {
 		depth := h.fleet.RankDepth(d, i, chain)
@@ -565,30 +562,24 @@ func (h *harness) verifyLanes() error {
 // finish fills the report's rates, percentiles, FPR and memory.
 func (h *harness) finish(wall time.Duration) {
 	r := &h.rep
-	pct := func(a, b uint64) float64 {
-		if b == 0 {
-			return 0
-		}
-		return 100 * float64(a) / float64(b)
+	loads := make([]float64, len(h.dcs))
+	for d, dc := range h.dcs {
+		loads[d] = float64(dc.pool.Stats().OccupiedSlots) / float64(4*r.BucketCount)
 	}
-	r.AgreementPct = pct(r.Agree, r.Requests)
-	r.WarmAgreementPct = pct(r.WarmAgree, r.WarmRequests)
-	r.HitRatePct = pct(r.HitBlocks, r.RequestBlocks)
-	r.RankHitRatePct = pct(h.rankHits, r.RequestBlocks)
+	// A consumer that fails a Contains probe stops the probing; the rate
+	// counts the missing probes as misses.
+	_ = h.sc.ProbeFPR(h.cons.Contains, loads, h.cfg.FPRProbes, h.cfg.Seed)
+	h.sc.Fill(r)
+	if r.RequestBlocks > 0 {
+		r.RankHitRatePct = 100 * float64(h.rankHits) / float64(r.RequestBlocks)
+	}
 	r.TraceSeconds = h.now.Seconds()
 	r.WallSeconds = wall.Seconds()
 	if s := wall.Seconds(); s > 0 {
 		r.EventsPerSec = float64(r.Events) / s
 		r.BlocksPerSec = float64(r.EventBlocks) / s
 	}
-	r.QueryP50Ns, r.QueryP99Ns = percentile(h.queryNs, 0.50), percentile(h.queryNs, 0.99)
 	r.DeliveryP50Ns, r.DeliveryP99Ns = percentile(h.deliveryNs, 0.50), percentile(h.deliveryNs, 0.99)
-	fr := make([]int64, len(h.freshness))
-	for i, f := range h.freshness {
-		fr[i] = int64(f)
-	}
-	r.FreshnessP50Ms = float64(percentile(fr, 0.50)) / 1e6
-	r.FreshnessP99Ms = float64(percentile(fr, 0.99)) / 1e6
 
 	var exact uint64
 	for d, dc := range h.dcs {
@@ -596,9 +587,6 @@ func (h *harness) finish(wall time.Duration) {
 		r.TrackedBlocks += uint64(st.UniqueBlocks)
 		r.ProducerBytes += st.FilterBytes + st.DirtyTrackingBytes + st.ExactStateBytes
 		exact += st.ExactStateBytes
-		alpha := float64(st.OccupiedSlots) / float64(4*r.BucketCount)
-		r.FilterLoad += alpha / float64(len(h.dcs))
-		r.FPRBound += (1 - math.Pow(1-1.0/65535, 8*alpha)) / float64(len(h.dcs))
 		r.HeldBlocks += uint64(h.fleet.HeldBlocks(d))
 	}
 	if r.TrackedBlocks > 0 {
@@ -608,39 +596,19 @@ func (h *harness) finish(wall time.Duration) {
 	if st, err := h.cons.Stats(); err == nil {
 		r.ConsumerBytes = st.TableBytes
 	}
-
-	// False-positive rate: keys no one stored (random 64-bit values; a
-	// collision with a stored canonical hash has probability ~2^-48), probed
-	// against every lane at once.
-	probes := h.cfg.FPRProbes
-	if probes == 0 {
-		probes = (16_000_000 + len(h.dcs) - 1) / len(h.dcs)
-	}
-	rng := rand.New(rand.NewPCG(h.cfg.Seed, 0xF0F0F0F0))
-	all := uint16(1<<len(h.dcs) - 1)
-	hits := 0
-	for range probes {
-		m, err := h.cons.Contains(rng.Uint64())
-		if err != nil {
-			break
-		}
-		hits += bits.OnesCount16(m & all)
-	}
-	r.FPRProbes = probes
-	r.FPR = float64(hits) / float64(probes*len(h.dcs))
-	if r.FPRBound > 0 {
-		r.FPRRatio = r.FPR / r.FPRBound
-	}
 }
 
-func (h *harness) progress(elapsed time.Duration, recent []int64) Progress {
+// progress returns the running view over the queries since mark, and the
+// next mark.
+func (h *harness) progress(elapsed time.Duration, mark int) (Progress, int) {
 	inflight := 0
 	for _, dc := range h.dcs {
 		inflight += len(dc.queue)
 	}
-	return Progress{Elapsed: elapsed, TraceTime: h.now, Requests: h.rep.Requests, Events: h.rep.Events,
-		Blocks: h.rep.EventBlocks, AgreementPct: 100 * float64(h.rep.Agree) / float64(max(h.rep.Requests, 1)),
-		InFlight: inflight, QueryP50: time.Duration(percentile(recent, 0.5)), QueryP99: time.Duration(percentile(recent, 0.99))}
+	p50, p99, next := h.sc.QueryWindow(mark)
+	return Progress{Elapsed: elapsed, TraceTime: h.now, Requests: h.sc.Requests(), Events: h.rep.Events,
+		Blocks: h.rep.EventBlocks, AgreementPct: h.sc.AgreementPct(),
+		InFlight: inflight, QueryP50: p50, QueryP99: p99}, next
 }
 
 // percentile returns the p-quantile of ns (nearest rank); 0 when empty.
