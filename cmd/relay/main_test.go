@@ -31,6 +31,7 @@ func TestRun_UsageErrorsExit2(t *testing.T) {
 		{"demo bad consumer", []string{"demo", "--consumer", "python"}},
 		{"demo too many dcs", []string{"demo", "--dcs", "17"}},
 		{"demo zero duration", []string{"demo", "--duration", "0s"}},
+		{"demo zero probes", []string{"demo", "--probes", "0"}},
 		{"demo stray argument", []string{"demo", "now"}},
 	}
 	for _, tt := range tests {
