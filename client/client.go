@@ -237,16 +237,21 @@ func (r *Router) follow(ctx context.Context, t Target) {
 		// same consumer instance: take the clock, never less than last+1.
 		epoch = max(epoch+1, uint64(time.Now().UnixNano()))
 		installed, err := r.session(ctx, t, epoch)
+		stopping := ctx.Err() != nil
 		r.mu.Lock()
+		// A lane nobody maintains must not answer: retire it even when the
+		// router is stopping, but count a resubscribe only when one follows.
 		_ = r.ls.Retire(t.Lane)
 		li := &r.info[t.Lane]
 		li.Connected, li.Ready = false, false
-		li.Resubscribes++
-		if err != nil {
-			li.LastError = err.Error()
+		if !stopping {
+			li.Resubscribes++
+			if err != nil {
+				li.LastError = err.Error()
+			}
 		}
 		r.mu.Unlock()
-		if ctx.Err() != nil {
+		if stopping {
 			return
 		}
 		r.log.Info("lane resubscribing", "pool", t.Pool, "lane", t.Lane, "err", err)

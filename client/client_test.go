@@ -323,3 +323,34 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestRouter_StopIsNotAResubscribe: stopping the router retires its lanes
+// (nobody keeps them fresh any more) but counts no resubscribe.
+func TestRouter_StopIsNotAResubscribe(t *testing.T) {
+	url, sessions, _ := fakeRelay(t)
+	lanes := newNative(t)
+	r, err := New(Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	s := nextSession(t, sessions)
+	snap := ckf.Snapshot{Identity: testID, Lease: lease(s.epoch), Sequence: 5, Words: words(1)}
+	s.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
+	waitFor(t, func() bool { return r.Lane(0).Ready })
+	cancel()
+	<-done
+	li := r.Lane(0)
+	if li.Resubscribes != 0 || li.Ready || li.LastError != "" {
+		t.Fatalf("after stop: lane %+v, want 0 resubscribes, not ready, no error", li)
+	}
+	if _, err := lanes.C.Contains(1); err == nil {
+		t.Fatalf("a stopped router's lane still answers queries")
+	}
+}
