@@ -83,6 +83,13 @@ var figures = []figure{
 	{Name: "consumer_snapshot_install_words_mb_per_s", Pkg: "./consumer", Bench: "BenchmarkConsumerInstallSnapshot/path=words", Metric: "MB/s", Unit: "MB/s"},
 	{Name: "consumer_snapshot_install_frames_mb_per_s", Pkg: "./consumer", Bench: "BenchmarkConsumerInstallSnapshot/path=frames", Metric: "MB/s", Unit: "MB/s"},
 
+	// wire: frame encode and decode throughput (an 8 MiB snapshot chunk and a
+	// 64-image delta; decode copies the words out, as a native consumer does).
+	{Name: "wire_encode_snapshot_mb_per_s", Pkg: "./wire", Bench: "BenchmarkFrameEncode/snapshot=8MiB", Metric: "MB/s", Unit: "MB/s"},
+	{Name: "wire_encode_delta_mb_per_s", Pkg: "./wire", Bench: "BenchmarkFrameEncode/delta=64", Metric: "MB/s", Unit: "MB/s"},
+	{Name: "wire_decode_snapshot_mb_per_s", Pkg: "./wire", Bench: "BenchmarkFrameDecode/snapshot=8MiB/copy", Metric: "MB/s", Unit: "MB/s"},
+	{Name: "wire_decode_delta_mb_per_s", Pkg: "./wire", Bench: "BenchmarkFrameDecode/delta=64/copy", Metric: "MB/s", Unit: "MB/s"},
+
 	// producer: AdmitEvent through the actor (draining subscriber, timed until
 	// everything is applied and published) against direct Pool.ApplyEvent on
 	// the same 4-block Stored/Removed ring; admission latency at 50% of the
