@@ -41,6 +41,11 @@ var (
 	// ErrBrokenStream: a delta did not continue the mirror's sequence; the hub
 	// must be re-installed from a new snapshot.
 	ErrBrokenStream = errors.New("hub: delta does not continue the mirror")
+	// ErrSuperseded: the same (consumer, lane) subscribed again under a higher
+	// epoch, so this older stream is fenced. Typically the router gave up on
+	// a half-open connection (its idle timeout) and resubscribed; the old
+	// stream is a zombie whose slot and queue go to the new one at once.
+	ErrSuperseded = errors.New("hub: superseded by a newer lease on the same lane")
 )
 
 // Config bounds a hub. The zero value is not valid; start from [DefaultConfig].
@@ -52,10 +57,26 @@ type Config struct {
 	// plus the deltas it has not read yet, which every subscriber shares;
 	// snapshots are shared too (see [Hub.Subscribe]).
 	MaxSubscribers int
+	// MaxLeaseRecords bounds the per-(consumer, lane) lease records (highest
+	// granted epoch, live subscription) the hub keeps. Their keys are chosen
+	// by clients, so without a bound a stream of subscribe-then-cancel calls
+	// under fresh consumer ids would grow them forever. When a grant takes
+	// the count past this cap, every record without a live subscription is
+	// dropped (see [Hub.Subscribe]). Must be at least MaxSubscribers, so
+	// that live records alone always fit. Zero means
+	// [DefaultMaxLeaseRecords] (or MaxSubscribers if larger); a record costs
+	// about 60 bytes of map space.
+	MaxLeaseRecords int
 }
 
-// DefaultConfig returns a 4096-delta queue and 256 subscribers.
-func DefaultConfig() Config { return Config{QueueDeltas: 4096, MaxSubscribers: 256} }
+// DefaultMaxLeaseRecords is the lease-record cap when Config leaves it zero.
+const DefaultMaxLeaseRecords = 65536
+
+// DefaultConfig returns a 4096-delta queue, 256 subscribers and
+// [DefaultMaxLeaseRecords] lease records.
+func DefaultConfig() Config {
+	return Config{QueueDeltas: 4096, MaxSubscribers: 256, MaxLeaseRecords: DefaultMaxLeaseRecords}
+}
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
@@ -65,12 +86,21 @@ func (c Config) Validate() error {
 	if c.MaxSubscribers < 1 {
 		return fmt.Errorf("hub: max subscribers %d < 1", c.MaxSubscribers)
 	}
+	if c.MaxLeaseRecords != 0 && c.MaxLeaseRecords < c.MaxSubscribers {
+		return fmt.Errorf("hub: max lease records %d < max subscribers %d", c.MaxLeaseRecords, c.MaxSubscribers)
+	}
 	return nil
 }
 
 type laneKey struct {
 	consumer uint64
 	lane     uint8
+}
+
+// laneRecord is what the hub remembers of one (consumer, lane).
+type laneRecord struct {
+	epoch uint64        // highest epoch granted
+	live  *Subscription // the subscription under that epoch while it lasts, else nil
 }
 
 // Hub mirrors one pool's table and fans deltas out.
@@ -85,7 +115,7 @@ type Hub struct {
 	shared   bool // words is lent to a snapshot: copy before the next write
 	sequence uint64
 	subs     map[*Subscription]struct{}
-	epochs   map[laneKey]uint64 // highest epoch granted per consumer lane
+	lanes    map[laneKey]laneRecord // bounded by cfg.MaxLeaseRecords
 }
 
 // New returns an empty hub; subscribers are refused until [Hub.Install].
@@ -93,7 +123,10 @@ func New(cfg Config) (*Hub, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Hub{cfg: cfg, subs: make(map[*Subscription]struct{}), epochs: make(map[laneKey]uint64)}, nil
+	if cfg.MaxLeaseRecords == 0 {
+		cfg.MaxLeaseRecords = max(DefaultMaxLeaseRecords, cfg.MaxSubscribers)
+	}
+	return &Hub{cfg: cfg, subs: make(map[*Subscription]struct{}), lanes: make(map[laneKey]laneRecord)}, nil
 }
 
 // Install replaces the mirror with snap (the hub's own lease's snapshot). Every
@@ -168,7 +201,24 @@ func (h *Hub) Close(cause error) {
 
 // Subscribe grants lease a snapshot of the mirror at its current sequence and
 // a subscription carrying every later delta. The lease's assignment epoch must
-// exceed every epoch the same (consumer, lane) held on this hub.
+// exceed every epoch the same (consumer, lane) held on this hub (as far as the
+// hub remembers: see below), else it fails with [ErrStaleEpoch].
+//
+// A (consumer, lane) has at most one live subscription: a grant under a
+// higher epoch ends the older one with [ErrSuperseded], and the older one's
+// slot counts as free for the grant, so a router replacing a half-open
+// stream is never refused for the zombie's slot.
+//
+// The hub keeps at most cfg.MaxLeaseRecords (consumer, lane) records. When a
+// grant takes the count past the cap, every record without a live
+// subscription is forgotten, all at once: that bounds the memory with no
+// recency bookkeeping per record, costs O(records) once per at least
+// MaxLeaseRecords−MaxSubscribers new lanes, and oldest-first would buy little
+// since clients choose the keys and can flush any order. Forgetting an idle
+// lane's last epoch is safe for consistency: the consumer refuses a
+// non-increasing epoch on its own, so a stale lease the hub then grants can
+// neither regress nor take over the lane; at worst it holds a slot until its
+// stream ends. Live records are never dropped, so superseding still works.
 //
 // The snapshot's Words are shared with the hub and with every other
 // subscriber served since the last delta (the hub copies on its next write),
@@ -182,19 +232,41 @@ func (h *Hub) Subscribe(lease ckf.LaneLease) (ckf.Snapshot, *Subscription, error
 		return ckf.Snapshot{}, nil, ErrClosed
 	case !h.ready:
 		return ckf.Snapshot{}, nil, ErrNotReady
-	case len(h.subs) >= h.cfg.MaxSubscribers:
-		return ckf.Snapshot{}, nil, ErrTooManySubscribers
 	}
 	key := laneKey{lease.ConsumerInstance, lease.PhysicalLane}
-	if last, ok := h.epochs[key]; ok && lease.AssignmentEpoch <= last {
-		return ckf.Snapshot{}, nil, fmt.Errorf("%w: epoch %d, last granted %d", ErrStaleEpoch, lease.AssignmentEpoch, last)
+	rec, known := h.lanes[key]
+	if known && lease.AssignmentEpoch <= rec.epoch {
+		return ckf.Snapshot{}, nil, fmt.Errorf("%w: epoch %d, last granted %d", ErrStaleEpoch, lease.AssignmentEpoch, rec.epoch)
 	}
-	h.epochs[key] = lease.AssignmentEpoch
+	used := len(h.subs)
+	if rec.live != nil {
+		used-- // its slot passes to this grant
+	}
+	if used >= h.cfg.MaxSubscribers {
+		return ckf.Snapshot{}, nil, ErrTooManySubscribers
+	}
+	if rec.live != nil {
+		h.endLocked(rec.live, ErrSuperseded)
+	}
 	s := &Subscription{hub: h, lease: lease, deltas: make(chan *ckf.Delta, h.cfg.QueueDeltas), done: make(chan struct{})}
 	h.subs[s] = struct{}{}
+	h.lanes[key] = laneRecord{epoch: lease.AssignmentEpoch, live: s}
+	if len(h.lanes) > h.cfg.MaxLeaseRecords {
+		h.pruneLocked()
+	}
 	h.shared = true
 	snap := ckf.Snapshot{Identity: h.identity, Lease: lease, Sequence: h.sequence, Words: h.words}
 	return snap, s, nil
+}
+
+// pruneLocked forgets every lane record without a live subscription (see
+// [Hub.Subscribe] for why all of them and why that is safe).
+func (h *Hub) pruneLocked() {
+	for k, rec := range h.lanes {
+		if rec.live == nil {
+			delete(h.lanes, k)
+		}
+	}
 }
 
 // Stats is a point-in-time view of a hub.
@@ -202,13 +274,16 @@ type Stats struct {
 	Ready       bool
 	Sequence    uint64
 	Subscribers int
+	// LeaseRecords is how many (consumer, lane) lease records the hub holds,
+	// at most Config.MaxLeaseRecords.
+	LeaseRecords int
 }
 
 // Stats returns the hub's state.
 func (h *Hub) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return Stats{Ready: h.ready, Sequence: h.sequence, Subscribers: len(h.subs)}
+	return Stats{Ready: h.ready, Sequence: h.sequence, Subscribers: len(h.subs), LeaseRecords: len(h.lanes)}
 }
 
 func (h *Hub) closeAllLocked(cause error) {
@@ -223,6 +298,11 @@ func (h *Hub) endLocked(s *Subscription, cause error) {
 		return
 	}
 	delete(h.subs, s)
+	key := laneKey{s.lease.ConsumerInstance, s.lease.PhysicalLane}
+	if rec, ok := h.lanes[key]; ok && rec.live == s {
+		rec.live = nil
+		h.lanes[key] = rec // keep the epoch: the lane may only move forward
+	}
 	s.err = cause
 	close(s.done)
 }

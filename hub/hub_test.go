@@ -277,3 +277,128 @@ func TestHub_SnapshotsShareTheTableCopyOnWrite(t *testing.T) {
 		t.Errorf("Next = %+v, %v; want the delta under lease 3/0/1", d.Lease, err)
 	}
 }
+
+// A router whose idle timeout fired on a half-open connection resubscribes
+// under a higher epoch: the zombie stream of that (consumer, lane) ends at
+// once with ErrSuperseded and frees its slot; other lanes are untouched.
+func TestHub_HigherEpochSupersedesTheLaneStream(t *testing.T) {
+	h := newReadyHub(t, Config{QueueDeltas: 4, MaxSubscribers: 4})
+	_, old, err := h.Subscribe(lease(1, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherLane, _ := h.Subscribe(lease(1, 1, 1))
+	_, otherConsumer, _ := h.Subscribe(lease(2, 0, 1))
+	if err := h.Apply(delta(10, ckf.BucketImage{Bucket: 1, Word: 1})); err != nil {
+		t.Fatal(err)
+	}
+	snap, cur, err := h.Subscribe(lease(1, 0, 2))
+	if err != nil {
+		t.Fatalf("resubscribe under a higher epoch: %v", err)
+	}
+	select {
+	case <-old.Done():
+	default:
+		t.Fatal("the older stream of the lane is still live after a newer lease was granted")
+	}
+	if !errors.Is(old.Err(), ErrSuperseded) {
+		t.Fatalf("older stream ended with %v, want ErrSuperseded", old.Err())
+	}
+	// Its lease is fenced: the delta still queued is not handed out.
+	if _, err := old.Next(context.Background()); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("Next on the superseded stream = %v, want ErrSuperseded at once", err)
+	}
+	if got := h.Stats().Subscribers; got != 3 {
+		t.Fatalf("subscribers = %d, want 3 (the zombie's slot is freed)", got)
+	}
+	for _, s := range []*Subscription{otherLane, otherConsumer} {
+		if s.Err() != nil {
+			t.Fatalf("lease %+v ended with %v; only the same (consumer, lane) is superseded", s.Lease(), s.Err())
+		}
+	}
+	if err := h.Apply(delta(11)); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := cur.Next(context.Background()); err != nil || d.BaseSequence != snap.Sequence {
+		t.Fatalf("new stream Next = (%d→%d, %v), want the delta after its snapshot at %d", d.BaseSequence, d.Sequence, err, snap.Sequence)
+	}
+	// A refused (stale) request supersedes nothing.
+	if _, _, err := h.Subscribe(lease(1, 0, 2)); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("same epoch again: %v, want ErrStaleEpoch", err)
+	}
+	if cur.Err() != nil {
+		t.Fatalf("a stale request ended the live stream: %v", cur.Err())
+	}
+}
+
+// At the subscriber limit, the lane's own zombie must not block its
+// replacement: its slot passes to the new lease.
+func TestHub_SupersedeAtTheSubscriberLimit(t *testing.T) {
+	h := newReadyHub(t, Config{QueueDeltas: 1, MaxSubscribers: 1})
+	_, old, err := h.Subscribe(lease(1, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.Subscribe(lease(2, 0, 1)); !errors.Is(err, ErrTooManySubscribers) {
+		t.Fatalf("another lane at the limit: %v, want ErrTooManySubscribers", err)
+	}
+	if _, _, err := h.Subscribe(lease(1, 0, 2)); err != nil {
+		t.Fatalf("the same lane under a higher epoch at the limit: %v, want its slot", err)
+	}
+	if !errors.Is(old.Err(), ErrSuperseded) {
+		t.Fatalf("older stream: %v, want ErrSuperseded", old.Err())
+	}
+}
+
+// Lease records are keyed by client-chosen ids: subscribe-then-cancel under
+// fresh consumer ids must not grow them past MaxLeaseRecords. Records of live
+// subscriptions survive pruning (stale epochs stay refused, superseding still
+// works); idle ones are forgotten all at once.
+func TestHub_LeaseRecordsAreBounded(t *testing.T) {
+	const maxRecords = 8
+	h := newReadyHub(t, Config{QueueDeltas: 1, MaxSubscribers: 2, MaxLeaseRecords: maxRecords})
+	_, live, err := h.Subscribe(lease(0, 0, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, idle, _ := h.Subscribe(lease(1, 0, 9))
+	idle.Cancel()
+	for c := uint64(100); c < 10_100; c++ {
+		_, s, err := h.Subscribe(lease(c, 3, 1))
+		if err != nil {
+			t.Fatalf("subscribe %d: %v", c, err)
+		}
+		s.Cancel()
+		if n := h.Stats().LeaseRecords; n > maxRecords {
+			t.Fatalf("after %d subscribe-then-cancel calls: %d lease records, want ≤ %d", c-99, n, maxRecords)
+		}
+	}
+	if _, _, err := h.Subscribe(lease(0, 0, 5)); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("live lane's record lost: same epoch again = %v, want ErrStaleEpoch", err)
+	}
+	if _, _, err := h.Subscribe(lease(0, 0, 6)); err != nil || !errors.Is(live.Err(), ErrSuperseded) {
+		t.Fatalf("after pruning: higher epoch = %v, older stream %v; want a grant that supersedes it", err, live.Err())
+	}
+	// The idle lane's epoch was forgotten: the hub grants a lower one (the
+	// consumer, which refuses non-increasing epochs itself, keeps the lane
+	// consistent).
+	if _, _, err := h.Subscribe(lease(1, 0, 1)); err != nil {
+		t.Fatalf("idle lane after pruning: %v, want its record forgotten", err)
+	}
+}
+
+func TestConfig_MaxLeaseRecords(t *testing.T) {
+	if err := (Config{QueueDeltas: 1, MaxSubscribers: 4, MaxLeaseRecords: 3}).Validate(); err == nil {
+		t.Error("MaxLeaseRecords below MaxSubscribers validated")
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig: %v", err)
+	}
+	h, err := New(Config{QueueDeltas: 1, MaxSubscribers: 1 << 17})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.cfg.MaxLeaseRecords != 1<<17 {
+		t.Errorf("zero MaxLeaseRecords: cap %d, want max(default, MaxSubscribers)", h.cfg.MaxLeaseRecords)
+	}
+}

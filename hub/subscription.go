@@ -35,12 +35,18 @@ func (s *Subscription) Stamp(d *ckf.Delta) ckf.Delta {
 
 // Done is closed when the subscription ends; [Subscription.Err] then says why.
 // Deltas queued before the end are still valid, but after ErrLagged the queue
-// has a gap at its end and must not be extended.
+// has a gap at its end and must not be extended, and after ErrSuperseded the
+// lease is fenced: nobody waits for more frames under it.
 func (s *Subscription) Done() <-chan struct{} { return s.done }
 
-// Err returns why the subscription ended (ErrLagged, ErrProducerChanged,
-// ErrBrokenStream, ErrClosed, or the cause given to Close), or nil while it
-// is live.
+// Err returns why the subscription ended, or nil while it is live:
+//   - [ErrLagged]: its queue overflowed;
+//   - [ErrSuperseded]: the same (consumer, lane) subscribed under a higher
+//     epoch (the relay closes the stream as fenced);
+//   - [ErrProducerChanged]: the hub re-installed;
+//   - [ErrBrokenStream]: the hub's own stream broke;
+//   - [ErrClosed] or the cause given to [Hub.Close]: the hub shut down;
+//   - context.Canceled: [Subscription.Cancel].
 func (s *Subscription) Err() error {
 	select {
 	case <-s.done:
@@ -50,14 +56,15 @@ func (s *Subscription) Err() error {
 	}
 }
 
-// Next returns the next delta under the subscriber's lease. After the subscription ends it returns the
-// deltas still queued, then the end cause — except after ErrLagged, whose
-// queue can no longer be extended: Next reports it at once.
+// Next returns the next delta under the subscriber's lease. After the
+// subscription ends it returns the deltas still queued, then the end cause —
+// except after ErrLagged, whose queue can no longer be extended, and
+// ErrSuperseded, whose lease is fenced: Next reports those at once.
 func (s *Subscription) Next(ctx context.Context) (ckf.Delta, error) {
 	for {
 		select {
 		case <-s.done:
-			if s.err == ErrLagged {
+			if s.err == ErrLagged || s.err == ErrSuperseded {
 				return ckf.Delta{}, s.err
 			}
 			select {
