@@ -164,6 +164,12 @@ func TestRun_TailAgainstRelay(t *testing.T) {
 	if err := json.NewDecoder(bufio.NewReader(&out)).Decode(&m); err != nil || m.Kind != "snapshot_chunk" || len(m.Words) == 0 {
 		t.Fatalf("tail line %+v (%v), want a snapshot chunk with words", m, err)
 	}
+	// The default epoch is the clock, so running tail again (the same
+	// consumer and lane) is not refused as a stale lease.
+	errb.Reset()
+	if code := run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--frames", "1"}, io.Discard, &errb); code != 0 {
+		t.Fatalf("second run tail = %d, stderr %q", code, errb.String())
+	}
 	// An unknown pool is the relay's 404, reported with exit 1.
 	errb.Reset()
 	if code := run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "nope"}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "unknown_pool") {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -24,7 +25,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	pool := fs.String("pool", "", "pool name (required)")
 	consumer := fs.Uint64("consumer", 1, "consumer instance id")
 	lane := fs.Uint("lane", 0, "physical lane 0..15")
-	epoch := fs.Uint64("epoch", 1, "assignment epoch (must grow on every resubscribe)")
+	epoch := fs.Uint64("epoch", 0, "assignment epoch; must exceed the lane's last one on this relay (0: the current time in ns, which always does)")
 	token := fs.String("auth-token", "", "bearer token")
 	limit := fs.Int("frames", 0, "stop after this many frames (0: until the stream ends)")
 	if err := fs.Parse(args); err != nil || *pool == "" {
@@ -32,6 +33,9 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			fmt.Fprintln(stderr, "tail: --pool is required")
 		}
 		return errUsage
+	}
+	if *epoch == 0 {
+		*epoch = uint64(time.Now().UnixNano())
 	}
 	u := fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d",
 		strings.TrimRight(*relay, "/"), url.PathEscape(*pool), *consumer, *lane, *epoch)

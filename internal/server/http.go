@@ -338,93 +338,144 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", FramesContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	writeTimeout := time.Duration(s.cfg.StreamWriteTimeout)
-	// Every write gets a deadline: a subscriber that stops reading must not
-	// hold this goroutine, its snapshot or the shutdown forever.
-	_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	// The snapshot goes out in chunks of at most snapshotChunkBytes through a
-	// writer of its own: a wire.Writer keeps its largest encoding buffer, and
-	// a whole-table buffer per idle subscriber is what a subscriber flood
-	// would otherwise cost.
-	if err := wire.NewWriter(w, min(s.cfg.MaxFrameBytes, snapshotChunkBytes)).WriteSnapshot(&snap); err != nil {
+	st := &stream{s: s, p: p, rc: http.NewResponseController(w), w: w, lease: lease, last: snap.Sequence, identity: snap.Identity}
+	st.fw = wire.NewWriter(w, s.cfg.MaxFrameBytes)
+	if !st.snapshot(&snap) {
 		return
 	}
-	fw := wire.NewWriter(w, s.cfg.MaxFrameBytes)
-	_ = rc.Flush()
-	last := snap.Sequence
-	identity := snap.Identity
 	snap.Words = nil // the shared table may be released while the stream lives on
 
 	hb := time.NewTicker(time.Duration(s.cfg.HeartbeatInterval))
 	defer hb.Stop()
-	var f wire.Frame
 	for {
 		select {
 		case d := <-sub.Deltas():
-			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-			f = wire.Frame{Kind: wire.KindDelta, Delta: sub.Stamp(d)}
-			if fw.WriteFrame(&f) != nil {
+			if !st.delta(sub.Stamp(d)) {
 				return
 			}
-			last = d.Sequence
 			// Coalesce flushes: write everything already queued first.
 			if len(sub.Deltas()) == 0 {
-				_ = rc.Flush()
+				_ = st.rc.Flush()
 			}
 		case <-sub.Done():
-			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-			s.endStream(p, fw, rc, sub, lease, last)
+			st.end(sub)
 			return
 		case <-hb.C:
-			_ = rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-			f = wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: identity, Lease: lease,
-				LastSequence: last, UnixMicros: time.Now().UnixMicro()}}
-			if fw.WriteFrame(&f) != nil {
+			if !st.write(&wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: st.identity, Lease: lease,
+				LastSequence: st.last, UnixMicros: time.Now().UnixMicro()}}) {
 				return
 			}
-			_ = rc.Flush()
+			_ = st.rc.Flush()
 		case <-r.Context().Done():
 			return
 		}
 	}
 }
 
-// endStream writes what is still queued (unless the subscriber lagged), a
-// drain marker when the pool shut down cleanly, and a close frame.
-func (s *Server) endStream(p *hostedPool, fw *wire.Writer, rc *http.ResponseController, sub *hub.Subscription, lease ckf.LaneLease, last uint64) {
+// stream writes one subscriber's frames. Every frame gets its own write
+// deadline: a subscriber that stops reading must not hold the handler, its
+// snapshot or the shutdown forever, and a slow but live one must still be
+// able to take a large snapshot chunk by chunk.
+type stream struct {
+	s        *Server
+	p        *hostedPool
+	w        http.ResponseWriter
+	rc       *http.ResponseController
+	fw       *wire.Writer
+	lease    ckf.LaneLease
+	identity ckf.ProducerIdentity
+	last     uint64 // the last sequence written
+}
+
+// write writes one frame under a fresh deadline.
+func (st *stream) write(f *wire.Frame) bool {
+	_ = st.rc.SetWriteDeadline(time.Now().Add(time.Duration(st.s.cfg.StreamWriteTimeout)))
+	return st.fw.WriteFrame(f) == nil
+}
+
+// snapshot writes the snapshot in chunks of at most snapshotChunkBytes, each
+// under its own deadline, through a writer of its own: a wire.Writer keeps its
+// largest encoding buffer, and a whole-table buffer per idle subscriber is
+// what a subscriber flood would otherwise cost.
+func (st *stream) snapshot(snap *ckf.Snapshot) bool {
+	limit := min(st.s.cfg.MaxFrameBytes, snapshotChunkBytes)
+	chunks, err := wire.SplitSnapshot(snap, limit)
+	if err != nil {
+		st.s.log.Error("stream: cannot chunk snapshot", "pool", st.p.spec.Name, "err", err)
+		return false
+	}
+	sw := wire.NewWriter(st.w, limit)
+	for i := range chunks {
+		_ = st.rc.SetWriteDeadline(time.Now().Add(time.Duration(st.s.cfg.StreamWriteTimeout)))
+		if sw.WriteFrame(&wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: chunks[i]}) != nil {
+			return false
+		}
+	}
+	return st.rc.Flush() == nil
+}
+
+// delta writes one delta. A delta whose frame would exceed the frame limit
+// (a mass reset or rebuild of a large pool: deltas are never split, SPEC
+// §4.4) cannot be sent; the stream then ends with a lagged close frame, so
+// the subscriber resubscribes and gets the same state as a chunked snapshot,
+// instead of the stream dying silently.
+func (st *stream) delta(d ckf.Delta) bool {
+	_ = st.rc.SetWriteDeadline(time.Now().Add(time.Duration(st.s.cfg.StreamWriteTimeout)))
+	err := st.fw.WriteFrame(&wire.Frame{Kind: wire.KindDelta, Delta: d})
+	if errors.Is(err, wire.ErrFrameTooLarge) {
+		st.s.m.oversize.WithLabelValues(st.p.spec.Name).Inc()
+		st.s.log.Warn("stream: delta exceeds the frame limit; closing for a resnapshot",
+			"pool", st.p.spec.Name, "images", len(d.Images), "max_frame_bytes", st.s.cfg.MaxFrameBytes)
+		st.close(wire.CloseLagged, fmt.Sprintf("delta %d→%d of %d images exceeds the %d-byte frame limit; resubscribe for a snapshot",
+			d.BaseSequence, d.Sequence, len(d.Images), st.s.cfg.MaxFrameBytes))
+		return false
+	}
+	if err != nil {
+		return false
+	}
+	st.last = d.Sequence
+	if len(d.Images)*wire.ImageBytes > snapshotChunkBytes {
+		// Drop the large encoding buffer the writer would otherwise keep for
+		// the life of the stream.
+		st.fw = wire.NewWriter(st.w, st.s.cfg.MaxFrameBytes)
+	}
+	return true
+}
+
+func (st *stream) close(reason wire.CloseReason, msg string) {
+	_ = st.write(&wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: reason, Message: msg}})
+	_ = st.rc.Flush()
+}
+
+// end writes what is still queued (unless the subscriber lagged), a drain
+// marker when the pool shut down cleanly, and a close frame.
+func (st *stream) end(sub *hub.Subscription) {
 	cause := sub.Err()
-	var f wire.Frame
 	if !errors.Is(cause, hub.ErrLagged) {
+	drain:
 		for {
 			select {
 			case d := <-sub.Deltas():
-				f = wire.Frame{Kind: wire.KindDelta, Delta: sub.Stamp(d)}
-				if fw.WriteFrame(&f) != nil {
+				if !st.delta(sub.Stamp(d)) {
 					return
 				}
-				last = d.Sequence
-				continue
 			default:
+				break drain
 			}
-			break
 		}
 	}
 	reason := wire.CloseProducerChanged
 	switch {
 	case errors.Is(cause, hub.ErrLagged):
 		reason = wire.CloseLagged
-		s.m.lagged.WithLabelValues(p.spec.Name).Inc()
+		st.s.m.lagged.WithLabelValues(st.p.spec.Name).Inc()
 	case errors.Is(cause, errShuttingDown):
 		reason = wire.CloseShuttingDown
-		f = wire.Frame{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: lease, ExpectedSequence: last}}
-		if fw.WriteFrame(&f) != nil {
+		if !st.write(&wire.Frame{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: st.lease, ExpectedSequence: st.last}}) {
 			return
 		}
 	case errors.Is(cause, errFenced):
 		reason = wire.CloseFenced
 	}
-	f = wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: reason, Message: fmt.Sprint(cause)}}
-	_ = fw.WriteFrame(&f)
-	_ = rc.Flush()
+	st.close(reason, fmt.Sprint(cause))
 }

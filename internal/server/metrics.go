@@ -18,6 +18,7 @@ type metrics struct {
 	publications *prometheus.CounterVec
 	images       *prometheus.CounterVec
 	lagged       *prometheus.CounterVec
+	oversize     *prometheus.CounterVec
 	faults       *prometheus.CounterVec
 }
 
@@ -36,10 +37,12 @@ func newMetrics() *metrics {
 			Name: "ckfrelay_bucket_images_total", Help: "Bucket images published by a pool."}, []string{"pool"}),
 		lagged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ckfrelay_subscriber_lagged_total", Help: "Remote subscribers closed because they fell behind."}, []string{"pool"}),
+		oversize: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_stream_oversize_deltas_total", Help: "Streams closed for a resnapshot because a delta exceeded the frame limit."}, []string{"pool"}),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ckfrelay_faults_total", Help: "Pool faults by category."}, []string{"pool", "category"}),
 	}
-	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.faults)
+	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.oversize, m.faults)
 	return m
 }
 

@@ -117,8 +117,10 @@ func (p *hostedPool) feed(sub *producer.Subscription) {
 		if rerr := p.resubscribe(context.Background()); rerr != nil {
 			// The actor stopped between the stream's end and the new lease:
 			// say why, so streams close with the right reason.
+			// A fenced actor's errors match ErrShuttingDown too: test the
+			// fence first.
 			cause := errFenced
-			if errors.Is(rerr, producer.ErrShuttingDown) {
+			if !errors.Is(rerr, producer.ErrFenced) && errors.Is(rerr, producer.ErrShuttingDown) {
 				cause = errShuttingDown
 			}
 			p.log.Error("hub resubscribe failed", "err", rerr)

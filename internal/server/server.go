@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,16 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, m: newMetrics(), pools: map[string]*hostedPool{},
 		incarnation: uint64(time.Now().UnixNano())}
+	var tlsConfig *tls.Config
+	if cfg.TLSCertFile != "" {
+		// Load the key pair now: a bad path or key fails New, before the
+		// caller announces that it is listening.
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: tls: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	domain := cfg.Domain()
 	for _, spec := range cfg.Pools {
 		p, err := startPool(spec, cfg, domain, s.incarnation, log, s.m)
@@ -50,6 +61,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.m.reg.MustRegister(newPoolCollector(func() []*hostedPool { return s.order }))
 	s.http = &http.Server{
+		TLSConfig:         tlsConfig,
 		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -67,8 +79,8 @@ func (s *Server) Handler() http.Handler { return s.http.Handler }
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	var err error
-	if s.cfg.TLSCertFile != "" {
-		err = s.http.ServeTLS(ln, s.cfg.TLSCertFile, s.cfg.TLSKeyFile)
+	if s.http.TLSConfig != nil {
+		err = s.http.ServeTLS(ln, "", "") // certificates loaded by New
 	} else {
 		err = s.http.Serve(ln)
 	}

@@ -114,3 +114,14 @@ func TestServer_TLSAndAuth(t *testing.T) {
 		t.Fatalf("an untrusted certificate was accepted")
 	}
 }
+
+// TestNew_BadTLSFilesFailBeforeServing: a missing key pair is New's error,
+// so `relay serve` never announces an address it cannot serve.
+func TestNew_BadTLSFilesFailBeforeServing(t *testing.T) {
+	cfg := testConfig()
+	cfg.TLSCertFile, cfg.TLSKeyFile = filepath.Join(t.TempDir(), "missing.pem"), filepath.Join(t.TempDir(), "missing.key")
+	if s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+		_ = s.Shutdown(context.Background())
+		t.Fatal("New accepted a TLS configuration whose files do not exist")
+	}
+}
