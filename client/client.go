@@ -4,10 +4,11 @@
 //
 // On any deactivation, close frame, disconnect or identity change a lane
 // retires, then re-subscribes with a higher assignment epoch and installs a
-// fresh snapshot, with exponential backoff and full jitter. Staleness (the
-// age of a lane's last frame) lets a router stop trusting a silent lane:
-// relays send heartbeats while idle, so a healthy lane is never older than a
-// few heartbeat intervals.
+// fresh snapshot, with exponential backoff and full jitter; only a session
+// that stayed up [Config.HealthySession] after installing its snapshot
+// resets the backoff. Staleness (the age of a lane's last frame) lets a
+// router stop trusting a silent lane: relays send heartbeats while idle, so a
+// healthy lane is never older than a few heartbeat intervals.
 package client
 
 import (
@@ -100,6 +101,16 @@ type Config struct {
 	Targets []Target
 	// MinBackoff and MaxBackoff bound the resubscribe delay (defaults 50ms, 5s).
 	MinBackoff, MaxBackoff time.Duration
+	// HealthySession is how long a session must stay up after installing its
+	// snapshot to count as healthy and reset the backoff; a shorter one counts
+	// as a failure even though it installed, so a relay that drops streams
+	// right after their snapshot (an oversize delta, a router that always
+	// lags) gets snapshots at the backed-off rate, not one per MinBackoff.
+	// Default (zero or negative) max(MaxBackoff, 1s): at least MaxBackoff, so
+	// resetting can never resubscribe faster than a lane failing at the cap,
+	// and at least a second, so a tiny MaxBackoff does not make every
+	// installed session healthy.
+	HealthySession time.Duration
 	// IdleTimeout ends a session that received no frame for this long, so a
 	// half-open connection (a relay that vanished without a FIN) cannot pin a
 	// lane forever. Relays heartbeat while idle: keep it at several heartbeat
@@ -135,6 +146,8 @@ type Router struct {
 	ls   Lanes
 	info [ckf.MaxLanes]LaneInfo
 	res  consumer.QueryResult
+
+	onBackoff func(lane int, ceil time.Duration) // test hook: before each resubscribe delay
 }
 
 // New returns a router over lanes. It does nothing until [Router.Run].
@@ -154,6 +167,9 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(5*time.Second, cfg.MinBackoff)
+	}
+	if cfg.HealthySession <= 0 {
+		cfg.HealthySession = max(cfg.MaxBackoff, time.Second)
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 10 * time.Second
@@ -236,7 +252,11 @@ func (r *Router) follow(ctx context.Context, t Target) {
 		// Epochs must grow across sessions and across router restarts with the
 		// same consumer instance: take the clock, never less than last+1.
 		epoch = max(epoch+1, uint64(time.Now().UnixNano()))
-		installed, err := r.session(ctx, t, epoch)
+		installedAt, err := r.session(ctx, t, epoch)
+		lived := time.Duration(-1) // how long it lived after installing; -1: it never did
+		if !installedAt.IsZero() {
+			lived = time.Since(installedAt)
+		}
 		stopping := ctx.Err() != nil
 		r.mu.Lock()
 		// A lane nobody maintains must not answer: retire it even when the
@@ -255,10 +275,12 @@ func (r *Router) follow(ctx context.Context, t Target) {
 			return
 		}
 		r.log.Info("lane resubscribing", "pool", t.Pool, "lane", t.Lane, "err", err)
-		if installed {
-			failures = 0
+		failures = nextFailures(failures, lived, r.cfg.HealthySession)
+		ceil := backoffCeil(r.cfg.MinBackoff, r.cfg.MaxBackoff, failures)
+		if r.onBackoff != nil {
+			r.onBackoff(t.Lane, ceil)
 		}
-		d := backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, failures)
+		d := jitter(ceil)
 		failures++
 		select {
 		case <-time.After(d):
@@ -268,12 +290,33 @@ func (r *Router) follow(ctx context.Context, t Target) {
 	}
 }
 
+// nextFailures returns the failure count the next resubscribe delay is drawn
+// from, given the count so far and how long the session that just ended
+// lived after installing its snapshot (negative: it installed none). Only a
+// session that installed and then lived at least healthy resets it:
+// installing alone proves little when the relay drops the stream right after.
+func nextFailures(failures int, lived, healthy time.Duration) int {
+	if lived >= 0 && lived >= healthy {
+		return 0
+	}
+	return failures
+}
+
 // backoff returns a full-jitter delay: uniform in [0, min(max, min·2^n)].
 func backoff(lo, hi time.Duration, n int) time.Duration {
-	ceil := hi
+	return jitter(backoffCeil(lo, hi, n))
+}
+
+// backoffCeil returns min(hi, lo·2^n).
+func backoffCeil(lo, hi time.Duration, n int) time.Duration {
 	if n < 30 && lo<<n < hi {
-		ceil = lo << n
+		return lo << n
 	}
+	return hi
+}
+
+// jitter returns a delay uniform in [0, ceil].
+func jitter(ceil time.Duration) time.Duration {
 	return time.Duration(rand.Int64N(int64(ceil) + 1))
 }
 
@@ -288,9 +331,10 @@ var (
 )
 
 // session opens one stream, assigns the lane from the first snapshot chunk's
-// identity, and applies frames until something ends it. installed reports
-// whether a snapshot was installed (the session was healthy).
-func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed bool, err error) {
+// identity, and applies frames until something ends it. installedAt is when
+// its snapshot was installed (zero: never); follow judges from it whether
+// the session was healthy.
+func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installedAt time.Time, err error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var idle *time.Timer
@@ -309,19 +353,19 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 		strings.TrimRight(r.cfg.RelayURL, "/"), url.PathEscape(t.Pool), r.cfg.ConsumerInstance, t.Lane, epoch)
 	req, err := http.NewRequestWithContext(sctx, http.MethodGet, u, nil)
 	if err != nil {
-		return false, err
+		return time.Time{}, err
 	}
 	if r.cfg.AuthToken != "" {
 		req.Header.Set("Authorization", "Bearer "+r.cfg.AuthToken)
 	}
 	resp, err := r.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return false, err
+		return time.Time{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return false, fmt.Errorf("client: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		return time.Time{}, fmt.Errorf("client: %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	lease := ckf.LaneLease{ConsumerInstance: r.cfg.ConsumerInstance, PhysicalLane: uint8(t.Lane), AssignmentEpoch: epoch}
 	fr := wire.NewReader(resp.Body, r.cfg.MaxFrameBytes)
@@ -329,7 +373,7 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 	for n := 0; ; n++ {
 		raw, err := fr.ReadRaw()
 		if err != nil {
-			return installed, err
+			return installedAt, err
 		}
 		if idle != nil {
 			idle.Reset(r.cfg.IdleTimeout)
@@ -338,15 +382,15 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 		if n == 0 {
 			if err := wire.DecodeFrameView(raw, &first); err != nil || first.Kind != wire.KindSnapshotChunk {
 				r.mu.Unlock()
-				return false, fmt.Errorf("client: stream must start with a snapshot chunk (%v, %v)", first.Kind, err)
+				return time.Time{}, fmt.Errorf("client: stream must start with a snapshot chunk (%v, %v)", first.Kind, err)
 			}
 			if first.Snapshot.Lease != lease {
 				r.mu.Unlock()
-				return false, fmt.Errorf("client: snapshot under lease %+v, asked for %+v", first.Snapshot.Lease, lease)
+				return time.Time{}, fmt.Errorf("client: snapshot under lease %+v, asked for %+v", first.Snapshot.Lease, lease)
 			}
 			if err := r.ls.Assign(first.Snapshot.Identity, lease); err != nil {
 				r.mu.Unlock()
-				return false, err
+				return time.Time{}, err
 			}
 			li := &r.info[t.Lane]
 			li.Connected, li.Epoch = true, epoch
@@ -358,7 +402,10 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 			li.FramesApplied++
 		}
 		if res.Outcome == consumer.SnapshotInstalled {
-			installed, li.Ready = true, true
+			li.Ready = true
+			if installedAt.IsZero() {
+				installedAt = li.LastFrame
+			}
 		}
 		if res.Lane == t.Lane {
 			li.Sequence = res.Sequence
@@ -366,11 +413,11 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 		r.mu.Unlock()
 		switch {
 		case err != nil:
-			return installed, err
+			return installedAt, err
 		case res.Outcome == consumer.Deactivated, res.Outcome == consumer.RetrySnapshot:
-			return installed, fmt.Errorf("%w: %v", ErrDeactivated, res.Fault)
+			return installedAt, fmt.Errorf("%w: %v", ErrDeactivated, res.Fault)
 		case res.Outcome == consumer.StreamClosed:
-			return installed, ErrStreamClosed
+			return installedAt, ErrStreamClosed
 		}
 	}
 }

@@ -354,3 +354,93 @@ func TestRouter_StopIsNotAResubscribe(t *testing.T) {
 		t.Fatalf("a stopped router's lane still answers queries")
 	}
 }
+
+func TestNextFailures_OnlyLongInstalledSessionsReset(t *testing.T) {
+	const healthy = time.Second
+	tests := []struct {
+		name     string
+		failures int
+		lived    time.Duration
+		want     int
+	}{
+		{"no snapshot", 3, -1, 3},
+		{"no snapshot, first failure", 0, -1, 0},
+		{"installed, dropped at once", 3, 0, 3},
+		{"installed, dropped just short", 5, healthy - 1, 5},
+		{"installed, lived exactly healthy", 5, healthy, 0},
+		{"installed, lived long", 9, time.Hour, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nextFailures(tt.failures, tt.lived, healthy); got != tt.want {
+				t.Errorf("nextFailures(%d, %v, %v) = %d, want %d", tt.failures, tt.lived, healthy, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNew_HealthySessionDefault(t *testing.T) {
+	for _, tt := range []struct {
+		maxBackoff, healthy, want time.Duration
+	}{
+		{0, 0, 5 * time.Second}, // MaxBackoff defaults to 5s
+		{2 * time.Millisecond, 0, time.Second},
+		{30 * time.Second, -1, 30 * time.Second},
+		{2 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
+	} {
+		r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p"}}, MinBackoff: time.Millisecond,
+			MaxBackoff: tt.maxBackoff, HealthySession: tt.healthy}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.cfg.HealthySession != tt.want {
+			t.Errorf("MaxBackoff %v, HealthySession %v: got %v, want %v", tt.maxBackoff, tt.healthy, r.cfg.HealthySession, tt.want)
+		}
+	}
+}
+
+// A relay that ends every stream right after its snapshot must not get a
+// re-snapshot storm: sessions that installed but did not last HealthySession
+// count as failures, so the backoff ceiling keeps doubling. With a
+// HealthySession they do last, it stays at MinBackoff.
+func TestRouter_ShortInstalledSessionsBackOff(t *testing.T) {
+	const sessionsRun = 5
+	for _, tt := range []struct {
+		name    string
+		healthy time.Duration
+		want    []time.Duration
+	}{
+		{"short sessions", time.Hour, []time.Duration{1, 2, 4, 8, 16}},
+		{"healthy sessions", time.Nanosecond, []time.Duration{1, 1, 1, 1, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			url, sessions, release := fakeRelay(t)
+			r, err := New(Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+				MinBackoff: time.Millisecond, MaxBackoff: time.Second, HealthySession: tt.healthy, IdleTimeout: -1}, newNative(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ceils := make(chan time.Duration, sessionsRun+1)
+			r.onBackoff = func(_ int, c time.Duration) { ceils <- c }
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = r.Run(ctx)
+			}()
+			defer func() { cancel(); <-done }()
+			for i := range sessionsRun {
+				s := nextSession(t, sessions)
+				snap := ckf.Snapshot{Identity: testID, Lease: lease(s.epoch), Sequence: uint64(i + 1), Words: words(1)}
+				s.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
+				release <- struct{}{} // the relay drops the stream right after the snapshot
+				if c := <-ceils; c != tt.want[i]*time.Millisecond {
+					t.Fatalf("after installed session %d: backoff ceiling %v, want %v", i+1, c, tt.want[i]*time.Millisecond)
+				}
+			}
+			if li := r.Lane(0); li.FramesApplied < sessionsRun {
+				t.Errorf("frames applied %d, want every session's snapshot installed (≥ %d)", li.FramesApplied, sessionsRun)
+			}
+		})
+	}
+}
