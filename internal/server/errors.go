@@ -33,6 +33,9 @@ type apiError struct {
 	status  int
 	code    string
 	message string
+	// admitted, when set, is how many events of the batch were admitted
+	// before the error: the request failed part way through admission.
+	admitted *int
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -70,7 +73,11 @@ func classify(err error) *apiError {
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	ae := classify(err)
 	s.m.rejected.WithLabelValues(ae.code).Inc()
-	writeJSON(w, ae.status, map[string]any{"error": map[string]string{"code": ae.code, "message": ae.message}})
+	body := map[string]any{"error": map[string]string{"code": ae.code, "message": ae.message}}
+	if ae.admitted != nil {
+		body["admitted"] = *ae.admitted
+	}
+	writeJSON(w, ae.status, body)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -173,10 +173,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	blocks := 0
 	for i := range evs {
-		if err := p.handle.AdmitEvent(r.Context(), epoch, evs[i]); err != nil {
-			ae := classify(err)
+		if err := p.admit(r.Context(), epoch, evs[i]); err != nil {
+			// Admission is per event: the first i events are in and stay
+			// in. Say so in the body, so a client retries only the rest.
+			ae := *classify(err)
 			ae.message = fmt.Sprintf("%s (after admitting %d of %d events)", ae.message, i, len(evs))
-			s.writeError(w, ae)
+			ae.admitted = &i
+			s.writeError(w, &ae)
 			return
 		}
 		blocks += evs[i].BlockCount()

@@ -38,6 +38,9 @@ type hostedPool struct {
 	feederDone chan struct{}
 	faultsDone chan struct{}
 
+	// admit is handle.AdmitEvent; tests replace it to fail part way.
+	admit func(ctx context.Context, sourceEpoch uint64, ev ckf.RouterEvent) error
+
 	mu        sync.Mutex
 	hubEpoch  uint64
 	lastFault string
@@ -66,6 +69,7 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 	}
 	p := &hostedPool{spec: spec, handle: h, hub: hb, log: log.With("pool", spec.Name), m: m,
 		feederDone: make(chan struct{}), faultsDone: make(chan struct{})}
+	p.admit = h.AdmitEvent
 	go p.drainFaults(faults)
 	if err := p.resubscribe(context.Background()); err != nil {
 		_ = h.Fence(context.Background())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -396,5 +397,40 @@ func TestServer_ShutdownEndsPoolGoroutines(t *testing.T) {
 		if n := p.hub.Stats().Subscribers; n != 0 {
 			t.Errorf("pool %s: %d subscribers after Shutdown", p.spec.Name, n)
 		}
+	}
+}
+
+// TestServer_PartialAdmissionSaysHowMany: admission is per event, so a batch
+// that fails part way (shutdown, a cancelled request) keeps what was
+// admitted; the error body says how many, so a client resends only the rest.
+func TestServer_PartialAdmissionSaysHowMany(t *testing.T) {
+	s, ts := startTestServer(t, testConfig())
+	p := s.pools["dc-a"]
+	real := p.admit
+	n := 0
+	p.admit = func(ctx context.Context, epoch uint64, ev ckf.RouterEvent) error {
+		if n++; n > 2 {
+			return producer.ErrShuttingDown
+		}
+		return real(ctx, epoch, ev)
+	}
+	var evs []string
+	for i := range 4 {
+		ev, _ := chainJSON(uint64(10+i), uint64(10+i), 2)
+		evs = append(evs, ev)
+	}
+	code, body := post(t, ts.URL+"/v1/pools/dc-a/events?source_epoch=1", "application/json", "["+strings.Join(evs, ",")+"]")
+	if code != http.StatusServiceUnavailable || errCode(body) != CodeShuttingDown || body["admitted"] != float64(2) {
+		t.Fatalf("got %d %v, want 503 shutting_down with admitted 2", code, body)
+	}
+	if err := p.handle.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.handle.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pool.UniqueBlocks != 4 {
+		t.Fatalf("pool holds %d blocks, want the 2 admitted events' 4", st.Pool.UniqueBlocks)
 	}
 }
