@@ -454,7 +454,9 @@ func (st *stream) close(reason wire.CloseReason, msg string) {
 // marker when the pool shut down cleanly, and a close frame.
 func (st *stream) end(sub *hub.Subscription) {
 	cause := sub.Err()
-	if !errors.Is(cause, hub.ErrLagged) {
+	// A lagged stream has a gap, and a superseded one belongs to a lease its
+	// consumer replaced: neither gets the deltas still queued.
+	if !errors.Is(cause, hub.ErrLagged) && !errors.Is(cause, hub.ErrSuperseded) {
 	drain:
 		for {
 			select {
@@ -477,7 +479,7 @@ func (st *stream) end(sub *hub.Subscription) {
 		if !st.write(&wire.Frame{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: st.lease, ExpectedSequence: st.last}}) {
 			return
 		}
-	case errors.Is(cause, errFenced):
+	case errors.Is(cause, errFenced), errors.Is(cause, hub.ErrSuperseded):
 		reason = wire.CloseFenced
 	}
 	st.close(reason, fmt.Sprint(cause))

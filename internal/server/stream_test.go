@@ -145,3 +145,31 @@ func TestStream_SlowReaderGetsWholeSnapshot(t *testing.T) {
 type readerFunc func([]byte) (int, error)
 
 func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestStream_NewerLeaseFencesTheOldStream: resubscribing a lane with a higher
+// epoch ends the older stream of the same (consumer, lane) with a fenced close
+// frame, so a half-open zombie does not keep its slot.
+func TestStream_NewerLeaseFencesTheOldStream(t *testing.T) {
+	_, ts := startTestServer(t, testConfig())
+	old, _ := openStream(t, ts.URL, "dc-a", 5, 3, 1)
+	if old.next() != wire.KindSnapshotChunk {
+		t.Fatal("old stream: no snapshot")
+	}
+	cur, _ := openStream(t, ts.URL, "dc-a", 5, 3, 2)
+	if cur.next() != wire.KindSnapshotChunk {
+		t.Fatal("new stream: no snapshot")
+	}
+	for {
+		switch old.next() {
+		case wire.KindHeartbeat:
+			continue
+		case wire.KindClose:
+			if old.f.Close.Reason != wire.CloseFenced {
+				t.Fatalf("old stream closed %q, want fenced", old.f.Close.Reason)
+			}
+			return
+		default:
+			t.Fatalf("old stream got %v, want a close frame", old.f.Kind)
+		}
+	}
+}
