@@ -26,6 +26,8 @@ const (
 	CodeTooMany          = "too_many_subscribers"
 	CodeInvalidRanks     = "invalid_replacement"
 	CodeInternal         = "internal"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
 )
 
 // apiError is an error with an HTTP status and a stable code.

@@ -28,18 +28,37 @@ const snapshotChunkBytes = 256 << 10
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", s.handleReady)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /v1/pools", s.handleCatalog)
-	mux.HandleFunc("POST /v1/pools/{pool}/events", s.handleEvents)
-	mux.HandleFunc("POST /v1/pools/{pool}/ranks/replace", s.handleReplace)
-	mux.HandleFunc("POST /v1/pools/{pool}/ranks/reset", s.handleReset)
-	mux.HandleFunc("GET /v1/pools/{pool}/stream", s.handleStream)
+	routes := []struct {
+		method, path string
+		h            http.Handler
+	}{
+		{"GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		})},
+		{"GET", "/readyz", http.HandlerFunc(s.handleReady)},
+		{"GET", "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{})},
+		{"GET", "/v1/pools", http.HandlerFunc(s.handleCatalog)},
+		{"POST", "/v1/pools/{pool}/events", http.HandlerFunc(s.handleEvents)},
+		{"POST", "/v1/pools/{pool}/ranks/replace", http.HandlerFunc(s.handleReplace)},
+		{"POST", "/v1/pools/{pool}/ranks/reset", http.HandlerFunc(s.handleReset)},
+		{"GET", "/v1/pools/{pool}/stream", http.HandlerFunc(s.handleStream)},
+	}
+	allowed := map[string][]string{}
+	for _, rt := range routes {
+		mux.Handle(rt.method+" "+rt.path, rt.h)
+		allowed[rt.path] = append(allowed[rt.path], rt.method)
+	}
+	// The method-less pattern of each path answers other methods with a JSON
+	// 405; without it the catch-all below would turn them into 404s.
+	for path, methods := range allowed {
+		allow := strings.Join(methods, ", ")
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			s.writeError(w, apiErr(http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" "+r.URL.Path+" is not allowed; use "+allow))
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, apiErr(http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path))
+		s.writeError(w, apiErr(http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
 	return s.auth(mux)
 }

@@ -195,7 +195,9 @@ func TestServer_BadInputGetsClearErrorsAndChangesNothing(t *testing.T) {
 		{"replace empty", "POST", "/v1/pools/dc-a/ranks/replace", "application/json", `{"ranks": []}`, 400, CodeBadRequest},
 		{"replace non-stored", "POST", "/v1/pools/dc-a/ranks/replace", "application/json",
 			`{"ranks": [{"worker_id": 1, "source_epoch": 1, "events": [{"worker_id": 1, "event": {"event_id": 1, "data": "cleared"}}]}]}`, 422, CodeInvalidRanks},
-		{"no route", "GET", "/v2/nothing", "", "", 404, "not_found"},
+		{"no route", "GET", "/v2/nothing", "", "", 404, CodeNotFound},
+		{"wrong method", "GET", "/v1/pools/dc-a/events", "", "", 405, CodeMethodNotAllowed},
+		{"wrong method on catalog", "DELETE", "/v1/pools", "", "", 405, CodeMethodNotAllowed},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
