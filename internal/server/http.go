@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -35,13 +36,13 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/healthz", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		})},
-		{"GET", "/readyz", http.HandlerFunc(s.handleReady)},
+		{"GET", "/readyz", s.api(s.handleReady)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{})},
 		{"GET", "/v1/pools", http.HandlerFunc(s.handleCatalog)},
-		{"POST", "/v1/pools/{pool}/events", http.HandlerFunc(s.handleEvents)},
-		{"POST", "/v1/pools/{pool}/ranks/replace", http.HandlerFunc(s.handleReplace)},
-		{"POST", "/v1/pools/{pool}/ranks/reset", http.HandlerFunc(s.handleReset)},
-		{"GET", "/v1/pools/{pool}/stream", http.HandlerFunc(s.handleStream)},
+		{"POST", "/v1/pools/{pool}/events", s.api(s.handleEvents)},
+		{"POST", "/v1/pools/{pool}/ranks/replace", s.api(s.handleReplace)},
+		{"POST", "/v1/pools/{pool}/ranks/reset", s.api(s.handleReset)},
+		{"GET", "/v1/pools/{pool}/stream", s.api(s.handleStream)},
 	}
 	allowed := map[string][]string{}
 	for _, rt := range routes {
@@ -61,6 +62,16 @@ func (s *Server) routes() http.Handler {
 		s.writeError(w, apiErr(http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
 	return s.auth(mux)
+}
+
+// api adapts a handler that returns its error: a non-nil error, which must
+// come before anything is written, becomes the JSON error response.
+func (s *Server) api(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, err)
+		}
+	})
 }
 
 // auth requires the bearer token on every endpoint but /healthz.
@@ -88,18 +99,17 @@ func (s *Server) pool(r *http.Request) (*hostedPool, error) {
 	return p, nil
 }
 
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 	if s.stopping.Load() {
-		s.writeError(w, apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "relay is shutting down"))
-		return
+		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "relay is shutting down")
 	}
 	for _, p := range s.order {
 		if !p.hub.Stats().Ready {
-			s.writeError(w, apiErr(http.StatusServiceUnavailable, CodeNotReady, "pool "+p.spec.Name+" has no snapshot yet"))
-			return
+			return apiErr(http.StatusServiceUnavailable, CodeNotReady, "pool "+p.spec.Name+" has no snapshot yet")
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
 }
 
 func uintParam(r *http.Request, name string, required bool) (uint64, error) {
@@ -165,30 +175,25 @@ func (s *Server) checkEvents(evs []ckf.RouterEvent) error {
 
 // handleEvents admits a batch of RouterEvents at one source epoch. The batch
 // is decoded and checked whole before the first admission.
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.pool(r)
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	epoch, err := uintParam(r, "source_epoch", true)
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	body, err := s.readBody(w, r)
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	evs, err := s.decodeEvents(r.Header.Get("Content-Type"), body)
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	if s.stopping.Load() {
-		s.writeError(w, apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "relay is shutting down"))
-		return
+		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "relay is shutting down")
 	}
 	blocks := 0
 	for i := range evs {
@@ -198,14 +203,14 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			ae := *classify(err)
 			ae.message = fmt.Sprintf("%s (after admitting %d of %d events)", ae.message, i, len(evs))
 			ae.admitted = &i
-			s.writeError(w, &ae)
-			return
+			return &ae
 		}
 		blocks += evs[i].BlockCount()
 		s.m.events.WithLabelValues(p.spec.Name).Inc()
 	}
 	s.m.blocks.WithLabelValues(p.spec.Name).Add(float64(blocks))
 	writeJSON(w, http.StatusAccepted, map[string]int{"admitted": len(evs)})
+	return nil
 }
 
 type replaceRequest struct {
@@ -219,54 +224,43 @@ type replaceRequest struct {
 
 // handleReplace replaces the exact state of one or more ranks (tree dumps) in
 // one rebuild.
-func (s *Server) handleReplace(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleReplace(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.pool(r)
 	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	body, err := s.readBody(w, r)
-	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	var req replaceRequest
-	if err := strictJSON(body, &req); err != nil {
-		s.writeError(w, err)
-		return
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
 	}
 	if len(req.Ranks) == 0 {
-		s.writeError(w, apiErr(http.StatusBadRequest, CodeBadRequest, "ranks must list at least one rank"))
-		return
+		return apiErr(http.StatusBadRequest, CodeBadRequest, "ranks must list at least one rank")
 	}
 	reps := make([]producer.RankReplacement, 0, len(req.Ranks))
 	for i, rk := range req.Ranks {
 		if rk.WorkerID == nil || rk.SourceEpoch == nil {
-			s.writeError(w, apiErr(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("ranks[%d]: worker_id and source_epoch are required", i)))
-			return
+			return apiErr(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("ranks[%d]: worker_id and source_epoch are required", i))
 		}
 		var evs []ckf.RouterEvent
 		if len(rk.Events) > 0 && string(rk.Events) != "null" {
 			if evs, err = wire.DecodeRouterEventsJSON(rk.Events, nil); err != nil {
-				s.writeError(w, apiErr(http.StatusBadRequest, CodeMalformedEvents, fmt.Sprintf("ranks[%d].events: %v", i, err)))
-				return
+				return apiErr(http.StatusBadRequest, CodeMalformedEvents, fmt.Sprintf("ranks[%d].events: %v", i, err))
 			}
 		}
 		if err := s.checkEvents(evs); err != nil {
-			s.writeError(w, err)
-			return
+			return err
 		}
 		reps = append(reps, producer.RankReplacement{SourceEpoch: *rk.SourceEpoch,
 			Member: ckf.Member{WorkerID: *rk.WorkerID, DPRank: rk.DPRank}, Events: evs})
 	}
 	if err := p.handle.ReplaceRanks(r.Context(), reps); err != nil {
 		if isPoolValidation(err) {
-			err = apiErr(http.StatusUnprocessableEntity, CodeInvalidRanks, err.Error())
+			return apiErr(http.StatusUnprocessableEntity, CodeInvalidRanks, err.Error())
 		}
-		s.writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"replaced": len(reps)})
+	return nil
 }
 
 // isPoolValidation reports a replacement the pool rejected as invalid.
@@ -283,36 +277,35 @@ type resetRequest struct {
 }
 
 // handleReset removes every block of one rank at a new source epoch.
-func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.pool(r)
 	if err != nil {
-		s.writeError(w, err)
-		return
-	}
-	body, err := s.readBody(w, r)
-	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	var req resetRequest
-	if err := strictJSON(body, &req); err != nil {
-		s.writeError(w, err)
-		return
+	if err := s.readJSON(w, r, &req); err != nil {
+		return err
 	}
 	if req.WorkerID == nil || req.SourceEpoch == nil {
-		s.writeError(w, apiErr(http.StatusBadRequest, CodeBadRequest, "worker_id and source_epoch are required"))
-		return
+		return apiErr(http.StatusBadRequest, CodeBadRequest, "worker_id and source_epoch are required")
 	}
 	m := ckf.Member{WorkerID: *req.WorkerID, DPRank: req.DPRank}
 	if err := p.handle.ResetRank(r.Context(), *req.SourceEpoch, m, req.Degraded); err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "reset"})
+	return nil
 }
 
-func strictJSON(body []byte, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+// readJSON reads the body within the limit and decodes one JSON value into v.
+// Unknown keys and trailing data are errors, so a misspelt field is never
+// silently ignored.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: "+err.Error())
@@ -326,35 +319,30 @@ func strictJSON(body []byte, v any) error {
 // handleStream serves one remote consumer lane: a chunked snapshot from the
 // hub's mirror, then every delta re-stamped with the subscriber's lease,
 // heartbeats while idle, and a close frame when the stream ends.
-func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.pool(r)
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	consumer, err := uintParam(r, "consumer", true)
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	lane, err := uintParam(r, "lane", true)
-	if err == nil && lane >= ckf.MaxLanes {
-		err = apiErr(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("lane %d outside 0..%d", lane, ckf.MaxLanes-1))
-	}
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
+	}
+	if lane >= ckf.MaxLanes {
+		return apiErr(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("lane %d outside 0..%d", lane, ckf.MaxLanes-1))
 	}
 	epoch, err := uintParam(r, "epoch", true)
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	lease := ckf.LaneLease{ConsumerInstance: consumer, PhysicalLane: uint8(lane), AssignmentEpoch: epoch}
 	snap, sub, err := p.hub.Subscribe(lease)
 	if err != nil {
-		s.writeError(w, err)
-		return
+		return err
 	}
 	defer sub.Cancel()
 	w.Header().Set("Content-Type", FramesContentType)
@@ -363,7 +351,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	st := &stream{s: s, p: p, rc: http.NewResponseController(w), w: w, lease: lease, last: snap.Sequence, identity: snap.Identity}
 	st.fw = wire.NewWriter(w, s.cfg.MaxFrameBytes)
 	if !st.snapshot(&snap) {
-		return
+		return nil
 	}
 	snap.Words = nil // the shared table may be released while the stream lives on
 
@@ -373,7 +361,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case d := <-sub.Deltas():
 			if !st.delta(sub.Stamp(d)) {
-				return
+				return nil
 			}
 			// Coalesce flushes: write everything already queued first.
 			if len(sub.Deltas()) == 0 {
@@ -381,15 +369,15 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			}
 		case <-sub.Done():
 			st.end(sub)
-			return
+			return nil
 		case <-hb.C:
 			if !st.write(&wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: st.identity, Lease: lease,
 				LastSequence: st.last, UnixMicros: time.Now().UnixMicro()}}) {
-				return
+				return nil
 			}
 			_ = st.rc.Flush()
 		case <-r.Context().Done():
-			return
+			return nil
 		}
 	}
 }
