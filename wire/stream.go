@@ -18,10 +18,28 @@ const LengthPrefixBytes = 4
 
 // Writer writes length-prefixed frames to an io.Writer. The zero value is
 // not usable; call [NewWriter]. A Writer is not safe for concurrent use.
+//
+// A Writer reuses its encoding buffer between frames, but keeps it only up to
+// [RetainedBufferBytes]: a long-lived stream that once wrote a large frame
+// (a snapshot chunk, a mass-removal delta) must not hold that much memory for
+// the rest of its life.
 type Writer struct {
 	w     io.Writer
 	limit int
 	buf   []byte
+}
+
+// RetainedBufferBytes is the largest encoding buffer a [Writer] keeps for
+// its next frame; a larger one is released after its frame is written.
+const RetainedBufferBytes = 256 << 10
+
+// keep retains b's storage for the next frame when it is small enough.
+func (w *Writer) keep(b []byte) {
+	if cap(b) <= RetainedBufferBytes {
+		w.buf = b[:0]
+	} else {
+		w.buf = nil
+	}
 }
 
 // NewWriter returns a Writer that refuses frames larger than maxFrameBytes
@@ -53,7 +71,7 @@ func (w *Writer) MaxFrameBytes() int { return w.limit }
 func (w *Writer) WriteFrame(f *Frame) error {
 	b := append(w.buf[:0], 0, 0, 0, 0)
 	b, err := AppendFrame(b, f)
-	w.buf = b[:0]
+	defer w.keep(b)
 	if err != nil {
 		return err
 	}
@@ -74,7 +92,7 @@ func (w *Writer) WriteRaw(body []byte) error {
 	}
 	b := binary.BigEndian.AppendUint32(w.buf[:0], uint32(len(body)))
 	b = append(b, body...)
-	w.buf = b[:0]
+	defer w.keep(b)
 	_, err := w.w.Write(b)
 	return err
 }

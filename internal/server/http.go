@@ -348,8 +348,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", FramesContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
-	st := &stream{s: s, p: p, rc: http.NewResponseController(w), w: w, lease: lease, last: snap.Sequence, identity: snap.Identity}
-	st.fw = wire.NewWriter(w, s.cfg.MaxFrameBytes)
+	st := &stream{s: s, p: p, rc: http.NewResponseController(w), fw: wire.NewWriter(w, s.cfg.MaxFrameBytes),
+		lease: lease, last: snap.Sequence, identity: snap.Identity}
 	if !st.snapshot(&snap) {
 		return nil
 	}
@@ -389,7 +389,6 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 type stream struct {
 	s        *Server
 	p        *hostedPool
-	w        http.ResponseWriter
 	rc       *http.ResponseController
 	fw       *wire.Writer
 	lease    ckf.LaneLease
@@ -404,20 +403,16 @@ func (st *stream) write(f *wire.Frame) bool {
 }
 
 // snapshot writes the snapshot in chunks of at most snapshotChunkBytes, each
-// under its own deadline, through a writer of its own: a wire.Writer keeps its
-// largest encoding buffer, and a whole-table buffer per idle subscriber is
-// what a subscriber flood would otherwise cost.
+// under its own deadline (wire.Writer releases a buffer that large after
+// each frame, so an idle subscriber does not keep one).
 func (st *stream) snapshot(snap *ckf.Snapshot) bool {
-	limit := min(st.s.cfg.MaxFrameBytes, snapshotChunkBytes)
-	chunks, err := wire.SplitSnapshot(snap, limit)
+	chunks, err := wire.SplitSnapshot(snap, min(st.s.cfg.MaxFrameBytes, snapshotChunkBytes))
 	if err != nil {
 		st.s.log.Error("stream: cannot chunk snapshot", "pool", st.p.spec.Name, "err", err)
 		return false
 	}
-	sw := wire.NewWriter(st.w, limit)
 	for i := range chunks {
-		_ = st.rc.SetWriteDeadline(time.Now().Add(time.Duration(st.s.cfg.StreamWriteTimeout)))
-		if sw.WriteFrame(&wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: chunks[i]}) != nil {
+		if !st.write(&wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: chunks[i]}) {
 			return false
 		}
 	}
@@ -444,11 +439,6 @@ func (st *stream) delta(d ckf.Delta) bool {
 		return false
 	}
 	st.last = d.Sequence
-	if len(d.Images)*wire.ImageBytes > snapshotChunkBytes {
-		// Drop the large encoding buffer the writer would otherwise keep for
-		// the life of the stream.
-		st.fw = wire.NewWriter(st.w, st.s.cfg.MaxFrameBytes)
-	}
 	return true
 }
 
