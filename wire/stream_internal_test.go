@@ -1,0 +1,40 @@
+package wire
+
+import (
+	"io"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// TestWriter_ReleasesLargeBuffers: after a frame larger than
+// RetainedBufferBytes the writer keeps no buffer that size; small frames
+// still reuse theirs.
+func TestWriter_ReleasesLargeBuffers(t *testing.T) {
+	w := NewWriter(io.Discard, 0)
+	small := Frame{Kind: KindDrainMarker, Drain: ckf.DrainMarker{ExpectedSequence: 7}}
+	if err := w.WriteFrame(&small); err != nil {
+		t.Fatal(err)
+	}
+	if cap(w.buf) == 0 {
+		t.Fatal("a small frame's buffer was not kept for reuse")
+	}
+	images := make([]ckf.BucketImage, RetainedBufferBytes/ImageBytes+1)
+	for i := range images {
+		images[i].Bucket = uint32(i)
+	}
+	big := Frame{Kind: KindDelta, Delta: ckf.Delta{Identity: ckf.ProducerIdentity{Format: ckf.NewFormat(1, 1<<20)},
+		BaseSequence: 1, Sequence: 2, Images: images}}
+	if err := w.WriteFrame(&big); err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(w.buf); c > RetainedBufferBytes {
+		t.Fatalf("writer kept a %d-byte buffer after a large frame, limit %d", c, RetainedBufferBytes)
+	}
+	if err := w.WriteRaw(make([]byte, RetainedBufferBytes+1)); err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(w.buf); c > RetainedBufferBytes {
+		t.Fatalf("WriteRaw kept a %d-byte buffer", c)
+	}
+}
