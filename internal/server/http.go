@@ -371,8 +371,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 			st.end(sub)
 			return nil
 		case <-hb.C:
-			if !st.write(&wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: st.identity, Lease: lease,
-				LastSequence: st.last, UnixMicros: time.Now().UnixMicro()}}) {
+			if st.write(&wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: st.identity, Lease: lease,
+				LastSequence: st.last, UnixMicros: time.Now().UnixMicro()}}) != nil {
 				return nil
 			}
 			_ = st.rc.Flush()
@@ -397,9 +397,9 @@ type stream struct {
 }
 
 // write writes one frame under a fresh deadline.
-func (st *stream) write(f *wire.Frame) bool {
+func (st *stream) write(f *wire.Frame) error {
 	_ = st.rc.SetWriteDeadline(time.Now().Add(time.Duration(st.s.cfg.StreamWriteTimeout)))
-	return st.fw.WriteFrame(f) == nil
+	return st.fw.WriteFrame(f)
 }
 
 // snapshot writes the snapshot in chunks of at most snapshotChunkBytes, each
@@ -412,7 +412,7 @@ func (st *stream) snapshot(snap *ckf.Snapshot) bool {
 		return false
 	}
 	for i := range chunks {
-		if !st.write(&wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: chunks[i]}) {
+		if st.write(&wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: chunks[i]}) != nil {
 			return false
 		}
 	}
@@ -425,8 +425,7 @@ func (st *stream) snapshot(snap *ckf.Snapshot) bool {
 // the subscriber resubscribes and gets the same state as a chunked snapshot,
 // instead of the stream dying silently.
 func (st *stream) delta(d ckf.Delta) bool {
-	_ = st.rc.SetWriteDeadline(time.Now().Add(time.Duration(st.s.cfg.StreamWriteTimeout)))
-	err := st.fw.WriteFrame(&wire.Frame{Kind: wire.KindDelta, Delta: d})
+	err := st.write(&wire.Frame{Kind: wire.KindDelta, Delta: d})
 	if errors.Is(err, wire.ErrFrameTooLarge) {
 		st.s.m.oversize.WithLabelValues(st.p.spec.Name).Inc()
 		st.s.log.Warn("stream: delta exceeds the frame limit; closing for a resnapshot",
@@ -443,7 +442,9 @@ func (st *stream) delta(d ckf.Delta) bool {
 }
 
 func (st *stream) close(reason wire.CloseReason, msg string) {
-	_ = st.write(&wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: reason, Message: msg}})
+	if st.write(&wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: reason, Message: msg}}) != nil {
+		return
+	}
 	_ = st.rc.Flush()
 }
 
@@ -473,7 +474,7 @@ func (st *stream) end(sub *hub.Subscription) {
 		st.s.m.lagged.WithLabelValues(st.p.spec.Name).Inc()
 	case errors.Is(cause, errShuttingDown):
 		reason = wire.CloseShuttingDown
-		if !st.write(&wire.Frame{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: st.lease, ExpectedSequence: st.last}}) {
+		if st.write(&wire.Frame{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: st.lease, ExpectedSequence: st.last}}) != nil {
 			return
 		}
 	case errors.Is(cause, errFenced), errors.Is(cause, hub.ErrSuperseded):
