@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/hub"
 	"github.com/zeebo/xxh3"
 )
 
@@ -56,13 +57,16 @@ type Config struct {
 	CacheSemantics string `json:"cache_semantics,omitempty"`
 	RoutingScope   string `json:"routing_scope,omitempty"`
 	// Limits.
-	MaxFrameBytes     int      `json:"max_frame_bytes,omitempty"`      // default 8 MiB
-	MaxRequestBytes   int64    `json:"max_request_bytes,omitempty"`    // default 16 MiB
-	MaxEventsPerBatch int      `json:"max_events_per_batch,omitempty"` // default 4096
-	MaxBlocksPerEvent int      `json:"max_blocks_per_event,omitempty"` // default 4096
-	MaxSubscribers    int      `json:"max_subscribers,omitempty"`      // per pool, default 256
-	SubscriberQueue   int      `json:"subscriber_queue,omitempty"`     // deltas, default 4096
-	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"`   // default 1s
+	MaxFrameBytes     int   `json:"max_frame_bytes,omitempty"`      // default 8 MiB
+	MaxRequestBytes   int64 `json:"max_request_bytes,omitempty"`    // default 16 MiB
+	MaxEventsPerBatch int   `json:"max_events_per_batch,omitempty"` // default 4096
+	MaxBlocksPerEvent int   `json:"max_blocks_per_event,omitempty"` // default 4096
+	MaxSubscribers    int   `json:"max_subscribers,omitempty"`      // per pool, default 256
+	// MaxLeaseRecords bounds, per pool, the remembered (consumer, lane) lease
+	// epochs; idle ones are forgotten beyond it. Default 65,536; ≥ max_subscribers.
+	MaxLeaseRecords   int      `json:"max_lease_records,omitempty"`
+	SubscriberQueue   int      `json:"subscriber_queue,omitempty"`   // deltas, default 4096
+	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"` // default 1s
 	// StreamWriteTimeout bounds one write to a stream: a subscriber that
 	// stops reading is dropped after it, so it cannot pin a handler (or
 	// delay shutdown) forever. Default 10s.
@@ -117,6 +121,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxEventsPerBatch, DefaultMaxEventsPerBatch)
 	setDefault(&c.MaxBlocksPerEvent, DefaultMaxBlocksPerEvent)
 	setDefault(&c.MaxSubscribers, DefaultMaxSubscribers)
+	setDefault(&c.MaxLeaseRecords, max(hub.DefaultMaxLeaseRecords, c.MaxSubscribers))
 	setDefault(&c.SubscriberQueue, DefaultSubscriberQueue)
 	setDefault(&c.HeartbeatInterval, Duration(DefaultHeartbeat))
 	setDefault(&c.ShutdownGrace, Duration(DefaultShutdownGrace))
@@ -159,6 +164,8 @@ func (c Config) Validate() error {
 		return invalid("max_request_bytes %d < 1024", c.MaxRequestBytes)
 	case c.MaxEventsPerBatch < 1, c.MaxBlocksPerEvent < 1, c.MaxSubscribers < 1, c.SubscriberQueue < 1:
 		return invalid("limits must be ≥ 1")
+	case c.MaxLeaseRecords < c.MaxSubscribers:
+		return invalid("max_lease_records %d < max_subscribers %d", c.MaxLeaseRecords, c.MaxSubscribers)
 	case c.HeartbeatInterval <= 0 || c.ShutdownGrace <= 0 || c.StreamWriteTimeout <= 0:
 		return invalid("heartbeat_interval, shutdown_grace and stream_write_timeout must be > 0")
 	}

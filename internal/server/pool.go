@@ -63,7 +63,7 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 	if err != nil {
 		return nil, err
 	}
-	hb, err := hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, MaxSubscribers: cfg.MaxSubscribers})
+	hb, err := hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords})
 	if err != nil {
 		return nil, err
 	}

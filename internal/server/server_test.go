@@ -355,6 +355,7 @@ func TestConfig_Validate(t *testing.T) {
 		"half tls":       func(c *Config) { c.TLSCertFile = "x" },
 		"kicks":          func(c *Config) { c.Pools[0].MaxKicks = 5000 },
 		"tiny frame cap": func(c *Config) { c.MaxFrameBytes = 10 },
+		"lease records":  func(c *Config) { c.MaxSubscribers, c.MaxLeaseRecords = 100, 50 },
 	}
 	for name, mutate := range cases {
 		c := base
