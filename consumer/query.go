@@ -37,26 +37,25 @@ func (c *Consumer) Query(locals []uint64, res *QueryResult) error {
 // QuerySequenceHashes is [Consumer.Query] for hashes that are already the
 // canonical chain. seq is only read and not retained.
 func (c *Consumer) QuerySequenceHashes(seq []uint64, res *QueryResult) error {
-	if res == nil {
-		return ErrInvalidQuery
-	}
-	saved := c.q.seq
-	c.q.seq = seq
-	err := c.run(res, false)
-	c.q.seq = saved
-	return err
+	return c.runOn(seq, res, false)
 }
 
 // QuerySequenceHashesLinear is the exact reference search (a linear scan that
 // stops at each lane's first miss) over already-chained hashes. It exists to
 // check and compare the fast search; routers should use the fast one.
 func (c *Consumer) QuerySequenceHashesLinear(seq []uint64, res *QueryResult) error {
+	return c.runOn(seq, res, true)
+}
+
+// runOn runs a search over the caller's already-chained hashes, lending them
+// to the query scratch for the call only (seq is not retained).
+func (c *Consumer) runOn(seq []uint64, res *QueryResult, linear bool) error {
 	if res == nil {
 		return ErrInvalidQuery
 	}
 	saved := c.q.seq
 	c.q.seq = seq
-	err := c.run(res, true)
+	err := c.run(res, linear)
 	c.q.seq = saved
 	return err
 }

@@ -118,24 +118,7 @@ func (r *reader) isNil() bool {
 }
 
 // arrayLen reads an array header.
-func (r *reader) arrayLen() (int, error) {
-	c, err := r.peek()
-	if err != nil {
-		return 0, err
-	}
-	start := r.off
-	r.off++
-	switch {
-	case c >= 0x90 && c <= 0x9f:
-		return int(c & 0x0f), nil
-	case c == mpArray16:
-		return r.length(2)
-	case c == mpArray32:
-		return r.length(4)
-	}
-	r.off = start
-	return 0, r.fail(ErrMalformed, "want array, got "+typeName(c))
-}
+func (r *reader) arrayLen() (int, error) { return r.containerLen(0x90, mpArray16, mpArray32, "array") }
 
 // expectArray reads an array header of exactly n elements.
 func (r *reader) expectArray(n int) error {
@@ -152,7 +135,11 @@ func (r *reader) expectArray(n int) error {
 }
 
 // mapLen reads a map header.
-func (r *reader) mapLen() (int, error) {
+func (r *reader) mapLen() (int, error) { return r.containerLen(0x80, mpMap16, mpMap32, "map") }
+
+// containerLen reads an array or map header: a fix form (fix..fix+15), or a
+// 16- or 32-bit length. On a wrong type it consumes nothing.
+func (r *reader) containerLen(fix, c16, c32 byte, what string) (int, error) {
 	c, err := r.peek()
 	if err != nil {
 		return 0, err
@@ -160,15 +147,15 @@ func (r *reader) mapLen() (int, error) {
 	start := r.off
 	r.off++
 	switch {
-	case c >= 0x80 && c <= 0x8f:
+	case c >= fix && c <= fix+0x0f:
 		return int(c & 0x0f), nil
-	case c == mpMap16:
+	case c == c16:
 		return r.length(2)
-	case c == mpMap32:
+	case c == c32:
 		return r.length(4)
 	}
 	r.off = start
-	return 0, r.fail(ErrMalformed, "want map, got "+typeName(c))
+	return 0, r.fail(ErrMalformed, "want "+what+", got "+typeName(c))
 }
 
 // uint reads any msgpack integer whose value is in 0..max. Every integer
