@@ -84,7 +84,6 @@ func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
 	// Swap, carrying lifetime statistics over. The new window starts empty:
 	// the diff above covers everything consumers have not seen.
 	d := p.dirty
-	d.order = d.order[:0]
 	d.reset()
 	d.emittedImages += uint64(len(images))
 	p.t = next.t
