@@ -11,7 +11,7 @@ import (
 // Element counts of the v1 frame arrays (SPEC §9), including version and kind.
 const (
 	snapshotChunkElems = 9
-	deltaElems         = 6
+	deltaElems         = 7
 	drainElems         = 4
 	heartbeatElems     = 6
 	closeElems         = 4

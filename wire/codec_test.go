@@ -137,7 +137,7 @@ func TestAppendFrame_Appends(t *testing.T) {
 var goldenFrames = map[string]string{
 	"drain_marker": "940103932a050912",
 	"close":        "940105a66c6167676564aa71756575652066756c6c",
-	"delta": "96010294" + goldenIdentity + goldenLease + "1112" +
+	"delta": "97010294" + goldenIdentity + goldenLease + "1112" +
 		"c418" + "03000000" + "cdab000000000000" + "ff030000" + "0000000000000000",
 	"snapshot_chunk": "99010194" + goldenIdentity + goldenLease + "11010304" +
 		"c420" + "0000000000000000" + "0100000000000000" + "ffffffffffffffff" + "efcdab8967452301",
