@@ -5,7 +5,7 @@ PKGS      := ./...
 WASM_PKGS := ./ckf/... ./wire/... ./consumer/... ./wasm/guest
 FUZZTIME  ?= 20s
 
-.PHONY: all run test check vet fmt-check wasm-check port-check wasm bench fuzz
+.PHONY: all run test check vet fmt-check tidy-check wasm-check port-check wasm bench fuzz
 
 all: check test
 
@@ -19,11 +19,15 @@ test: check
 	$(GO) test -count=1 -race -short $(PKGS)
 
 ## check: formatting, vet, cross-build for wasip1
-check: fmt-check vet wasm-check port-check
+check: fmt-check tidy-check vet wasm-check port-check
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# go.mod and go.sum must be exactly what `go mod tidy` writes.
+tidy-check:
+	$(GO) mod tidy -diff
 
 vet:
 	$(GO) vet $(PKGS)

@@ -19,7 +19,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/ckfrelay/ckfrelay/wasm/build"
+	"github.com/ckfrelay/ckfrelay/internal/wasmbuild"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -27,31 +27,31 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("wasmbuild", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("o", "", "output file (default: the embedded module "+build.EmbeddedPath+" and its stamp)")
+	out := fs.String("o", "", "output file (default: the embedded module "+wasmbuild.EmbeddedPath+" and its stamp)")
 	opt := fs.Bool("opt", false, "run wasm-opt -O2 when installed (not allowed for the embedded module)")
 	check := fs.Bool("check", false, "build and compare with the committed module; exit 1 when stale")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	root, err := build.ModuleRoot()
+	root, err := wasmbuild.ModuleRoot()
 	if err != nil {
 		fmt.Fprintln(stderr, "wasmbuild:", err)
 		return 1
 	}
 	if *check {
-		r, err := build.Check(root)
+		r, err := wasmbuild.Check(root)
 		if err != nil {
 			fmt.Fprintln(stderr, "wasmbuild:", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s up to date: %d bytes sha256:%s (%s)\n", build.EmbeddedPath, len(r.Wasm), r.SHA256, r.Toolchain)
+		fmt.Fprintf(stdout, "%s up to date: %d bytes sha256:%s (%s)\n", wasmbuild.EmbeddedPath, len(r.Wasm), r.SHA256, r.Toolchain)
 		return 0
 	}
 	if *out == "" && *opt {
 		fmt.Fprintln(stderr, "wasmbuild: -opt needs -o: the embedded module must stay reproducible without binaryen")
 		return 2
 	}
-	r, err := build.Build(build.Options{Dir: root, Optimize: *opt})
+	r, err := wasmbuild.Build(wasmbuild.Options{Dir: root, Optimize: *opt})
 	if err != nil {
 		fmt.Fprintln(stderr, "wasmbuild:", err)
 		return 1
@@ -61,8 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	dest := *out
 	if dest == "" {
-		err = build.Write(root, r)
-		dest = filepath.Join(root, build.EmbeddedPath)
+		err = wasmbuild.Write(root, r)
+		dest = filepath.Join(root, wasmbuild.EmbeddedPath)
 	} else {
 		err = os.WriteFile(dest, r.Wasm, 0o644)
 	}

@@ -21,7 +21,7 @@ var allowed = map[string][]string{
 	"wire":              {"ckf", "github.com/vmihailenco/msgpack/v5"},
 	"consumer":          {"ckf", "wire", "github.com/zeebo/xxh3"},
 	"producer":          {"ckf", "wire", "golang.org/x/sync"},
-	"hub":               {"ckf"},
+	"internal/hub":      {"ckf"},
 	"client":            {"ckf", "consumer", "wire"},
 	"internal/workload": {"ckf", "github.com/zeebo/xxh3"},
 	"wasm/abi":          {"ckf", "consumer", "wire"},

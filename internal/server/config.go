@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/hub"
+	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/zeebo/xxh3"
 )
 

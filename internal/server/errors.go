@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/ckfrelay/ckfrelay/hub"
+	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
 )

@@ -2,7 +2,7 @@
 // reactor module, reproducibly: the same Go toolchain and sources give the
 // same bytes on any machine. cmd/wasmbuild is its command line; the wasm/host
 // tests use it to prove the embedded module is not stale.
-package build
+package wasmbuild
 
 import (
 	"bytes"
