@@ -39,6 +39,44 @@ type PoolSpec struct {
 	PublicationDelay Duration `json:"publication_delay,omitempty"`
 	// MaxKicks bounds a relocation chain. Default 500.
 	MaxKicks int `json:"max_kicks,omitempty"`
+	// Sources are the engines this pool hears directly (besides HTTP posts).
+	Sources []SourceSpec `json:"sources,omitempty"`
+}
+
+// SourceSpec configures one event source of a pool (docs/ingest.md). Engine
+// selects the transport: "vllm", "sglang" and "trtllm" publish on ZMQ;
+// "dynamo" on NATS. Fields of the other transport must be unset.
+type SourceSpec struct {
+	// Engine is "vllm", "sglang", "trtllm" or "dynamo".
+	Engine string `json:"engine"`
+
+	// ZMQ (vllm, sglang, trtllm). Endpoint is a PUB endpoint to connect to;
+	// Bind instead binds one SUB socket that many engines connect to.
+	Endpoint string `json:"endpoint,omitempty"`
+	Bind     string `json:"bind,omitempty"`
+	// Replay is the engine's replay (ROUTER) endpoint, used to fill gaps.
+	Replay string `json:"replay,omitempty"`
+	// Topic filters messages by topic prefix (default: all).
+	Topic string `json:"topic,omitempty"`
+	// DPRanks connects to DPRanks consecutive ports from Endpoint's (and
+	// Replay's), one per data-parallel rank, as vLLM lays them out. Default 1.
+	DPRanks int `json:"dp_ranks,omitempty"`
+	// Worker is the worker id the engine's events are attributed to.
+	Worker uint64 `json:"worker,omitempty"`
+	// BlockSize is the engine's KV block size in tokens; blocks of another
+	// size are dropped and counted.
+	BlockSize int `json:"block_size,omitempty"`
+	// SourceTimeout resets the source's ranks after this long without any
+	// message (engines send an empty batch every second when idle).
+	SourceTimeout Duration `json:"source_timeout,omitempty"`
+
+	// NATS (dynamo). URL of the NATS server(s); Subject of Dynamo's KV
+	// events; Stream and Durable select a JetStream durable consumer
+	// instead of a core-NATS subscription.
+	URL     string `json:"url,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	Stream  string `json:"stream,omitempty"`
+	Durable string `json:"durable,omitempty"`
 }
 
 // Config is the whole relay configuration.
