@@ -16,9 +16,10 @@ import (
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
-// Benchmarks of issue 5: the native consumer and the wasm module through
-// the same host.Consumer interface, side by side in one run (impl=native /
-// impl=wasm). Tables are 524,288 buckets × 16 lanes (64 MiB), every lane
+// Benchmarks of the WebAssembly consumer (SPEC §10; targets in BENCHMARKS.md
+// "Consumer and WebAssembly consumer"): the native consumer and the wasm
+// module through the same host.Consumer interface, side by side in one run
+// (impl=native / impl=wasm). Tables are 524,288 buckets × 16 lanes (64 MiB), every lane
 // holding the same 50%-loaded filter and one 1024-block request of 16-token
 // blocks, so a query of depth D hits D blocks on all 16 lanes (the search's
 // worst case: every lane gallops to the end).
