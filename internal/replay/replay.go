@@ -22,7 +22,7 @@
 // which checks the harness itself.
 //
 // See docs/RATIONALE.md ("Why does replay use pools and a publisher instead
-// of actors?") for the design decisions.
+// of actors, and a trace clock?") for the design decisions.
 package replay
 
 import (
