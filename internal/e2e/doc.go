@@ -6,7 +6,9 @@
 // equals its producer's table, and a query finds every chain the producer
 // holds resident (SPEC §8.4: no false negatives).
 //
-// The package holds tests only. Its harness (rig_test.go) keeps, per pool:
+// The package holds tests only. Its harness keeps, per pool (rig_test.go
+// builds it; model_test.go, link_test.go and check_test.go hold the model's
+// operations, the wire link and the checks):
 //
 //   - a reference model of every member's lineage (which external hash names
 //     which canonical chain), its source epoch and the faults, stale drops,
