@@ -29,60 +29,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
-// Lanes is the consumer a Router feeds. [Native] adapts *consumer.Consumer;
-// the WebAssembly host (wasm/host: *host.Instance, and its in-process
-// *host.Native twin) satisfies it as is. The Router serializes every call, so
-// implementations need not be safe for concurrent use.
-type Lanes interface {
-	// Assign grants a lane to a producer identity under a lease.
-	Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error
-	// ApplyFrame applies one frame body (without its length prefix). An
-	// error means the frame could not be decoded; nothing changed.
-	ApplyFrame(frame []byte) (consumer.Result, error)
-	// Retire makes a lane not ready and forgets its lease.
-	Retire(lane int) error
-	// QuerySequenceHashes answers per ready lane how many leading blocks of
-	// seq are present.
-	QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error
-	// Contains returns the ready lanes whose filter holds a sequence hash.
-	Contains(seqHash uint64) (uint16, error)
-	// AppendLaneWords appends a ready lane's bucket words in bucket order.
-	AppendLaneWords(dst []uint64, lane int) ([]uint64, error)
-}
-
-// Native adapts the native consumer to [Lanes].
-type Native struct {
-	C     *consumer.Consumer
-	frame wire.Frame
-}
-
-// Assign implements [Lanes].
-func (n *Native) Assign(id ckf.ProducerIdentity, l ckf.LaneLease) error { return n.C.Assign(id, l) }
-
-// ApplyFrame implements [Lanes]: it decodes into a reused frame.
-func (n *Native) ApplyFrame(b []byte) (consumer.Result, error) {
-	if err := wire.DecodeFrame(b, &n.frame); err != nil {
-		return consumer.Result{Lane: -1}, err
-	}
-	return n.C.ApplyFrame(&n.frame), nil
-}
-
-// Retire implements [Lanes].
-func (n *Native) Retire(lane int) error { return n.C.Retire(lane) }
-
-// QuerySequenceHashes implements [Lanes].
-func (n *Native) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
-	return n.C.QuerySequenceHashes(seq, res)
-}
-
-// Contains implements [Lanes].
-func (n *Native) Contains(seqHash uint64) (uint16, error) { return n.C.Contains(seqHash) }
-
-// AppendLaneWords implements [Lanes].
-func (n *Native) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
-	return n.C.AppendLaneWords(dst, lane)
-}
-
 // Target is one pool a Router follows, on one physical lane.
 type Target struct {
 	Pool string // the relay's pool name

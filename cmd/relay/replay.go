@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
@@ -129,7 +130,7 @@ func replayMain(ctx context.Context, o replayOptions, stdout, stderr io.Writer) 
 				inst.Close()
 			}
 		}()
-		o.cfg.NewConsumer = func(m consumer.Manifest) (host.Consumer, error) {
+		o.cfg.NewConsumer = func(m consumer.Manifest) (client.Lanes, error) {
 			if inst != nil { // one policy's instance at a time
 				inst.Close()
 			}

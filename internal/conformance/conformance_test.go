@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/conformance"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
@@ -69,7 +70,7 @@ func runAll(t *testing.T, f conformance.Factory) {
 }
 
 func TestNative(t *testing.T) {
-	runAll(t, func(m consumer.Manifest) (host.Consumer, error) { return host.NewNative(m) })
+	runAll(t, func(m consumer.Manifest) (client.Lanes, error) { return client.NewNative(m) })
 }
 
 func TestWazero(t *testing.T) {
@@ -79,7 +80,7 @@ func TestWazero(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close(ctx)
-	runAll(t, func(m consumer.Manifest) (host.Consumer, error) { return rt.NewInstance(ctx, m) })
+	runAll(t, func(m consumer.Manifest) (client.Lanes, error) { return rt.NewInstance(ctx, m) })
 }
 
 // TestNode runs the same files through testdata/conformance/run.mjs under
@@ -111,5 +112,5 @@ func TestWazeroPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close(ctx)
-	runAll(t, func(m consumer.Manifest) (host.Consumer, error) { return rt.NewPool(ctx, m, 2) })
+	runAll(t, func(m consumer.Manifest) (client.Lanes, error) { return rt.NewPool(ctx, m, 2) })
 }

@@ -516,7 +516,8 @@ func genFaults() Scenario {
 
 	// SequenceOverflow is not reachable: it needs base == installed ==
 	// MaxUint64, and then every sequence is ≤ installed, which the earlier
-	// IgnoredStaleOrDuplicate rule catches (see the report of issue 5).
+	// IgnoredStaleOrDuplicate rule catches (docs/RATIONALE.md "Why is
+	// `SequenceOverflow` a fault kind that cannot happen?").
 	b.words(2)
 	return b.s
 }

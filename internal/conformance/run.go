@@ -8,14 +8,14 @@ import (
 	"reflect"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/wasm/abi"
-	"github.com/ckfrelay/ckfrelay/wasm/host"
 )
 
-// Factory builds a fresh consumer for a manifest: host.NewNative, or an
+// Factory builds a fresh consumer for a manifest: client.NewNative, or an
 // instance of a wazero runtime.
-type Factory func(m consumer.Manifest) (host.Consumer, error)
+type Factory func(m consumer.Manifest) (client.Lanes, error)
 
 // Run executes every step of s on a consumer from newConsumer and returns
 // one message per step whose result differs from the file ("step 3 (apply:
@@ -69,7 +69,7 @@ func normalize(op Op, w Want) Want {
 
 // Exec runs one step and returns its result in Want's shape. An error means
 // the step itself is unusable (bad bytes in the file), not a mismatch.
-func Exec(c host.Consumer, st *Step) (Want, error) {
+func Exec(c client.Lanes, st *Step) (Want, error) {
 	switch st.Op {
 	case OpAssign:
 		id, lease, err := abi.DecodeAssignment(st.Assignment)

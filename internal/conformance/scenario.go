@@ -1,7 +1,7 @@
 // Package conformance is the consumer's cross-implementation test suite
-// (SPEC §10, issue 5): scenario files under testdata/conformance, produced
+// (SPEC §10, docs/abi.md): scenario files under testdata/conformance, produced
 // by the real producer (ckf.Pool + producer.Publisher) and wire encoder, run
-// step by step against any [host.Consumer] — the native consumer, the
+// step by step against any [client.Lanes] — the native consumer, the
 // WebAssembly module under wazero — and, through testdata/conformance/run.mjs,
 // against the module under Node.js. Every implementation must produce exactly
 // the results written in the files.

@@ -2,9 +2,13 @@
 // histories go through the real producer actor (package producer), every delta,
 // snapshot chunk, heartbeat and drain marker crosses a length-prefixed wire v1
 // stream (package wire), and a consumer (package consumer) decodes and applies
-// each frame into its lanes. It is the end-to-end property of issue 4.
+// each frame into its lanes. It checks SPEC §8 end to end: a lane always
+// equals its producer's table, and a query finds every chain the producer
+// holds resident (SPEC §8.4: no false negatives).
 //
-// The package holds tests only. Its harness (rig_test.go) keeps, per pool:
+// The package holds tests only. Its harness keeps, per pool (rig_test.go
+// builds it; model_test.go, link_test.go and check_test.go hold the model's
+// operations, the wire link and the checks):
 //
 //   - a reference model of every member's lineage (which external hash names
 //     which canonical chain), its source epoch and the faults, stale drops,

@@ -122,7 +122,7 @@ func step(t *rapid.T, r *rig) {
 	}
 }
 
-// TestRelay_EndToEndProperty is the end-to-end property of issue 4: random
+// TestRelay_EndToEndProperty is the end-to-end property of SPEC §8: random
 // event histories through three real producer actors, every frame encoded
 // by wire, decoded and applied by one consumer. After every checkpoint and
 // every drain marker each lane equals its producer's table, and every chain

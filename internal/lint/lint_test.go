@@ -1,86 +1,408 @@
-// Package lint checks the project's shape mechanically: which package may
-// import what (STYLE §5.1–5.2). A backward import or a dependency entering the
-// wrong package fails `go test`, so no reviewer has to police it.
+// Package lint checks the project's shape mechanically, so no reviewer has to
+// police it:
+//
+//   - the import graph: every package of the module, with its tests, imports
+//     exactly what the table [graph] allows, and every allowance is used;
+//   - the contract references: every "SPEC §N" in code and docs names a
+//     section of docs/SPEC.md;
+//   - the design references: every docs/RATIONALE.md "Why …?" cited in code
+//     and docs is a heading of docs/RATIONALE.md.
 package lint
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 const module = "github.com/ckfrelay/ckfrelay"
 
-// allowed lists, per project package (relative to the module), the non-stdlib
-// imports it may have (project packages relative, third-party by path prefix).
-// A package missing from the table may import anything but the packages that
-// list it as a forbidden importer below.
-var allowed = map[string][]string{
-	"ckf":               {"github.com/zeebo/xxh3"},
-	"wire":              {"ckf", "github.com/vmihailenco/msgpack/v5"},
-	"consumer":          {"ckf", "wire", "github.com/zeebo/xxh3"},
-	"producer":          {"ckf", "wire", "golang.org/x/sync"},
-	"internal/hub":      {"ckf"},
-	"client":            {"ckf", "consumer", "wire"},
-	"internal/workload": {"ckf", "github.com/zeebo/xxh3"},
-	"wasm/abi":          {"ckf", "consumer", "wire"},
-	"wasm/guest":        {"ckf", "consumer", "wire", "wasm/abi"},
-	"wasm/host":         {"ckf", "consumer", "wasm/abi", "github.com/tetratelabs/wazero"},
+// root is the module root seen from this package.
+const root = "../.."
+
+// rule is what one package may import beyond the standard library. Project
+// packages are written relative to the module ("ckf", "internal/hub"),
+// third-party ones by module path, which also covers the module's
+// subpackages ("github.com/tetratelabs/wazero").
+type rule struct {
+	imports []string // imports of the package's own (non-test) files
+	tests   []string // further imports of its _test.go files (internal and external)
 }
+
+// graph pins the import graph of every package in the module, as it is.
+// Imports flow one way: ckf ← wire ← consumer ← client, with producer beside
+// consumer, and wasm/host never importing client (it implements client.Lanes
+// structurally). Public packages (ckf, wire, consumer, client, wasm/host)
+// import nothing under internal/.
+//
+// To add a package, add one line with exactly what it imports; a failing run
+// prints that line. An allowance no import uses fails too, so the table
+// never says more than the code does.
+var graph = map[string]rule{
+	"ckf": {
+		imports: []string{"github.com/zeebo/xxh3"},
+		tests:   []string{"github.com/bits-and-blooms/bloom/v3", "github.com/seiflotfy/cuckoofilter", "pgregory.net/rapid"},
+	},
+	"wire": {
+		imports: []string{"ckf"},
+		tests:   []string{"github.com/stretchr/testify", "github.com/vmihailenco/msgpack/v5", "pgregory.net/rapid"},
+	},
+	"consumer": {
+		imports: []string{"ckf", "wire"},
+		tests:   []string{"pgregory.net/rapid"},
+	},
+	"producer": {
+		imports: []string{"ckf", "golang.org/x/sync"},
+	},
+	"client": {
+		imports: []string{"ckf", "consumer", "wire"},
+	},
+	"wasm/abi": {
+		imports: []string{"ckf", "consumer", "wire"},
+	},
+	"wasm/guest": {
+		imports: []string{"ckf", "consumer", "wasm/abi", "wire"},
+	},
+	"wasm/host": {
+		imports: []string{"ckf", "consumer", "wasm/abi", "github.com/tetratelabs/wazero"},
+		tests:   []string{"client", "internal/conformance", "internal/wasmbuild", "wire"},
+	},
+	"internal/hub": {
+		imports: []string{"ckf"},
+	},
+	"internal/server": {
+		imports: []string{"ckf", "internal/hub", "producer", "wire", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3"},
+		tests:   []string{"consumer"},
+	},
+	"internal/workload": {
+		imports: []string{"ckf", "github.com/zeebo/xxh3"},
+	},
+	"internal/replay": {
+		imports: []string{"ckf", "client", "consumer", "internal/workload", "producer", "wire"},
+		tests:   []string{"wasm/host"},
+	},
+	"internal/conformance": {
+		imports: []string{"ckf", "client", "consumer", "producer", "wasm/abi", "wire"},
+		tests:   []string{"wasm/host"},
+	},
+	"internal/e2e": {
+		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
+	},
+	"internal/wasmbuild":        {},
+	"internal/cmd/benchsummary": {},
+	"internal/lint": {
+		tests: []string{"github.com/stretchr/testify"},
+	},
+	"cmd/relay": {
+		imports: []string{"ckf", "client", "consumer", "internal/replay", "internal/server", "internal/workload", "wasm/host", "wire"},
+	},
+	"cmd/wasmbuild": {
+		imports: []string{"internal/wasmbuild"},
+	},
+}
+
+// public lists the packages users import; everything else lives under
+// internal/ (or is a command).
+var public = []string{"ckf", "wire", "consumer", "client", "wasm/host"}
 
 type goPackage struct {
-	ImportPath string
-	Imports    []string
-	Standard   bool
+	ImportPath   string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
 }
 
-func TestImports_PointDownstream(t *testing.T) {
+// listPackages returns the module's packages and, for every third-party
+// import path any of them or their tests use, its module path.
+func listPackages(t *testing.T) ([]goPackage, map[string]string) {
+	t.Helper()
 	out, err := exec.Command("go", "list", "-json", module+"/...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(out)))
+	require.NoError(t, err, "go list")
+	var pkgs []goPackage
+	dec := json.NewDecoder(bytes.NewReader(out))
 	for dec.More() {
 		var p goPackage
-		if err := dec.Decode(&p); err != nil {
-			t.Fatalf("decode go list output: %v", err)
+		require.NoError(t, dec.Decode(&p), "decode go list output")
+		pkgs = append(pkgs, p)
+	}
+	out, err = exec.Command("go", "list", "-deps", "-test", "-f", "{{if .Module}}{{.ImportPath}} {{.Module.Path}}{{end}}", module+"/...").Output()
+	require.NoError(t, err, "go list -deps")
+	modules := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if path, mod, ok := strings.Cut(sc.Text(), " "); ok && !strings.Contains(path, "[") {
+			modules[path] = mod
 		}
-		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
-		rules, ok := allowed[rel]
+	}
+	return pkgs, modules
+}
+
+func TestImports_MatchGraph(t *testing.T) {
+	pkgs, modules := listPackages(t)
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		rel := relative(p.ImportPath)
+		seen[rel] = true
+		imports := projectAndThirdParty(p.Imports, rel)
+		tests := projectAndThirdParty(append(slices.Clone(p.TestImports), p.XTestImports...), rel)
+		r, ok := graph[rel]
 		if !ok {
+			t.Errorf("package %s is not in the import graph of internal/lint/lint_test.go.\n"+
+				"Add this line to the table `graph` (what it imports today; check it points downstream):\n\t%s\n"+
+				"A new package belongs under internal/ unless it joins the public API (%s).",
+				rel, suggest(rel, imports, tests, modules), strings.Join(public, ", "))
 			continue
 		}
-		for _, imp := range p.Imports {
-			if isStdlib(imp) {
-				continue
+		for _, imp := range imports {
+			if slices.Contains(public, rel) && strings.HasPrefix(imp, "internal/") {
+				t.Errorf("public package %s imports %s: the public API must not depend on internal packages", rel, imp)
 			}
-			if !permitted(imp, rules) {
-				t.Errorf("%s imports %s; allowed: %v", rel, imp, rules)
+			if !permitted(imp, r.imports) {
+				t.Errorf("%s imports %s; its rule in internal/lint allows %v", rel, imp, r.imports)
 			}
+		}
+		for _, imp := range tests {
+			if !permitted(imp, r.imports) && !permitted(imp, r.tests) {
+				t.Errorf("%s's tests import %s; its rule in internal/lint allows %v, and for tests %v", rel, imp, r.imports, r.tests)
+			}
+		}
+		for _, a := range r.imports {
+			if !slices.ContainsFunc(imports, func(imp string) bool { return permitted(imp, []string{a}) }) {
+				t.Errorf("internal/lint allows %s to import %s, which it does not: drop the allowance", rel, a)
+			}
+		}
+		for _, a := range r.tests {
+			if !slices.ContainsFunc(tests, func(imp string) bool {
+				return permitted(imp, []string{a}) && !permitted(imp, r.imports)
+			}) {
+				t.Errorf("internal/lint allows %s's tests to import %s, which they do not (or the package itself does): drop the allowance", rel, a)
+			}
+		}
+	}
+	for rel := range graph {
+		if !seen[rel] {
+			t.Errorf("internal/lint has a rule for %s, which is not a package of the module: drop it", rel)
 		}
 	}
 }
 
-func permitted(imp string, rules []string) bool {
-	for _, r := range rules {
-		if !strings.Contains(r, ".") { // a project package
-			r = module + "/" + r
-			if imp == r {
-				return true
-			}
+// relative returns a project import path relative to the module.
+func relative(path string) string {
+	return strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
+}
+
+// projectAndThirdParty returns the sorted, distinct imports that are not the
+// standard library, project ones relative to the module, leaving out self
+// (an external test package imports the package it tests).
+func projectAndThirdParty(imports []string, self string) []string {
+	var out []string
+	for _, imp := range imports {
+		if isStdlib(imp) {
 			continue
 		}
-		if imp == r || strings.HasPrefix(imp, r+"/") {
+		if strings.HasPrefix(imp, module+"/") {
+			imp = relative(imp)
+		}
+		if imp != self && !slices.Contains(out, imp) {
+			out = append(out, imp)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// permitted reports whether imp (relative when it is a project package) is
+// allowed by rules: a project package by its exact path, a third-party one by
+// its module path or any prefix ending at a path element.
+func permitted(imp string, rules []string) bool {
+	for _, r := range rules {
+		if imp == r || (!isProject(r) && strings.HasPrefix(imp, r+"/")) {
 			return true
 		}
 	}
 	return false
 }
 
+// isProject reports whether a rule names a project package (no dot in its
+// first element).
+func isProject(path string) bool { return isStdlib(path) }
+
 // isStdlib reports whether an import path belongs to the standard library:
 // its first element has no dot.
 func isStdlib(path string) bool {
 	first, _, _ := strings.Cut(path, "/")
 	return !strings.Contains(first, ".")
+}
+
+// suggest writes the table line for a package from what it imports, with
+// third-party imports reduced to their module paths.
+func suggest(rel string, imports, tests []string, modules map[string]string) string {
+	reduce := func(xs []string) []string {
+		var out []string
+		for _, x := range xs {
+			if m, ok := modules[x]; ok && m != module {
+				x = m
+			}
+			if !slices.Contains(out, x) {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	imports = reduce(imports)
+	tests = slices.DeleteFunc(reduce(tests), func(x string) bool { return slices.Contains(imports, x) })
+	quote := func(xs []string) string {
+		q := make([]string, len(xs))
+		for i, x := range xs {
+			q[i] = fmt.Sprintf("%q", x)
+		}
+		return strings.Join(q, ", ")
+	}
+	var fields []string
+	if len(imports) > 0 {
+		fields = append(fields, "imports: []string{"+quote(imports)+"}")
+	}
+	if len(tests) > 0 {
+		fields = append(fields, "tests: []string{"+quote(tests)+"}")
+	}
+	return fmt.Sprintf("%q: {%s},", rel, strings.Join(fields, ", "))
+}
+
+// sources returns the text of every Go and Markdown file of the repository
+// (testdata and hidden directories aside), comment continuations joined, so
+// a reference broken across comment lines reads as one line.
+func sources(t *testing.T) map[string]string {
+	t.Helper()
+	join := regexp.MustCompile(`[ \t]*\n[ \t]*(//[ \t]?)?`)
+	files := map[string]string{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, ".md") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		files[filepath.ToSlash(rel)] = join.ReplaceAllString(string(b), " ")
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	return files
+}
+
+// headings returns the headings of a Markdown file at the given levels
+// ("## ", "### "), without the marker.
+func headings(t *testing.T, path string, levels ...string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, path))
+	require.NoError(t, err)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, l := range levels {
+			if strings.HasPrefix(line, l) {
+				out = append(out, strings.TrimSpace(strings.TrimPrefix(line, l)))
+			}
+		}
+	}
+	return out
+}
+
+var (
+	specRef     = regexp.MustCompile(`SPEC §(\d+(?:\.\d+)*)(?:\s*[–-]\s*§?(\d+(?:\.\d+)*))?`)
+	specSelfRef = regexp.MustCompile(`§(\d+(?:\.\d+)*)`)
+	specSection = regexp.MustCompile(`^(\d+(?:\.\d+)*)\.? `)
+)
+
+// TestSpecReferences_NameSections checks that every "SPEC §N" (and every
+// "§N" inside docs/SPEC.md) names a numbered section of docs/SPEC.md.
+func TestSpecReferences_NameSections(t *testing.T) {
+	sections := map[string]bool{}
+	for _, h := range headings(t, "docs/SPEC.md", "## ", "### ") {
+		if m := specSection.FindStringSubmatch(h); m != nil {
+			sections[m[1]] = true
+		}
+	}
+	require.NotEmpty(t, sections, "no numbered sections in docs/SPEC.md")
+	refs := 0
+	for path, text := range sources(t) {
+		var found [][]string
+		if path == "docs/SPEC.md" {
+			found = specSelfRef.FindAllStringSubmatch(text, -1)
+		} else {
+			found = specRef.FindAllStringSubmatch(text, -1)
+		}
+		for _, m := range found {
+			for _, n := range m[1:] {
+				if n == "" {
+					continue
+				}
+				refs++
+				if !sections[n] {
+					t.Errorf("%s cites SPEC §%s, which docs/SPEC.md does not have", path, n)
+				}
+			}
+		}
+	}
+	require.Greater(t, refs, 50, "the check found too few references to be reading the sources")
+}
+
+// rationaleRef matches a citation of RATIONALE entries, which all ask
+// "Why …?": `RATIONALE.md "Why …?"`, `RATIONALE.md, "Why …?"`,
+// `RATIONALE.md ("Why …?")`, and further titles joined by "," or "and".
+var rationaleRef = regexp.MustCompile(`RATIONALE\.md[,(\s]*((?:"Why [^"]*"(?:\s*(?:,|and)\s*)?)+)`)
+
+// TestRationaleReferences_NameHeadings checks that every docs/RATIONALE.md
+// "…" citation names a "## " heading of docs/RATIONALE.md; an ellipsis in
+// the citation stands for any text.
+func TestRationaleReferences_NameHeadings(t *testing.T) {
+	heads := headings(t, "docs/RATIONALE.md", "## ")
+	require.NotEmpty(t, heads)
+	quoted := regexp.MustCompile(`"([^"]+)"`)
+	refs := 0
+	for path, text := range sources(t) {
+		for _, m := range rationaleRef.FindAllStringSubmatch(text, -1) {
+			for _, q := range quoted.FindAllStringSubmatch(m[1], -1) {
+				refs++
+				cite := q[1]
+				if !slices.ContainsFunc(heads, func(h string) bool { return matchesCitation(h, cite) }) {
+					t.Errorf("%s cites docs/RATIONALE.md %q, which is not a heading there", path, cite)
+				}
+			}
+		}
+	}
+	require.Greater(t, refs, 5, "the check found too few references to be reading the sources")
+}
+
+// matchesCitation reports whether heading h is what cite names: equal, or
+// equal with each "…" in cite standing for any text.
+func matchesCitation(h, cite string) bool {
+	parts := strings.Split(cite, "…")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(strings.TrimSpace(p))
+	}
+	return regexp.MustCompile(`^` + strings.Join(parts, `.*`) + `$`).MatchString(h)
 }

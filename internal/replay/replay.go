@@ -22,7 +22,7 @@
 // which checks the harness itself.
 //
 // See docs/RATIONALE.md ("Why does replay use pools and a publisher instead
-// of actors?") for the design decisions.
+// of actors, and a trace clock?") for the design decisions.
 package replay
 
 import (
@@ -33,8 +33,8 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
-	"github.com/ckfrelay/ckfrelay/wasm/host"
 )
 
 // Policy decides which data center serves a request.
@@ -132,9 +132,9 @@ type Config struct {
 	// at the end; 0 picks enough for 16M lane probes (±5% at α = 0.5).
 	FPRProbes int
 	// NewConsumer builds the router's consumer; nil uses the native one
-	// (host.NewNative). Pass a wasm host.Runtime's NewInstance to route
+	// (client.NewNative). Pass a wasm host.Runtime's NewInstance to route
 	// through the WebAssembly module.
-	NewConsumer func(consumer.Manifest) (host.Consumer, error)
+	NewConsumer func(consumer.Manifest) (client.Lanes, error)
 	// Progress, when set, is called about once per wall-clock second.
 	Progress func(Progress)
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
@@ -213,7 +214,7 @@ func TestRun_WasmConsumerMatchesNative(t *testing.T) {
 	}
 	var instances []*host.Instance
 	var mu sync.Mutex
-	cfg.NewConsumer = func(m consumer.Manifest) (host.Consumer, error) {
+	cfg.NewConsumer = func(m consumer.Manifest) (client.Lanes, error) {
 		in, err := rt.NewInstance(ctx, m)
 		mu.Lock()
 		instances = append(instances, in)
@@ -268,7 +269,7 @@ func TestRun_Errors(t *testing.T) {
 		{"time goes backwards", ctx, func(c *Config) {}, backwards, ErrInvalidConfig},
 		{"canceled", canceled, func(c *Config) {}, reqs, context.Canceled},
 		{"consumer fails", ctx, func(c *Config) {
-			c.NewConsumer = func(consumer.Manifest) (host.Consumer, error) { return nil, host.ErrClosed }
+			c.NewConsumer = func(consumer.Manifest) (client.Lanes, error) { return nil, host.ErrClosed }
 		}, reqs, host.ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
 	"github.com/ckfrelay/ckfrelay/producer"
-	"github.com/ckfrelay/ckfrelay/wasm/host"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -68,7 +68,7 @@ type harness struct {
 	cfg   Config
 	fleet *workload.Fleet
 	dcs   []*dataCenter
-	cons  host.Consumer
+	cons  client.Lanes
 	rng   *rand.Rand
 	rep   Report // the harness's own figures; sc fills the scoring ones
 	sc    *Scorer
@@ -140,7 +140,7 @@ func newHarness(cfg Config) (*harness, error) {
 	m.VerificationWindow = ckf.DefaultVerificationWindow
 	newConsumer := cfg.NewConsumer
 	if newConsumer == nil {
-		newConsumer = func(m consumer.Manifest) (host.Consumer, error) { return host.NewNative(m) }
+		newConsumer = func(m consumer.Manifest) (client.Lanes, error) { return client.NewNative(m) }
 	}
 	if h.cons, err = newConsumer(m); err != nil {
 		return nil, fmt.Errorf("replay: consumer: %w", err)

@@ -8,7 +8,7 @@
 // that turn (pointer, length) pairs into slices, check them against the
 // allocation registry, recover panics and call into guest.go. The module is
 // single-threaded and starts no goroutine (docs/RATIONALE.md, "Why is the
-// wasm guest synchronous?").
+// wasm consumer shaped the way it is?").
 package main
 
 import (

@@ -11,8 +11,8 @@ import (
 // mmapAllocator backs each linear memory with one anonymous mapping of its
 // maximum size, reserved with MAP_NORESERVE: growth only changes the slice
 // length, so it never copies and host views of guest memory stay valid
-// across calls (docs/RATIONALE.md, "Why an mmap allocator for the host?").
-// Untouched pages cost address space only.
+// across calls. Untouched pages cost address space only (docs/RATIONALE.md,
+// "Why is the wasm consumer shaped the way it is?").
 func newAllocator() experimental.MemoryAllocator {
 	return experimental.MemoryAllocatorFunc(func(capacity, maximum uint64) experimental.LinearMemory {
 		size := (max(maximum, capacity, 1) + pageSize - 1) &^ (pageSize - 1)

@@ -11,17 +11,19 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
-// Benchmarks of issue 5: the native consumer and the wasm module through
-// the same host.Consumer interface, side by side in one run (impl=native /
-// impl=wasm). Tables are 524,288 buckets × 16 lanes (64 MiB), every lane
-// holding the same 50%-loaded filter and one 1024-block request of 16-token
-// blocks, so a query of depth D hits D blocks on all 16 lanes (the search's
-// worst case: every lane gallops to the end).
+// Benchmarks of the WebAssembly consumer (SPEC §10; targets in BENCHMARKS.md
+// "Consumer and WebAssembly consumer"): the native consumer and the wasm
+// module through the same client.Lanes interface, side by side in one run
+// (impl=native / impl=wasm). Tables are 524,288 buckets × 16 lanes (64 MiB),
+// every lane holding the same 50%-loaded filter and one 1024-block request of
+// 16-token blocks, so a query of depth D hits D blocks on all 16 lanes (the
+// search's worst case: every lane gallops to the end).
 
 const (
 	benchBuckets   = 524288
@@ -103,9 +105,9 @@ func (e *benchEnv) snapshotFrame(b *testing.B, dst []byte, l int, epoch, seq uin
 // first `lanes` lanes ready at epoch 1, sequence 1.
 func (e *benchEnv) impls(b *testing.B, lanes int) []struct {
 	name string
-	c    host.Consumer
+	c    client.Lanes
 } {
-	n, err := host.NewNative(e.manifest)
+	n, err := client.NewNative(e.manifest)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func (e *benchEnv) impls(b *testing.B, lanes int) []struct {
 	}
 	b.Cleanup(func() { in.Close() })
 	var frame []byte
-	for _, c := range []host.Consumer{n, in} {
+	for _, c := range []client.Lanes{n, in} {
 		for l := range lanes {
 			if err := c.Assign(e.ids[l], e.lease(l, 1)); err != nil {
 				b.Fatal(err)
@@ -128,7 +130,7 @@ func (e *benchEnv) impls(b *testing.B, lanes int) []struct {
 	}
 	return []struct {
 		name string
-		c    host.Consumer
+		c    client.Lanes
 	}{{"native", n}, {"wasm", in}}
 }
 
@@ -276,7 +278,7 @@ func BenchmarkInstantiateConfigure(b *testing.B) {
 	dir := filepath.Join(os.TempDir(), "ckfrelay-wazero-cache")
 	b.Run("impl=native", func(b *testing.B) {
 		for b.Loop() {
-			n, err := host.NewNative(e.manifest)
+			n, err := client.NewNative(e.manifest)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -339,7 +341,7 @@ func BenchmarkQueryParallel(b *testing.B) {
 	req := e.tokens[:128*benchBlockSize]
 	for _, im := range []struct {
 		name string
-		c    host.Consumer
+		c    client.Lanes
 	}{{"instance", in}, {"pool2", pool}} {
 		b.Run("impl="+im.name, func(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -14,7 +15,7 @@ import (
 
 // Example loads the embedded consumer module (built by
 // `go run ./cmd/wasmbuild`), installs one pool's snapshot on lane 0 and asks
-// how many leading blocks of a request it holds. host.NewNative would answer
+// how many leading blocks of a request it holds. client.NewNative would answer
 // the same through the same interface.
 func Example() {
 	ctx := context.Background()
@@ -39,7 +40,7 @@ func Example() {
 		_ = f.Insert(h)
 	}
 
-	var c host.Consumer
+	var c client.Lanes
 	c, err = rt.NewInstance(ctx, m)
 	if err != nil {
 		panic(err)

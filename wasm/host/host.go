@@ -1,7 +1,8 @@
 // Package host runs the ckfrelay consumer WebAssembly module (wasm/guest,
-// docs/abi.md) under wazero and exposes it through [Consumer], the same Go
-// interface [Native] gives the in-process consumer, so a router can switch
-// between them with one line.
+// docs/abi.md) under wazero. [Instance] and [Pool] implement the project's
+// one consumer interface, [github.com/ckfrelay/ckfrelay/client.Lanes], as
+// client.Native does in-process, so a router switches between the module and
+// the native consumer with one line.
 //
 // The module is embedded ([EmbeddedModule]), so `go get` users need no build
 // step; it was built by `go run ./cmd/wasmbuild` and a test fails when it is

@@ -11,9 +11,17 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/wasmbuild"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
+)
+
+// Instance and Pool are the module behind the project's one consumer
+// interface.
+var (
+	_ client.Lanes = (*host.Instance)(nil)
+	_ client.Lanes = (*host.Pool)(nil)
 )
 
 // root is the module root seen from this package.
@@ -68,7 +76,7 @@ func TestRuntime_NewInstanceErrorsMatchNative(t *testing.T) {
 	rt := newRuntime(t, host.NewConfig())
 	ctx := context.Background()
 	bad := testManifest() // no lane
-	_, nerr := host.NewNative(bad)
+	_, nerr := client.NewNative(bad)
 	_, werr := rt.NewInstance(ctx, bad)
 	for _, err := range []error{nerr, werr} {
 		if !errors.Is(err, consumer.ErrInvalidManifest) {

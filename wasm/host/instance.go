@@ -12,7 +12,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/wasm/abi"
 )
 
-// Instance is one consumer module instance behind the [Consumer] interface.
+// Instance is one consumer module instance behind the client.Lanes interface.
 // It is safe for concurrent use: a mutex serializes calls, because a wazero
 // module instance runs one call at a time. The lock costs ≈ 20 ns
 // uncontended; under contention callers queue, so spread queries over a
@@ -171,7 +171,7 @@ func (in *Instance) resetLocked(cause error) error {
 	return fmt.Errorf("%w: %v", ErrInstanceReset, cause)
 }
 
-// Assign implements [Consumer].
+// Assign implements client.Lanes.
 func (in *Instance) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error {
 	return in.do(func(m *module) error {
 		var buf [160]byte
@@ -191,7 +191,7 @@ func (in *Instance) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) e
 	})
 }
 
-// Retire implements [Consumer].
+// Retire implements client.Lanes.
 func (in *Instance) Retire(lane int) error {
 	return in.do(func(m *module) error {
 		if lane < 0 || lane > 1<<16 {
@@ -201,7 +201,7 @@ func (in *Instance) Retire(lane int) error {
 	})
 }
 
-// ApplyFrame implements [Consumer].
+// ApplyFrame implements client.Lanes.
 func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	res := consumer.Result{Lane: -1}
 	err := in.do(func(m *module) error {
@@ -271,7 +271,7 @@ func (m *module) query(kind int, count, width int, fill func(b []byte), blockSiz
 	return nil
 }
 
-// Query implements [Consumer].
+// Query implements client.Lanes.
 func (in *Instance) Query(locals []uint64, res *consumer.QueryResult) error {
 	return in.query(abi.QueryLocalHashes, len(locals), 8, func(b []byte) {
 		for i, h := range locals {
@@ -280,7 +280,7 @@ func (in *Instance) Query(locals []uint64, res *consumer.QueryResult) error {
 	}, 0, 0, res)
 }
 
-// QuerySequenceHashes implements [Consumer].
+// QuerySequenceHashes implements client.Lanes.
 func (in *Instance) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
 	return in.query(abi.QuerySequenceHashes, len(seq), 8, func(b []byte) {
 		for i, h := range seq {
@@ -289,7 +289,7 @@ func (in *Instance) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult)
 	}, 0, 0, res)
 }
 
-// QueryTokens implements [Consumer].
+// QueryTokens implements client.Lanes.
 func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error {
 	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) {
 		for i, t := range tokens {
@@ -298,7 +298,7 @@ func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res
 	}, blockSize, salt, res)
 }
 
-// Contains implements [Consumer].
+// Contains implements client.Lanes.
 func (in *Instance) Contains(seqHash uint64) (uint16, error) {
 	m, err := in.lock()
 	if err != nil {
@@ -316,7 +316,7 @@ func (in *Instance) Contains(seqHash uint64) (uint16, error) {
 	return uint16(v), nil
 }
 
-// LaneStatus implements [Consumer]. The producer identity is rebuilt from
+// LaneStatus implements client.Lanes. The producer identity is rebuilt from
 // the manifest (see abi.ReadLaneStatus).
 func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	var s consumer.LaneStatus
@@ -333,7 +333,7 @@ func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	return s, err
 }
 
-// AppendLaneWords implements [Consumer].
+// AppendLaneWords implements client.Lanes.
 func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	err := in.do(func(m *module) error {
 		if lane < 0 || lane > 1<<16 {
@@ -356,7 +356,7 @@ func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	return dst, err
 }
 
-// Stats implements [Consumer].
+// Stats implements client.Lanes.
 func (in *Instance) Stats() (consumer.Stats, error) {
 	var s consumer.Stats
 	err := in.do(func(m *module) error {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/conformance"
 	"github.com/ckfrelay/ckfrelay/wasm/abi"
@@ -26,13 +27,13 @@ func tokens(base uint32, blocks int) []uint32 {
 
 // readyPair returns a fixture with lanes 0..lanes-1 stored and snapshotted
 // into both a native consumer and a wasm instance.
-func readyPair(t testing.TB, rt *host.Runtime, lanes int) (*conformance.Fixture, *host.Native, *host.Instance) {
+func readyPair(t testing.TB, rt *host.Runtime, lanes int) (*conformance.Fixture, *client.Native, *host.Instance) {
 	t.Helper()
 	fx, err := conformance.NewFixture(200, lanes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := host.NewNative(fx.Manifest)
+	n, err := client.NewNative(fx.Manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func readyPair(t testing.TB, rt *host.Runtime, lanes int) (*conformance.Fixture,
 	t.Cleanup(func() { in.Close() })
 	for l := range lanes {
 		fx.Store(l, tokens(uint32(l)*1000, 3+l), blockSize)
-		for _, c := range []host.Consumer{n, in} {
+		for _, c := range []client.Lanes{n, in} {
 			if err := c.Assign(fx.Identity(l), fx.Lease(l, 1)); err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +54,7 @@ func readyPair(t testing.TB, rt *host.Runtime, lanes int) (*conformance.Fixture,
 			t.Fatal(err)
 		}
 		for _, f := range frames {
-			for _, c := range []host.Consumer{n, in} {
+			for _, c := range []client.Lanes{n, in} {
 				if r, err := c.ApplyFrame(f); err != nil || r.Outcome != consumer.SnapshotInstalled {
 					t.Fatalf("snapshot: got %v, %v", r, err)
 				}

@@ -14,7 +14,7 @@ import (
 // fed the same frames, so queries can run in parallel (one per instance)
 // while an [Instance] runs one call at a time. It is worth it when queries
 // saturate one core; it multiplies memory (one table per instance) and the
-// cost of every frame by the instance count. Pool implements [Consumer] and
+// cost of every frame by the instance count. Pool implements client.Lanes and
 // is safe for concurrent use.
 //
 // Mutations (Assign, Retire, ApplyFrame) are serialized and applied to every
@@ -30,8 +30,6 @@ type Pool struct {
 	all  []*Instance
 	idle chan *Instance
 }
-
-var _ Consumer = (*Pool)(nil)
 
 // NewPool makes n ≥ 1 instances configured with m.
 func (r *Runtime) NewPool(ctx context.Context, m consumer.Manifest, n int) (*Pool, error) {
@@ -97,17 +95,17 @@ func (p *Pool) read(f func(in *Instance) error) error {
 	return f(in)
 }
 
-// Assign implements [Consumer].
+// Assign implements client.Lanes.
 func (p *Pool) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error {
 	return p.mutate(func(in *Instance) error { return in.Assign(identity, lease) })
 }
 
-// Retire implements [Consumer].
+// Retire implements client.Lanes.
 func (p *Pool) Retire(lane int) error {
 	return p.mutate(func(in *Instance) error { return in.Retire(lane) })
 }
 
-// ApplyFrame implements [Consumer].
+// ApplyFrame implements client.Lanes.
 func (p *Pool) ApplyFrame(frame []byte) (consumer.Result, error) {
 	var res consumer.Result
 	first := true
@@ -121,22 +119,22 @@ func (p *Pool) ApplyFrame(frame []byte) (consumer.Result, error) {
 	return res, err
 }
 
-// Query implements [Consumer].
+// Query implements client.Lanes.
 func (p *Pool) Query(locals []uint64, res *consumer.QueryResult) error {
 	return p.read(func(in *Instance) error { return in.Query(locals, res) })
 }
 
-// QuerySequenceHashes implements [Consumer].
+// QuerySequenceHashes implements client.Lanes.
 func (p *Pool) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
 	return p.read(func(in *Instance) error { return in.QuerySequenceHashes(seq, res) })
 }
 
-// QueryTokens implements [Consumer].
+// QueryTokens implements client.Lanes.
 func (p *Pool) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error {
 	return p.read(func(in *Instance) error { return in.QueryTokens(tokens, blockSize, salt, res) })
 }
 
-// Contains implements [Consumer].
+// Contains implements client.Lanes.
 func (p *Pool) Contains(seqHash uint64) (mask uint16, err error) {
 	err = p.read(func(in *Instance) error {
 		mask, err = in.Contains(seqHash)
@@ -145,7 +143,7 @@ func (p *Pool) Contains(seqHash uint64) (mask uint16, err error) {
 	return mask, err
 }
 
-// LaneStatus implements [Consumer]; frame counters are per instance, so it
+// LaneStatus implements client.Lanes; frame counters are per instance, so it
 // reports instance 0's, under the mutation lock.
 func (p *Pool) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	p.mu.Lock()
@@ -153,14 +151,14 @@ func (p *Pool) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	return p.all[0].LaneStatus(lane)
 }
 
-// AppendLaneWords implements [Consumer] from instance 0.
+// AppendLaneWords implements client.Lanes from instance 0.
 func (p *Pool) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.all[0].AppendLaneWords(dst, lane)
 }
 
-// Stats implements [Consumer]: instance 0's table figures, with the query
+// Stats implements client.Lanes: instance 0's table figures, with the query
 // counters summed over every instance.
 func (p *Pool) Stats() (consumer.Stats, error) {
 	p.mu.Lock()

@@ -110,7 +110,7 @@ var figures = []figure{
 	{Name: "relay_freshness_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkRelayLoad", Metric: "fresh-p99-ns", Unit: "ns"},
 
 	// wasm/host: the consumer module under wazero against the native consumer
-	// through the same host.Consumer interface, in the same run (524,288
+	// through the same client.Lanes interface, in the same run (524,288
 	// buckets × 16 lanes, 16-token blocks, every lane holding the request).
 	{Name: "wasm_query_tokens_d32_vs_native", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=32/impl=wasm", Base: "BenchmarkQuery/by=tokens/depth=32/impl=native", Metric: "p50-ns", Unit: "ratio"},
 	{Name: "wasm_query_tokens_d128_vs_native", Pkg: "./wasm/host", Bench: "BenchmarkQuery/by=tokens/depth=128/impl=wasm", Base: "BenchmarkQuery/by=tokens/depth=128/impl=native", Metric: "p50-ns", Unit: "ratio"},

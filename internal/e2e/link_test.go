@@ -1,0 +1,252 @@
+package e2e
+
+// The link: frames from a subscription cross a wire stream into the consumer
+// lane, each with the answer the lane must give.
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// sentFrame is one frame on a link and what the consumer must answer to it.
+type sentFrame struct {
+	kind     wire.Kind
+	sequence uint64 // delta / snapshot sequence, drain expected sequence, heartbeat last sequence
+	last     bool   // the final chunk of a snapshot
+}
+
+// forward takes the deltas the subscription holds (all of them until the
+// stream closes when wait is set, else those already buffered), checks that
+// they continue the stream gaplessly, folds them into the mirror and writes
+// them to the link.
+func (p *pool) forward(sub *producer.Subscription, wait bool) {
+	t := p.r.t
+	t.Helper()
+	for {
+		var d ckf.Delta
+		var ok bool
+		if wait {
+			d, ok = <-sub.Deltas()
+		} else {
+			select {
+			case d, ok = <-sub.Deltas():
+			default:
+				return
+			}
+		}
+		if !ok {
+			return
+		}
+		if d.Identity != p.h.Identity() || d.Lease != p.lease || d.BaseSequence != p.lastSeq || d.Sequence != p.lastSeq+1 {
+			t.Fatalf("pool %d: got delta lease %d %d→%d, want lease %d %d→%d",
+				p.idx, d.Lease.AssignmentEpoch, d.BaseSequence, d.Sequence, p.lease.AssignmentEpoch, p.lastSeq, p.lastSeq+1)
+		}
+		if len(d.Images) == 0 {
+			t.Fatalf("pool %d: empty delta %d", p.idx, d.Sequence)
+		}
+		for _, im := range d.Images {
+			p.mirror[im.Bucket] = im.Word
+		}
+		p.lastSeq = d.Sequence
+		f := wire.Frame{Kind: wire.KindDelta, Delta: d}
+		if err := p.w.WriteFrame(&f); err != nil {
+			t.Fatalf("pool %d: WriteFrame(delta %d): %v", p.idx, d.Sequence, err)
+		}
+		p.queue = append(p.queue, sentFrame{kind: wire.KindDelta, sequence: d.Sequence})
+	}
+}
+
+// expect is what the consumer must answer to s given the lane's state.
+func (p *pool) expect(s sentFrame) consumer.Result {
+	switch {
+	case s.kind == wire.KindSnapshotChunk && s.last:
+		return consumer.Result{Outcome: consumer.SnapshotInstalled, Lane: p.lane, Sequence: s.sequence}
+	case s.kind == wire.KindSnapshotChunk:
+		return consumer.Result{Outcome: consumer.SnapshotChunkAccepted, Lane: p.lane}
+	case p.deactivated:
+		return consumer.Result{Outcome: consumer.IgnoredForeignLease, Lane: p.lane}
+	}
+	gap := map[wire.Kind]consumer.Fault{
+		wire.KindDelta:       consumer.BaseSequenceMismatch,
+		wire.KindDrainMarker: consumer.TerminalSequenceMismatch,
+		wire.KindHeartbeat:   consumer.HeartbeatSequenceMismatch,
+	}
+	if p.lost {
+		return consumer.Result{Outcome: consumer.Deactivated, Fault: gap[s.kind], Lane: p.lane}
+	}
+	ok := map[wire.Kind]consumer.Outcome{
+		wire.KindDelta:       consumer.Applied,
+		wire.KindDrainMarker: consumer.DrainAcknowledged,
+		wire.KindHeartbeat:   consumer.HeartbeatObserved,
+	}
+	return consumer.Result{Outcome: ok[s.kind], Lane: p.lane, Sequence: s.sequence}
+}
+
+// deliver reads every frame on the link and applies it to the consumer,
+// losing the next delta when dropNext is set, and checks each result.
+func (p *pool) deliver() {
+	t := p.r.t
+	t.Helper()
+	for len(p.queue) > 0 {
+		s := p.queue[0]
+		p.queue = p.queue[1:]
+		body, err := p.rd.ReadRaw()
+		if err != nil {
+			t.Fatalf("pool %d: ReadRaw (%v %d): %v", p.idx, s.kind, s.sequence, err)
+		}
+		if s.kind == wire.KindDelta && p.dropNext {
+			p.dropNext, p.lost = false, true
+			p.dropped++
+			continue
+		}
+		want := p.expect(s)
+		got, err := p.r.cons.ApplyFrameBytes(body)
+		if err != nil {
+			t.Fatalf("pool %d: ApplyFrameBytes(%v %d): %v", p.idx, s.kind, s.sequence, err)
+		}
+		if want.Outcome == consumer.Deactivated || want.Outcome == consumer.IgnoredForeignLease {
+			want.Sequence = got.Sequence // the lane's installed sequence is not the frame's
+		}
+		if got != want {
+			t.Fatalf("pool %d lane %d: %v frame %d: got %v, want %v", p.idx, p.lane, s.kind, s.sequence, got, want)
+		}
+		if got.Outcome == consumer.Deactivated {
+			p.deactivated = true
+			p.faultLog = append(p.faultLog, got)
+			if st := p.laneStatus(); st.Ready || st.Assigned {
+				t.Fatalf("pool %d: lane %d still ready=%v assigned=%v after %v", p.idx, p.lane, st.Ready, st.Assigned, got)
+			}
+		}
+	}
+	if b, err := p.rd.ReadRaw(); err == nil {
+		t.Fatalf("pool %d: %d unexpected bytes left on the link", p.idx, len(b))
+	}
+	// ReadRaw's io.EOF is sticky; the link is fully read, so start a new reader.
+	p.rd = wire.NewReader(&p.buf, p.rd.MaxFrameBytes())
+}
+
+func (p *pool) laneStatus() consumer.LaneStatus {
+	p.r.t.Helper()
+	st, err := p.r.cons.LaneStatus(p.lane)
+	if err != nil {
+		p.r.t.Fatalf("LaneStatus(%d): %v", p.lane, err)
+	}
+	return st
+}
+
+func (p *pool) laneWords() []uint64 {
+	p.r.t.Helper()
+	w, err := p.r.cons.AppendLaneWords(nil, p.lane)
+	if err != nil {
+		p.r.t.Fatalf("AppendLaneWords(%d): %v", p.lane, err)
+	}
+	return w
+}
+
+// healthy reports whether the lane should hold the producer's table.
+func (p *pool) healthy() bool { return !p.lost && !p.deactivated }
+
+// resubscribe takes a new lease: the producer cuts a barrier snapshot (the
+// old stream gets its tail and ends superseded), the consumer assigns the
+// new epoch and installs the snapshot chunk by chunk over the link.
+func (p *pool) resubscribe() {
+	t := p.r.t
+	t.Helper()
+	lease := p.lease
+	lease.AssignmentEpoch++
+	sub, err := p.h.Subscribe(p.r.ctx, lease)
+	if err != nil {
+		t.Fatalf("pool %d: Subscribe(epoch %d): %v", p.idx, lease.AssignmentEpoch, err)
+	}
+	snap := sub.Snapshot
+	if old := p.sub; old != nil {
+		p.forward(old, true) // closed by the Subscribe above
+		if err := old.Err(); !errors.Is(err, producer.ErrSuperseded) {
+			t.Fatalf("pool %d: old stream ended with %v, want ErrSuperseded", p.idx, err)
+		}
+		p.deliver()
+		if snap.Sequence != p.lastSeq {
+			t.Fatalf("pool %d: snapshot at %d, old stream at %d", p.idx, snap.Sequence, p.lastSeq)
+		}
+		if !slices.Equal(snap.Words, p.mirror) {
+			t.Fatalf("pool %d: snapshot differs from the old stream's table in %s", p.idx, diffWords(snap.Words, p.mirror))
+		}
+		if p.healthy() {
+			if w := p.laneWords(); !slices.Equal(w, snap.Words) {
+				t.Fatalf("pool %d: lane %d differs from the producer's snapshot in %s", p.idx, p.lane, diffWords(w, snap.Words))
+			}
+		}
+	}
+	if snap.Lease != lease || snap.Identity != p.h.Identity() {
+		t.Fatalf("pool %d: snapshot lease %+v identity %+v, want %+v %+v", p.idx, snap.Lease, snap.Identity, lease, p.h.Identity())
+	}
+	if sw := p.shadow.Words(); !slices.Equal(snap.Words, sw) {
+		t.Fatalf("pool %d: producer snapshot differs from the shadow pool in %s", p.idx, diffWords(snap.Words, sw))
+	}
+	p.sub, p.lease = sub, lease
+	p.mirror, p.lastSeq = slices.Clone(snap.Words), snap.Sequence
+
+	if err := p.r.cons.Assign(p.h.Identity(), lease); err != nil {
+		t.Fatalf("pool %d: Assign(epoch %d): %v", p.idx, lease.AssignmentEpoch, err)
+	}
+	if p.lost || p.deactivated {
+		p.r.recoveries++
+	}
+	p.lost, p.deactivated, p.dropNext = false, false, false
+	before := p.buf.Len()
+	if err := p.snapW.WriteSnapshot(&snap); err != nil {
+		t.Fatalf("pool %d: WriteSnapshot: %v", p.idx, err)
+	}
+	chunks := (len(snap.Words) + p.r.cfg.ChunkWords - 1) / p.r.cfg.ChunkWords
+	if max := chunks * (wire.LengthPrefixBytes + p.r.chunkLimit); p.buf.Len()-before > max {
+		t.Fatalf("pool %d: snapshot took %d bytes, more than %d chunks of ≤ %d", p.idx, p.buf.Len()-before, chunks, p.r.chunkLimit)
+	}
+	if chunks > 1 {
+		p.r.multiChunkSnapshots++
+	}
+	for i := range chunks {
+		p.queue = append(p.queue, sentFrame{kind: wire.KindSnapshotChunk, sequence: snap.Sequence, last: i == chunks-1})
+	}
+	p.deliver() // any chunk count mismatch fails here: too few never installs, too many leave bytes
+	st := p.laneStatus()
+	if !st.Ready || st.InstalledSequence != snap.Sequence || st.Lease != lease {
+		t.Fatalf("pool %d: after install lane ready=%v at %d lease %+v, want ready at %d lease %+v",
+			p.idx, st.Ready, st.InstalledSequence, st.Lease, snap.Sequence, lease)
+	}
+	if w := p.laneWords(); !slices.Equal(w, snap.Words) {
+		t.Fatalf("pool %d: installed lane differs from the snapshot in %s", p.idx, diffWords(w, snap.Words))
+	}
+}
+
+// flush publishes the actor's pending tail.
+func (p *pool) flush() {
+	if err := p.h.Flush(p.r.ctx); err != nil {
+		p.r.t.Fatalf("pool %d: Flush: %v", p.idx, err)
+	}
+}
+
+// pump moves what the subscription holds over the link into the consumer.
+func (p *pool) pump() {
+	p.r.t.Helper()
+	if p.r.settle != nil {
+		p.r.settle()
+	}
+	p.forward(p.sub, false)
+	p.deliver()
+}
+
+func (p *pool) heartbeat(seq uint64) {
+	p.r.t.Helper()
+	f := wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{
+		Identity: p.h.Identity(), Lease: p.lease, LastSequence: seq, UnixMicros: 1_700_000_000_000_000}}
+	if err := p.w.WriteFrame(&f); err != nil {
+		p.r.t.Fatalf("pool %d: WriteFrame(heartbeat): %v", p.idx, err)
+	}
+	p.queue = append(p.queue, sentFrame{kind: wire.KindHeartbeat, sequence: seq})
+	p.deliver()
+}
