@@ -37,6 +37,44 @@ type Config struct {
 	VerificationWindow int
 	// PublishEveryNEvents is the publication cadence in admitted events, > 0.
 	PublishEveryNEvents uint64
+	// MaxMembers bounds the members holding at least one block; 0 means no
+	// bound. A Stored event that would add one more is refused whole with
+	// [ErrMemberLimit]. [Config.WithSizedLimits] sets [DefaultMaxMembers].
+	MaxMembers int
+	// MaxTrackedBlocks bounds the tracked blocks — lineage entries over all
+	// members, one per block a member holds, so also the distinct canonical
+	// blocks — resident or not; 0 means no bound. A Stored event whose new
+	// entries would exceed it is refused whole with [ErrTrackedBlockLimit].
+	// [Config.WithSizedLimits] sizes it to the filter.
+	MaxTrackedBlocks uint64
+}
+
+// Defaults of the exact-state bounds (SPEC §4.6) that [Config.WithSizedLimits]
+// fills in. The library's [DefaultConfig] leaves both bounds off.
+const (
+	// DefaultMaxMembers bounds the members holding blocks.
+	DefaultMaxMembers = 16_384
+	// DefaultTrackedBlocksPerSlot sizes MaxTrackedBlocks: this many tracked
+	// blocks per filter slot (bucket_count × 4). Four leaves room for blocks
+	// held by several members and for capacity omissions (blocks tracked but
+	// not resident), while bounding the exact state at a fixed multiple of
+	// the filter (about 40 bytes a tracked block: ≈ 320 MiB at the relay's
+	// 524,288-bucket default in the worst case).
+	DefaultTrackedBlocksPerSlot = 4
+)
+
+// WithSizedLimits returns c with a zero MaxMembers set to [DefaultMaxMembers]
+// and a zero MaxTrackedBlocks set to [DefaultTrackedBlocksPerSlot] × the
+// filter's slots. A config whose ExpectedBlocks is invalid is returned
+// unchanged ([Config.Validate] reports it).
+func (c Config) WithSizedLimits() Config {
+	if c.MaxMembers == 0 {
+		c.MaxMembers = DefaultMaxMembers
+	}
+	if n, err := BucketCount(c.ExpectedBlocks); err == nil && c.MaxTrackedBlocks == 0 {
+		c.MaxTrackedBlocks = n * uint64(SlotsPerBucket) * DefaultTrackedBlocksPerSlot
+	}
+	return c
 }
 
 // DefaultConfig returns the library defaults of SPEC §2.1 (expected blocks 1,
@@ -70,6 +108,9 @@ func (c Config) Validate() error {
 	}
 	if c.PublishEveryNEvents == 0 {
 		return configError("publish_every_n_events must be > 0")
+	}
+	if c.MaxMembers < 0 {
+		return configError(fmt.Sprintf("max_members %d must be ≥ 0 (0: no bound)", c.MaxMembers))
 	}
 	return nil
 }

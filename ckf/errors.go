@@ -29,6 +29,15 @@ var (
 	ErrCapacityExhausted = errors.New("ckf: capacity exhausted")
 	// ErrAllocationFailed: memory for new exact state could not be reserved.
 	ErrAllocationFailed = errors.New("ckf: allocation failed")
+	// ErrMemberLimit: a Stored event of a member holding nothing would take
+	// the pool past [Config.MaxMembers]; nothing committed. It matches
+	// [ErrAllocationFailed]: a configured bound refused the new exact state.
+	ErrMemberLimit = fmt.Errorf("%w: max_members reached", ErrAllocationFailed)
+	// ErrTrackedBlockLimit: a Stored event would take the pool's tracked
+	// blocks (lineage entries over all members) past
+	// [Config.MaxTrackedBlocks]; nothing committed. It matches
+	// [ErrAllocationFailed].
+	ErrTrackedBlockLimit = fmt.Errorf("%w: max_tracked_blocks reached", ErrAllocationFailed)
 	// ErrOwnershipDegreeOverflow: a canonical block's owner count would overflow.
 	ErrOwnershipDegreeOverflow = errors.New("ckf: ownership degree overflow")
 	// ErrIndexerInvariantViolation: exact state and filter disagree (a resident

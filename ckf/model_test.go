@@ -48,7 +48,7 @@ func modelCanonicalize(lin map[uint64]uint64, ev *RouterEvent) ([]uint64, error)
 			return nil, ErrParentBlockNotFound
 		}
 		prev = c
-	} else if len(ev.Blocks) > 0 && ev.HasStartPosition && ev.StartPosition > 0 {
+	} else if ev.HasStartPosition && ev.StartPosition > 0 { // whatever the block count (decision 2)
 		return nil, ErrInvalidBlockSequence
 	}
 	seen := map[uint64]bool{}

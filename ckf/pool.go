@@ -3,6 +3,7 @@ package ckf
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 )
@@ -63,6 +64,9 @@ type Pool struct {
 	parentNotFound   uint64
 	capacityFailures uint64
 
+	memberLimitRejections       uint64
+	trackedBlockLimitRejections uint64
+
 	scratch struct {
 		canon []uint64
 		seen  map[uint64]struct{}
@@ -105,7 +109,18 @@ func (p *Pool) Owners(canonical uint64) (owners uint32, resident bool) {
 	return b.owners, b.resident
 }
 
-// HasPendingPublication reports whether the dirty window holds touched buckets.
+// MemberBlocks returns the number of blocks member m holds (its lineage
+// entries); 0 for a member the pool does not know.
+func (p *Pool) MemberBlocks(m Member) int {
+	if ms := p.members[m]; ms != nil {
+		return len(ms.lineage)
+	}
+	return 0
+}
+
+// HasPendingPublication reports whether the dirty window holds touched
+// buckets (even ones that may net-revert); pending events that touched no
+// bucket do not count (SPEC §4.5).
 func (p *Pool) HasPendingPublication() bool { return !p.dirty.empty() }
 
 // PendingEventCount returns the events admitted since the last drain.
@@ -170,9 +185,16 @@ func (p *Pool) canonicalize(ev *RouterEvent, ms *memberState) error {
 		if !ok {
 			return &EventError{Kind: ErrParentBlockNotFound, Member: m, BlockHash: ev.ParentHash}
 		}
-	} else if ev.HasStartPosition && ev.StartPosition > 0 && len(ev.Blocks) > 0 {
-		return &EventError{Kind: ErrInvalidBlockSequence, Member: m, BlockHash: ev.Blocks[0].BlockHash,
-			Detail: "root block with start_position > 0 cannot be canonicalized"}
+	} else if ev.HasStartPosition && ev.StartPosition > 0 {
+		// The header alone decides, whatever the block count (SPEC §4.3,
+		// decision 2): an empty event is not a loophole for a header that
+		// would be refused with blocks.
+		var first uint64
+		if len(ev.Blocks) > 0 {
+			first = ev.Blocks[0].BlockHash
+		}
+		return &EventError{Kind: ErrInvalidBlockSequence, Member: m, BlockHash: first,
+			Detail: "null parent with start_position > 0 cannot be canonicalized"}
 	}
 	useSet := len(ev.Blocks) > 16
 	if useSet {
@@ -229,6 +251,9 @@ func (p *Pool) applyStored(ev *RouterEvent) error {
 	if len(ev.Blocks) == 0 {
 		return nil
 	}
+	if err := p.admitLimits(ev, ms); err != nil {
+		return err
+	}
 	if ms == nil {
 		ms = &memberState{lineage: make(map[uint64]uint64, len(ev.Blocks))}
 		p.members[m] = ms
@@ -257,6 +282,34 @@ func (p *Pool) applyStored(ev *RouterEvent) error {
 		p.blocks[c] = st
 	}
 	return first
+}
+
+// admitLimits refuses, before anything commits, a Stored event that would
+// take the pool past MaxMembers or MaxTrackedBlocks (SPEC §4.6).
+func (p *Pool) admitLimits(ev *RouterEvent, ms *memberState) error {
+	if ms == nil && p.cfg.MaxMembers > 0 && len(p.members) >= p.cfg.MaxMembers {
+		p.memberLimitRejections++
+		return &EventError{Kind: ErrMemberLimit, Member: ev.Member(),
+			Detail: fmt.Sprintf("%d members hold blocks, max_members %d", len(p.members), p.cfg.MaxMembers)}
+	}
+	if p.cfg.MaxTrackedBlocks == 0 {
+		return nil
+	}
+	added := uint64(len(ev.Blocks))
+	if ms != nil {
+		added = 0
+		for _, b := range ev.Blocks {
+			if _, owned := ms.lineage[b.BlockHash]; !owned {
+				added++
+			}
+		}
+	}
+	if p.contributions+added > p.cfg.MaxTrackedBlocks {
+		p.trackedBlockLimitRejections++
+		return &EventError{Kind: ErrTrackedBlockLimit, Member: ev.Member(),
+			Detail: fmt.Sprintf("%d tracked + %d new blocks exceed max_tracked_blocks %d", p.contributions, added, p.cfg.MaxTrackedBlocks)}
+	}
+	return nil
 }
 
 // makeResident puts canonical's fingerprint into the table: a full insertion

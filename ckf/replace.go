@@ -93,6 +93,7 @@ func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
 	p.resident = next.resident
 	p.contributions = next.contributions
 	p.capacityFailures += next.capacityFailures
+	// A rebuild that hit a limit aborted above, so next counted none.
 	p.pendingEvents = 0
 	if len(images) == 0 {
 		return nil, nil

@@ -19,6 +19,10 @@ type Stats struct {
 	CapacityFailures uint64 // lifetime: insertions or re-offers that found no room
 	OccupiedBuckets  int
 	OccupiedSlots    int
+	// Exact-state bounds (SPEC §4.6), lifetime: Stored events refused whole
+	// by MaxMembers and by MaxTrackedBlocks.
+	MemberLimitRejections       uint64
+	TrackedBlockLimitRejections uint64
 
 	// Publication.
 	PendingEvents          uint64
@@ -95,23 +99,25 @@ func (p *Pool) exactStateBytes() uint64 {
 func (p *Pool) Stats() Stats {
 	slots, buckets := p.t.occupied()
 	return Stats{
-		Members:                len(p.members),
-		Contributions:          p.contributions,
-		UniqueBlocks:           len(p.blocks),
-		ResidentBlocks:         p.resident,
-		UnknownRemovals:        p.unknownRemovals,
-		ParentNotFound:         p.parentNotFound,
-		CapacityFailures:       p.capacityFailures,
-		OccupiedBuckets:        buckets,
-		OccupiedSlots:          slots,
-		PendingEvents:          p.pendingEvents,
-		PhysicalTouches:        p.dirty.physicalTouches,
-		DistinctTouchedBuckets: p.dirty.distinctTouchedBuckets,
-		EmittedImages:          p.dirty.emittedImages,
-		NetRevertedBuckets:     p.dirty.netRevertedBuckets,
-		FilterBytes:            uint64(len(p.t.words)) * 8,
-		DirtyTrackingBytes:     p.dirty.bytes(),
-		ExactStateBytes:        p.exactStateBytes(),
+		Members:                     len(p.members),
+		Contributions:               p.contributions,
+		UniqueBlocks:                len(p.blocks),
+		ResidentBlocks:              p.resident,
+		UnknownRemovals:             p.unknownRemovals,
+		ParentNotFound:              p.parentNotFound,
+		CapacityFailures:            p.capacityFailures,
+		OccupiedBuckets:             buckets,
+		OccupiedSlots:               slots,
+		MemberLimitRejections:       p.memberLimitRejections,
+		TrackedBlockLimitRejections: p.trackedBlockLimitRejections,
+		PendingEvents:               p.pendingEvents,
+		PhysicalTouches:             p.dirty.physicalTouches,
+		DistinctTouchedBuckets:      p.dirty.distinctTouchedBuckets,
+		EmittedImages:               p.dirty.emittedImages,
+		NetRevertedBuckets:          p.dirty.netRevertedBuckets,
+		FilterBytes:                 uint64(len(p.t.words)) * 8,
+		DirtyTrackingBytes:          p.dirty.bytes(),
+		ExactStateBytes:             p.exactStateBytes(),
 	}
 }
 

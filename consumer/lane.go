@@ -91,16 +91,19 @@ func (c *Consumer) InstallSnapshot(s *ckf.Snapshot) Result {
 //  2. the identity differs from the assigned one → Deactivated(WrongIdentity);
 //  3. the chunk's shape: count 0 or index ≥ count → MalformedChunk; words
 //     reaching past bucket_count, or a last chunk ending short of it →
-//     WrongBucketCount; an empty non-final chunk → MalformedChunk. On a ready
-//     lane these deactivate; on a lane that is not ready they are
+//     WrongBucketCount; a chunk with no words (final or not) →
+//     MalformedChunk, since every chunk carries at least one word. On a
+//     ready lane these deactivate; on a lane that is not ready they are
 //     RetrySnapshot on the same lease;
 //  4. ready and sequence ≤ installed → IgnoredStaleOrDuplicate; ready and
 //     newer → Deactivated(SnapshotWhileReady), nothing written;
-//  5. not ready: the chunk must continue the partial snapshot — first chunk
-//     index 0 at offset 0, then the same sequence and count, the next index,
-//     and the offset where the previous chunk ended. Otherwise the partial
-//     snapshot is abandoned: RetrySnapshot(ChunkSequenceMismatch,
-//     ChunkOutOfOrder or ChunkOverlap), and the chunk is not written.
+//  5. not ready: chunk index 0 starts a snapshot, abandoning any partial
+//     one, and must be at offset 0 (else RetrySnapshot(ChunkOverlap)); any
+//     other chunk must continue the partial snapshot — the same sequence and
+//     count, the next index, and the offset where the previous chunk ended.
+//     Otherwise the partial snapshot is abandoned:
+//     RetrySnapshot(ChunkSequenceMismatch, ChunkOutOfOrder or ChunkOverlap),
+//     and the chunk is not written.
 //
 // An accepted chunk is written into the lane's own column, which queries do
 // not read while the lane is not ready; the last chunk activates the lane at
@@ -150,7 +153,10 @@ func (c *Consumer) installChunk(id *ckf.ProducerIdentity, lease ckf.LaneLease, s
 		}
 		return c.deactivate(idx, SnapshotWhileReady)
 	}
-	if !l.staging {
+	// Chunk 0 always starts a snapshot: whatever is staged is abandoned, so
+	// a producer's resend (of the same or a newer snapshot) is never lost
+	// to the partial one it replaces (SPEC §8.3, decision 5).
+	if index == 0 || !l.staging {
 		switch {
 		case index != 0:
 			return c.retry(idx, ChunkOutOfOrder)

@@ -174,7 +174,9 @@ func (a *actor) handle(c *command) bool {
 		c.reply <- reply{err: a.replace(c)}
 		a.permits.Release(c.weight)
 	case cmdReset:
-		c.reply <- reply{err: a.reset(c)}
+		ok, err := a.reset(c)
+		c.reply <- reply{err: err}
+		return ok
 	case cmdFlush:
 		c.reply <- reply{err: a.publishPending()}
 	case cmdSubscribe:
@@ -329,28 +331,22 @@ func (a *actor) replace(c *command) error {
 	return nil
 }
 
-func (a *actor) reset(c *command) error {
+// reset removes a member's state (SPEC §7). ok is false when a fence
+// interrupted the delivery of a fault; err is the caller's reply.
+//
+// An invariant violation met while removing is reported exactly like one
+// met by a cleared event: the removal itself completes (the pool releases
+// every block even after an error, so there is nothing left to retry), the
+// batch is published, the epoch recorded, a ProducerInvariant fault is
+// delivered and the caller gets the error: a failed acknowledgement.
+func (a *actor) reset(c *command) (ok bool, err error) {
 	if err := a.staleEpoch(c.member, c.epoch); err != nil {
-		return err
+		return true, err
 	}
 	b, err := a.pool.RemoveRank(c.member)
 	if b != nil {
 		a.publish(b)
-	}
-	if err != nil {
-		// The clear kept exact state while reporting an error; retry what is
-		// still tracked once before giving up.
-		a.log.Warn("producer: retrying the remainder of a partial rank reset",
-			append(memberAttrs(c.member, c.epoch, 0), slog.Any("error", err))...)
-		b, err = a.pool.RemoveRank(c.member)
-		if b != nil {
-			a.publish(b)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if b == nil && a.diag != nil {
+	} else if a.diag != nil {
 		a.diag.unchanged.Add(1)
 	}
 	a.epochs[c.member] = c.epoch
@@ -360,7 +356,14 @@ func (a *actor) reset(c *command) error {
 			a.diag.degradedResets.Add(1)
 		}
 	}
-	return nil
+	if err == nil {
+		return true, nil
+	}
+	d, _ := ckf.DispositionOf(ckf.FailurePointOf(err))
+	if cat, isFault := CategoryOf(d.Action); isFault {
+		return a.fault(Fault{Member: c.member, SourceEpoch: c.epoch, Category: cat, Disposition: d, Err: err}), err
+	}
+	return true, err
 }
 
 func (a *actor) subscribe(lease ckf.LaneLease) (*Subscription, error) {

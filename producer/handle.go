@@ -186,11 +186,13 @@ func (h Handle) ReplaceRanks(ctx context.Context, reps []RankReplacement) error 
 	return r.err
 }
 
-// ResetRank removes every block of member m (retrying the remainder once if
-// the first pass reports an error), publishes the result and records
-// sourceEpoch as the member's epoch. An epoch older than the current one
-// returns a [*StaleSourceEpochError] and changes nothing. degraded marks a
-// reset caused by a failed tree dump; such resets are counted.
+// ResetRank removes every block of member m, publishes the result and
+// records sourceEpoch as the member's epoch. An epoch older than the current
+// one returns a [*StaleSourceEpochError] and changes nothing. degraded marks
+// a reset caused by a failed tree dump; such resets are counted. An indexer
+// invariant violation met on the way fails the reset with an error matching
+// [ckf.ErrIndexerInvariantViolation] and delivers the same ProducerInvariant
+// fault a cleared event would; the member's state is removed regardless.
 func (h Handle) ResetRank(ctx context.Context, sourceEpoch uint64, m ckf.Member, degraded bool) error {
 	r, err := h.a.request(ctx, command{kind: cmdReset, epoch: sourceEpoch, member: m, degraded: degraded}, false)
 	if err != nil {

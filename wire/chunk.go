@@ -30,8 +30,9 @@ func ChunkWords(maxFrameBytes int) (int, error) {
 // SplitSnapshot splits s into the chunk frames of one chunked snapshot, each
 // fitting maxFrameBytes (≤ 0 means [DefaultMaxFrameBytes]): chunk i carries
 // the buckets [i*w, min((i+1)*w, len(s.Words))) where w = ChunkWords(limit),
-// so chunks are ordered, contiguous and cover every bucket exactly once. A
-// snapshot with no words is one empty chunk (ChunkCount is always ≥ 1).
+// so chunks are ordered, contiguous and cover every bucket exactly once, and
+// every chunk carries at least one word (SPEC §9): a snapshot with no words
+// fails with [ErrInvalidFrame] (no valid table has fewer than 2 buckets).
 //
 // The chunks' Words alias s.Words; nothing is copied. Encode them before
 // s.Words changes.
@@ -41,7 +42,10 @@ func SplitSnapshot(s *ckf.Snapshot, maxFrameBytes int) ([]SnapshotChunk, error) 
 		return nil, err
 	}
 	n := len(s.Words)
-	count := max(1, (n+per-1)/per)
+	if n == 0 {
+		return nil, encodeError("a snapshot with no words has no chunks: every chunk carries at least one word")
+	}
+	count := (n + per - 1) / per
 	if uint64(count) > math.MaxUint32 {
 		return nil, encodeError("%d chunks exceed a uint32 count", count)
 	}

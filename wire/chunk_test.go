@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -57,7 +59,7 @@ func TestSplitSnapshot(t *testing.T) {
 	tests := []struct {
 		words, chunks int
 	}{
-		{0, 1}, {1, 1}, {10, 1}, {11, 2}, {20, 2}, {21, 3}, {1024, 103},
+		{1, 1}, {10, 1}, {11, 2}, {20, 2}, {21, 3}, {1024, 103},
 	}
 	for _, tt := range tests {
 		words := make([]uint64, tt.words)
@@ -97,6 +99,26 @@ func TestSplitSnapshot(t *testing.T) {
 		}
 		if next != tt.words {
 			t.Fatalf("covered %d words, want %d", next, tt.words)
+		}
+	}
+}
+
+// TestSplitSnapshot_NeverEmitsAnEmptyChunk: every chunk carries at least one
+// word (SPEC §9, decision: chunks are non-empty), so chunk_count ≤ the word
+// count; a snapshot with no words is refused instead of becoming one empty
+// chunk, which a consumer rejects as MalformedChunk.
+func TestSplitSnapshot_NeverEmitsAnEmptyChunk(t *testing.T) {
+	_, err := wire.SplitSnapshot(&ckf.Snapshot{Identity: testIdentity(), Lease: testLease(), Sequence: 3}, 0)
+	require.ErrorIs(t, err, wire.ErrInvalidFrame)
+	for _, per := range []int{1, 2, 3, 7} {
+		limit := wire.MaxSnapshotChunkOverhead + 8*per
+		for n := 1; n <= 3*per+1; n++ {
+			chunks, err := wire.SplitSnapshot(&ckf.Snapshot{Identity: testIdentity(), Words: make([]uint64, n)}, limit)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(chunks), n)
+			for _, c := range chunks {
+				require.NotEmpty(t, c.Words, "%d words at %d a chunk: chunk %d of %d", n, per, c.ChunkIndex, c.ChunkCount)
+			}
 		}
 	}
 }
