@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
@@ -297,7 +297,7 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 	loads := make([]float64, o.dataCenters)
 	fprOK := true
 	for d := range o.dataCenters {
-		p := cat.pool(fmt.Sprintf("dc-%d", d))
+		p := cat.Pool(fmt.Sprintf("dc-%d", d))
 		if p == nil || p.Stats == nil {
 			fprOK = false
 			break
@@ -362,44 +362,12 @@ func consumerBytes(l client.Lanes) (uint64, bool) {
 	return 0, false
 }
 
-// catalog is the part of GET /v1/pools the demo reads.
-type catalog struct {
-	Pools []catalogPool `json:"pools"`
-}
-
-type catalogPool struct {
-	Name  string                    `json:"name"`
-	Hub   struct{ Sequence uint64 } `json:"hub"`
-	Stats *struct {
-		UniqueBlocks int     `json:"unique_blocks"`
-		Occupancy    float64 `json:"filter_occupancy"`
-	} `json:"stats"`
-}
-
-// pool returns the named pool's entry, or nil.
-func (c *catalog) pool(name string) *catalogPool {
-	for i := range c.Pools {
-		if c.Pools[i].Name == name {
-			return &c.Pools[i]
-		}
-	}
-	return nil
-}
-
 // fetchCatalog reads the relay's catalog; an unreachable relay reads as an
 // empty catalog (the per-second line then shows zeros rather than stopping).
-func fetchCatalog(ctx context.Context, base string) catalog {
-	var cat catalog
+func fetchCatalog(ctx context.Context, base string) catalog.Catalog {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/pools", nil)
-	if err != nil {
-		return cat
-	}
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		_ = json.NewDecoder(resp.Body).Decode(&cat)
-		resp.Body.Close()
-	}
+	cat, _ := catalog.Get(ctx, http.DefaultClient, base, "")
 	return cat
 }
 
@@ -407,14 +375,14 @@ func fetchCatalog(ctx context.Context, base string) catalog {
 // relay's hub sequence, and returns the last catalog read. It polls: the
 // router has no callback, and the demo's end is not latency sensitive.
 // An interrupted demo (ctx done) reads the catalog once and does not wait.
-func settle(ctx context.Context, base string, router *client.Router, dcs int, timeout time.Duration) catalog {
+func settle(ctx context.Context, base string, router *client.Router, dcs int, timeout time.Duration) catalog.Catalog {
 	deadline := time.Now().Add(timeout)
 	for {
 		cat := fetchCatalog(context.WithoutCancel(ctx), base)
 		caughtUp := true
 		for d := range dcs {
-			p := cat.pool(fmt.Sprintf("dc-%d", d))
-			if p == nil || router.Lane(d).Sequence < p.Hub.Sequence {
+			p := cat.Pool(fmt.Sprintf("dc-%d", d))
+			if p == nil || router.Lane(d).Sequence < uint64(p.Hub.Sequence) {
 				caughtUp = false
 			}
 		}
@@ -444,10 +412,10 @@ func (t *ticker) tick(elapsed time.Duration, events, blocks uint64, sc *replay.S
 			tracked += p.Stats.UniqueBlocks
 			occ += p.Stats.Occupancy / float64(len(cat.Pools))
 		}
-		seqs += p.Hub.Sequence
+		seqs += uint64(p.Hub.Sequence)
 		if i < t.dcs {
-			if ls := t.router.Lane(i).Sequence; p.Hub.Sequence > ls {
-				lag += p.Hub.Sequence - ls
+			if ls := t.router.Lane(i).Sequence; uint64(p.Hub.Sequence) > ls {
+				lag += uint64(p.Hub.Sequence) - ls
 			}
 		}
 	}

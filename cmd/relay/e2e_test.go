@@ -30,6 +30,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -183,41 +184,13 @@ func writeConfig(t *testing.T, cfg server.Config) string {
 	return p
 }
 
-// catalogEntry is the part of GET /v1/pools the tests read.
-type catalogEntry struct {
-	Name     string `json:"name"`
-	DCID     uint64 `json:"dc_id"`
-	Identity struct {
-		ProducerIncarnation uint64 `json:"producer_incarnation"`
-		Format              struct {
-			Seed        uint64 `json:"seed"`
-			BucketCount uint64 `json:"bucket_count"`
-		} `json:"format"`
-	} `json:"identity"`
-	Hub struct {
-		Sequence    uint64 `json:"sequence"`
-		Subscribers int    `json:"subscribers"`
-	} `json:"hub"`
-	Stats *struct {
-		UniqueBlocks int `json:"unique_blocks"`
-		Members      int `json:"members"`
-	} `json:"stats"`
-}
-
-func getCatalog(t *testing.T, base string) map[string]catalogEntry {
+func getCatalog(t *testing.T, base string) map[string]catalog.Pool {
 	t.Helper()
-	resp, err := http.Get(base + "/v1/pools")
+	c, err := catalog.Get(context.Background(), nil, base, "")
 	if err != nil {
 		t.Fatalf("catalog: %v", err)
 	}
-	defer resp.Body.Close()
-	var c struct {
-		Pools []catalogEntry `json:"pools"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
-		t.Fatalf("catalog: %v", err)
-	}
-	out := map[string]catalogEntry{}
+	out := map[string]catalog.Pool{}
 	for _, p := range c.Pools {
 		out[p.Name] = p
 	}
@@ -235,9 +208,9 @@ func wasmLanes(t *testing.T, base string, pools []string) *host.Instance {
 	cat := getCatalog(t, base)
 	domain := server.Config{}.Domain()
 	first := cat[pools[0]].Identity.Format
-	m := consumer.Manifest{ConsumerInstance: 77, Domain: domain, Format: ckf.NewFormat(first.Seed, first.BucketCount), VerificationWindow: 2}
+	m := consumer.Manifest{ConsumerInstance: 77, Domain: domain, Format: ckf.NewFormat(uint64(first.Seed), uint64(first.BucketCount)), VerificationWindow: 2}
 	for i, p := range pools {
-		m.Lanes[i] = &ckf.PoolID{Domain: domain, DCID: cat[p].DCID}
+		m.Lanes[i] = &ckf.PoolID{Domain: domain, DCID: uint64(cat[p].DCID)}
 	}
 	in, err := rt.NewInstance(context.Background(), m)
 	if err != nil {
@@ -489,7 +462,7 @@ func TestE2E_RelayRestartIsNewIncarnation(t *testing.T) {
 	postBurst(t, rl2.base, "p", 300, 4)
 	converge(t, r, rl2.base, "p", 0)
 	id, _, _ := relaySnapshot(t, rl2.base, "p")
-	if id.ProducerIncarnation != inc2 {
+	if id.ProducerIncarnation != uint64(inc2) {
 		t.Errorf("snapshot incarnation %d, want the new %d", id.ProducerIncarnation, inc2)
 	}
 	if cat := getCatalog(t, rl2.base)["p"]; cat.Stats.UniqueBlocks != 300*4 {

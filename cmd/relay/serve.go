@@ -103,6 +103,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	for _, m := range srv.RouterMismatches() {
+		log.Warn("pools of one routing scope cannot share a router: their lanes must agree on domain and format",
+			"pool", m.Pool, "first", m.First, "differ", m.Fields)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -377,6 +378,10 @@ func genNormalFlow() Scenario {
 	b.queries("request B after deltas", reqB)
 	b.queries("empty request", nil)
 	b.queries("partial block only", reqA[:genBlockSize-1])
+	for _, bs := range []int{0, -1} {
+		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.Itoa(bs), Kind: abi.QueryTokens, Tokens: reqA, BlockSize: bs,
+			Salt: U64(ckf.BaseSalt), Want: Want{Code: int32(abi.ErrInvalidQuery)}})
+	}
 	b.status(0)
 	b.status(3)
 	b.words(0)
@@ -699,7 +704,10 @@ func genAssignErrors() Scenario {
 	b.queries("lane 0 still ready", request(1, 3))
 	b.retire(9, abi.ErrWrongLane)
 	b.retire(16, abi.ErrWrongLane)
+	b.retire(-1, abi.ErrWrongLane)
 	b.step(Step{Op: OpStatus, Note: "status of lane 16", Lane: 16, Want: Want{Code: int32(abi.ErrWrongLane)}})
+	b.step(Step{Op: OpStatus, Note: "status of lane -1", Lane: -1, Want: Want{Code: int32(abi.ErrWrongLane)}})
+	b.step(Step{Op: OpWords, Note: "words of lane -1", Lane: -1, Want: Want{Code: int32(abi.ErrWrongLane)}})
 	b.step(Step{Op: OpStatus, Note: "status of unconfigured lane 9", Lane: 9, Want: Want{}})
 	return b.s
 }

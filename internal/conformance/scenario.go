@@ -22,7 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
+
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 )
 
 // Scenario is one scenario file: a manifest and steps run in order on a
@@ -50,24 +51,9 @@ const (
 )
 
 // U64 is a uint64 carried as a decimal string, so JSON readers without
-// 64-bit integers (JavaScript) read it exactly.
-type U64 uint64
-
-// MarshalJSON implements json.Marshaler.
-func (u U64) MarshalJSON() ([]byte, error) {
-	return []byte(strconv.Quote(strconv.FormatUint(uint64(u), 10))), nil
-}
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (u *U64) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
-	if err != nil {
-		return fmt.Errorf("conformance: u64 must be a decimal string, got %s", b)
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	*u = U64(v)
-	return err
-}
+// 64-bit integers (JavaScript) read it exactly; the same type as the
+// relay catalog's.
+type U64 = catalog.U64
 
 // Step is one call and its expected result.
 type Step struct {

@@ -2,76 +2,40 @@ package server
 
 import (
 	"context"
-	"encoding/hex"
 	"net/http"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 )
 
-// catalogPool is one entry of GET /v1/pools.
-type catalogPool struct {
-	Name     string          `json:"name"`
-	DCID     uint64          `json:"dc_id"`
-	Identity catalogIdentity `json:"identity"`
-	Hub      catalogHub      `json:"hub"`
-	Stats    *catalogStats   `json:"stats,omitempty"`
-	Error    string          `json:"error,omitempty"`
+// catalogPool is one entry of GET /v1/pools (the shape lives in
+// internal/catalog, shared with its readers).
+type catalogPool = catalog.Pool
+
+// entry returns a pool's catalog entry without stats.
+func (p *hostedPool) entry() catalogPool {
+	id := p.handle.Identity()
+	hs := p.hub.Stats()
+	return catalogPool{Name: p.spec.Name, DCID: catalog.U64(p.spec.DCID),
+		RouterKey: catalog.RouterKey(id.Pool.Domain, id.Format), Identity: catalog.FromIdentity(id),
+		Hub: catalog.Hub{Ready: hs.Ready, Sequence: catalog.U64(hs.Sequence), Subscribers: hs.Subscribers}}
 }
 
-type catalogIdentity struct {
-	CacheSemantics      string `json:"cache_semantics"`
-	CacheSemanticsSrc   string `json:"cache_semantics_source"`
-	RoutingScope        string `json:"routing_scope"`
-	RoutingScopeSrc     string `json:"routing_scope_source"`
-	ProducerIncarnation uint64 `json:"producer_incarnation"`
-	LayoutGeneration    uint64 `json:"layout_generation"`
-	Format              struct {
-		Version         uint8  `json:"format_version"`
-		Seed            uint64 `json:"seed"`
-		BucketCount     uint64 `json:"bucket_count"`
-		FingerprintBits uint8  `json:"fingerprint_bits"`
-		SlotsPerBucket  uint8  `json:"slots_per_bucket"`
-	} `json:"format"`
-}
-
-type catalogHub struct {
-	Ready       bool   `json:"ready"`
-	Sequence    uint64 `json:"sequence"`
-	Subscribers int    `json:"subscribers"`
-}
-
-type catalogStats struct {
-	Members          int     `json:"members"`
-	UniqueBlocks     int     `json:"unique_blocks"`
-	ResidentBlocks   uint64  `json:"resident_blocks"`
-	UnknownRemovals  uint64  `json:"unknown_removals"`
-	CapacityFailures uint64  `json:"capacity_failures"`
-	Occupancy        float64 `json:"filter_occupancy"`
-	EmittedImages    uint64  `json:"emitted_images"`
-	Sequence         uint64  `json:"sequence"`
-	MailboxDepth     int     `json:"mailbox_depth"`
-	LastFault        string  `json:"last_fault,omitempty"`
-}
-
-func identityJSON(id ckf.ProducerIdentity) catalogIdentity {
-	var c catalogIdentity
-	sem, scope := id.Pool.Domain.CacheSemantics, id.Pool.Domain.RoutingScope
-	c.CacheSemantics, c.CacheSemanticsSrc = hex.EncodeToString(sem.Digest[:]), sem.Source.String()
-	c.RoutingScope, c.RoutingScopeSrc = hex.EncodeToString(scope.Digest[:]), scope.Source.String()
-	c.ProducerIncarnation, c.LayoutGeneration = id.ProducerIncarnation, id.LayoutGeneration
-	f := id.Format
-	c.Format.Version, c.Format.Seed, c.Format.BucketCount = f.Version, f.Seed, f.BucketCount
-	c.Format.FingerprintBits, c.Format.SlotsPerBucket = f.FingerprintBits, f.SlotsPerBucket
-	return c
+// RouterMismatches lists the pools that cannot share a router with the
+// first pool of their routing scope (another seed or bucket count: see
+// catalog.Mismatches). `relay serve` logs a warning for each.
+func (s *Server) RouterMismatches() []catalog.Mismatch {
+	pools := make([]catalogPool, 0, len(s.order))
+	for _, p := range s.order {
+		pools = append(pools, p.entry())
+	}
+	return catalog.Mismatches(pools)
 }
 
 func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 	out := make([]catalogPool, 0, len(s.order))
 	for _, p := range s.order {
-		hs := p.hub.Stats()
-		e := catalogPool{Name: p.spec.Name, DCID: p.spec.DCID, Identity: identityJSON(p.handle.Identity()),
-			Hub: catalogHub{Ready: hs.Ready, Sequence: hs.Sequence, Subscribers: hs.Subscribers}}
+		e := p.entry()
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		st, err := p.handle.Stats(ctx)
 		cancel()
@@ -82,12 +46,13 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 			p.mu.Lock()
 			lf := p.lastFault
 			p.mu.Unlock()
-			e.Stats = &catalogStats{Members: ps.Members, UniqueBlocks: ps.UniqueBlocks, ResidentBlocks: ps.ResidentBlocks,
-				UnknownRemovals: ps.UnknownRemovals, CapacityFailures: ps.CapacityFailures,
-				Occupancy: float64(ps.OccupiedSlots) / float64(ps.FilterBytes/8*4), EmittedImages: ps.EmittedImages,
-				Sequence: st.Sequence, MailboxDepth: p.handle.MailboxDepth(), LastFault: lf}
+			e.Stats = &catalog.Stats{Members: ps.Members, UniqueBlocks: ps.UniqueBlocks,
+				ResidentBlocks: catalog.U64(ps.ResidentBlocks), UnknownRemovals: catalog.U64(ps.UnknownRemovals),
+				CapacityFailures: catalog.U64(ps.CapacityFailures),
+				Occupancy:        float64(ps.OccupiedSlots) / float64(ps.FilterBytes/8*4), EmittedImages: catalog.U64(ps.EmittedImages),
+				Sequence: catalog.U64(st.Sequence), MailboxDepth: p.handle.MailboxDepth(), LastFault: lf}
 		}
 		out = append(out, e)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"pools": out})
+	writeJSON(w, http.StatusOK, catalog.Catalog{Pools: out})
 }

@@ -14,7 +14,9 @@ import (
 // The exports below are the whole ABI (docs/abi.md). Each one converts its
 // (pointer, length) arguments through the registry, so no host input can
 // make the module read or write outside a buffer it handed out, and recovers
-// any panic into abi.ErrInternal so no input traps the module.
+// any panic into abi.ErrInternal so no input traps the module. Lanes and the
+// token block size are i32 in the ABI and read as signed, so lane -1 is
+// reported as lane -1 and a negative block size is invalid, as natively.
 
 var (
 	g    guest
@@ -58,7 +60,7 @@ func exportAlloc(size uint32) (p unsafe.Pointer) {
 func exportFree(p unsafe.Pointer) (code int32) {
 	defer recovered(&code)
 	if !heap.free(uintptr(p)) {
-		return int32(abi.ErrBadArgument)
+		return int32(g.fail(abi.ErrBadArgument, fmt.Errorf("abi: free(%d): not the start of a live buffer", uintptr(p))))
 	}
 	return 0
 }
@@ -84,9 +86,9 @@ func exportAssign(p unsafe.Pointer, n uint32) (code int32) {
 }
 
 //go:wasmexport retire
-func exportRetire(lane uint32) (code int32) {
+func exportRetire(lane int32) (code int32) {
 	defer recovered(&code)
-	return int32(g.retire(int32(min(lane, 1<<16))))
+	return int32(g.retire(lane))
 }
 
 //go:wasmexport apply
@@ -149,7 +151,7 @@ func exportLastError(out unsafe.Pointer, capacity uint32) (code int32) {
 }
 
 //go:wasmexport query
-func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize uint32, salt uint64, out unsafe.Pointer) (code int32) {
+func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, salt uint64, out unsafe.Pointer) (code int32) {
 	defer recovered(&code)
 	width := uint64(8)
 	if kind == abi.QueryTokens {
@@ -176,23 +178,23 @@ func exportContains(seqHash uint64) (code int32) {
 }
 
 //go:wasmexport lane_status
-func exportLaneStatus(lane uint32, out unsafe.Pointer) (code int32) {
+func exportLaneStatus(lane int32, out unsafe.Pointer) (code int32) {
 	defer recovered(&code)
 	b, ok := view(out, abi.LaneStatusSize)
 	if !ok {
 		return int32(g.fail(abi.ErrBadArgument, nil))
 	}
-	return int32(g.laneStatus(int32(min(lane, 1<<16)), b))
+	return int32(g.laneStatus(lane, b))
 }
 
 //go:wasmexport lane_words
-func exportLaneWords(lane uint32, out unsafe.Pointer, n uint32) (code int32) {
+func exportLaneWords(lane int32, out unsafe.Pointer, n uint32) (code int32) {
 	defer recovered(&code)
 	b, ok := view(out, uint64(n))
 	if !ok {
 		return int32(g.fail(abi.ErrBadArgument, nil))
 	}
-	return int32(g.laneWords(int32(min(lane, 1<<16)), b))
+	return int32(g.laneWords(lane, b))
 }
 
 //go:wasmexport stats

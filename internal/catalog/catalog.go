@@ -1,0 +1,223 @@
+// Package catalog is the JSON shape of a relay's pool catalog, GET /v1/pools:
+// what a router host needs to configure a consumer (the routing domain, each
+// pool's id and format) and to see how each pool is doing. The relay writes
+// it (internal/server); the demo, the end-to-end tests and routers in other
+// languages (js/) read it. README.md "Bootstrap" documents it.
+//
+// Every 64-bit integer (dc_id, producer_incarnation, seed, sequences,
+// counters) is a decimal JSON string ([U64]): JavaScript and many JSON
+// parsers read numbers as float64 and would round a seed or an incarnation
+// above 2^53.
+package catalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// U64 is a uint64 carried in JSON as a decimal string, so readers without
+// 64-bit integers read it exactly.
+type U64 uint64
+
+// MarshalJSON implements json.Marshaler.
+func (u U64) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, strconv.FormatUint(uint64(u), 10)), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler. Only a decimal string is
+// accepted: a bare number may already have been rounded by its writer.
+func (u *U64) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return fmt.Errorf("catalog: u64 must be a decimal string, got %s", b)
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("catalog: u64 %q: %w", s, err)
+	}
+	*u = U64(v)
+	return nil
+}
+
+// Catalog is the body of GET /v1/pools.
+type Catalog struct {
+	Pools []Pool `json:"pools"`
+}
+
+// Pool returns the named pool's entry, or nil.
+func (c *Catalog) Pool(name string) *Pool {
+	for i := range c.Pools {
+		if c.Pools[i].Name == name {
+			return &c.Pools[i]
+		}
+	}
+	return nil
+}
+
+// Pool is one pool of the catalog.
+type Pool struct {
+	Name string `json:"name"`
+	DCID U64    `json:"dc_id"`
+	// RouterKey is equal for two pools exactly when one router's consumer can
+	// hold both: same routing domain (both digests and their sources) and
+	// same format (version, seed, bucket count, fingerprint bits, slots).
+	// See [RouterKey].
+	RouterKey string   `json:"router_key"`
+	Identity  Identity `json:"identity"`
+	Hub       Hub      `json:"hub"`
+	Stats     *Stats   `json:"stats,omitempty"`
+	Error     string   `json:"error,omitempty"`
+}
+
+// Identity is the pool's current producer identity (SPEC §2): with DCID it
+// is everything a consumer manifest and an assignment need. Digests are 32
+// hex digits; sources are "default_derived" or "explicit".
+type Identity struct {
+	CacheSemantics      string `json:"cache_semantics"`
+	CacheSemanticsSrc   string `json:"cache_semantics_source"`
+	RoutingScope        string `json:"routing_scope"`
+	RoutingScopeSrc     string `json:"routing_scope_source"`
+	ProducerIncarnation U64    `json:"producer_incarnation"`
+	LayoutGeneration    U64    `json:"layout_generation"`
+	Format              Format `json:"format"`
+}
+
+// Format is the filter format (SPEC §2).
+type Format struct {
+	Version         uint8 `json:"format_version"`
+	Seed            U64   `json:"seed"`
+	BucketCount     U64   `json:"bucket_count"`
+	FingerprintBits uint8 `json:"fingerprint_bits"`
+	SlotsPerBucket  uint8 `json:"slots_per_bucket"`
+}
+
+// Hub is the pool's fan-out state.
+type Hub struct {
+	Ready       bool `json:"ready"`
+	Sequence    U64  `json:"sequence"`
+	Subscribers int  `json:"subscribers"`
+}
+
+// Stats is the pool's exact state, read from its actor.
+type Stats struct {
+	Members          int     `json:"members"`
+	UniqueBlocks     int     `json:"unique_blocks"`
+	ResidentBlocks   U64     `json:"resident_blocks"`
+	UnknownRemovals  U64     `json:"unknown_removals"`
+	CapacityFailures U64     `json:"capacity_failures"`
+	Occupancy        float64 `json:"filter_occupancy"`
+	EmittedImages    U64     `json:"emitted_images"`
+	Sequence         U64     `json:"sequence"`
+	MailboxDepth     int     `json:"mailbox_depth"`
+	LastFault        string  `json:"last_fault,omitempty"`
+}
+
+// FromIdentity returns the catalog form of id.
+func FromIdentity(id ckf.ProducerIdentity) Identity {
+	sem, scope := id.Pool.Domain.CacheSemantics, id.Pool.Domain.RoutingScope
+	f := id.Format
+	return Identity{
+		CacheSemantics: hex.EncodeToString(sem.Digest[:]), CacheSemanticsSrc: sem.Source.String(),
+		RoutingScope: hex.EncodeToString(scope.Digest[:]), RoutingScopeSrc: scope.Source.String(),
+		ProducerIncarnation: U64(id.ProducerIncarnation), LayoutGeneration: U64(id.LayoutGeneration),
+		Format: Format{Version: f.Version, Seed: U64(f.Seed), BucketCount: U64(f.BucketCount),
+			FingerprintBits: f.FingerprintBits, SlotsPerBucket: f.SlotsPerBucket},
+	}
+}
+
+// RouterKey returns 32 hex digits that are equal for two pools exactly when
+// their domain and format are (with overwhelming probability: a truncated
+// SHA-256 of both). One consumer's lanes must agree on both (SPEC §8.2), so
+// a router follows only pools of one key.
+func RouterKey(d ckf.Domain, f ckf.Format) string {
+	s := fmt.Sprintf("ckfrelay router key v1\x00%x/%d/%x/%d/%d/%d/%d/%d/%d",
+		d.CacheSemantics.Digest, d.CacheSemantics.Source, d.RoutingScope.Digest, d.RoutingScope.Source,
+		f.Version, f.Seed, f.BucketCount, f.FingerprintBits, f.SlotsPerBucket)
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Get reads base's catalog (base is the relay URL, e.g.
+// "http://127.0.0.1:7878"); token, when set, is sent as a bearer token.
+func Get(ctx context.Context, hc *http.Client, base, token string) (Catalog, error) {
+	var c Catalog
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/pools", nil)
+	if err != nil {
+		return c, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return c, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return c, fmt.Errorf("catalog: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		return c, fmt.Errorf("catalog: %w", err)
+	}
+	return c, nil
+}
+
+// Mismatch names a pool that cannot share a router with the first pool of
+// its routing scope: the fields of [Identity] that differ.
+type Mismatch struct {
+	Pool, First string
+	Fields      []string
+}
+
+// Mismatches returns, for pools of one routing scope (equal routing_scope
+// digest and source), every pool whose router key differs from the first
+// such pool's, and why. A relay warns about them at start: a router for that
+// scope cannot follow all of its pools with one consumer.
+func Mismatches(pools []Pool) []Mismatch {
+	var out []Mismatch
+	first := map[string]*Pool{}
+	for i := range pools {
+		p := &pools[i]
+		scope := p.Identity.RoutingScope + "/" + p.Identity.RoutingScopeSrc
+		f, ok := first[scope]
+		if !ok {
+			first[scope] = p
+			continue
+		}
+		if p.RouterKey == f.RouterKey {
+			continue
+		}
+		a, b := &f.Identity, &p.Identity
+		var why []string
+		for _, c := range []struct {
+			name string
+			same bool
+		}{
+			{"cache_semantics", a.CacheSemantics == b.CacheSemantics && a.CacheSemanticsSrc == b.CacheSemanticsSrc},
+			{"format_version", a.Format.Version == b.Format.Version},
+			{"seed", a.Format.Seed == b.Format.Seed},
+			{"bucket_count", a.Format.BucketCount == b.Format.BucketCount},
+			{"fingerprint_bits", a.Format.FingerprintBits == b.Format.FingerprintBits},
+			{"slots_per_bucket", a.Format.SlotsPerBucket == b.Format.SlotsPerBucket},
+		} {
+			if !c.same {
+				why = append(why, c.name)
+			}
+		}
+		out = append(out, Mismatch{Pool: p.Name, First: f.Name, Fields: why})
+	}
+	return out
+}

@@ -1,0 +1,62 @@
+package catalog_test
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
+)
+
+func TestU64_IsADecimalString(t *testing.T) {
+	for _, v := range []uint64{0, 1, 1 << 53, 1<<53 + 1, math.MaxUint64} {
+		b, err := json.Marshal(catalog.U64(v))
+		require.NoError(t, err)
+		var s string
+		require.NoError(t, json.Unmarshal(b, &s), "%s is not a JSON string", b)
+		var back catalog.U64
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, v, uint64(back))
+	}
+	var u catalog.U64
+	for _, bad := range []string{`12`, `"-1"`, `"18446744073709551616"`, `"0x10"`, `null`} {
+		assert.Error(t, json.Unmarshal([]byte(bad), &u), bad)
+	}
+}
+
+func identity(seed, buckets uint64) ckf.ProducerIdentity {
+	d := ckf.Domain{RoutingScope: ckf.ScopedDigest{Digest: [16]byte{1}, Source: ckf.DigestExplicit}}
+	return ckf.ProducerIdentity{Pool: ckf.PoolID{Domain: d, DCID: 1}, ProducerIncarnation: math.MaxUint64 - 1,
+		Format: ckf.NewFormat(seed, buckets)}
+}
+
+func pool(name string, id ckf.ProducerIdentity) catalog.Pool {
+	return catalog.Pool{Name: name, RouterKey: catalog.RouterKey(id.Pool.Domain, id.Format), Identity: catalog.FromIdentity(id)}
+}
+
+func TestFromIdentity_KeepsEvery64BitValue(t *testing.T) {
+	id := identity(math.MaxUint64, 1<<20)
+	b, err := json.Marshal(catalog.FromIdentity(id))
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"producer_incarnation":"18446744073709551614"`)
+	assert.Contains(t, string(b), `"seed":"18446744073709551615"`)
+	assert.Contains(t, string(b), `"bucket_count":"1048576"`)
+	assert.Contains(t, string(b), `"routing_scope_source":"explicit"`)
+}
+
+func TestMismatches_NameWhatDiffersWithinARoutingScope(t *testing.T) {
+	a := identity(7, 1024)
+	b := identity(7, 1024)
+	b.Pool.DCID, b.ProducerIncarnation = 2, 9 // pool id and incarnation may differ
+	c := identity(8, 4096)
+	other := identity(9, 64)
+	other.Pool.Domain.RoutingScope.Digest[0] = 2 // another scope: never compared
+	assert.Equal(t, catalog.RouterKey(a.Pool.Domain, a.Format), catalog.RouterKey(b.Pool.Domain, b.Format))
+	got := catalog.Mismatches([]catalog.Pool{pool("a", a), pool("b", b), pool("c", c), pool("x", other)})
+	require.Len(t, got, 1)
+	assert.Equal(t, catalog.Mismatch{Pool: "c", First: "a", Fields: []string{"seed", "bucket_count"}}, got[0])
+}

@@ -1,0 +1,97 @@
+// Bootstrap from a relay's catalog (GET /v1/pools, README "Bootstrap"): the
+// routing domain, each pool's id and the format a consumer manifest needs,
+// and the msgpack encodings of a manifest and an assignment (docs/abi.md §6).
+
+import { Writer } from "./msgpack.js";
+
+const sources = { default_derived: 0, explicit: 1 };
+
+/**
+ * fetchCatalog reads GET {relayUrl}/v1/pools. Every 64-bit value in it is a
+ * decimal string; they are left as strings (BigInt(s) reads one exactly).
+ */
+export async function fetchCatalog(relayUrl, { authToken, fetch: f = globalThis.fetch, signal } = {}) {
+  const headers = authToken ? { authorization: `Bearer ${authToken}` } : {};
+  const resp = await f(`${relayUrl.replace(/\/+$/, "")}/v1/pools`, { headers, signal });
+  if (!resp.ok) throw new Error(`catalog: ${resp.status} ${resp.statusText}: ${(await resp.text()).slice(0, 1024)}`);
+  return resp.json();
+}
+
+function digest(hex, source, what) {
+  if (!/^[0-9a-f]{32}$/.test(hex)) throw new Error(`catalog: ${what} ${JSON.stringify(hex)} is not 32 hex digits`);
+  if (!(source in sources)) throw new Error(`catalog: ${what} source ${JSON.stringify(source)}`);
+  return { digest: Uint8Array.from(Buffer.from(hex, "hex")), source: sources[source] };
+}
+
+/**
+ * manifestFromCatalog returns the manifest fields for lanes serving the named
+ * pools of a catalog: `targets` is [{pool, lane}]. Every target must have the
+ * same router_key (one domain and format): a router cannot mix them.
+ */
+export function manifestFromCatalog(catalog, targets, { consumerInstance, verificationWindow = 2 } = {}) {
+  if (!targets.length) throw new Error("catalog: no target pools");
+  const byName = new Map(catalog.pools.map((p) => [p.name, p]));
+  const pools = targets.map((t) => {
+    const p = byName.get(t.pool);
+    if (!p) throw new Error(`catalog: relay has no pool ${JSON.stringify(t.pool)}`);
+    return p;
+  });
+  const key = pools[0].router_key;
+  for (const p of pools) {
+    if (p.router_key !== key) {
+      throw new Error(`catalog: pools ${pools[0].name} and ${p.name} cannot share a router (router_key ${key} vs ${p.router_key}: another domain, seed or bucket count)`);
+    }
+  }
+  const id = pools[0].identity;
+  const domain = {
+    cacheSemantics: digest(id.cache_semantics, id.cache_semantics_source, "cache_semantics"),
+    routingScope: digest(id.routing_scope, id.routing_scope_source, "routing_scope"),
+  };
+  const f = id.format;
+  const format = {
+    version: f.format_version, seed: BigInt(f.seed), bucketCount: BigInt(f.bucket_count),
+    fingerprintBits: f.fingerprint_bits, slotsPerBucket: f.slots_per_bucket,
+  };
+  const lanes = new Array(16).fill(null);
+  targets.forEach((t, i) => { lanes[t.lane] = { domain, dcId: BigInt(pools[i].dc_id) }; });
+  return { consumerInstance: BigInt(consumerInstance), domain, format, lanes, verificationWindow };
+}
+
+function writeDigest(w, d) {
+  return w.bin(d.digest).uint(d.source);
+}
+
+function writePool(w, p) {
+  w.array(5);
+  writeDigest(w, p.domain.cacheSemantics);
+  writeDigest(w, p.domain.routingScope);
+  return w.uint(p.dcId);
+}
+
+function writeFormat(w, f) {
+  return w.array(5).uint(f.version).uint(f.seed).uint(f.bucketCount).uint(f.fingerprintBits).uint(f.slotsPerBucket);
+}
+
+/** encodeManifest returns the msgpack manifest of docs/abi.md §6. */
+export function encodeManifest(m) {
+  const w = new Writer().array(6).uint(1).uint(m.consumerInstance).array(4);
+  writeDigest(w, m.domain.cacheSemantics);
+  writeDigest(w, m.domain.routingScope);
+  writeFormat(w, m.format);
+  w.array(16);
+  for (let i = 0; i < 16; i++) {
+    if (m.lanes[i]) writePool(w, m.lanes[i]);
+    else w.nil();
+  }
+  return w.uint(m.verificationWindow).bytes();
+}
+
+/**
+ * encodeAssignment returns the msgpack (identity, lease) of docs/abi.md §6.
+ * identityBytes is the identity exactly as a frame carries it (decodeFrame's
+ * identityBytes): byte for byte the encoding assign takes.
+ */
+export function encodeAssignment(identityBytes, lease) {
+  return new Writer().array(2).raw(identityBytes).array(3)
+    .uint(lease.consumerInstance).uint(lease.physicalLane).uint(lease.assignmentEpoch).bytes();
+}
