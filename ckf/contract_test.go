@@ -274,12 +274,12 @@ func TestPool_ExactStateLimits(t *testing.T) {
 			{rootEv(mA, b(1, 1)), nil},
 			{rootEv(mB, b(2, 2)), nil},
 			{rootEv(mC, b(3, 3)), ErrMemberLimit},
-			{rootEv(mA, b(4, 4)), nil},             // a member already holding blocks is not new
-			{removedEv(mC, 3), nil},                // removals and clears need no room
-			{clearedEv(mD), nil},                   //
-			{rootEv(mC), nil},                      // an empty Stored adds no member
-			{removedEv(mB, 2), nil},                // mB holds nothing now: its place is free
-			{rootEv(mC, b(3, 3)), nil},             //
+			{rootEv(mA, b(4, 4)), nil}, // a member already holding blocks is not new
+			{removedEv(mC, 3), nil},    // removals and clears need no room
+			{clearedEv(mD), nil},       //
+			{rootEv(mC), nil},          // an empty Stored adds no member
+			{removedEv(mB, 2), nil},    // mB holds nothing now: its place is free
+			{rootEv(mC, b(3, 3)), nil}, //
 			{rootEv(mD, b(5, 5), b(6, 6)), ErrMemberLimit},
 		}, 2, 0, 2, 3},
 		{"tracked blocks", 0, 4, []step{

@@ -94,6 +94,9 @@ func (m *modelPool) store(mem Member, ev *RouterEvent) error {
 	if err != nil {
 		return err
 	}
+	if err := m.limits(lin, ev); err != nil {
+		return err
+	}
 	for i, blk := range ev.Blocks {
 		c := canon[i]
 		newBlock := m.own[c] == 0
@@ -116,6 +119,34 @@ func (m *modelPool) store(mem Member, ev *RouterEvent) error {
 	}
 	if len(lin) > 0 {
 		m.lineage[mem] = lin
+	}
+	return nil
+}
+
+// limits is SPEC §4.6 read literally: a Stored event with blocks from a
+// member holding nothing needs a free member place, and its new lineage
+// entries must fit the tracked-block bound.
+func (m *modelPool) limits(lin map[uint64]uint64, ev *RouterEvent) error {
+	if len(ev.Blocks) == 0 {
+		return nil
+	}
+	if len(lin) == 0 && m.cfg.MaxMembers > 0 && len(m.lineage) >= m.cfg.MaxMembers {
+		return ErrMemberLimit
+	}
+	if m.cfg.MaxTrackedBlocks == 0 {
+		return nil
+	}
+	var tracked, added uint64
+	for _, l := range m.lineage {
+		tracked += uint64(len(l))
+	}
+	for _, blk := range ev.Blocks {
+		if _, ok := lin[blk.BlockHash]; !ok {
+			added++
+		}
+	}
+	if tracked+added > m.cfg.MaxTrackedBlocks {
+		return ErrTrackedBlockLimit
 	}
 	return nil
 }
