@@ -1,6 +1,7 @@
 package server
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -60,4 +61,13 @@ func TestServer_MemberBoundRefusesOneMoreWorker(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.Pool.Members)
 	assert.Equal(t, uint64(1), st.Pool.MemberLimitRejections)
+
+	resp, err := http.Get(ts.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Contains(t, string(body), `ckfrelay_exact_state_limit_rejections_total{limit="max_members",pool="dc-a"} 1`)
+	assert.Contains(t, string(body), `ckfrelay_exact_state_limit_rejections_total{limit="max_tracked_blocks",pool="dc-a"} 0`)
+	assert.Contains(t, string(body), `ckfrelay_source_epochs_pruned_total{pool="dc-a"} 0`)
 }
