@@ -97,6 +97,14 @@ func TestActor_InvariantViolationReportedAlikeByResetAndCleared(t *testing.T) {
 				assert.Equal(t, uint64(1), s.Faults)
 				// The clear committed either way: worker1 holds nothing.
 				assert.Equal(t, []ckf.MemberCount{{Member: ckf.Member{WorkerID: 2}, Blocks: 1}}, s.Members)
+				if tt.name == "reset" {
+					// The reset's epoch was recorded: its events apply.
+					require.NoError(t, h.AdmitEvent(t.Context(), 3, stored(worker1, 10, 5)))
+					s, err = h.Stats(t.Context())
+					require.NoError(t, err)
+					assert.Contains(t, s.Members, ckf.MemberCount{Member: worker1, Blocks: 1})
+					assert.Equal(t, uint64(1), s.Faults, "no unannounced-epoch fault")
+				}
 			})
 		})
 	}
