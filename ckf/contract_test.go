@@ -1,6 +1,7 @@
 package ckf
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -361,4 +362,36 @@ func TestConfig_WithSizedLimits(t *testing.T) {
 	c = DefaultConfig()
 	c.MaxMembers = -1
 	require.ErrorIs(t, c.Validate(), ErrInvalidConfig)
+}
+
+// TestPool_SizedLimitsBoundAFlood replays issue 12's finding at the pool: a
+// filter of 8,192 slots fed far more distinct blocks than it holds (the
+// relay saw 2.15 M tracked) keeps its exact state at the sized bound, and
+// the excess is refused and counted instead of tracked.
+func TestPool_SizedLimitsBoundAFlood(t *testing.T) {
+	c := DefaultConfig()
+	c.ExpectedBlocks = 6_000 // 2,048 buckets, 8,192 slots
+	c = c.WithSizedLimits()
+	require.Equal(t, uint64(8_192*DefaultTrackedBlocksPerSlot), c.MaxTrackedBlocks)
+	p, err := NewPool(c)
+	require.NoError(t, err)
+	const events, perEvent = 2_000, 64 // 128,000 distinct blocks from 16 workers
+	refused := 0
+	for i := range events {
+		m := Member{WorkerID: uint64(i % 16)}
+		ev := rootEv(m)
+		for j := range perEvent {
+			h := uint64(i*perEvent+j) + 1
+			ev.Blocks = append(ev.Blocks, b(h, h*0x9E3779B97F4A7C15))
+		}
+		ev.Blocks[0].TokensHash = uint64(i) + 1 // a root per event
+		if out := p.ApplyEvent(ev); errors.Is(out.FirstError, ErrTrackedBlockLimit) {
+			refused++
+		}
+	}
+	s := p.Stats()
+	assert.LessOrEqual(t, s.Contributions, c.MaxTrackedBlocks)
+	assert.LessOrEqual(t, uint64(s.UniqueBlocks), c.MaxTrackedBlocks)
+	assert.Equal(t, uint64(refused), s.TrackedBlockLimitRejections)
+	assert.Equal(t, events-int(c.MaxTrackedBlocks)/perEvent, refused)
 }

@@ -43,10 +43,13 @@ func newTestPool(t testing.TB, expected, every uint64, kicks int) *Pool {
 	return p
 }
 
-// fataler is the part of testing.TB that rapid.T also implements.
+// fataler is the part of testing.TB that rapid.T also implements,
+// including testify's require.TestingT.
 type fataler interface {
 	Helper()
 	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	FailNow()
 }
 
 // checkBatch fails unless a non-nil batch has the SPEC §4.4 shape: not empty,

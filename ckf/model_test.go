@@ -1,9 +1,10 @@
 package ckf
 
 import (
-	"errors"
 	"maps"
 	"slices"
+
+	"github.com/stretchr/testify/require"
 )
 
 // choices is a source of bounded random decisions: rapid draws in the
@@ -94,6 +95,9 @@ func (m *modelPool) store(mem Member, ev *RouterEvent) error {
 	if err != nil {
 		return err
 	}
+	if err := m.limits(lin, ev); err != nil {
+		return err
+	}
 	for i, blk := range ev.Blocks {
 		c := canon[i]
 		newBlock := m.own[c] == 0
@@ -116,6 +120,34 @@ func (m *modelPool) store(mem Member, ev *RouterEvent) error {
 	}
 	if len(lin) > 0 {
 		m.lineage[mem] = lin
+	}
+	return nil
+}
+
+// limits is SPEC §4.6 read literally: a Stored event with blocks from a
+// member holding nothing needs a free member place, and its new lineage
+// entries must fit the tracked-block bound.
+func (m *modelPool) limits(lin map[uint64]uint64, ev *RouterEvent) error {
+	if len(ev.Blocks) == 0 {
+		return nil
+	}
+	if len(lin) == 0 && m.cfg.MaxMembers > 0 && len(m.lineage) >= m.cfg.MaxMembers {
+		return ErrMemberLimit
+	}
+	if m.cfg.MaxTrackedBlocks == 0 {
+		return nil
+	}
+	var tracked, added uint64
+	for _, l := range m.lineage {
+		tracked += uint64(len(l))
+	}
+	for _, blk := range ev.Blocks {
+		if _, ok := lin[blk.BlockHash]; !ok {
+			added++
+		}
+	}
+	if tracked+added > m.cfg.MaxTrackedBlocks {
+		return ErrTrackedBlockLimit
 	}
 	return nil
 }
@@ -216,13 +248,9 @@ type harness struct {
 
 func newHarness(t fataler, cfg Config) *harness {
 	p, err := NewPool(cfg)
-	if err != nil {
-		t.Fatalf("NewPool(%+v) error = %v", cfg, err)
-	}
+	require.NoError(t, err, "NewPool(%+v)", cfg)
 	tail, words := p.BarrierSnapshot()
-	if tail != nil {
-		t.Fatalf("barrier snapshot of an empty pool has a tail")
-	}
+	require.Nil(t, tail, "barrier snapshot of an empty pool has a tail")
 	return &harness{
 		t: t, p: p, m: newModel(cfg, len(words)), consumer: words,
 		members: []Member{{1, 0}, {1, 1}, {2, 0}, {3, 7}},
@@ -238,9 +266,7 @@ func (h *harness) publish(b *Batch, what string) {
 		return
 	}
 	for _, im := range b.Images {
-		if h.consumer[im.Bucket] == im.Word {
-			h.t.Fatalf("step %d %s: image for bucket %d repeats the consumer's word %#x", h.steps, what, im.Bucket, im.Word)
-		}
+		require.NotEqual(h.t, h.consumer[im.Bucket], im.Word, "step %d %s: image for bucket %d repeats the consumer's word", h.steps, what, im.Bucket)
 	}
 	applyBatch(h.consumer, b)
 }
@@ -258,11 +284,9 @@ func (h *harness) admitted() bool {
 
 func (h *harness) checkOutcome(out ApplyOutcome, boundary bool, what string) {
 	h.t.Helper()
-	if out.PublicationBoundary != boundary {
-		h.t.Fatalf("step %d %s: PublicationBoundary = %v, model %v", h.steps, what, out.PublicationBoundary, boundary)
-	}
-	if !boundary && out.Batch != nil {
-		h.t.Fatalf("step %d %s: batch outside a publication boundary", h.steps, what)
+	require.Equal(h.t, boundary, out.PublicationBoundary, "step %d %s: PublicationBoundary", h.steps, what)
+	if !boundary {
+		require.Nil(h.t, out.Batch, "step %d %s: batch outside a publication boundary", h.steps, what)
 	}
 	h.publish(out.Batch, what)
 }
@@ -290,26 +314,21 @@ func (h *harness) step(c choices) bool {
 		}
 		ev.StorageTier = StorageTier(1 + tier)
 		out := h.p.ApplyEvent(ev)
-		if out != (ApplyOutcome{}) {
-			h.t.Fatalf("step %d: non-device event outcome %+v, want ignored", h.steps, out)
-		}
+		require.Equal(h.t, ApplyOutcome{}, out, "step %d: non-device event outcome, want ignored", h.steps)
 	case 5, 6: // device remove
 		hashes := h.genHashes(c, m)
 		unknown := h.m.remove(m, hashes)
 		boundary := h.admitted()
 		out := h.p.ApplyEvent(removedEv(m, hashes...))
-		if out.FirstError != nil || out.UnknownRemovals != unknown {
-			h.t.Fatalf("step %d remove %v: outcome %+v, model unknown %d", h.steps, hashes, out, unknown)
-		}
+		require.NoError(h.t, out.FirstError, "step %d remove %v", h.steps, hashes)
+		require.Equal(h.t, unknown, out.UnknownRemovals, "step %d remove %v: unknown removals", h.steps, hashes)
 		h.checkOutcome(out, boundary, "remove")
 	case 7: // clear, from any tier
 		tier, _ := c.intn(4, "tier")
 		h.m.clear(m)
 		boundary := h.admitted()
 		out := h.p.ApplyEvent(onTier(clearedEv(m), StorageTier(tier)))
-		if out.FirstError != nil {
-			h.t.Fatalf("step %d clear: %v", h.steps, out.FirstError)
-		}
+		require.NoError(h.t, out.FirstError, "step %d clear", h.steps)
 		h.checkOutcome(out, boundary, "clear")
 	case 8: // rank replacement
 		h.replace(c, m)
@@ -317,9 +336,7 @@ func (h *harness) step(c choices) bool {
 		h.m.clear(m)
 		h.m.pending = 0
 		b, err := h.p.RemoveRank(m)
-		if err != nil {
-			h.t.Fatalf("step %d RemoveRank: %v", h.steps, err)
-		}
+		require.NoError(h.t, err, "step %d RemoveRank", h.steps)
 		h.publish(b, "remove rank")
 	case 10: // flush
 		h.m.pending = 0
@@ -328,9 +345,7 @@ func (h *harness) step(c choices) bool {
 		h.m.pending = 0
 		tail, words := h.p.BarrierSnapshot()
 		h.publish(tail, "barrier tail")
-		if !slices.Equal(words, h.consumer) {
-			h.t.Fatalf("step %d: barrier snapshot differs from old stream + tail", h.steps)
-		}
+		require.Equal(h.t, h.consumer, words, "step %d: barrier snapshot differs from old stream + tail", h.steps)
 	}
 	h.check()
 	return true
@@ -390,11 +405,9 @@ func (h *harness) applyStored(ev *RouterEvent) {
 	out := h.p.ApplyEvent(ev)
 	switch {
 	case wantErr != nil:
-		if !errors.Is(out.FirstError, wantErr) {
-			h.t.Fatalf("step %d store %+v: FirstError = %v, model %v", h.steps, ev, out.FirstError, wantErr)
-		}
-	case out.FirstError != nil && !errors.Is(out.FirstError, ErrCapacityExhausted):
-		h.t.Fatalf("step %d store %+v: FirstError = %v, want nil or a capacity omission", h.steps, ev, out.FirstError)
+		require.ErrorIs(h.t, out.FirstError, wantErr, "step %d store %+v", h.steps, ev)
+	case out.FirstError != nil:
+		require.ErrorIs(h.t, out.FirstError, ErrCapacityExhausted, "step %d store %+v: want nil or a capacity omission", h.steps, ev)
 	}
 	h.checkOutcome(out, boundary, "store")
 }
@@ -439,17 +452,12 @@ func (h *harness) replace(c choices, m Member) {
 	before := viewOf(h.p)
 	b, err := h.p.ReplaceRanks(reps)
 	if wantErr != nil {
-		if !errors.Is(err, wantErr) || b != nil {
-			h.t.Fatalf("step %d ReplaceRanks: %+v, %v; model error %v", h.steps, b, err, wantErr)
-		}
-		if after := viewOf(h.p); !after.equal(before) {
-			h.t.Fatalf("step %d: failed ReplaceRanks changed the pool", h.steps)
-		}
+		require.ErrorIs(h.t, err, wantErr, "step %d ReplaceRanks", h.steps)
+		require.Nil(h.t, b, "step %d ReplaceRanks: a batch with an error", h.steps)
+		require.True(h.t, viewOf(h.p).equal(before), "step %d: failed ReplaceRanks changed the pool", h.steps)
 		return
 	}
-	if err != nil {
-		h.t.Fatalf("step %d ReplaceRanks error = %v, model accepts", h.steps, err)
-	}
+	require.NoError(h.t, err, "step %d ReplaceRanks: the model accepts", h.steps)
 	h.m.pending = 0
 	h.publish(b, "replace")
 }
@@ -464,47 +472,33 @@ func (h *harness) check() {
 	h.t.Helper()
 	p, m, step := h.p, h.m, h.steps
 	// Exact lineage per member.
-	if len(p.members) != len(m.lineage) {
-		h.t.Fatalf("step %d: %d members, model %d", step, len(p.members), len(m.lineage))
-	}
+	require.Len(h.t, p.members, len(m.lineage), "step %d: members", step)
 	var contributions uint64
 	for mem, lin := range m.lineage {
 		ms := p.members[mem]
-		if ms == nil || !maps.Equal(ms.lineage, lin) {
-			h.t.Fatalf("step %d: member %+v lineage %v, model %v", step, mem, ms, lin)
-		}
+		require.NotNil(h.t, ms, "step %d: member %+v missing", step, mem)
+		require.Equal(h.t, lin, ms.lineage, "step %d: member %+v lineage", step, mem)
 		contributions += uint64(len(lin))
 	}
 	// Ownership refcounts.
 	owners := m.owners()
-	if !maps.Equal(owners, m.own) {
-		h.t.Fatalf("step %d: model bookkeeping broke: %v vs %v", step, owners, m.own)
-	}
+	require.Equal(h.t, m.own, owners, "step %d: model bookkeeping broke", step)
 	// Byte-for-byte: the pool's table and RNG equal the SPEC transcription
 	// driven by the same logical history, and residency agrees per block.
-	if !slices.Equal(p.t.words, m.ref.words()) {
-		h.t.Fatalf("step %d: words %#x, reference %#x", step, p.t.words, m.ref.words())
-	}
-	if p.t.rng.State() != m.ref.rng.State() {
-		h.t.Fatalf("step %d: RNG state %#x, reference %#x", step, p.t.rng.State(), m.ref.rng.State())
-	}
-	if len(p.blocks) != len(owners) {
-		h.t.Fatalf("step %d: %d tracked blocks, model %d", step, len(p.blocks), len(owners))
-	}
+	require.Equal(h.t, m.ref.words(), p.t.words, "step %d: words against the reference", step)
+	require.Equal(h.t, m.ref.rng.State(), p.t.rng.State(), "step %d: RNG state against the reference", step)
+	require.Len(h.t, p.blocks, len(owners), "step %d: tracked blocks", step)
 	want := map[pairKey]int{}
 	resident := 0
 	for c, n := range owners {
 		got, res := p.Owners(c)
-		if got != n || res != m.resident[c] {
-			h.t.Fatalf("step %d: Owners(%#x) = %d, %v; model %d, %v", step, c, got, res, n, m.resident[c])
-		}
+		require.Equal(h.t, n, got, "step %d: owners of %#x", step, c)
+		require.Equal(h.t, m.resident[c], res, "step %d: residency of %#x", step, c)
 		if !res {
 			continue
 		}
 		resident++
-		if !p.Contains(c) {
-			h.t.Fatalf("step %d: resident %#x not found (false negative)", step, c)
-		}
+		require.True(h.t, p.Contains(c), "step %d: resident %#x not found (false negative)", step, c)
 		ad := p.t.addr.Address(c)
 		want[pairKey{ad.Fingerprint, min(ad.A, ad.B), max(ad.A, ad.B)}]++
 	}
@@ -521,27 +515,20 @@ func (h *harness) check() {
 			got[pairKey{fp, min(uint64(bk), alt), max(uint64(bk), alt)}]++
 		}
 	}
-	if !maps.Equal(got, want) {
-		h.t.Fatalf("step %d: table fingerprints %v, resident projection %v", step, got, want)
-	}
+	require.Equal(h.t, want, got, "step %d: table fingerprints against the resident projection", step)
 	s := p.Stats()
-	if s.OccupiedSlots != resident || s.ResidentBlocks != uint64(resident) {
-		h.t.Fatalf("step %d: occupied slots %d, ResidentBlocks %d, model resident %d", step, s.OccupiedSlots, s.ResidentBlocks, resident)
-	}
-	if s.Members != len(m.lineage) || s.Contributions != contributions || s.UniqueBlocks != len(owners) || s.UnknownRemovals != m.unknown {
-		h.t.Fatalf("step %d: stats %+v, model members %d contributions %d unique %d unknown %d",
-			step, s, len(m.lineage), contributions, len(owners), m.unknown)
-	}
-	if p.PendingEventCount() != m.pending {
-		h.t.Fatalf("step %d: PendingEventCount = %d, model %d", step, p.PendingEventCount(), m.pending)
-	}
+	require.Equal(h.t, resident, s.OccupiedSlots, "step %d: occupied slots", step)
+	require.Equal(h.t, uint64(resident), s.ResidentBlocks, "step %d: ResidentBlocks", step)
+	require.Equal(h.t, len(m.lineage), s.Members, "step %d: Stats.Members", step)
+	require.Equal(h.t, contributions, s.Contributions, "step %d: Stats.Contributions", step)
+	require.Equal(h.t, len(owners), s.UniqueBlocks, "step %d: Stats.UniqueBlocks", step)
+	require.Equal(h.t, m.unknown, s.UnknownRemovals, "step %d: Stats.UnknownRemovals", step)
+	require.Equal(h.t, m.pending, p.PendingEventCount(), "step %d: PendingEventCount", step)
 	// Consumer = first snapshot + every batch: equal to what the pool says
 	// consumers hold, and to the words whenever nothing is pending.
-	if held := p.dirty.heldWords(p.t.words); !slices.Equal(h.consumer, held) {
-		h.t.Fatalf("step %d: consumer table differs from the producer's published view", step)
-	}
-	if !p.HasPendingPublication() && !slices.Equal(h.consumer, p.t.words) {
-		h.t.Fatalf("step %d: nothing pending, yet consumer differs from the words", step)
+	require.Equal(h.t, p.dirty.heldWords(p.t.words), h.consumer, "step %d: consumer table differs from the producer's published view", step)
+	if !p.HasPendingPublication() {
+		require.Equal(h.t, p.t.words, h.consumer, "step %d: nothing pending, yet consumer differs from the words", step)
 	}
 }
 
@@ -550,8 +537,6 @@ func (h *harness) finish() {
 	h.t.Helper()
 	h.m.pending = 0
 	h.publish(h.p.Flush(), "final flush")
-	if !slices.Equal(h.consumer, h.p.Words()) {
-		h.t.Fatalf("after the final flush the consumer differs from Pool.Words()")
-	}
+	require.Equal(h.t, h.p.Words(), h.consumer, "after the final flush the consumer differs from Pool.Words()")
 	h.check()
 }

@@ -42,6 +42,8 @@ func FuzzPoolApplyEvent(f *testing.F) {
 		cfg.MaxKicks = 1 + int(data[1]%16)
 		cfg.PublishEveryNEvents = 1 + uint64(data[2]%4)
 		cfg.Seed = uint64(data[0]) * 0x9E3779B97F4A7C15
+		cfg.MaxMembers = int(data[1]>>4) % 4                         // 0: no bound
+		cfg.MaxTrackedBlocks = []uint64{0, 3, 8, 20}[(data[2]>>4)%4] // 0: no bound
 		h := newHarness(t, cfg)
 		c := &byteChoices{data: data[3:]}
 		for range 64 {

@@ -24,6 +24,9 @@ func TestPool_MatchesModel(t *testing.T) {
 		cfg.MaxKicks = rapid.IntRange(1, 30).Draw(t, "kicks")
 		cfg.PublishEveryNEvents = rapid.Uint64Range(1, 5).Draw(t, "every")
 		cfg.Seed = rapid.Uint64().Draw(t, "seed")
+		// Exact-state bounds (SPEC §4.6): 0 is none; the harness has 4 members.
+		cfg.MaxMembers = rapid.IntRange(0, 3).Draw(t, "maxMembers")
+		cfg.MaxTrackedBlocks = rapid.SampledFrom([]uint64{0, 0, 3, 8, 20}).Draw(t, "maxTracked")
 		h := newHarness(t, cfg)
 		n := rapid.IntRange(1, 200).Draw(t, "steps")
 		for range n {

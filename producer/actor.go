@@ -197,7 +197,7 @@ func (a *actor) handle(c *command) bool {
 
 func (a *actor) apply(c *command) bool {
 	m := c.ev.Member()
-	cur, known := a.epochs[m]
+	cur, known := a.epochs.get(m)
 	switch {
 	case known && c.epoch < cur:
 		a.permits.Release(c.weight)
@@ -211,10 +211,11 @@ func (a *actor) apply(c *command) bool {
 		return a.fault(Fault{Member: m, SourceEpoch: c.epoch, EventID: c.ev.EventID,
 			Category: FaultSourceProtocol, Disposition: d, Err: ErrUnannouncedSourceEpoch})
 	case !known:
-		a.epochs[m] = c.epoch
+		a.epochs.set(m, c.epoch)
 	}
 	out := a.pool.ApplyEvent(&c.ev)
 	a.permits.Release(c.weight)
+	a.epochs.settle(m, a.pool.MemberBlocks(m) > 0)
 	if out.UnknownRemovals > 0 {
 		a.stats.UnknownRemovalEvents++
 		a.logs.unknown.logf(a.log, "producer: ignoring removals of blocks the member does not hold",
@@ -290,7 +291,7 @@ func (a *actor) publishPending() error {
 }
 
 func (a *actor) staleEpoch(m ckf.Member, epoch uint64) error {
-	if cur, ok := a.epochs[m]; ok && epoch < cur {
+	if cur, ok := a.epochs.get(m); ok && epoch < cur {
 		return &StaleSourceEpochError{Member: m, Current: cur, Received: epoch}
 	}
 	return nil
@@ -318,7 +319,8 @@ func (a *actor) replace(c *command) error {
 		return err
 	}
 	for _, r := range c.reps {
-		a.epochs[r.Member] = r.SourceEpoch
+		a.epochs.set(r.Member, r.SourceEpoch)
+		a.epochs.settle(r.Member, a.pool.MemberBlocks(r.Member) > 0)
 	}
 	// The swap committed: a publication problem is the stream's (the
 	// publisher fences and the next subscriber's snapshot covers it), not
@@ -349,7 +351,8 @@ func (a *actor) reset(c *command) (ok bool, err error) {
 	} else if a.diag != nil {
 		a.diag.unchanged.Add(1)
 	}
-	a.epochs[c.member] = c.epoch
+	a.epochs.set(c.member, c.epoch)
+	a.epochs.settle(c.member, false)
 	if c.degraded {
 		a.stats.DegradedResets++
 		if a.diag != nil {
@@ -393,5 +396,8 @@ func (a *actor) statsNow() ActorStats {
 	s.Sequence = a.pub.LastSequence()
 	s.Lease, s.HasLease = a.pub.Lease()
 	s.Fence = a.pub.FenceReason()
+	s.SourceEpochRecords = len(a.epochs.rec)
+	s.IdleSourceEpochRecords = a.epochs.idle.Len()
+	s.SourceEpochsPruned = a.epochs.pruned
 	return s
 }

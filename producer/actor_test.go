@@ -2,10 +2,12 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
@@ -15,9 +17,7 @@ import (
 func pauseActor(t *testing.T, h Handle) (release func()) {
 	t.Helper()
 	p := &pause{entered: make(chan struct{}), release: make(chan struct{})}
-	if err := h.a.send(t.Context(), &command{kind: cmdPause, pause: p}); err != nil {
-		t.Fatalf("pause: %v", err)
-	}
+	require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, pause: p}), "pause")
 	<-p.entered
 	return func() { close(p.release) }
 }
@@ -42,50 +42,38 @@ func startActor(t *testing.T, o actorOpts) (Handle, <-chan Fault) {
 		pc.MaxKicks = o.maxKicks
 	}
 	pool, err := ckf.NewPool(pc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cfg := DefaultConfig()
 	if o.mutate != nil {
 		o.mutate(&cfg)
 	}
 	h, faults, err := Start(pool, testScope(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Fence(context.Background()) })
 	return h, faults
 }
 
 func mustAdmit(t *testing.T, h Handle, epoch uint64, ev ckf.RouterEvent) {
 	t.Helper()
-	if err := h.AdmitEvent(t.Context(), epoch, ev); err != nil {
-		t.Fatalf("AdmitEvent: %v", err)
-	}
+	require.NoError(t, h.AdmitEvent(t.Context(), epoch, ev), "AdmitEvent")
 }
 
 func mustStats(t *testing.T, h Handle) ActorStats {
 	t.Helper()
 	s, err := h.Stats(t.Context())
-	if err != nil {
-		t.Fatalf("Stats: %v", err)
-	}
+	require.NoError(t, err, "Stats")
 	return s
 }
 
 func mustFlush(t *testing.T, h Handle) {
 	t.Helper()
-	if err := h.Flush(t.Context()); err != nil {
-		t.Fatalf("Flush: %v", err)
-	}
+	require.NoError(t, h.Flush(t.Context()), "Flush")
 }
 
 func mustSubscribe(t *testing.T, h Handle, epoch uint64) *Subscription {
 	t.Helper()
 	s, err := h.Subscribe(t.Context(), testLease(epoch))
-	if err != nil {
-		t.Fatalf("Subscribe: %v", err)
-	}
+	require.NoError(t, err, "Subscribe")
 	return s
 }
 
@@ -95,12 +83,10 @@ func recvDelta(t *testing.T, s *Subscription) ckf.Delta {
 	t.Helper()
 	select {
 	case d, ok := <-s.Deltas():
-		if !ok {
-			t.Fatalf("stream ended: %v", s.Err())
-		}
+		require.True(t, ok, "stream ended: %v", s.Err())
 		return d
 	case <-time.After(time.Minute):
-		t.Fatal("no delta within a minute")
+		require.FailNow(t, "no delta within a minute")
 	}
 	return ckf.Delta{}
 }
@@ -110,7 +96,7 @@ func noDelta(t *testing.T, s *Subscription) {
 	t.Helper()
 	select {
 	case d, ok := <-s.Deltas():
-		t.Fatalf("unexpected delta %+v (open %v)", d, ok)
+		require.FailNow(t, "unexpected delta", "%+v (open %v)", d, ok)
 	default:
 	}
 }
@@ -119,7 +105,7 @@ func noFault(t *testing.T, faults <-chan Fault) {
 	t.Helper()
 	select {
 	case f := <-faults:
-		t.Fatalf("unexpected fault: %v", f)
+		require.FailNow(t, "unexpected fault", "%v", f)
 	default:
 	}
 }
@@ -129,14 +115,10 @@ func TestActor_AdmissionCompletesBeforePausedActorApplies(t *testing.T) {
 		h, _ := startActor(t, actorOpts{mutate: func(c *Config) { c.MailboxCapacity = 4 }})
 		release := pauseActor(t, h)
 		mustAdmit(t, h, 0, stored(worker1, 1, 1)) // the actor is parked: this cannot wait for mutation
-		if got := h.MailboxDepth(); got != 1 {
-			t.Fatalf("mailbox depth: got %d want 1", got)
-		}
+		assert.Equal(t, 1, h.MailboxDepth())
 		release()
 		mustFlush(t, h)
-		if got := mustStats(t, h).Pool.UniqueBlocks; got != 1 {
-			t.Fatalf("unique blocks: got %d want 1", got)
-		}
+		assert.Equal(t, 1, mustStats(t, h).Pool.UniqueBlocks)
 	})
 }
 
@@ -150,17 +132,13 @@ func TestActor_BoundedMailboxBackPressuresWithoutDropping(t *testing.T) {
 		synctest.Wait()
 		select {
 		case err := <-second:
-			t.Fatalf("second admission returned %v while the mailbox was full", err)
+			require.FailNow(t, "second admission returned while the mailbox was full", "%v", err)
 		default:
 		}
 		release()
-		if err := <-second; err != nil {
-			t.Fatalf("second admission: %v", err)
-		}
+		require.NoError(t, <-second, "second admission")
 		mustFlush(t, h)
-		if got := mustStats(t, h).Pool.UniqueBlocks; got != 2 {
-			t.Fatalf("unique blocks: got %d want 2", got)
-		}
+		assert.Equal(t, 2, mustStats(t, h).Pool.UniqueBlocks)
 	})
 }
 
@@ -174,19 +152,15 @@ func TestActor_PayloadPermitsBackPressureByBlockCount(t *testing.T) {
 		synctest.Wait()
 		select {
 		case err := <-second:
-			t.Fatalf("a 2-block admission returned %v with 1 permit free", err)
+			require.FailNow(t, "a 2-block admission returned with 1 permit free", "%v", err)
 		default:
 		}
 		release()
-		if err := <-second; err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, <-second)
 		// An event heavier than the whole pool is capped, not refused.
 		mustAdmit(t, h, 0, stored(worker1, 3, 6, 7, 8, 9, 10, 11))
 		mustFlush(t, h)
-		if got := mustStats(t, h).Pool.UniqueBlocks; got != 11 {
-			t.Fatalf("unique blocks: got %d want 11", got)
-		}
+		assert.Equal(t, 11, mustStats(t, h).Pool.UniqueBlocks)
 	})
 }
 
@@ -199,20 +173,15 @@ func TestActor_SubscriberGetsSnapshotThenOneAtomicReplacementDelta(t *testing.T)
 		base := sub.Snapshot.Sequence
 		err := h.ReplaceRanks(t.Context(), []RankReplacement{{SourceEpoch: 0, Member: worker1,
 			Events: []ckf.RouterEvent{stored(worker1, 0, 3, 4)}}})
-		if err != nil {
-			t.Fatalf("ReplaceRanks: %v", err)
-		}
+		require.NoError(t, err, "ReplaceRanks")
 		d := recvDelta(t, sub)
-		if d.BaseSequence != base || d.Sequence != base+1 {
-			t.Fatalf("delta: got %d→%d want %d→%d", d.BaseSequence, d.Sequence, base, base+1)
-		}
+		assert.Equal(t, base, d.BaseSequence)
+		assert.Equal(t, base+1, d.Sequence)
 		mustFlush(t, h)
 		noDelta(t, sub)
 		// The one delta takes the snapshot to the rebuilt table.
 		words := applyDeltas(t, sub.Snapshot.Words, d)
-		if got := mustSubscribe(t, h, 2).Snapshot.Words; !equalWords(words, got) {
-			t.Fatalf("snapshot + delta differs from the rebuilt table")
-		}
+		assert.Equal(t, words, mustSubscribe(t, h, 2).Snapshot.Words, "snapshot + delta differs from the rebuilt table")
 	})
 }
 
@@ -227,18 +196,6 @@ func applyDeltas(t *testing.T, words []uint64, ds ...ckf.Delta) []uint64 {
 	return out
 }
 
-func equalWords(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestActor_ShutdownDrainsAdmittedEventsAndRejectsNewAdmission(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, faults := startActor(t, actorOpts{cadence: 16, mutate: func(c *Config) { c.MailboxCapacity = 4 }})
@@ -248,39 +205,28 @@ func TestActor_ShutdownDrainsAdmittedEventsAndRejectsNewAdmission(t *testing.T) 
 		done := make(chan error, 1)
 		go func() { done <- h.Shutdown(context.Background()) }()
 		synctest.Wait()
-		if err := h.AdmitEvent(t.Context(), 0, stored(worker1, 2, 2)); !errors.Is(err, ErrShuttingDown) || errors.Is(err, ErrFenced) {
-			t.Fatalf("admission during shutdown: got %v want ErrShuttingDown", err)
-		}
+		err := h.AdmitEvent(t.Context(), 0, stored(worker1, 2, 2))
+		require.ErrorIs(t, err, ErrShuttingDown, "admission during shutdown")
+		require.NotErrorIs(t, err, ErrFenced, "admission during shutdown")
 		release()
-		if err := <-done; err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
+		require.NoError(t, <-done, "Shutdown")
 		// The admitted event was applied and its tail published before the end.
 		d, ok := <-sub.Deltas()
-		if !ok || d.BaseSequence != 0 || d.Sequence != 1 {
-			t.Fatalf("tail: got %+v open %v, want 0→1", d, ok)
-		}
-		if _, ok := <-sub.Deltas(); ok {
-			t.Fatal("stream still open after shutdown")
-		}
-		if !errors.Is(sub.Err(), ErrShuttingDown) {
-			t.Fatalf("stream end: got %v want ErrShuttingDown", sub.Err())
-		}
-		if m, ok := sub.DrainMarker(); !ok || m.ExpectedSequence != 1 || m.Lease != testLease(1) {
-			t.Fatalf("drain marker: got %+v %v want lease 1 at 1", m, ok)
-		}
-		if owners, _ := h.a.pool.Owners(1); owners != 1 {
-			t.Fatalf("owners of block 1 after shutdown: got %d want 1", owners)
-		}
-		if err := h.AdmitEvent(t.Context(), 0, stored(worker1, 3, 3)); !errors.Is(err, ErrShuttingDown) {
-			t.Fatalf("admission after shutdown: got %v want ErrShuttingDown", err)
-		}
-		if err := h.Shutdown(t.Context()); !errors.Is(err, ErrShuttingDown) {
-			t.Fatalf("second Shutdown: got %v want ErrShuttingDown", err)
-		}
-		if _, ok := <-faults; ok {
-			t.Fatal("fault channel open after shutdown")
-		}
+		require.True(t, ok, "no tail before the end")
+		assert.Equal(t, uint64(0), d.BaseSequence)
+		assert.Equal(t, uint64(1), d.Sequence)
+		_, ok = <-sub.Deltas()
+		require.False(t, ok, "stream still open after shutdown")
+		require.ErrorIs(t, sub.Err(), ErrShuttingDown)
+		m, ok := sub.DrainMarker()
+		require.True(t, ok, "no drain marker")
+		assert.Equal(t, ckf.DrainMarker{Lease: testLease(1), ExpectedSequence: 1}, m)
+		owners, _ := h.a.pool.Owners(1)
+		assert.Equal(t, uint32(1), owners, "owners of block 1 after shutdown")
+		assert.ErrorIs(t, h.AdmitEvent(t.Context(), 0, stored(worker1, 3, 3)), ErrShuttingDown, "admission after shutdown")
+		assert.ErrorIs(t, h.Shutdown(t.Context()), ErrShuttingDown, "second Shutdown")
+		_, ok = <-faults
+		assert.False(t, ok, "fault channel open after shutdown")
 	})
 }
 
@@ -290,22 +236,14 @@ func TestActor_FenceRetiresStreamWithoutUncertainTail(t *testing.T) {
 		sub := mustSubscribe(t, h, 1)
 		mustAdmit(t, h, 0, stored(worker1, 1, 1))
 		synctest.Wait() // the event is applied: a dirty tail is pending
-		if err := h.Fence(t.Context()); err != nil {
-			t.Fatalf("Fence: %v", err)
-		}
-		if d, ok := <-sub.Deltas(); ok {
-			t.Fatalf("fence published the uncertain tail %+v", d)
-		}
-		if !errors.Is(sub.Err(), ErrFenced) {
-			t.Fatalf("stream end: got %v want ErrFenced", sub.Err())
-		}
+		require.NoError(t, h.Fence(t.Context()), "Fence")
+		d, ok := <-sub.Deltas()
+		require.False(t, ok, "fence published the uncertain tail %+v", d)
+		require.ErrorIs(t, sub.Err(), ErrFenced)
 		err := h.AdmitEvent(t.Context(), 0, stored(worker1, 2, 2))
-		if !errors.Is(err, ErrShuttingDown) || !errors.Is(err, ErrFenced) {
-			t.Fatalf("admission after fence: got %v want ErrShuttingDown and ErrFenced", err)
-		}
-		if err := h.Flush(t.Context()); !errors.Is(err, ErrFenced) {
-			t.Fatalf("Flush after fence: got %v want ErrFenced", err)
-		}
+		assert.ErrorIs(t, err, ErrShuttingDown, "admission after fence")
+		assert.ErrorIs(t, err, ErrFenced, "admission after fence")
+		assert.ErrorIs(t, h.Flush(t.Context()), ErrFenced, "Flush after fence")
 	})
 }
 
@@ -320,12 +258,8 @@ func TestActor_FenceRefusesQueuedWork(t *testing.T) {
 		go func() { fenced <- h.Fence(context.Background()) }()
 		synctest.Wait()
 		release()
-		if err := <-fenced; err != nil {
-			t.Fatal(err)
-		}
-		if err := <-flushed; !errors.Is(err, ErrFenced) {
-			t.Fatalf("queued Flush: got %v want ErrFenced", err)
-		}
+		require.NoError(t, <-fenced)
+		assert.ErrorIs(t, <-flushed, ErrFenced, "queued Flush")
 	})
 }
 
@@ -338,17 +272,16 @@ func TestActor_FenceInterruptsFullFaultChannel(t *testing.T) {
 			mustAdmit(t, h, 1, stored(worker1, id, id))
 		}
 		synctest.Wait() // the actor is blocked sending the 17th fault
-		if len(faults) != DefaultFaultCapacity || h.MailboxDepth() != 0 {
-			t.Fatalf("got %d faults and depth %d, want %d and 0", len(faults), h.MailboxDepth(), DefaultFaultCapacity)
-		}
-		if err := h.Fence(t.Context()); err != nil { // would deadlock the bubble if not interrupted
-			t.Fatalf("Fence: %v", err)
-		}
+		require.Len(t, faults, DefaultFaultCapacity)
+		require.Equal(t, 0, h.MailboxDepth())
+		require.NoError(t, h.Fence(t.Context()), "Fence") // would deadlock the bubble if not interrupted
 		f := <-faults
-		if f.Category != FaultSourceProtocol || !errors.Is(f.Err, ErrUnannouncedSourceEpoch) ||
-			f.Member != worker1 || f.SourceEpoch != 1 || f.EventID != 2 || f.Disposition.Action != ckf.RejectSource {
-			t.Fatalf("fault: got %v", f)
-		}
+		assert.Equal(t, FaultSourceProtocol, f.Category)
+		assert.ErrorIs(t, f.Err, ErrUnannouncedSourceEpoch)
+		assert.Equal(t, worker1, f.Member)
+		assert.Equal(t, uint64(1), f.SourceEpoch)
+		assert.Equal(t, uint64(2), f.EventID)
+		assert.Equal(t, ckf.RejectSource, f.Disposition.Action)
 	})
 }
 
@@ -360,19 +293,16 @@ func TestActor_CadenceAdvancesOnDuplicateEvents(t *testing.T) {
 			mustAdmit(t, h, 0, stored(worker1, id, 7))
 		}
 		s := mustStats(t, h)
-		if s.Sequence != 0 || s.Pool.PendingEvents != 15 {
-			t.Fatalf("after 15: got sequence %d pending %d, want 0 and 15", s.Sequence, s.Pool.PendingEvents)
-		}
+		assert.Equal(t, uint64(0), s.Sequence, "after 15")
+		assert.Equal(t, uint64(15), s.Pool.PendingEvents, "after 15")
 		noDelta(t, sub)
 		mustAdmit(t, h, 0, stored(worker1, 16, 7))
 		d := recvDelta(t, sub)
-		if d.BaseSequence != 0 || d.Sequence != 1 {
-			t.Fatalf("delta: got %d→%d want 0→1", d.BaseSequence, d.Sequence)
-		}
+		assert.Equal(t, uint64(0), d.BaseSequence)
+		assert.Equal(t, uint64(1), d.Sequence)
 		s = mustStats(t, h)
-		if s.Pool.PendingEvents != 0 || s.Pool.UniqueBlocks != 1 {
-			t.Fatalf("after 16: got pending %d unique %d, want 0 and 1", s.Pool.PendingEvents, s.Pool.UniqueBlocks)
-		}
+		assert.Equal(t, uint64(0), s.Pool.PendingEvents, "after 16")
+		assert.Equal(t, 1, s.Pool.UniqueBlocks, "after 16")
 	})
 }
 
@@ -383,15 +313,10 @@ func TestActor_TimerPublishesSparseTailWithoutFlush(t *testing.T) {
 		start := time.Now()
 		mustAdmit(t, h, 0, stored(worker1, 1, 7))
 		d := recvDelta(t, sub) // fake time advances only to the timer
-		if waited := time.Since(start); waited != DefaultPublicationDelay {
-			t.Fatalf("published after %v, want exactly %v", waited, DefaultPublicationDelay)
-		}
-		if d.BaseSequence != 0 || d.Sequence != 1 {
-			t.Fatalf("delta: got %d→%d want 0→1", d.BaseSequence, d.Sequence)
-		}
-		if got := mustStats(t, h).Sequence; got != 1 {
-			t.Fatalf("sequence: got %d want 1", got)
-		}
+		assert.Equal(t, DefaultPublicationDelay, time.Since(start), "published after")
+		assert.Equal(t, uint64(0), d.BaseSequence)
+		assert.Equal(t, uint64(1), d.Sequence)
+		assert.Equal(t, uint64(1), mustStats(t, h).Sequence)
 	})
 }
 
@@ -402,23 +327,19 @@ func TestActor_ReplacementSubscriptionStartsAfterOldLeaseTail(t *testing.T) {
 		mustAdmit(t, h, 0, stored(worker1, 1, 7))
 		repl := mustSubscribe(t, h, 2)
 		tail, ok := <-old.Deltas()
-		if !ok || tail.Lease != testLease(1) {
-			t.Fatalf("old tail: got %+v open %v, want a delta on lease 1", tail, ok)
-		}
-		if repl.Snapshot.Sequence != tail.Sequence {
-			t.Fatalf("replacement snapshot at %d, old tail at %d", repl.Snapshot.Sequence, tail.Sequence)
-		}
-		if _, ok := <-old.Deltas(); ok || !errors.Is(old.Err(), ErrSuperseded) {
-			t.Fatalf("old stream: open %v err %v, want closed with ErrSuperseded", ok, old.Err())
-		}
+		require.True(t, ok, "no old tail")
+		require.Equal(t, testLease(1), tail.Lease, "the old tail goes out on lease 1")
+		assert.Equal(t, tail.Sequence, repl.Snapshot.Sequence, "replacement snapshot after the old tail")
+		_, ok = <-old.Deltas()
+		assert.False(t, ok, "old stream still open")
+		assert.ErrorIs(t, old.Err(), ErrSuperseded)
 		noDelta(t, repl)
 		mustAdmit(t, h, 0, stored(worker1, 2, 8))
 		mustFlush(t, h)
 		c := recvDelta(t, repl)
-		if c.Lease != testLease(2) || c.BaseSequence != repl.Snapshot.Sequence || c.Sequence != repl.Snapshot.Sequence+1 {
-			t.Fatalf("continuation: got lease %+v %d→%d, want lease 2 %d→%d", c.Lease, c.BaseSequence, c.Sequence,
-				repl.Snapshot.Sequence, repl.Snapshot.Sequence+1)
-		}
+		assert.Equal(t, testLease(2), c.Lease)
+		assert.Equal(t, repl.Snapshot.Sequence, c.BaseSequence)
+		assert.Equal(t, repl.Snapshot.Sequence+1, c.Sequence)
 	})
 }
 
@@ -430,24 +351,20 @@ func TestActor_LaggedSubscriberIsClosedAndLeaseRetiredStalled(t *testing.T) {
 		mustAdmit(t, h, 0, stored(worker1, 2, 2)) // overflows the 1-delta buffer
 		mustAdmit(t, h, 0, stored(worker1, 3, 3))
 		s := mustStats(t, h)
-		if s.HasLease || s.Fence != FenceLeaseStalled || s.Sequence != 1 {
-			t.Fatalf("after lag: lease %v fence %v sequence %d, want none, LeaseStalled, 1", s.HasLease, s.Fence, s.Sequence)
-		}
-		if d, ok := <-sub.Deltas(); !ok || d.Sequence != 1 {
-			t.Fatalf("buffered delta: got %+v open %v", d, ok)
-		}
-		if _, ok := <-sub.Deltas(); ok || !errors.Is(sub.Err(), ErrLagged) {
-			t.Fatalf("lagged stream: open %v err %v, want closed with ErrLagged", ok, sub.Err())
-		}
+		assert.False(t, s.HasLease, "lease after lag")
+		assert.Equal(t, FenceLeaseStalled, s.Fence)
+		assert.Equal(t, uint64(1), s.Sequence)
+		d, ok := <-sub.Deltas()
+		require.True(t, ok, "no buffered delta")
+		assert.Equal(t, uint64(1), d.Sequence)
+		_, ok = <-sub.Deltas()
+		assert.False(t, ok, "lagged stream still open")
+		assert.ErrorIs(t, sub.Err(), ErrLagged)
 		// A new lease restarts from a snapshot that covers the skipped deltas.
 		again := mustSubscribe(t, h, 2)
-		if again.Snapshot.Sequence != 1 {
-			t.Fatalf("resubscribe at %d, want 1", again.Snapshot.Sequence)
-		}
+		assert.Equal(t, uint64(1), again.Snapshot.Sequence)
 		for _, b := range []uint64{1, 2, 3} {
-			if !containsWords(h, again.Snapshot.Words, b) {
-				t.Fatalf("resubscribe snapshot misses block %d", b)
-			}
+			assert.True(t, containsWords(h, again.Snapshot.Words, b), "resubscribe snapshot misses block %d", b)
 		}
 	})
 }
@@ -468,18 +385,15 @@ func TestActor_CapacityOmissionIsObservableWithoutFault(t *testing.T) {
 		}
 		mustAdmit(t, h, 0, stored(worker1, 1, hashes...))
 		s := mustStats(t, h)
-		if s.Pool.UniqueBlocks != 32 || s.Pool.CapacityFailures == 0 || s.CapacityOmissionEvents != 1 {
-			t.Fatalf("got unique %d capacity failures %d omission events %d, want 32, > 0, 1",
-				s.Pool.UniqueBlocks, s.Pool.CapacityFailures, s.CapacityOmissionEvents)
-		}
+		assert.Equal(t, 32, s.Pool.UniqueBlocks)
+		assert.NotZero(t, s.Pool.CapacityFailures)
+		assert.Equal(t, uint64(1), s.CapacityOmissionEvents)
 		noFault(t, faults)
 		mustAdmit(t, h, 0, stored(worker1, 2, 1))
 		mustFlush(t, h)
 		synctest.Wait()
 		noFault(t, faults)
-		if s := mustStats(t, h); s.Faults != 0 {
-			t.Fatalf("faults sent: got %d want 0", s.Faults)
-		}
+		assert.Equal(t, uint64(0), mustStats(t, h).Faults, "faults sent")
 	})
 }
 
@@ -490,15 +404,12 @@ func TestActor_FailedReplacementReturnsErrorWithoutFault(t *testing.T) {
 		foreign := ckf.Member{WorkerID: 2}
 		err := h.ReplaceRanks(t.Context(), []RankReplacement{{Member: worker1,
 			Events: []ckf.RouterEvent{stored(foreign, 1, 9)}}})
-		if !errors.Is(err, ckf.ErrInvalidReplacement) {
-			t.Fatalf("ReplaceRanks: got %v want ckf.ErrInvalidReplacement", err)
-		}
+		require.ErrorIs(t, err, ckf.ErrInvalidReplacement)
 		synctest.Wait()
 		noFault(t, faults)
 		s := mustStats(t, h)
-		if s.Pool.UniqueBlocks != 1 || len(s.Members) != 1 || s.Members[0].Member != worker1 {
-			t.Fatalf("state changed by a failed replacement: %+v", s.Members)
-		}
+		assert.Equal(t, 1, s.Pool.UniqueBlocks, "state changed by a failed replacement")
+		assert.Equal(t, []ckf.MemberCount{{Member: worker1, Blocks: 1}}, s.Members, "state changed by a failed replacement")
 	})
 }
 
@@ -512,6 +423,8 @@ func TestCategoryOf_FailureDomainsStayDistinct(t *testing.T) {
 	}{
 		{"capacity", ckf.ErrCapacityExhausted, ckf.ContinueCapacityOmission, 0, 0},
 		{"allocation", ckf.ErrAllocationFailed, ckf.ReportResourceFailure, 0, FaultResource},
+		{"member limit", ckf.ErrMemberLimit, ckf.ReportResourceFailure, 0, FaultResource},
+		{"tracked-block limit", ckf.ErrTrackedBlockLimit, ckf.ReportResourceFailure, 0, FaultResource},
 		{"ownership overflow", ckf.ErrOwnershipDegreeOverflow, ckf.RejectSource, 0, FaultSourceProtocol},
 		{"parent not found", ckf.ErrParentBlockNotFound, ckf.RejectSource, 0, FaultSourceProtocol},
 		{"invalid sequence", ckf.ErrInvalidBlockSequence, ckf.RejectSource, 0, FaultSourceProtocol},
@@ -521,22 +434,19 @@ func TestCategoryOf_FailureDomainsStayDistinct(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := &ckf.EventError{Kind: tt.err, Member: worker1}
 			d, ok := ckf.DispositionOf(ckf.FailurePointOf(err))
-			if !ok {
-				t.Fatal("no disposition")
-			}
-			if d.Action != tt.action || d.Domain != ckf.ProducerCore || d.Commit != ckf.KnownUnchanged || d.RecoveryDomain != tt.recovery {
-				t.Fatalf("disposition: got %+v want action %v in ProducerCore, KnownUnchanged, recovery %v", d, tt.action, tt.recovery)
-			}
+			require.True(t, ok, "no disposition")
+			assert.Equal(t, tt.action, d.Action)
+			assert.Equal(t, ckf.ProducerCore, d.Domain)
+			assert.Equal(t, ckf.KnownUnchanged, d.Commit)
+			assert.Equal(t, tt.recovery, d.RecoveryDomain)
 			c, isFault := CategoryOf(d.Action)
-			if isFault != (tt.category != 0) || c != tt.category {
-				t.Fatalf("category: got %v %v want %v", c, isFault, tt.category)
-			}
+			assert.Equal(t, tt.category != 0, isFault)
+			assert.Equal(t, tt.category, c)
 		})
 	}
 	for _, a := range []ckf.RecoveryAction{ckf.DeactivateAndSnapshot, ckf.RetrySnapshot} {
-		if _, ok := CategoryOf(a); ok {
-			t.Errorf("consumer-lane action %v mapped to a producer fault", a)
-		}
+		_, ok := CategoryOf(a)
+		assert.False(t, ok, "consumer-lane action %v mapped to a producer fault", a)
 	}
 }
 
@@ -544,37 +454,27 @@ func TestActor_StaleSourceEpochCannotMutateOrFaultReplacedRank(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, faults := startActor(t, actorOpts{})
 		mustAdmit(t, h, 1, stored(worker1, 1, 1))
-		if err := h.ResetRank(t.Context(), 2, worker1, false); err != nil {
-			t.Fatalf("ResetRank: %v", err)
-		}
+		require.NoError(t, h.ResetRank(t.Context(), 2, worker1, false), "ResetRank")
 		mustAdmit(t, h, 1, stored(worker1, 2, 2))
 		mustFlush(t, h)
 		s := mustStats(t, h)
-		if s.Pool.UniqueBlocks != 0 || s.StaleEventsDropped != 1 {
-			t.Fatalf("got unique %d stale drops %d, want 0 and 1", s.Pool.UniqueBlocks, s.StaleEventsDropped)
-		}
+		assert.Equal(t, 0, s.Pool.UniqueBlocks)
+		assert.Equal(t, uint64(1), s.StaleEventsDropped)
 		want := &StaleSourceEpochError{Member: worker1, Current: 2, Received: 1}
-		err := h.ResetRank(t.Context(), 1, worker1, false)
 		var se *StaleSourceEpochError
-		if !errors.As(err, &se) || *se != *want {
-			t.Fatalf("stale ResetRank: got %v want %v", err, want)
-		}
-		err = h.ReplaceRanks(t.Context(), []RankReplacement{{SourceEpoch: 1, Member: worker1,
+		require.ErrorAs(t, h.ResetRank(t.Context(), 1, worker1, false), &se, "stale ResetRank")
+		assert.Equal(t, want, se)
+		err := h.ReplaceRanks(t.Context(), []RankReplacement{{SourceEpoch: 1, Member: worker1,
 			Events: []ckf.RouterEvent{stored(worker1, 3, 3)}}})
-		if !errors.As(err, &se) || *se != *want {
-			t.Fatalf("stale ReplaceRanks: got %v want %v", err, want)
-		}
+		require.ErrorAs(t, err, &se, "stale ReplaceRanks")
+		assert.Equal(t, want, se)
 		synctest.Wait()
 		noFault(t, faults)
-		if s := mustStats(t, h); s.Pool.UniqueBlocks != 0 {
-			t.Fatalf("stale replacement mutated: unique %d", s.Pool.UniqueBlocks)
-		}
+		assert.Equal(t, 0, mustStats(t, h).Pool.UniqueBlocks, "stale replacement mutated")
 		// The current epoch still works.
 		mustAdmit(t, h, 2, stored(worker1, 4, 4))
 		mustFlush(t, h)
-		if s := mustStats(t, h); s.Pool.UniqueBlocks != 1 {
-			t.Fatalf("current-epoch event: unique %d want 1", s.Pool.UniqueBlocks)
-		}
+		assert.Equal(t, 1, mustStats(t, h).Pool.UniqueBlocks, "current-epoch event")
 	})
 }
 
@@ -584,30 +484,25 @@ func TestActor_DegradedResetIsCountedAndPublishesZeroImages(t *testing.T) {
 		sub := mustSubscribe(t, h, 1)
 		mustAdmit(t, h, 0, stored(worker1, 1, 1))
 		recvDelta(t, sub)
-		if err := h.ResetRank(t.Context(), 0, worker1, true); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, h.ResetRank(t.Context(), 0, worker1, true))
 		d := recvDelta(t, sub)
-		if len(d.Images) == 0 || d.Images[0].Word != 0 {
-			t.Fatalf("reset delta: got %+v want a zero image", d.Images)
-		}
+		require.NotEmpty(t, d.Images, "reset delta")
+		assert.Equal(t, uint64(0), d.Images[0].Word, "reset delta: want a zero image")
 		s := mustStats(t, h)
-		if s.DegradedResets != 1 || s.Pool.Members != 0 {
-			t.Fatalf("got degraded %d members %d, want 1 and 0", s.DegradedResets, s.Pool.Members)
-		}
+		assert.Equal(t, uint64(1), s.DegradedResets)
+		assert.Equal(t, 0, s.Pool.Members)
 		dg, ok := h.Diagnostics()
-		if !ok || dg.DegradedResets != 1 || dg.Publications != 2 {
-			t.Fatalf("diagnostics: got %+v %v, want 1 degraded reset and 2 publications", dg, ok)
-		}
+		require.True(t, ok)
+		assert.Equal(t, uint64(1), dg.DegradedResets)
+		assert.Equal(t, uint64(2), dg.Publications)
 	})
 }
 
 func TestActor_DiagnosticsOffByDefault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, _ := startActor(t, actorOpts{})
-		if _, ok := h.Diagnostics(); ok {
-			t.Fatal("diagnostics enabled by default")
-		}
+		_, ok := h.Diagnostics()
+		assert.False(t, ok, "diagnostics enabled by default")
 	})
 }
 
@@ -625,9 +520,7 @@ func TestHandle_ZeroValueIsNotStarted(t *testing.T) {
 	_, checks["Stats"] = h.Stats(ctx)
 	_, checks["Subscribe"] = h.Subscribe(ctx, testLease(1))
 	for name, err := range checks {
-		if !errors.Is(err, ErrNotStarted) {
-			t.Errorf("%s: got %v want ErrNotStarted", name, err)
-		}
+		assert.ErrorIs(t, err, ErrNotStarted, name)
 	}
 }
 
@@ -645,23 +538,22 @@ func TestConfig_Validate(t *testing.T) {
 		{"subscriber buffer", func(c *Config) { c.SubscriberBuffer = 0 }, false},
 		{"quiet window", func(c *Config) { c.RecoveryQuietWindow = 0 }, false},
 		{"initial deadline", func(c *Config) { c.InitialRecoveryDeadline = -time.Second }, false},
+		{"idle source epochs", func(c *Config) { c.MaxIdleSourceEpochs = 0 }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			tt.mutate(&c)
 			err := c.Validate()
-			if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrInvalidConfig)) {
-				t.Fatalf("Validate: got %v, want ok=%v", err, tt.ok)
+			if tt.ok {
+				require.NoError(t, err)
+				return
 			}
-			if !tt.ok {
-				if _, _, err := Start(newTestPool(t, 32, 1), testScope(), c); !errors.Is(err, ErrInvalidConfig) {
-					t.Fatalf("Start: got %v want ErrInvalidConfig", err)
-				}
-			}
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			_, _, err = Start(newTestPool(t, 32, 1), testScope(), c)
+			require.ErrorIs(t, err, ErrInvalidConfig, "Start")
 		})
 	}
-	if _, _, err := Start(nil, testScope(), DefaultConfig()); !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("Start(nil pool): got %v want ErrInvalidConfig", err)
-	}
+	_, _, err := Start(nil, testScope(), DefaultConfig())
+	require.ErrorIs(t, err, ErrInvalidConfig, "Start(nil pool)")
 }

@@ -17,6 +17,7 @@ const (
 	DefaultSubscriberBuffer        = 64
 	DefaultRecoveryQuietWindow     = 5 * time.Millisecond
 	DefaultInitialRecoveryDeadline = 30 * time.Second
+	DefaultMaxIdleSourceEpochs     = 16_384
 )
 
 // Config tunes one pool's actor and recovery target. The zero value is not
@@ -43,6 +44,10 @@ type Config struct {
 	// InitialRecoveryDeadline bounds how long the initial recovery wave waits
 	// for every expected rank, > 0.
 	InitialRecoveryDeadline time.Duration
+	// MaxIdleSourceEpochs bounds the source-epoch records kept for members
+	// that hold nothing, > 0. Beyond it the least recently idle record is
+	// pruned; that member's next event sets its epoch afresh (SPEC §7).
+	MaxIdleSourceEpochs int
 	// Diagnostics enables the pull-only counters of [Handle.Diagnostics].
 	// When false the hot path does not read the clock or touch atomics.
 	Diagnostics bool
@@ -60,6 +65,7 @@ func DefaultConfig() Config {
 		SubscriberBuffer:        DefaultSubscriberBuffer,
 		RecoveryQuietWindow:     DefaultRecoveryQuietWindow,
 		InitialRecoveryDeadline: DefaultInitialRecoveryDeadline,
+		MaxIdleSourceEpochs:     DefaultMaxIdleSourceEpochs,
 	}
 }
 
@@ -81,6 +87,8 @@ func (c Config) Validate() error {
 		return configError("recovery_quiet_window %v must be > 0", c.RecoveryQuietWindow)
 	case c.InitialRecoveryDeadline <= 0:
 		return configError("initial_recovery_deadline %v must be > 0", c.InitialRecoveryDeadline)
+	case c.MaxIdleSourceEpochs <= 0:
+		return configError("max_idle_source_epochs %d must be > 0", c.MaxIdleSourceEpochs)
 	}
 	return nil
 }

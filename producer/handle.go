@@ -36,6 +36,13 @@ type ActorStats struct {
 	PublishFailures        uint64 // publications refused by a fenced publisher or a lagging subscriber
 	DegradedResets         uint64
 	Faults                 uint64 // faults delivered to the fault channel
+
+	// Source-epoch records (SPEC §7): all of them, those of members holding
+	// nothing, and how many idle ones were pruned beyond
+	// [Config.MaxIdleSourceEpochs].
+	SourceEpochRecords     int
+	IdleSourceEpochRecords int
+	SourceEpochsPruned     uint64
 }
 
 // Handle is the way into one pool's actor. It is a small value: copy it and
@@ -74,7 +81,7 @@ func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error
 		fence:    make(chan struct{}),
 		stopped:  make(chan struct{}),
 		pool:     pool,
-		epochs:   make(map[ckf.Member]uint64),
+		epochs:   newSourceEpochs(cfg.MaxIdleSourceEpochs),
 		timer:    time.NewTimer(time.Hour),
 	}
 	a.timer.Stop()
@@ -313,7 +320,7 @@ type actor struct {
 	pool       *ckf.Pool
 	pub        *Publisher
 	sink       streamSink
-	epochs     map[ckf.Member]uint64
+	epochs     *sourceEpochs
 	timer      *time.Timer
 	timerArmed bool
 	stats      ActorStats // counters only; the rest is filled by statsNow

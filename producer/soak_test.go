@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -179,7 +180,7 @@ func TestActor_Soak(t *testing.T) {
 	if tail != nil {
 		t.Fatalf("shutdown left a tail of %d images", len(tail.Images))
 	}
-	if !equalWords(sub.table, words) {
+	if !slices.Equal(sub.table, words) {
 		t.Fatal("subscriber table differs from the final barrier snapshot")
 	}
 	if sub.marker.ExpectedSequence != sub.seq || sub.marker.Lease != testLease(sub.lease) {

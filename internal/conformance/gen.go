@@ -528,7 +528,7 @@ func genFaults() Scenario {
 }
 
 func genChunkedSnapshot() Scenario {
-	b := newBuilder("chunked_snapshot", "a snapshot in 4 chunks: invisible until the last chunk; out-of-order, overlapping, other-sequence chunks and a delta mid-snapshot abandon it (RetrySnapshot on the same lease)", 1, 4)
+	b := newBuilder("chunked_snapshot", "a snapshot in 4 chunks: invisible until the last chunk; out-of-order, overlapping, other-sequence or empty chunks and a delta mid-snapshot abandon it (RetrySnapshot on the same lease); chunk 0 always restarts staging", 1, 4)
 	s1, s4 := newSource(1, 3), newSource(4, 4)
 	req := request(2024, 7)
 	s1.store(req)
@@ -588,6 +588,17 @@ func genChunkedSnapshot() Scenario {
 	accept("chunk 1", chunks[1], false)
 	accept("chunk 2", chunks[2], false)
 	retry("last chunk ends short of bucket_count", short, consumer.WrongBucketCount)
+	accept("chunk 0 again", chunks[0], false)
+	emptyEnd := chunks[3]
+	emptyEnd.ChunkIndex, emptyEnd.ChunkCount, emptyEnd.BucketOffset, emptyEnd.Words = 4, 5, uint64(len(snap.Words)), nil
+	retry("an empty chunk is malformed, even a final one at bucket_count", emptyEnd, consumer.MalformedChunk)
+	accept("chunk 0 again", chunks[0], false)
+	accept("chunk 1", chunks[1], false)
+	accept("chunk 0 mid-snapshot restarts staging from it", chunks[0], false)
+	newer := chunks[0]
+	newer.Sequence++
+	accept("chunk 0 of a newer snapshot mid-snapshot restarts from it", newer, false)
+	retry("the abandoned snapshot cannot continue", chunks[1], consumer.ChunkSequenceMismatch)
 	zero := chunks[0]
 	zero.ChunkCount = 0
 	// wire refuses to encode count 0, so this frame is hand-edited below.

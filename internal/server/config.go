@@ -39,6 +39,14 @@ type PoolSpec struct {
 	PublicationDelay Duration `json:"publication_delay,omitempty"`
 	// MaxKicks bounds a relocation chain. Default 500.
 	MaxKicks int `json:"max_kicks,omitempty"`
+	// MaxMembers bounds the worker ranks holding blocks (SPEC §4.6): a
+	// Stored event from one more is refused and counted as a Resource
+	// fault. Default ckf.DefaultMaxMembers (16,384).
+	MaxMembers int `json:"max_members,omitempty"`
+	// MaxTrackedBlocks bounds the blocks held over all ranks, resident or
+	// not (SPEC §4.6). Default 4 × the filter's slots (16 × bucket_count;
+	// 8,388,608 at the default expected_blocks).
+	MaxTrackedBlocks uint64 `json:"max_tracked_blocks,omitempty"`
 	// Sources are the engines this pool hears directly (besides HTTP posts).
 	Sources []SourceSpec `json:"sources,omitempty"`
 }
@@ -170,6 +178,8 @@ func (c Config) WithDefaults() Config {
 		setDefault(&p.PublishEveryNEvents, DefaultPublishEveryN)
 		setDefault(&p.PublicationDelay, Duration(time.Millisecond))
 		setDefault(&p.MaxKicks, ckf.DefaultMaxKicks)
+		sized := p.ckfConfig().WithSizedLimits() // exact-state bounds sized to the filter
+		p.MaxMembers, p.MaxTrackedBlocks = sized.MaxMembers, sized.MaxTrackedBlocks
 		if p.Seed == nil {
 			s := ckf.DefaultSeed
 			p.Seed = &s
@@ -242,6 +252,7 @@ func (p PoolSpec) ckfConfig() ckf.Config {
 	}
 	cfg.MaxKicks = p.MaxKicks
 	cfg.PublishEveryNEvents = p.PublishEveryNEvents
+	cfg.MaxMembers, cfg.MaxTrackedBlocks = p.MaxMembers, p.MaxTrackedBlocks
 	return cfg
 }
 
@@ -283,7 +294,7 @@ func LoadConfigFile(path string) (Config, error) {
 }
 
 // ParsePoolFlag parses the --pool flag form
-// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500";
+// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608";
 // every key but dc is optional.
 func ParsePoolFlag(s string) (PoolSpec, error) {
 	name, rest, _ := strings.Cut(s, ":")
@@ -314,6 +325,10 @@ func ParsePoolFlag(s string) (PoolSpec, error) {
 				p.PublicationDelay = Duration(d)
 			case "kicks":
 				p.MaxKicks, err = strconv.Atoi(v)
+			case "members":
+				p.MaxMembers, err = strconv.Atoi(v)
+			case "tracked":
+				p.MaxTrackedBlocks, err = strconv.ParseUint(v, 0, 64)
 			default:
 				return PoolSpec{}, invalid("pool %q: unknown key %q", name, k)
 			}

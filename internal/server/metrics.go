@@ -51,6 +51,8 @@ type poolCollector struct {
 	pools func() []*hostedPool
 
 	unknown, capacity, tracked, resident, occupancy, mailbox, subscribers, sequence *prometheus.Desc
+	// Exact-state bounds (SPEC §4.6) and source-epoch pruning (SPEC §7).
+	limitRejections, epochsPruned *prometheus.Desc
 }
 
 func newPoolCollector(pools func() []*hostedPool) *poolCollector {
@@ -67,6 +69,9 @@ func newPoolCollector(pools func() []*hostedPool) *poolCollector {
 		mailbox:     d("ckfrelay_mailbox_depth", "Commands queued for the pool actor."),
 		subscribers: d("ckfrelay_subscribers", "Remote subscribers attached to the pool's hub."),
 		sequence:    d("ckfrelay_sequence", "The pool publisher's last sequence."),
+		limitRejections: prometheus.NewDesc("ckfrelay_exact_state_limit_rejections_total",
+			"Stored events refused by an exact-state bound (limit: max_members or max_tracked_blocks).", []string{"pool", "limit"}, nil),
+		epochsPruned: d("ckfrelay_source_epochs_pruned_total", "Idle source-epoch records pruned beyond the actor's bound."),
 	}
 }
 
@@ -74,6 +79,8 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.unknown, c.capacity, c.tracked, c.resident, c.occupancy, c.mailbox, c.subscribers, c.sequence} {
 		ch <- d
 	}
+	ch <- c.limitRejections
+	ch <- c.epochsPruned
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -95,5 +102,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		slots := float64(ps.FilterBytes / 8 * 4)
 		ch <- prometheus.MustNewConstMetric(c.occupancy, prometheus.GaugeValue, float64(ps.OccupiedSlots)/slots, name)
 		ch <- prometheus.MustNewConstMetric(c.sequence, prometheus.GaugeValue, float64(st.Sequence), name)
+		ch <- prometheus.MustNewConstMetric(c.limitRejections, prometheus.CounterValue, float64(ps.MemberLimitRejections), name, "max_members")
+		ch <- prometheus.MustNewConstMetric(c.limitRejections, prometheus.CounterValue, float64(ps.TrackedBlockLimitRejections), name, "max_tracked_blocks")
+		ch <- prometheus.MustNewConstMetric(c.epochsPruned, prometheus.CounterValue, float64(st.SourceEpochsPruned), name)
 	}
 }
