@@ -68,6 +68,7 @@ var graph = map[string]rule{
 	},
 	"client": {
 		imports: []string{"ckf", "consumer", "wire"},
+		tests:   []string{"internal/server", "github.com/zeebo/xxh3"},
 	},
 	"wasm/abi": {
 		imports: []string{"ckf", "consumer", "wire"},
