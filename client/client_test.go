@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -32,9 +34,7 @@ func newNative(t *testing.T) *Native {
 	m := consumer.Manifest{ConsumerInstance: testConsumer, Domain: testDomain, Format: testFormat, VerificationWindow: 2}
 	m.Lanes[0] = &testPool
 	c, err := consumer.New(m)
-	if err != nil {
-		t.Fatalf("consumer.New: %v", err)
-	}
+	require.NoError(t, err, "consumer.New")
 	return &Native{C: c}
 }
 
@@ -55,9 +55,7 @@ func (s session) write(t *testing.T, fn func(w *wire.Writer) error) {
 	case <-s.done:
 		t.Fatal("stream ended before the write")
 	}
-	if err := <-s.errs; err != nil {
-		t.Fatalf("fake relay write: %v", err)
-	}
+	require.NoError(t, <-s.errs, "fake relay write")
 }
 
 func (s session) frame(t *testing.T, f wire.Frame) {
@@ -109,9 +107,7 @@ func fakeRelay(t *testing.T) (url string, sessions <-chan session, release chan<
 func startRouter(t *testing.T, cfg Config, lanes Lanes) *Router {
 	t.Helper()
 	r, err := New(cfg, lanes)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	require.NoError(t, err, "New")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -203,9 +199,7 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 
 func TestRouter_LaneOutOfRangeIsZero(t *testing.T) {
 	r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 0}}}, newNative(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, lane := range []int{-1, 16, 1 << 30} {
 		if got := r.Lane(lane); got != (LaneInfo{}) {
 			t.Errorf("Lane(%d) = %+v, want the zero LaneInfo", lane, got)
@@ -331,9 +325,7 @@ func TestRouter_StopIsNotAResubscribe(t *testing.T) {
 	lanes := newNative(t)
 	r, err := New(Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -390,9 +382,7 @@ func TestNew_HealthySessionDefault(t *testing.T) {
 	} {
 		r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p"}}, MinBackoff: time.Millisecond,
 			MaxBackoff: tt.maxBackoff, HealthySession: tt.healthy}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if r.cfg.HealthySession != tt.want {
 			t.Errorf("MaxBackoff %v, HealthySession %v: got %v, want %v", tt.maxBackoff, tt.healthy, r.cfg.HealthySession, tt.want)
 		}
@@ -417,9 +407,7 @@ func TestRouter_ShortInstalledSessionsBackOff(t *testing.T) {
 			url, sessions, release := fakeRelay(t)
 			r, err := New(Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 				MinBackoff: time.Millisecond, MaxBackoff: time.Second, HealthySession: tt.healthy, IdleTimeout: -1}, newNative(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			ceils := make(chan time.Duration, sessionsRun+1)
 			r.onBackoff = func(_ int, c time.Duration) { ceils <- c }
 			ctx, cancel := context.WithCancel(context.Background())

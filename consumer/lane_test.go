@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -252,24 +254,18 @@ func TestConsumer_DrainMarker(t *testing.T) {
 func TestConsumer_AssignmentEpochsIncreaseAcrossRetire(t *testing.T) {
 	f := newFixture(t)
 	f.ready(0, 3, 5)
-	if err := f.c.Retire(0); err != nil {
-		t.Fatalf("Retire: %v", err)
-	}
+	require.NoError(t, f.c.Retire(0), "Retire")
 	if s := f.status(0); s.Ready || s.Assigned || !s.HasEpoch || s.LastEpoch != 3 {
 		t.Fatalf("got %+v, want retired with last epoch 3", s)
 	}
 	for _, epoch := range []uint64{3, 2, 0} {
 		err := f.c.Assign(testIdentity(0, testBuckets), testLease(0, epoch))
-		if !errors.Is(err, ErrStaleAssignmentEpoch) {
-			t.Fatalf("epoch %d: got %v, want ErrStaleAssignmentEpoch", epoch, err)
-		}
+		require.ErrorIs(t, err, ErrStaleAssignmentEpoch, "epoch %d", epoch)
 	}
 	f.assign(0, 4)
 	// Deactivation keeps the epoch too.
 	f.want(f.c.Drain(ckf.DrainMarker{Lease: testLease(0, 4), ExpectedSequence: 1}), Deactivated, TerminalSequenceMismatch)
-	if err := f.c.Assign(testIdentity(0, testBuckets), testLease(0, 4)); !errors.Is(err, ErrStaleAssignmentEpoch) {
-		t.Fatalf("got %v, want ErrStaleAssignmentEpoch", err)
-	}
+	require.ErrorIs(t, f.c.Assign(testIdentity(0, testBuckets), testLease(0, 4)), ErrStaleAssignmentEpoch)
 	f.assign(0, 5)
 }
 

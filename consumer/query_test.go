@@ -1,8 +1,10 @@
 package consumer
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
@@ -72,12 +74,12 @@ func TestConsumer_QueryErrors(t *testing.T) {
 	f := newFixture(t)
 	var res QueryResult
 	res.Depths[3] = 9
-	if err := f.c.Query([]uint64{1, 2}, &res); !errors.Is(err, ErrUnavailable) || res.Mask != 0 || res.Depths[3] != 0 {
-		t.Fatalf("got %+v, %v, want ErrUnavailable with a cleared result", res, err)
-	}
-	if _, err := f.c.Contains(1); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Contains: got %v, want ErrUnavailable", err)
-	}
+	err := f.c.Query([]uint64{1, 2}, &res)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Zero(t, res.Mask, "a failed query clears the mask")
+	require.Equal(t, [lanes]uint32{}, res.Depths, "a failed query clears the depths")
+	_, err = f.c.Contains(1)
+	require.ErrorIs(t, err, ErrUnavailable, "Contains")
 	f.ready(1, 1, 1)
 	for name, err := range map[string]error{
 		"block size 0":     f.c.QueryTokens([]uint32{1, 2}, 0, ckf.BaseSalt, &res),
@@ -85,9 +87,7 @@ func TestConsumer_QueryErrors(t *testing.T) {
 		"nil result":       f.c.Query([]uint64{1}, nil),
 		"nil result (seq)": f.c.QuerySequenceHashes([]uint64{1}, nil),
 	} {
-		if !errors.Is(err, ErrInvalidQuery) {
-			t.Errorf("%s: got %v, want ErrInvalidQuery", name, err)
-		}
+		assert.ErrorIs(t, err, ErrInvalidQuery, "%s", name)
 	}
 	if err := f.c.QueryTokens([]uint32{1, 2, 3}, 4, ckf.BaseSalt, &res); err != nil || res.Blocks != 0 || res.Mask != 0b10 {
 		t.Fatalf("only a partial block: got %+v, %v, want 0 blocks", res, err)

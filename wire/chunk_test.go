@@ -1,9 +1,11 @@
 package wire_test
 
 import (
-	"errors"
 	"math"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -25,9 +27,8 @@ func TestChunkWords(t *testing.T) {
 			t.Errorf("ChunkWords(%d): got %d, %v; want %d", tt.limit, got, err, tt.want)
 		}
 	}
-	if _, err := wire.ChunkWords(wire.MaxSnapshotChunkOverhead + 7); !errors.Is(err, wire.ErrInvalidFrame) {
-		t.Errorf("ChunkWords(overhead+7): got %v, want ErrInvalidFrame", err)
-	}
+	_, err := wire.ChunkWords(wire.MaxSnapshotChunkOverhead + 7)
+	assert.ErrorIs(t, err, wire.ErrInvalidFrame, "ChunkWords(overhead+7)")
 }
 
 // TestMaxSnapshotChunkOverhead_IsTight encodes a chunk with every field at
@@ -43,9 +44,7 @@ func TestMaxSnapshotChunkOverhead_IsTight(t *testing.T) {
 		BucketOffset: math.MaxUint64 - uint64(len(words)), Words: words,
 	}}
 	b, err := wire.AppendFrame(nil, &f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got := len(b) - 8*len(words); got != wire.MaxSnapshotChunkOverhead {
 		t.Fatalf("overhead: got %d, want %d", got, wire.MaxSnapshotChunkOverhead)
 	}
@@ -66,9 +65,7 @@ func TestSplitSnapshot(t *testing.T) {
 		}
 		s := &ckf.Snapshot{Identity: testIdentity(), Lease: testLease(), Sequence: 3, Words: words}
 		chunks, err := wire.SplitSnapshot(s, limit)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if len(chunks) != tt.chunks {
 			t.Fatalf("%d words: got %d chunks, want %d", tt.words, len(chunks), tt.chunks)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -68,9 +70,7 @@ func TestDecodeFrame_Errors(t *testing.T) {
 			f := sampleFrames()["close"]
 			before := f
 			err := wire.DecodeFrame(in, &f)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("err: got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 			var de *wire.DecodeError
 			if !errors.As(err, &de) {
 				t.Fatalf("err %T is not a *DecodeError", err)
@@ -97,9 +97,7 @@ func TestDecodeFrame_ErrorsDoNotTouchBuffers(t *testing.T) {
 	words := []uint64{9, 9, 9, 9}
 	f := wire.Frame{Snapshot: wire.SnapshotChunk{Words: words[:0]}}
 	err := wire.DecodeFrame(append(b, 0), &f)
-	if !errors.Is(err, wire.ErrTrailingBytes) {
-		t.Fatalf("err: got %v, want ErrTrailingBytes", err)
-	}
+	require.ErrorIs(t, err, wire.ErrTrailingBytes)
 	if words[0] != 9 || words[3] != 9 {
 		t.Fatalf("caller buffer overwritten: got %v", words)
 	}

@@ -5,6 +5,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/vmihailenco/msgpack/v5"
@@ -36,17 +39,13 @@ func normalize(ev ckf.RouterEvent) ckf.RouterEvent {
 func TestRouterEvent_RoundTrip(t *testing.T) {
 	for i, ev := range sampleEvents() {
 		j, err := wire.AppendRouterEventJSON(nil, &ev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got, err := wire.DecodeRouterEventJSON(j)
 		if err != nil || !deepEqual(normalize(got), normalize(ev)) {
 			t.Fatalf("event %d JSON %s:\ngot  %+v (%v)\nwant %+v", i, j, got, err, ev)
 		}
 		m, err := wire.AppendRouterEventMsgpack(nil, &ev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got, err = wire.DecodeRouterEventMsgpack(m)
 		if err != nil || !deepEqual(normalize(got), normalize(ev)) {
 			t.Fatalf("event %d msgpack:\ngot  %+v (%v)\nwant %+v", i, got, err, ev)
@@ -57,22 +56,16 @@ func TestRouterEvent_RoundTrip(t *testing.T) {
 func TestRouterEvents_BatchRoundTrip(t *testing.T) {
 	evs := sampleEvents()
 	j, err := wire.AppendRouterEventsJSON(nil, evs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	m, err := wire.AppendRouterEventsMsgpack(nil, evs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	prefix := []ckf.RouterEvent{{WorkerID: 99, Kind: ckf.EventCleared}}
 	for name, decode := range map[string]func() ([]ckf.RouterEvent, error){
 		"json":    func() ([]ckf.RouterEvent, error) { return wire.DecodeRouterEventsJSON(j, prefix) },
 		"msgpack": func() ([]ckf.RouterEvent, error) { return wire.DecodeRouterEventsMsgpack(m, prefix) },
 	} {
 		got, err := decode()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		require.NoError(t, err, "%s", name)
 		if len(got) != len(evs)+1 || got[0].WorkerID != 99 {
 			t.Fatalf("%s: got %d events, want prefix + %d", name, len(got), len(evs))
 		}
@@ -151,9 +144,7 @@ func TestDecodeRouterEventJSON_Errors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := wire.DecodeRouterEventJSON([]byte(tt.in))
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 			var de *wire.DecodeError
 			if !errors.As(err, &de) {
 				t.Fatalf("err %T is not a *DecodeError", err)
@@ -184,9 +175,7 @@ func TestDecodeRouterEventMsgpack_ForeignEncoder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := msgpack.Marshal(tt.in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			got, err := wire.DecodeRouterEventMsgpack(b)
 			if err != nil || !deepEqual(normalize(got), normalize(tt.want)) {
 				t.Fatalf("got %+v (%v), want %+v", got, err, tt.want)
@@ -220,13 +209,9 @@ func TestDecodeRouterEventMsgpack_Errors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := msgpack.Marshal(tt.in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			_, err = wire.DecodeRouterEventMsgpack(b)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 		})
 	}
 	// Byte-level cases a map encoder cannot produce.
@@ -246,9 +231,7 @@ func TestDecodeRouterEventMsgpack_Errors(t *testing.T) {
 	for _, tt := range raw {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := wire.DecodeRouterEventMsgpack(tt.in)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 		})
 	}
 }
@@ -263,27 +246,22 @@ func repeat(b byte, n int) []byte {
 
 func TestAppendRouterEvent_Errors(t *testing.T) {
 	for _, ev := range []ckf.RouterEvent{{Kind: 0}, {Kind: 9}, {Kind: ckf.EventCleared, StorageTier: 9}} {
-		if _, err := wire.AppendRouterEventJSON(nil, &ev); !errors.Is(err, wire.ErrInvalidEvent) {
-			t.Errorf("JSON %+v: got %v, want ErrInvalidEvent", ev, err)
-		}
-		if _, err := wire.AppendRouterEventMsgpack(nil, &ev); !errors.Is(err, wire.ErrInvalidEvent) {
-			t.Errorf("msgpack %+v: got %v, want ErrInvalidEvent", ev, err)
-		}
+		_, err := wire.AppendRouterEventJSON(nil, &ev)
+		assert.ErrorIs(t, err, wire.ErrInvalidEvent, "JSON %+v", ev)
+		_, err = wire.AppendRouterEventMsgpack(nil, &ev)
+		assert.ErrorIs(t, err, wire.ErrInvalidEvent, "msgpack %+v", ev)
 	}
 }
 
 func TestDecodeRouterEvents_ErrorLeavesDst(t *testing.T) {
 	dst := []ckf.RouterEvent{{WorkerID: 99}}
 	got, err := wire.DecodeRouterEventsJSON([]byte(`[{"worker_id":1,"event":{"event_id":2,"data":"cleared"}},{"worker_id":1}]`), dst)
-	if !errors.Is(err, wire.ErrMalformed) || len(got) != 1 || got[0].WorkerID != 99 {
-		t.Fatalf("JSON: got %v (%v), want dst unchanged and ErrMalformed", got, err)
-	}
+	require.ErrorIs(t, err, wire.ErrMalformed, "JSON")
+	require.Equal(t, []ckf.RouterEvent{{WorkerID: 99}}, got, "JSON: dst unchanged")
 	b, _ := msgpack.Marshal([]any{map[string]any{"worker_id": 1}})
 	got, err = wire.DecodeRouterEventsMsgpack(b, dst)
-	if !errors.Is(err, wire.ErrMalformed) || len(got) != 1 || got[0].WorkerID != 99 {
-		t.Fatalf("msgpack: got %v (%v), want dst unchanged and ErrMalformed", got, err)
-	}
-	if _, err := wire.DecodeRouterEventsJSON([]byte(`null`), nil); !errors.Is(err, wire.ErrMalformed) {
-		t.Fatalf("JSON null batch: got %v, want ErrMalformed", err)
-	}
+	require.ErrorIs(t, err, wire.ErrMalformed, "msgpack")
+	require.Equal(t, []ckf.RouterEvent{{WorkerID: 99}}, got, "msgpack: dst unchanged")
+	_, err = wire.DecodeRouterEventsJSON([]byte(`null`), nil)
+	require.ErrorIs(t, err, wire.ErrMalformed, "JSON null batch")
 }

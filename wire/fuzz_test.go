@@ -6,6 +6,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -46,9 +48,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		}
 		// Whatever decodes re-encodes and decodes to the same frame.
 		b, err := wire.AppendFrame(nil, &fr)
-		if err != nil {
-			t.Fatalf("decoded frame does not re-encode: %v", err)
-		}
+		require.NoError(t, err, "decoded frame does not re-encode")
 		var again wire.Frame
 		if err := wire.DecodeFrame(b, &again); err != nil || !sameFrame(&again, &fr) {
 			t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, fr)
@@ -93,9 +93,7 @@ func FuzzDecodeRouterEventJSON(f *testing.F) {
 		checkDecodeErr(t, err)
 		if err == nil {
 			b, err := wire.AppendRouterEventJSON(nil, &ev)
-			if err != nil {
-				t.Fatalf("decoded event does not re-encode: %v", err)
-			}
+			require.NoError(t, err, "decoded event does not re-encode")
 			again, err := wire.DecodeRouterEventJSON(b)
 			if err != nil || !deepEqual(normalize(again), normalize(ev)) {
 				t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, ev)
@@ -117,9 +115,7 @@ func FuzzDecodeRouterEventMsgpack(f *testing.F) {
 		checkDecodeErr(t, err)
 		if err == nil {
 			b, err := wire.AppendRouterEventMsgpack(nil, &ev)
-			if err != nil {
-				t.Fatalf("decoded event does not re-encode: %v", err)
-			}
+			require.NoError(t, err, "decoded event does not re-encode")
 			again, err := wire.DecodeRouterEventMsgpack(b)
 			if err != nil || !deepEqual(normalize(again), normalize(ev)) {
 				t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, ev)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -20,17 +22,13 @@ func TestStream_RoundTrip(t *testing.T) {
 	order := []string{"snapshot_chunk", "delta", "heartbeat", "drain_marker", "close"}
 	for _, name := range order {
 		f := frames[name]
-		if err := w.WriteFrame(&f); err != nil {
-			t.Fatalf("WriteFrame %s: %v", name, err)
-		}
+		require.NoError(t, w.WriteFrame(&f), "WriteFrame %s", name)
 	}
 	// One byte at a time: the reader must not depend on read sizes.
 	r := wire.NewReader(iotest.OneByteReader(&buf), 0)
 	var f wire.Frame
 	for _, name := range order {
-		if err := r.ReadFrame(&f); err != nil {
-			t.Fatalf("ReadFrame %s: %v", name, err)
-		}
+		require.NoError(t, r.ReadFrame(&f), "ReadFrame %s", name)
 		want := frames[name]
 		frameEqual(t, &f, &want)
 	}
@@ -42,9 +40,7 @@ func TestStream_RoundTrip(t *testing.T) {
 func TestWriter_LengthPrefix(t *testing.T) {
 	var buf bytes.Buffer
 	f := sampleFrames()["drain_marker"]
-	if err := wire.NewWriter(&buf, 0).WriteFrame(&f); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.NewWriter(&buf, 0).WriteFrame(&f))
 	want := mustHex("00000008" + goldenFrames["drain_marker"])
 	if !bytes.Equal(buf.Bytes(), want) {
 		t.Fatalf("got %x, want %x", buf.Bytes(), want)
@@ -57,15 +53,11 @@ func TestWriter_FrameTooLarge(t *testing.T) {
 	f.Close.Message = string(make([]byte, 100))
 	w := wire.NewWriter(&buf, 64)
 	err := w.WriteFrame(&f)
-	if !errors.Is(err, wire.ErrFrameTooLarge) {
-		t.Fatalf("got %v, want ErrFrameTooLarge", err)
-	}
+	require.ErrorIs(t, err, wire.ErrFrameTooLarge)
 	if buf.Len() != 0 {
 		t.Fatalf("wrote %d bytes, want 0", buf.Len())
 	}
-	if err := w.WriteRaw(make([]byte, 65)); !errors.Is(err, wire.ErrFrameTooLarge) {
-		t.Fatalf("WriteRaw: got %v, want ErrFrameTooLarge", err)
-	}
+	require.ErrorIs(t, w.WriteRaw(make([]byte, 65)), wire.ErrFrameTooLarge, "WriteRaw")
 }
 
 // countingReader counts the bytes handed out so a test can prove the
@@ -108,9 +100,7 @@ func TestReader_Errors(t *testing.T) {
 			r := wire.NewReader(cr, tt.limit)
 			var f wire.Frame
 			err := r.ReadFrame(&f)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 			if errors.Is(err, wire.ErrFrameTooLarge) && cr.n != 4 {
 				t.Fatalf("read %d bytes past an oversize prefix, want 4", cr.n)
 			}
@@ -141,9 +131,8 @@ func TestReader_HugePrefixDoesNotAllocate(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for range reads {
 		r := wire.NewReader(bytes.NewReader(stream), 0)
-		if _, err := r.ReadRaw(); !errors.Is(err, wire.ErrFrameTooLarge) {
-			t.Fatalf("got %v, want ErrFrameTooLarge", err)
-		}
+		_, err := r.ReadRaw()
+		require.ErrorIs(t, err, wire.ErrFrameTooLarge)
 	}
 	runtime.ReadMemStats(&after)
 	// Only the reader, the error and its message; never a body buffer.
@@ -180,9 +169,7 @@ func TestWriter_WriteSnapshotChunks(t *testing.T) {
 	s := &ckf.Snapshot{Identity: testIdentity(), Lease: testLease(), Sequence: 5, Words: words}
 	limit := wire.MaxSnapshotChunkOverhead + 8*300 // 300 words a chunk → 4 chunks
 	var buf bytes.Buffer
-	if err := wire.NewWriter(&buf, limit).WriteSnapshot(s); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.NewWriter(&buf, limit).WriteSnapshot(s))
 	r := wire.NewReader(&buf, limit)
 	var got []uint64
 	var f wire.Frame
@@ -194,9 +181,7 @@ func TestWriter_WriteSnapshotChunks(t *testing.T) {
 			}
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		c := f.Snapshot
 		if c.ChunkIndex != uint32(i) || c.ChunkCount != 4 || c.BucketOffset != uint64(len(got)) || c.Sequence != 5 {
 			t.Fatalf("chunk %d: got index %d count %d offset %d seq %d", i, c.ChunkIndex, c.ChunkCount, c.BucketOffset, c.Sequence)
@@ -211,9 +196,7 @@ func TestWriter_WriteSnapshotChunks(t *testing.T) {
 func TestWriteRaw_ReadRaw(t *testing.T) {
 	body := mustHex(goldenFrames["close"])
 	var buf bytes.Buffer
-	if err := wire.NewWriter(&buf, 0).WriteRaw(body); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.NewWriter(&buf, 0).WriteRaw(body))
 	if got := binary.BigEndian.Uint32(buf.Bytes()); got != uint32(len(body)) {
 		t.Fatalf("prefix: got %d, want %d", got, len(body))
 	}

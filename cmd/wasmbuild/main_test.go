@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestRun_Flags(t *testing.T) {
@@ -41,9 +43,7 @@ func TestRun_BuildsToFile(t *testing.T) {
 		t.Fatalf("status %d: %s", got, errb.String())
 	}
 	b, err := os.ReadFile(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sum := sha256.Sum256(b)
 	if !bytes.HasPrefix(b, []byte("\x00asm")) || !strings.Contains(out.String(), hex.EncodeToString(sum[:])) {
 		t.Errorf("got %d bytes and output %q; want a wasm module whose sha256 is printed", len(b), out.String())

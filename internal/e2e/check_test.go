@@ -9,6 +9,8 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/producer"
@@ -116,9 +118,7 @@ func (p *pool) checkpoint(resub bool) {
 	p.flush()
 	p.pump()
 	st, err := p.h.Stats(p.r.ctx)
-	if err != nil {
-		t.Fatalf("pool %d: Stats: %v", p.idx, err)
-	}
+	require.NoError(t, err, "pool %d: Stats", p.idx)
 	if st.Sequence != p.lastSeq || !st.HasLease || st.Lease != p.lease {
 		t.Fatalf("pool %d: actor at %d lease %+v (has %v), stream at %d lease %+v",
 			p.idx, st.Sequence, st.Lease, st.HasLease, p.lastSeq, p.lease)
@@ -193,12 +193,8 @@ func (r *rig) checkQueries() {
 		path := chains[leaf]
 		ext := append(slices.Clip(path), ckf.ChainHash(leaf, 0xe2e1), ckf.ChainHash(ckf.ChainHash(leaf, 0xe2e1), 0xe2e2))
 		for _, q := range [][]uint64{path, ext} {
-			if err := r.cons.QuerySequenceHashes(q, &fast); err != nil {
-				t.Fatalf("QuerySequenceHashes: %v", err)
-			}
-			if err := r.cons.QuerySequenceHashesLinear(q, &lin); err != nil {
-				t.Fatalf("QuerySequenceHashesLinear: %v", err)
-			}
+			require.NoError(t, r.cons.QuerySequenceHashes(q, &fast), "QuerySequenceHashes")
+			require.NoError(t, r.cons.QuerySequenceHashesLinear(q, &lin), "QuerySequenceHashesLinear")
 			r.queries++
 			if fast.Mask != r.laneMask || lin.Mask != r.laneMask {
 				t.Fatalf("query masks %#x / %#x, want %#x", fast.Mask, lin.Mask, r.laneMask)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/producer"
@@ -54,9 +56,7 @@ func (p *pool) forward(sub *producer.Subscription, wait bool) {
 		}
 		p.lastSeq = d.Sequence
 		f := wire.Frame{Kind: wire.KindDelta, Delta: d}
-		if err := p.w.WriteFrame(&f); err != nil {
-			t.Fatalf("pool %d: WriteFrame(delta %d): %v", p.idx, d.Sequence, err)
-		}
+		require.NoError(t, p.w.WriteFrame(&f), "pool %d: WriteFrame(delta %d)", p.idx, d.Sequence)
 		p.queue = append(p.queue, sentFrame{kind: wire.KindDelta, sequence: d.Sequence})
 	}
 }
@@ -96,9 +96,7 @@ func (p *pool) deliver() {
 		s := p.queue[0]
 		p.queue = p.queue[1:]
 		body, err := p.rd.ReadRaw()
-		if err != nil {
-			t.Fatalf("pool %d: ReadRaw (%v %d): %v", p.idx, s.kind, s.sequence, err)
-		}
+		require.NoError(t, err, "pool %d: ReadRaw (%v %d)", p.idx, s.kind, s.sequence)
 		if s.kind == wire.KindDelta && p.dropNext {
 			p.dropNext, p.lost = false, true
 			p.dropped++
@@ -106,9 +104,7 @@ func (p *pool) deliver() {
 		}
 		want := p.expect(s)
 		got, err := p.r.cons.ApplyFrameBytes(body)
-		if err != nil {
-			t.Fatalf("pool %d: ApplyFrameBytes(%v %d): %v", p.idx, s.kind, s.sequence, err)
-		}
+		require.NoError(t, err, "pool %d: ApplyFrameBytes(%v %d)", p.idx, s.kind, s.sequence)
 		if want.Outcome == consumer.Deactivated || want.Outcome == consumer.IgnoredForeignLease {
 			want.Sequence = got.Sequence // the lane's installed sequence is not the frame's
 		}
@@ -133,18 +129,14 @@ func (p *pool) deliver() {
 func (p *pool) laneStatus() consumer.LaneStatus {
 	p.r.t.Helper()
 	st, err := p.r.cons.LaneStatus(p.lane)
-	if err != nil {
-		p.r.t.Fatalf("LaneStatus(%d): %v", p.lane, err)
-	}
+	require.NoError(p.r.t, err, "LaneStatus(%d)", p.lane)
 	return st
 }
 
 func (p *pool) laneWords() []uint64 {
 	p.r.t.Helper()
 	w, err := p.r.cons.AppendLaneWords(nil, p.lane)
-	if err != nil {
-		p.r.t.Fatalf("AppendLaneWords(%d): %v", p.lane, err)
-	}
+	require.NoError(p.r.t, err, "AppendLaneWords(%d)", p.lane)
 	return w
 }
 
@@ -160,9 +152,7 @@ func (p *pool) resubscribe() {
 	lease := p.lease
 	lease.AssignmentEpoch++
 	sub, err := p.h.Subscribe(p.r.ctx, lease)
-	if err != nil {
-		t.Fatalf("pool %d: Subscribe(epoch %d): %v", p.idx, lease.AssignmentEpoch, err)
-	}
+	require.NoError(t, err, "pool %d: Subscribe(epoch %d)", p.idx, lease.AssignmentEpoch)
 	snap := sub.Snapshot
 	if old := p.sub; old != nil {
 		p.forward(old, true) // closed by the Subscribe above
@@ -191,17 +181,13 @@ func (p *pool) resubscribe() {
 	p.sub, p.lease = sub, lease
 	p.mirror, p.lastSeq = slices.Clone(snap.Words), snap.Sequence
 
-	if err := p.r.cons.Assign(p.h.Identity(), lease); err != nil {
-		t.Fatalf("pool %d: Assign(epoch %d): %v", p.idx, lease.AssignmentEpoch, err)
-	}
+	require.NoError(t, p.r.cons.Assign(p.h.Identity(), lease), "pool %d: Assign(epoch %d)", p.idx, lease.AssignmentEpoch)
 	if p.lost || p.deactivated {
 		p.r.recoveries++
 	}
 	p.lost, p.deactivated, p.dropNext = false, false, false
 	before := p.buf.Len()
-	if err := p.snapW.WriteSnapshot(&snap); err != nil {
-		t.Fatalf("pool %d: WriteSnapshot: %v", p.idx, err)
-	}
+	require.NoError(t, p.snapW.WriteSnapshot(&snap), "pool %d: WriteSnapshot", p.idx)
 	chunks := (len(snap.Words) + p.r.cfg.ChunkWords - 1) / p.r.cfg.ChunkWords
 	if max := chunks * (wire.LengthPrefixBytes + p.r.chunkLimit); p.buf.Len()-before > max {
 		t.Fatalf("pool %d: snapshot took %d bytes, more than %d chunks of ≤ %d", p.idx, p.buf.Len()-before, chunks, p.r.chunkLimit)
@@ -225,9 +211,7 @@ func (p *pool) resubscribe() {
 
 // flush publishes the actor's pending tail.
 func (p *pool) flush() {
-	if err := p.h.Flush(p.r.ctx); err != nil {
-		p.r.t.Fatalf("pool %d: Flush: %v", p.idx, err)
-	}
+	require.NoError(p.r.t, p.h.Flush(p.r.ctx), "pool %d: Flush", p.idx)
 }
 
 // pump moves what the subscription holds over the link into the consumer.
@@ -244,9 +228,7 @@ func (p *pool) heartbeat(seq uint64) {
 	p.r.t.Helper()
 	f := wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{
 		Identity: p.h.Identity(), Lease: p.lease, LastSequence: seq, UnixMicros: 1_700_000_000_000_000}}
-	if err := p.w.WriteFrame(&f); err != nil {
-		p.r.t.Fatalf("pool %d: WriteFrame(heartbeat): %v", p.idx, err)
-	}
+	require.NoError(p.r.t, p.w.WriteFrame(&f), "pool %d: WriteFrame(heartbeat)", p.idx)
 	p.queue = append(p.queue, sentFrame{kind: wire.KindHeartbeat, sequence: seq})
 	p.deliver()
 }

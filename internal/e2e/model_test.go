@@ -9,6 +9,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/producer"
 )
@@ -79,9 +81,7 @@ func (p *pool) admit(m *member, epoch uint64, ev ckf.RouterEvent, wantErr error)
 	p.nextEventID++
 	ev.EventID = p.nextEventID
 	shadowEv := cloneEvent(ev)
-	if err := p.h.AdmitEvent(p.r.ctx, epoch, ev); err != nil {
-		t.Fatalf("pool %d: AdmitEvent: %v", p.idx, err)
-	}
+	require.NoError(t, p.h.AdmitEvent(p.r.ctx, epoch, ev), "pool %d: AdmitEvent", p.idx)
 	switch {
 	case m.epochKnown && epoch < m.epoch:
 		p.wantStale++
@@ -234,9 +234,7 @@ func (p *pool) reset(m *member, epoch uint64, degraded bool) {
 		}
 		return
 	}
-	if err != nil {
-		t.Fatalf("pool %d: ResetRank(%d): %v", p.idx, epoch, err)
-	}
+	require.NoError(t, err, "pool %d: ResetRank(%d)", p.idx, epoch)
 	if _, err := p.shadow.RemoveRank(m.id); err != nil {
 		t.Fatalf("pool %d: shadow RemoveRank: %v", p.idx, err)
 	}
@@ -269,14 +267,10 @@ func (p *pool) replace(ms []*member, epochs []uint64, keep func(*block) bool) {
 	}
 	err := p.h.ReplaceRanks(p.r.ctx, reps)
 	if stale {
-		if !errors.Is(err, producer.ErrStaleSourceEpoch) {
-			t.Fatalf("pool %d: ReplaceRanks with a stale epoch: got %v, want ErrStaleSourceEpoch", p.idx, err)
-		}
+		require.ErrorIs(t, err, producer.ErrStaleSourceEpoch, "pool %d: ReplaceRanks with a stale epoch", p.idx)
 		return
 	}
-	if err != nil {
-		t.Fatalf("pool %d: ReplaceRanks: %v", p.idx, err)
-	}
+	require.NoError(t, err, "pool %d: ReplaceRanks", p.idx)
 	if _, err := p.shadow.ReplaceRanks(shadowReps); err != nil {
 		t.Fatalf("pool %d: shadow ReplaceRanks: %v", p.idx, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/producer"
@@ -24,7 +26,9 @@ var testDomain = ckf.Domain{
 // tb is what the rig needs from *testing.T and *rapid.T.
 type tb interface {
 	Helper()
+	Errorf(format string, args ...any)
 	Fatalf(format string, args ...any)
+	FailNow()
 	Logf(format string, args ...any)
 }
 
@@ -125,9 +129,7 @@ func newRig(t tb, cfg rigConfig) *rig {
 	base.MaxKicks = cfg.MaxKicks
 	base.VerificationWindow = cfg.VerificationWindow
 	f, err := base.Format()
-	if err != nil {
-		t.Fatalf("format of %v: %v", cfg, err)
-	}
+	require.NoError(t, err, "format of %v", cfg)
 	r.format = f
 	r.acfg = producer.DefaultConfig()
 	r.acfg.PublicationDelay = cfg.PublicationDelay
@@ -169,9 +171,7 @@ func newRig(t tb, cfg rigConfig) *rig {
 		r.pools = append(r.pools, p)
 	}
 	c, err := consumer.New(m)
-	if err != nil {
-		t.Fatalf("consumer.New: %v", err)
-	}
+	require.NoError(t, err, "consumer.New")
 	r.cons = c
 	for _, p := range r.pools {
 		p.start()
@@ -195,9 +195,7 @@ func (p *pool) start() {
 	t := p.r.t
 	t.Helper()
 	pl, err := ckf.NewPool(p.cfg)
-	if err != nil {
-		t.Fatalf("pool %d: NewPool: %v", p.idx, err)
-	}
+	require.NoError(t, err, "pool %d: NewPool", p.idx)
 	if p.shadow, err = ckf.NewPool(p.cfg); err != nil {
 		t.Fatalf("pool %d: NewPool (shadow): %v", p.idx, err)
 	}
@@ -220,9 +218,7 @@ func (p *pool) start() {
 func (p *pool) shutdown() {
 	t := p.r.t
 	t.Helper()
-	if err := p.h.Shutdown(p.r.ctx); err != nil {
-		t.Fatalf("pool %d: Shutdown: %v", p.idx, err)
-	}
+	require.NoError(t, p.h.Shutdown(p.r.ctx), "pool %d: Shutdown", p.idx)
 	p.running = false
 	p.forward(p.sub, true)
 	if err := p.sub.Err(); !errors.Is(err, producer.ErrShuttingDown) || errors.Is(err, producer.ErrFenced) {
@@ -233,9 +229,7 @@ func (p *pool) shutdown() {
 		t.Fatalf("pool %d: drain marker %+v (ok %v), want lease %+v at %d", p.idx, m, ok, p.lease, p.lastSeq)
 	}
 	f := wire.Frame{Kind: wire.KindDrainMarker, Drain: m}
-	if err := p.w.WriteFrame(&f); err != nil {
-		t.Fatalf("pool %d: WriteFrame(drain): %v", p.idx, err)
-	}
+	require.NoError(t, p.w.WriteFrame(&f), "pool %d: WriteFrame(drain)", p.idx)
 	p.queue = append(p.queue, sentFrame{kind: wire.KindDrainMarker, sequence: m.ExpectedSequence})
 	lost := p.lost
 	p.deliver()

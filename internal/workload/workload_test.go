@@ -6,19 +6,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
 func TestTraceReader_Mooncake(t *testing.T) {
 	f, err := os.Open("testdata/mooncake_head200.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	reqs, err := ReadTrace(f)
-	if err != nil {
-		t.Fatalf("ReadTrace: %v", err)
-	}
+	require.NoError(t, err, "ReadTrace")
 	if got, want := len(reqs), 200; got != want {
 		t.Fatalf("read %d requests, want %d", got, want)
 	}
@@ -68,18 +66,12 @@ func TestTraceReader_MalformedLineNumbers(t *testing.T) {
 // what the ranks hold.
 func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 	f, err := os.Open("testdata/mooncake_head200.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	reqs, err := ReadTrace(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fleet, err := NewFleet(FleetConfig{DataCenters: 3, WorkersPerDC: 2, RanksPerWorker: 2, BlocksPerRank: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pools := make([]*ckf.Pool, 3)
 	for i := range pools {
 		cfg := ckf.DefaultConfig()
@@ -120,9 +112,7 @@ func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 
 func TestFleet_EvictionKeepsCapacity(t *testing.T) {
 	fleet, err := NewFleet(FleetConfig{DataCenters: 1, WorkersPerDC: 1, RanksPerWorker: 1, BlocksPerRank: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	g := NewSynthetic(DefaultSyntheticConfig())
 	pool, _ := ckf.NewPool(ckf.Config{ExpectedBlocks: 64, Seed: ckf.DefaultSeed, MaxKicks: 500, VerificationWindow: 2, PublishEveryNEvents: 1})
 	var events []ckf.RouterEvent

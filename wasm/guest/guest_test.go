@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/wasm/abi"
@@ -103,9 +105,7 @@ func TestGuest_ApplyDecodeErrorDetail(t *testing.T) {
 	m := testManifest()
 	g.configure(abi.AppendManifest(nil, &m))
 	frame, err := wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: ckf.LaneLease{PhysicalLane: 2}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if c := g.apply(frame[:len(frame)-1]); c != abi.ErrFrameTruncated || g.last.Result.Lane != -1 || g.last.Code != c {
 		t.Errorf("truncated: got %v, last %+v", c, g.last)
 	}
