@@ -4,12 +4,12 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -190,9 +190,8 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := New(tt.cfg, nil); err == nil {
-				t.Errorf("New(%+v) = nil error, want an error", tt.cfg)
-			}
+			_, err := New(tt.cfg, nil)
+			assert.Error(t, err, "New(%+v)", tt.cfg)
 		})
 	}
 }
@@ -229,9 +228,9 @@ func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 		t.Fatalf("second epoch %d, want > first %d", s2.epoch, s1.epoch)
 	}
 	li := r.Lane(0)
-	if !strings.Contains(li.LastError, ErrDeactivated.Error()) || li.Resubscribes != 1 || li.Ready {
-		t.Fatalf("after the gap: lane %+v, want LastError %q, Resubscribes 1, not ready", li, ErrDeactivated)
-	}
+	require.Contains(t, li.LastError, ErrDeactivated.Error(), "after the gap")
+	require.Equal(t, uint64(1), li.Resubscribes, "after the gap")
+	require.False(t, li.Ready, "after the gap")
 	<-s1.done // the router closed the first stream
 
 	// Session 2: a snapshot at 9 and a delta to 10, then a close frame.
@@ -245,18 +244,18 @@ func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 	// forgets the lane's words.
 	waitFor(t, func() bool { return r.Lane(0).Sequence == 10 })
 	got, seq, err := r.AppendLaneWords(nil, 0)
-	if err != nil || seq != 10 || !slices.Equal(got, want) {
-		t.Fatalf("lane words after resubscribe: err %v, equal %v; want the second snapshot plus the delta at 10", err, slices.Equal(got, want))
-	}
+	require.NoError(t, err, "lane words after resubscribe")
+	require.Equal(t, uint64(10), seq, "lane words after resubscribe: sequence")
+	require.Equal(t, want, got, "lane words after resubscribe: the second snapshot plus the delta at 10")
 	s2.frame(t, wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseShuttingDown, Message: "bye"}})
 
 	s3 := nextSession(t, sessions)
 	if s3.epoch <= s2.epoch {
 		t.Fatalf("third epoch %d, want > second %d", s3.epoch, s2.epoch)
 	}
-	if li := r.Lane(0); !strings.Contains(li.LastError, ErrStreamClosed.Error()) || li.Resubscribes != 2 {
-		t.Fatalf("after the close frame: lane %+v, want LastError %q and Resubscribes 2", li, ErrStreamClosed)
-	}
+	li = r.Lane(0)
+	require.Contains(t, li.LastError, ErrStreamClosed.Error(), "after the close frame")
+	require.Equal(t, uint64(2), li.Resubscribes, "after the close frame")
 	release <- struct{}{}
 }
 
@@ -300,9 +299,9 @@ func TestRouter_HTTPErrorIsRetried(t *testing.T) {
 		prev = e
 	}
 	waitFor(t, func() bool { return strings.Contains(r.Lane(0).LastError, "404") })
-	if li := r.Lane(0); li.Ready || li.Connected {
-		t.Errorf("lane %+v, want neither ready nor connected", li)
-	}
+	li := r.Lane(0)
+	assert.False(t, li.Ready, "ready")
+	assert.False(t, li.Connected, "connected")
 }
 
 // waitFor polls a condition the router reaches asynchronously; it is for
@@ -339,12 +338,11 @@ func TestRouter_StopIsNotAResubscribe(t *testing.T) {
 	cancel()
 	<-done
 	li := r.Lane(0)
-	if li.Resubscribes != 0 || li.Ready || li.LastError != "" {
-		t.Fatalf("after stop: lane %+v, want 0 resubscribes, not ready, no error", li)
-	}
-	if _, err := lanes.C.Contains(1); err == nil {
-		t.Fatalf("a stopped router's lane still answers queries")
-	}
+	require.Zero(t, li.Resubscribes, "after stop")
+	require.False(t, li.Ready, "after stop")
+	require.Empty(t, li.LastError, "after stop")
+	_, err = lanes.C.Contains(1)
+	require.Error(t, err, "a stopped router's lane still answers queries")
 }
 
 func TestNextFailures_OnlyLongInstalledSessionsReset(t *testing.T) {

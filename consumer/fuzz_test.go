@@ -175,16 +175,15 @@ func TestConsumer_ApplyFrameBytesMatchesApplyFrame(t *testing.T) {
 		require.NoError(t, err, "seed %d", i)
 		var fr wire.Frame
 		require.NoError(t, wire.DecodeFrame(s, &fr))
-		if want := ref.ApplyFrame(&fr); r != want || !slices.Equal(c.words, ref.words) {
-			t.Fatalf("seed %d: got %v, want %v (tables equal: %v)", i, r, want, slices.Equal(c.words, ref.words))
-		}
+		require.Equal(t, ref.ApplyFrame(&fr), r, "seed %d", i)
+		require.Equal(t, ref.words, c.words, "seed %d: tables", i)
 	}
 	// An undecodable frame is an error and changes nothing.
 	c := fuzzConsumer(t)
 	before := slices.Clone(c.words)
-	if _, err := c.ApplyFrameBytes([]byte{0x93, 1, 2}); err == nil || !slices.Equal(before, c.words) {
-		t.Fatalf("truncated frame: got err %v, want a decode error and no change", err)
-	}
+	_, err := c.ApplyFrameBytes([]byte{0x93, 1, 2})
+	require.Error(t, err, "truncated frame")
+	require.Equal(t, before, c.words, "truncated frame changed the table")
 }
 
 func TestConsumer_ApplyFrameBytesDoesNotAllocate(t *testing.T) {

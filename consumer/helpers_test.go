@@ -98,9 +98,8 @@ func (f *fixture) ready(lane int, epoch, seq uint64) ckf.LaneLease {
 
 func (f *fixture) want(r Result, o Outcome, fault Fault) {
 	f.t.Helper()
-	if r.Outcome != o || r.Fault != fault {
-		f.t.Fatalf("got %v, want %v(%v)", r, o, fault)
-	}
+	require.Equal(f.t, o, r.Outcome, "outcome of %v", r)
+	require.Equal(f.t, fault, r.Fault, "fault of %v", r)
 }
 
 func (f *fixture) status(lane int) LaneStatus {

@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"testing"
@@ -123,17 +122,14 @@ func TestSearch_FastEqualsLinearForMonotoneLanes(t *testing.T) {
 		errF := c.QuerySequenceHashes(seq, &fast)
 		errL := c.QuerySequenceHashesLinear(seq, &lin)
 		if ready == 0 {
-			if !errors.Is(errF, ErrUnavailable) || !errors.Is(errL, ErrUnavailable) {
-				rt.Fatalf("no ready lane: got %v / %v, want ErrUnavailable", errF, errL)
-			}
+			require.ErrorIs(rt, errF, ErrUnavailable, "no ready lane: fast")
+			require.ErrorIs(rt, errL, ErrUnavailable, "no ready lane: linear")
 			return
 		}
-		if errF != nil || errL != nil {
-			rt.Fatalf("got errors %v / %v", errF, errL)
-		}
-		if fast.Mask != ready || lin.Mask != ready {
-			rt.Fatalf("got masks %#x / %#x, want %#x", fast.Mask, lin.Mask, ready)
-		}
+		require.NoError(rt, errF, "fast")
+		require.NoError(rt, errL, "linear")
+		require.Equal(rt, ready, fast.Mask, "fast mask")
+		require.Equal(rt, ready, lin.Mask, "linear mask")
 		if fast.Probes > 2*n+16 {
 			rt.Fatalf("got %d probes for n=%d, want ≤ %d", fast.Probes, n, 2*n+16)
 		}
@@ -206,9 +202,8 @@ func TestSearch_NonMonotoneLanes(t *testing.T) {
 			var fast, lin QueryResult
 			require.NoError(t, c.QuerySequenceHashes(seq, &fast))
 			require.NoError(t, c.QuerySequenceHashesLinear(seq, &lin))
-			if fast.Depths[0] != tc.want || lin.Depths[0] != tc.linear {
-				t.Fatalf("got fast %d linear %d, want %d and %d", fast.Depths[0], lin.Depths[0], tc.want, tc.linear)
-			}
+			require.Equal(t, tc.want, fast.Depths[0], "fast depth")
+			require.Equal(t, tc.linear, lin.Depths[0], "linear depth")
 		})
 	}
 }
