@@ -96,9 +96,8 @@ func TestFrame_RoundTrip(t *testing.T) {
 			frameEqual(t, &got, &f)
 			// Re-encoding gives the same bytes (canonical form).
 			b2, err := wire.AppendFrame(nil, &got)
-			if err != nil || !bytes.Equal(b, b2) {
-				t.Fatalf("re-encode: got %x (%v), want %x", b2, err, b)
-			}
+			require.NoError(t, err, "re-encode")
+			require.Equal(t, b, b2, "re-encode")
 			// The bytes are plain msgpack: a generic decoder reads them too.
 			var generic []any
 			require.NoError(t, msgpack.Unmarshal(b, &generic), "vmihailenco/msgpack cannot read the frame")
@@ -177,9 +176,8 @@ func TestFrame_GoldenByHand(t *testing.T) {
 	}
 	f := sampleFrames()["drain_marker"]
 	got, err := wire.AppendFrame(nil, &f)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("got % x (%v), want % x", got, err, want)
-	}
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }
 
 func TestDecodeFrame_AcceptsAnyIntegerWidth(t *testing.T) {

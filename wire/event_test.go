@@ -1,7 +1,6 @@
 package wire_test
 
 import (
-	"errors"
 	"math"
 	"testing"
 
@@ -41,15 +40,13 @@ func TestRouterEvent_RoundTrip(t *testing.T) {
 		j, err := wire.AppendRouterEventJSON(nil, &ev)
 		require.NoError(t, err)
 		got, err := wire.DecodeRouterEventJSON(j)
-		if err != nil || !deepEqual(normalize(got), normalize(ev)) {
-			t.Fatalf("event %d JSON %s:\ngot  %+v (%v)\nwant %+v", i, j, got, err, ev)
-		}
+		require.NoError(t, err, "event %d JSON %s", i, j)
+		require.Equal(t, normalize(ev), normalize(got), "event %d JSON %s", i, j)
 		m, err := wire.AppendRouterEventMsgpack(nil, &ev)
 		require.NoError(t, err)
 		got, err = wire.DecodeRouterEventMsgpack(m)
-		if err != nil || !deepEqual(normalize(got), normalize(ev)) {
-			t.Fatalf("event %d msgpack:\ngot  %+v (%v)\nwant %+v", i, got, err, ev)
-		}
+		require.NoError(t, err, "event %d msgpack", i)
+		require.Equal(t, normalize(ev), normalize(got), "event %d msgpack", i)
 	}
 }
 
@@ -66,9 +63,8 @@ func TestRouterEvents_BatchRoundTrip(t *testing.T) {
 	} {
 		got, err := decode()
 		require.NoError(t, err, "%s", name)
-		if len(got) != len(evs)+1 || got[0].WorkerID != 99 {
-			t.Fatalf("%s: got %d events, want prefix + %d", name, len(got), len(evs))
-		}
+		require.Len(t, got, len(evs)+1, "%s: prefix + events", name)
+		require.Equal(t, uint64(99), got[0].WorkerID, "%s: prefix kept", name)
 		for i := range evs {
 			if !deepEqual(normalize(got[i+1]), normalize(evs[i])) {
 				t.Fatalf("%s event %d: got %+v, want %+v", name, i, got[i+1], evs[i])
@@ -104,9 +100,8 @@ func TestDecodeRouterEventJSON_DynamoShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := wire.DecodeRouterEventJSON([]byte(tt.in))
-			if err != nil || !deepEqual(normalize(got), normalize(tt.want)) {
-				t.Fatalf("got %+v (%v), want %+v", got, err, tt.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, normalize(tt.want), normalize(got))
 		})
 	}
 }
@@ -146,9 +141,7 @@ func TestDecodeRouterEventJSON_Errors(t *testing.T) {
 			_, err := wire.DecodeRouterEventJSON([]byte(tt.in))
 			require.ErrorIs(t, err, tt.want)
 			var de *wire.DecodeError
-			if !errors.As(err, &de) {
-				t.Fatalf("err %T is not a *DecodeError", err)
-			}
+			require.ErrorAs(t, err, &de)
 		})
 	}
 }
@@ -177,9 +170,8 @@ func TestDecodeRouterEventMsgpack_ForeignEncoder(t *testing.T) {
 			b, err := msgpack.Marshal(tt.in)
 			require.NoError(t, err)
 			got, err := wire.DecodeRouterEventMsgpack(b)
-			if err != nil || !deepEqual(normalize(got), normalize(tt.want)) {
-				t.Fatalf("got %+v (%v), want %+v", got, err, tt.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, normalize(tt.want), normalize(got))
 		})
 	}
 }

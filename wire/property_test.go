@@ -86,9 +86,7 @@ func TestFrame_RoundTripProperty(t *testing.T) {
 		}
 		b, _ := wire.AppendFrame(nil, &frames[0])
 		cut := rapid.IntRange(0, len(b)-1).Draw(t, "cut")
-		if err := wire.DecodeFrame(b[:cut], &got); err == nil {
-			t.Fatalf("prefix of %d/%d bytes decoded without error", cut, len(b))
-		}
+		require.Error(t, wire.DecodeFrame(b[:cut], &got), "prefix of %d/%d bytes decoded without error", cut, len(b))
 	})
 }
 

@@ -32,9 +32,7 @@ func TestStream_RoundTrip(t *testing.T) {
 		want := frames[name]
 		frameEqual(t, &f, &want)
 	}
-	if err := r.ReadFrame(&f); err != io.EOF {
-		t.Fatalf("at end: got %v, want io.EOF", err)
-	}
+	require.Same(t, io.EOF, r.ReadFrame(&f), "at end")
 }
 
 func TestWriter_LengthPrefix(t *testing.T) {
@@ -106,9 +104,7 @@ func TestReader_Errors(t *testing.T) {
 			}
 			err2 := r.ReadFrame(&f)
 			if tt.sticky {
-				if err2 != err {
-					t.Fatalf("second read: got %v, want the same error %v", err2, err)
-				}
+				require.True(t, err2 == err, "second read: got %v, want the same error %v", err2, err)
 				return
 			}
 			if err2 != nil {
@@ -148,17 +144,14 @@ func (e errWriter) Write([]byte) (int, error) { return 0, e.err }
 func TestWriter_PassesWriteErrors(t *testing.T) {
 	boom := errors.New("boom")
 	f := sampleFrames()["drain_marker"]
-	if err := wire.NewWriter(errWriter{boom}, 0).WriteFrame(&f); err != boom {
-		t.Fatalf("got %v, want %v", err, boom)
-	}
+	require.Same(t, boom, wire.NewWriter(errWriter{boom}, 0).WriteFrame(&f))
 }
 
 func TestReader_PassesReadErrors(t *testing.T) {
 	boom := errors.New("boom")
 	r := wire.NewReader(iotest.ErrReader(boom), 0)
-	if _, err := r.ReadRaw(); err != boom {
-		t.Fatalf("got %v, want %v", err, boom)
-	}
+	_, err := r.ReadRaw()
+	require.Same(t, boom, err)
 }
 
 func TestWriter_WriteSnapshotChunks(t *testing.T) {
@@ -183,14 +176,13 @@ func TestWriter_WriteSnapshotChunks(t *testing.T) {
 		}
 		require.NoError(t, err)
 		c := f.Snapshot
-		if c.ChunkIndex != uint32(i) || c.ChunkCount != 4 || c.BucketOffset != uint64(len(got)) || c.Sequence != 5 {
-			t.Fatalf("chunk %d: got index %d count %d offset %d seq %d", i, c.ChunkIndex, c.ChunkCount, c.BucketOffset, c.Sequence)
-		}
+		require.Equal(t, uint32(i), c.ChunkIndex, "chunk %d: index", i)
+		require.Equal(t, uint32(4), c.ChunkCount, "chunk %d: count", i)
+		require.Equal(t, uint64(len(got)), c.BucketOffset, "chunk %d: offset", i)
+		require.Equal(t, uint64(5), c.Sequence, "chunk %d: sequence", i)
 		got = append(got, c.Words...)
 	}
-	if !deepEqual(got, words) {
-		t.Fatal("reassembled words differ from the snapshot")
-	}
+	require.Equal(t, words, got, "reassembled words differ from the snapshot")
 }
 
 func TestWriteRaw_ReadRaw(t *testing.T) {
@@ -201,7 +193,6 @@ func TestWriteRaw_ReadRaw(t *testing.T) {
 		t.Fatalf("prefix: got %d, want %d", got, len(body))
 	}
 	got, err := wire.NewReader(&buf, 0).ReadRaw()
-	if err != nil || !bytes.Equal(got, body) {
-		t.Fatalf("got %x (%v), want %x", got, err, body)
-	}
+	require.NoError(t, err)
+	require.Equal(t, body, got)
 }
