@@ -81,9 +81,7 @@ func frameEqual(t *testing.T, got, want *wire.Frame) {
 	case wire.KindClose:
 		g, w = got.Close, want.Close
 	}
-	if !deepEqual(g, w) {
-		t.Fatalf("frame:\ngot  %+v\nwant %+v", g, w)
-	}
+	require.Equal(t, w, g, "frame")
 }
 
 func TestFrame_RoundTrip(t *testing.T) {

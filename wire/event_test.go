@@ -66,9 +66,7 @@ func TestRouterEvents_BatchRoundTrip(t *testing.T) {
 		require.Len(t, got, len(evs)+1, "%s: prefix + events", name)
 		require.Equal(t, uint64(99), got[0].WorkerID, "%s: prefix kept", name)
 		for i := range evs {
-			if !deepEqual(normalize(got[i+1]), normalize(evs[i])) {
-				t.Fatalf("%s event %d: got %+v, want %+v", name, i, got[i+1], evs[i])
-			}
+			require.Equal(t, normalize(evs[i]), normalize(got[i+1]), "%s event %d", name, i)
 		}
 	}
 }
