@@ -4,7 +4,6 @@ package e2e
 // lane, each with the answer the lane must give.
 
 import (
-	"errors"
 	"slices"
 
 	"github.com/stretchr/testify/require"
@@ -44,10 +43,10 @@ func (p *pool) forward(sub *producer.Subscription, wait bool) {
 		if !ok {
 			return
 		}
-		if d.Identity != p.h.Identity() || d.Lease != p.lease || d.BaseSequence != p.lastSeq || d.Sequence != p.lastSeq+1 {
-			t.Fatalf("pool %d: got delta lease %d %d→%d, want lease %d %d→%d",
-				p.idx, d.Lease.AssignmentEpoch, d.BaseSequence, d.Sequence, p.lease.AssignmentEpoch, p.lastSeq, p.lastSeq+1)
-		}
+		require.Equal(t, p.h.Identity(), d.Identity, "pool %d: delta identity", p.idx)
+		require.Equal(t, p.lease, d.Lease, "pool %d: delta lease", p.idx)
+		require.Equal(t, p.lastSeq, d.BaseSequence, "pool %d: delta base sequence", p.idx)
+		require.Equal(t, p.lastSeq+1, d.Sequence, "pool %d: delta sequence", p.idx)
 		if len(d.Images) == 0 {
 			t.Fatalf("pool %d: empty delta %d", p.idx, d.Sequence)
 		}
@@ -114,14 +113,13 @@ func (p *pool) deliver() {
 		if got.Outcome == consumer.Deactivated {
 			p.deactivated = true
 			p.faultLog = append(p.faultLog, got)
-			if st := p.laneStatus(); st.Ready || st.Assigned {
-				t.Fatalf("pool %d: lane %d still ready=%v assigned=%v after %v", p.idx, p.lane, st.Ready, st.Assigned, got)
-			}
+			st := p.laneStatus()
+			require.False(t, st.Ready, "pool %d: lane %d still ready after %v", p.idx, p.lane, got)
+			require.False(t, st.Assigned, "pool %d: lane %d still assigned after %v", p.idx, p.lane, got)
 		}
 	}
-	if b, err := p.rd.ReadRaw(); err == nil {
-		t.Fatalf("pool %d: %d unexpected bytes left on the link", p.idx, len(b))
-	}
+	b, err := p.rd.ReadRaw()
+	require.Error(t, err, "pool %d: %d unexpected bytes left on the link", p.idx, len(b))
 	// ReadRaw's io.EOF is sticky; the link is fully read, so start a new reader.
 	p.rd = wire.NewReader(&p.buf, p.rd.MaxFrameBytes())
 }
@@ -156,9 +154,7 @@ func (p *pool) resubscribe() {
 	snap := sub.Snapshot
 	if old := p.sub; old != nil {
 		p.forward(old, true) // closed by the Subscribe above
-		if err := old.Err(); !errors.Is(err, producer.ErrSuperseded) {
-			t.Fatalf("pool %d: old stream ended with %v, want ErrSuperseded", p.idx, err)
-		}
+		require.ErrorIs(t, old.Err(), producer.ErrSuperseded, "pool %d: old stream's end", p.idx)
 		p.deliver()
 		if snap.Sequence != p.lastSeq {
 			t.Fatalf("pool %d: snapshot at %d, old stream at %d", p.idx, snap.Sequence, p.lastSeq)
@@ -172,9 +168,8 @@ func (p *pool) resubscribe() {
 			}
 		}
 	}
-	if snap.Lease != lease || snap.Identity != p.h.Identity() {
-		t.Fatalf("pool %d: snapshot lease %+v identity %+v, want %+v %+v", p.idx, snap.Lease, snap.Identity, lease, p.h.Identity())
-	}
+	require.Equal(t, lease, snap.Lease, "pool %d: snapshot lease", p.idx)
+	require.Equal(t, p.h.Identity(), snap.Identity, "pool %d: snapshot identity", p.idx)
 	if sw := p.shadow.Words(); !slices.Equal(snap.Words, sw) {
 		t.Fatalf("pool %d: producer snapshot differs from the shadow pool in %s", p.idx, diffWords(snap.Words, sw))
 	}
@@ -200,10 +195,9 @@ func (p *pool) resubscribe() {
 	}
 	p.deliver() // any chunk count mismatch fails here: too few never installs, too many leave bytes
 	st := p.laneStatus()
-	if !st.Ready || st.InstalledSequence != snap.Sequence || st.Lease != lease {
-		t.Fatalf("pool %d: after install lane ready=%v at %d lease %+v, want ready at %d lease %+v",
-			p.idx, st.Ready, st.InstalledSequence, st.Lease, snap.Sequence, lease)
-	}
+	require.True(t, st.Ready, "pool %d: lane ready after install", p.idx)
+	require.Equal(t, snap.Sequence, st.InstalledSequence, "pool %d: lane sequence after install", p.idx)
+	require.Equal(t, lease, st.Lease, "pool %d: lane lease after install", p.idx)
 	if w := p.laneWords(); !slices.Equal(w, snap.Words) {
 		t.Fatalf("pool %d: installed lane differs from the snapshot in %s", p.idx, diffWords(w, snap.Words))
 	}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -139,9 +138,9 @@ func newRig(t tb, cfg rigConfig) *rig {
 	r.acfg.SubscriberBuffer = 4096
 	r.acfg.Logger = slog.New(slog.DiscardHandler)
 	r.chunkLimit = wire.MaxSnapshotChunkOverhead + 8*cfg.ChunkWords
-	if n, err := wire.ChunkWords(r.chunkLimit); err != nil || n != cfg.ChunkWords {
-		t.Fatalf("ChunkWords(%d) = %d, %v; want %d", r.chunkLimit, n, err, cfg.ChunkWords)
-	}
+	n, err := wire.ChunkWords(r.chunkLimit)
+	require.NoError(t, err, "ChunkWords(%d)", r.chunkLimit)
+	require.Equal(t, cfg.ChunkWords, n, "ChunkWords(%d)", r.chunkLimit)
 
 	m := consumer.Manifest{
 		ConsumerInstance:   consumerInstance,
@@ -196,14 +195,12 @@ func (p *pool) start() {
 	t.Helper()
 	pl, err := ckf.NewPool(p.cfg)
 	require.NoError(t, err, "pool %d: NewPool", p.idx)
-	if p.shadow, err = ckf.NewPool(p.cfg); err != nil {
-		t.Fatalf("pool %d: NewPool (shadow): %v", p.idx, err)
-	}
+	p.shadow, err = ckf.NewPool(p.cfg)
+	require.NoError(t, err, "pool %d: NewPool (shadow)", p.idx)
 	p.incarnation++
 	scope := producer.Scope{Pool: p.id, ProducerIncarnation: p.incarnation, LayoutGeneration: 1}
-	if p.h, p.faults, err = producer.Start(pl, scope, p.r.acfg); err != nil {
-		t.Fatalf("pool %d: Start: %v", p.idx, err)
-	}
+	p.h, p.faults, err = producer.Start(pl, scope, p.r.acfg)
+	require.NoError(t, err, "pool %d: Start", p.idx)
 	p.running = true
 	p.sub = nil
 	p.wantFaults, p.wantStale, p.wantUnknownEvents, p.wantCapacityEvents, p.wantDegraded = nil, 0, 0, 0, 0
@@ -221,13 +218,13 @@ func (p *pool) shutdown() {
 	require.NoError(t, p.h.Shutdown(p.r.ctx), "pool %d: Shutdown", p.idx)
 	p.running = false
 	p.forward(p.sub, true)
-	if err := p.sub.Err(); !errors.Is(err, producer.ErrShuttingDown) || errors.Is(err, producer.ErrFenced) {
-		t.Fatalf("pool %d: stream ended with %v, want a graceful ErrShuttingDown", p.idx, err)
-	}
+	err := p.sub.Err()
+	require.ErrorIs(t, err, producer.ErrShuttingDown, "pool %d: the stream's end", p.idx)
+	require.NotErrorIs(t, err, producer.ErrFenced, "pool %d: a graceful end", p.idx)
 	m, ok := p.sub.DrainMarker()
-	if !ok || m.Lease != p.lease || m.ExpectedSequence != p.lastSeq {
-		t.Fatalf("pool %d: drain marker %+v (ok %v), want lease %+v at %d", p.idx, m, ok, p.lease, p.lastSeq)
-	}
+	require.True(t, ok, "pool %d: a drain marker", p.idx)
+	require.Equal(t, p.lease, m.Lease, "pool %d: drain marker lease", p.idx)
+	require.Equal(t, p.lastSeq, m.ExpectedSequence, "pool %d: drain marker sequence", p.idx)
 	f := wire.Frame{Kind: wire.KindDrainMarker, Drain: m}
 	require.NoError(t, p.w.WriteFrame(&f), "pool %d: WriteFrame(drain)", p.idx)
 	p.queue = append(p.queue, sentFrame{kind: wire.KindDrainMarker, sequence: m.ExpectedSequence})
