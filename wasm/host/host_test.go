@@ -2,7 +2,6 @@ package host_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -57,9 +56,8 @@ func TestEmbeddedModule_UpToDate(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	if _, err := wasmbuild.Check(root); err != nil {
-		t.Fatal(err)
-	}
+	_, err = wasmbuild.Check(root)
+	require.NoError(t, err)
 }
 
 func testManifest(lanes ...int) consumer.Manifest {
@@ -81,9 +79,7 @@ func TestRuntime_NewInstanceErrorsMatchNative(t *testing.T) {
 		assert.ErrorIs(t, err, consumer.ErrInvalidManifest)
 	}
 	var he *host.Error
-	if !errors.As(werr, &he) {
-		t.Fatalf("got %T, want *host.Error", werr)
-	}
+	require.ErrorAs(t, werr, &he)
 }
 
 func TestNewRuntime_RejectsBadConfig(t *testing.T) {

@@ -48,9 +48,9 @@ func readyPair(t testing.TB, rt *host.Runtime, lanes int) (*conformance.Fixture,
 		require.NoError(t, err)
 		for _, f := range frames {
 			for _, c := range []client.Lanes{n, in} {
-				if r, err := c.ApplyFrame(f); err != nil || r.Outcome != consumer.SnapshotInstalled {
-					t.Fatalf("snapshot: got %v, %v", r, err)
-				}
+				r, err := c.ApplyFrame(f)
+				require.NoError(t, err, "snapshot")
+				require.Equal(t, consumer.SnapshotInstalled, r.Outcome, "snapshot: %v", r)
 			}
 		}
 	}
@@ -66,21 +66,19 @@ func TestInstance_ResetAfterTrap(t *testing.T) {
 	require.NoError(t, in.Assign(fx.Identity(1), fx.Lease(1, 7)))
 	_, err := in.ApplyFrame(make([]byte, 40<<20)) // the input buffer alone exceeds the limit
 	require.ErrorIs(t, err, host.ErrInstanceReset)
-	if in.Resets() != 1 {
-		t.Errorf("Resets() = %d, want 1", in.Resets())
-	}
+	assert.Equal(t, 1, in.Resets(), "Resets()")
 	for l, epoch := range []uint64{1, 7} {
 		s, err := in.LaneStatus(l)
 		require.NoError(t, err)
-		if s.Ready || s.Assigned || s.LastEpoch != epoch || !s.Configured {
-			t.Errorf("lane %d after reset: got %+v, want configured, unassigned, last epoch %d", l, s, epoch)
-		}
+		assert.True(t, s.Configured, "lane %d after reset: configured", l)
+		assert.False(t, s.Assigned, "lane %d after reset: assigned", l)
+		assert.False(t, s.Ready, "lane %d after reset: ready", l)
+		assert.Equal(t, epoch, s.LastEpoch, "lane %d after reset: last epoch", l)
 		assert.ErrorIs(t, in.Assign(fx.Identity(l), fx.Lease(l, epoch)), consumer.ErrStaleAssignmentEpoch, "lane %d: re-assign epoch %d", l, epoch)
 	}
 	assert.NoError(t, in.Assign(fx.Identity(1), fx.Lease(1, 8)), "assign a newer epoch after reset")
-	if _, err := in.Stats(); err != nil {
-		t.Errorf("stats after reset: %v", err)
-	}
+	_, err = in.Stats()
+	assert.NoError(t, err, "stats after reset")
 }
 
 // TestInstance_hammer runs queries from several goroutines while one
@@ -170,18 +168,15 @@ func FuzzInstance_MatchesNative(f *testing.F) {
 		if in.Resets() != 0 {
 			t.Fatalf("the instance trapped: %v", errW)
 		}
-		if rn != rw || (errN == nil) != (errW == nil) {
-			t.Fatalf("native %v (%v), wasm %v (%v)", rn, errN, rw, errW)
-		}
-		if errN != nil && !errors.Is(errW, errors.Unwrap(errN)) {
-			t.Fatalf("native error %v, wasm error %v: different sentinels", errN, errW)
+		require.Equal(t, rn, rw, "result: native (want), wasm (got)")
+		require.Equal(t, errN == nil, errW == nil, "native error %v, wasm error %v", errN, errW)
+		if errN != nil {
+			require.ErrorIs(t, errW, errors.Unwrap(errN), "native error %v, wasm error %v: different sentinels", errN, errW)
 		}
 		for l := range before {
 			wn, _ := n.AppendLaneWords(nil, l)
 			ww, _ := in.AppendLaneWords(nil, l)
-			if !reflect.DeepEqual(wn, ww) {
-				t.Fatalf("lane %d words differ between native and wasm", l)
-			}
+			require.Equal(t, wn, ww, "lane %d words: native (want), wasm (got)", l)
 			changed := rw.Outcome == consumer.Applied || rw.Outcome == consumer.SnapshotInstalled ||
 				rw.Outcome == consumer.SnapshotChunkAccepted
 			if (!changed || rw.Lane != l) && !reflect.DeepEqual(before[l], ww) {
