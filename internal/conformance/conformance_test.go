@@ -32,9 +32,7 @@ func TestScenarios_UpToDate(t *testing.T) {
 			continue
 		}
 		have, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (regenerate with `go test ./internal/conformance -run TestScenarios_UpToDate -update`)", err)
-		}
+		require.NoError(t, err, "regenerate with `go test ./internal/conformance -run TestScenarios_UpToDate -update`")
 		if !bytes.Equal(have, b) {
 			t.Errorf("%s is stale: got %d bytes on disk, want %d from the generator (regenerate with `go test ./internal/conformance -run TestScenarios_UpToDate -update`)", path, len(have), len(b))
 		}

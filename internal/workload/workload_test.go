@@ -1,11 +1,11 @@
 package workload
 
 import (
-	"errors"
 	"os"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -23,9 +23,8 @@ func TestTraceReader_Mooncake(t *testing.T) {
 	if got, want := len(reqs[0].HashIDs), 79; got != want {
 		t.Errorf("first request has %d blocks, want %d", got, want)
 	}
-	if reqs[0].InputLength != 40160 || reqs[0].OutputLength != 6 {
-		t.Errorf("first request lengths = %d/%d, want 40160/6", reqs[0].InputLength, reqs[0].OutputLength)
-	}
+	assert.EqualValues(t, 40160, reqs[0].InputLength, "first request input length")
+	assert.EqualValues(t, 6, reqs[0].OutputLength, "first request output length")
 }
 
 func TestTraceReader_MalformedLineNumbers(t *testing.T) {
@@ -46,15 +45,9 @@ func TestTraceReader_MalformedLineNumbers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ReadTrace(strings.NewReader(c.input))
 			var te *TraceError
-			if !errors.As(err, &te) {
-				t.Fatalf("err = %v, want *TraceError", err)
-			}
-			if te.Line != c.line {
-				t.Errorf("line = %d, want %d (%v)", te.Line, c.line, err)
-			}
-			if !errors.Is(err, ErrMalformedTrace) {
-				t.Errorf("errors.Is(err, ErrMalformedTrace) = false")
-			}
+			require.ErrorAs(t, err, &te)
+			assert.Equal(t, c.line, te.Line, "line of %v", err)
+			assert.ErrorIs(t, err, ErrMalformedTrace)
 		})
 	}
 }
@@ -100,8 +93,9 @@ func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 		for i, c := range chain {
 			owners, resident := pools[dc].Owners(c)
 			held := fleet.dcs[dc].held[c]
-			if int(owners) != held || (held > 0 && !resident) {
-				t.Fatalf("request %d block %d: pool owners=%d resident=%v, fleet ranks holding=%d", n, i, owners, resident, held)
+			require.Equal(t, held, int(owners), "request %d block %d: pool owners (want the fleet's ranks holding it)", n, i)
+			if held > 0 {
+				require.True(t, resident, "request %d block %d: held but not resident", n, i)
 			}
 		}
 		if d := fleet.Depth(dc, chain); d > len(chain) || d < fleet.RankDepth(dc, r, chain) {
