@@ -93,9 +93,7 @@ func FuzzConsumer_ApplyFrameBytes(f *testing.F) {
 
 		var fr wire.Frame
 		refErr := wire.DecodeFrame(data, &fr)
-		if (err == nil) != (refErr == nil) {
-			t.Fatalf("ApplyFrameBytes error %v, DecodeFrame error %v", err, refErr)
-		}
+		require.Equal(t, refErr == nil, err == nil, "ApplyFrameBytes error %v, DecodeFrame error %v", err, refErr)
 		if err != nil {
 			if !slices.Equal(before, c.words) || statuses(c) != st {
 				t.Fatalf("undecodable frame changed the consumer")

@@ -69,9 +69,8 @@ func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 	for i := range pools {
 		cfg := ckf.DefaultConfig()
 		cfg.ExpectedBlocks = 4 * 300 * 2 // generous: no capacity omissions expected
-		if pools[i], err = ckf.NewPool(cfg); err != nil {
-			t.Fatal(err)
-		}
+		pools[i], err = ckf.NewPool(cfg)
+		require.NoError(t, err)
 	}
 	var events []ckf.RouterEvent
 	for n, req := range reqs {

@@ -115,9 +115,9 @@ func (e *benchEnv) impls(b *testing.B, lanes int) []struct {
 		for l := range lanes {
 			require.NoError(b, c.Assign(e.ids[l], e.lease(l, 1)))
 			frame = e.snapshotFrame(b, frame, l, 1, 1)
-			if r, err := c.ApplyFrame(frame); err != nil || r.Outcome != consumer.SnapshotInstalled {
-				b.Fatalf("snapshot: %v %v", r, err)
-			}
+			r, err := c.ApplyFrame(frame)
+			require.NoError(b, err, "snapshot")
+			require.Equal(b, consumer.SnapshotInstalled, r.Outcome, "snapshot: %v", r)
 		}
 	}
 	return []struct {
@@ -228,9 +228,8 @@ func BenchmarkDeltaApply(b *testing.B) {
 			}
 		}
 		var err error
-		if frames[i], err = wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindDelta, Delta: d}); err != nil {
-			b.Fatal(err)
-		}
+		frames[i], err = wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindDelta, Delta: d})
+		require.NoError(b, err)
 	}
 	for _, im := range e.impls(b, 1) {
 		b.Run("impl="+im.name, func(b *testing.B) {
@@ -316,9 +315,8 @@ func BenchmarkQueryParallel(b *testing.B) {
 	for l := range ckf.MaxLanes {
 		require.NoError(b, pool.Assign(e.ids[l], e.lease(l, 1)))
 		frame = e.snapshotFrame(b, frame, l, 1, 1)
-		if _, err := pool.ApplyFrame(frame); err != nil {
-			b.Fatal(err)
-		}
+		_, err := pool.ApplyFrame(frame)
+		require.NoError(b, err)
 	}
 	req := e.tokens[:128*benchBlockSize]
 	for _, im := range []struct {
