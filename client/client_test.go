@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -32,9 +34,7 @@ func newNative(t *testing.T) *Native {
 	m := consumer.Manifest{ConsumerInstance: testConsumer, Domain: testDomain, Format: testFormat, VerificationWindow: 2}
 	m.Lanes[0] = &testPool
 	c, err := consumer.New(m)
-	if err != nil {
-		t.Fatalf("consumer.New: %v", err)
-	}
+	require.NoError(t, err, "consumer.New")
 	return &Native{C: c}
 }
 
@@ -55,9 +55,7 @@ func (s session) write(t *testing.T, fn func(w *wire.Writer) error) {
 	case <-s.done:
 		t.Fatal("stream ended before the write")
 	}
-	if err := <-s.errs; err != nil {
-		t.Fatalf("fake relay write: %v", err)
-	}
+	require.NoError(t, <-s.errs, "fake relay write")
 }
 
 func (s session) frame(t *testing.T, f wire.Frame) {
@@ -109,9 +107,7 @@ func fakeRelay(t *testing.T) (url string, sessions <-chan session, release chan<
 func startRouter(t *testing.T, cfg Config, lanes Lanes) *Router {
 	t.Helper()
 	r, err := New(cfg, lanes)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	require.NoError(t, err, "New")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -194,18 +190,15 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := New(tt.cfg, nil); err == nil {
-				t.Errorf("New(%+v) = nil error, want an error", tt.cfg)
-			}
+			_, err := New(tt.cfg, nil)
+			assert.Error(t, err, "New(%+v)", tt.cfg)
 		})
 	}
 }
 
 func TestRouter_LaneOutOfRangeIsZero(t *testing.T) {
 	r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 0}}}, newNative(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, lane := range []int{-1, 16, 1 << 30} {
 		if got := r.Lane(lane); got != (LaneInfo{}) {
 			t.Errorf("Lane(%d) = %+v, want the zero LaneInfo", lane, got)
@@ -235,9 +228,9 @@ func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 		t.Fatalf("second epoch %d, want > first %d", s2.epoch, s1.epoch)
 	}
 	li := r.Lane(0)
-	if !strings.Contains(li.LastError, ErrDeactivated.Error()) || li.Resubscribes != 1 || li.Ready {
-		t.Fatalf("after the gap: lane %+v, want LastError %q, Resubscribes 1, not ready", li, ErrDeactivated)
-	}
+	require.Contains(t, li.LastError, ErrDeactivated.Error(), "after the gap")
+	require.Equal(t, uint64(1), li.Resubscribes, "after the gap")
+	require.False(t, li.Ready, "after the gap")
 	<-s1.done // the router closed the first stream
 
 	// Session 2: a snapshot at 9 and a delta to 10, then a close frame.
@@ -251,18 +244,18 @@ func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 	// forgets the lane's words.
 	waitFor(t, func() bool { return r.Lane(0).Sequence == 10 })
 	got, seq, err := r.AppendLaneWords(nil, 0)
-	if err != nil || seq != 10 || !slices.Equal(got, want) {
-		t.Fatalf("lane words after resubscribe: err %v, equal %v; want the second snapshot plus the delta at 10", err, slices.Equal(got, want))
-	}
+	require.NoError(t, err, "lane words after resubscribe")
+	require.Equal(t, uint64(10), seq, "lane words after resubscribe: sequence")
+	require.Equal(t, want, got, "lane words after resubscribe: the second snapshot plus the delta at 10")
 	s2.frame(t, wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseShuttingDown, Message: "bye"}})
 
 	s3 := nextSession(t, sessions)
 	if s3.epoch <= s2.epoch {
 		t.Fatalf("third epoch %d, want > second %d", s3.epoch, s2.epoch)
 	}
-	if li := r.Lane(0); !strings.Contains(li.LastError, ErrStreamClosed.Error()) || li.Resubscribes != 2 {
-		t.Fatalf("after the close frame: lane %+v, want LastError %q and Resubscribes 2", li, ErrStreamClosed)
-	}
+	li = r.Lane(0)
+	require.Contains(t, li.LastError, ErrStreamClosed.Error(), "after the close frame")
+	require.Equal(t, uint64(2), li.Resubscribes, "after the close frame")
 	release <- struct{}{}
 }
 
@@ -306,9 +299,9 @@ func TestRouter_HTTPErrorIsRetried(t *testing.T) {
 		prev = e
 	}
 	waitFor(t, func() bool { return strings.Contains(r.Lane(0).LastError, "404") })
-	if li := r.Lane(0); li.Ready || li.Connected {
-		t.Errorf("lane %+v, want neither ready nor connected", li)
-	}
+	li := r.Lane(0)
+	assert.False(t, li.Ready, "ready")
+	assert.False(t, li.Connected, "connected")
 }
 
 // waitFor polls a condition the router reaches asynchronously; it is for
@@ -331,9 +324,7 @@ func TestRouter_StopIsNotAResubscribe(t *testing.T) {
 	lanes := newNative(t)
 	r, err := New(Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -347,12 +338,11 @@ func TestRouter_StopIsNotAResubscribe(t *testing.T) {
 	cancel()
 	<-done
 	li := r.Lane(0)
-	if li.Resubscribes != 0 || li.Ready || li.LastError != "" {
-		t.Fatalf("after stop: lane %+v, want 0 resubscribes, not ready, no error", li)
-	}
-	if _, err := lanes.C.Contains(1); err == nil {
-		t.Fatalf("a stopped router's lane still answers queries")
-	}
+	require.Zero(t, li.Resubscribes, "after stop")
+	require.False(t, li.Ready, "after stop")
+	require.Empty(t, li.LastError, "after stop")
+	_, err = lanes.C.Contains(1)
+	require.Error(t, err, "a stopped router's lane still answers queries")
 }
 
 func TestNextFailures_OnlyLongInstalledSessionsReset(t *testing.T) {
@@ -390,9 +380,7 @@ func TestNew_HealthySessionDefault(t *testing.T) {
 	} {
 		r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p"}}, MinBackoff: time.Millisecond,
 			MaxBackoff: tt.maxBackoff, HealthySession: tt.healthy}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if r.cfg.HealthySession != tt.want {
 			t.Errorf("MaxBackoff %v, HealthySession %v: got %v, want %v", tt.maxBackoff, tt.healthy, r.cfg.HealthySession, tt.want)
 		}
@@ -417,9 +405,7 @@ func TestRouter_ShortInstalledSessionsBackOff(t *testing.T) {
 			url, sessions, release := fakeRelay(t)
 			r, err := New(Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 				MinBackoff: time.Millisecond, MaxBackoff: time.Second, HealthySession: tt.healthy, IdleTimeout: -1}, newNative(t))
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			ceils := make(chan time.Duration, sessionsRun+1)
 			r.onBackoff = func(_ int, c time.Duration) { ceils <- c }
 			ctx, cancel := context.WithCancel(context.Background())

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -37,9 +39,7 @@ func getBenchFixture(b *testing.B) *benchFixture {
 		return benchTable
 	}
 	c, err := New(testManifest(lanes, benchBuckets))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	f := &benchFixture{c: c, epoch: 1, requests: map[int][]uint32{}}
 	rng := ckf.NewRNG(42)
 	col := make([][]uint64, lanes)
@@ -77,9 +77,7 @@ func (f *benchFixture) install(b *testing.B, l int, words []uint64) {
 	f.epoch++
 	lease := testLease(l, f.epoch)
 	id := testIdentity(l, benchBuckets)
-	if err := f.c.Assign(id, lease); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, f.c.Assign(id, lease))
 	if r := f.c.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Words: words}); r.Outcome != SnapshotInstalled {
 		b.Fatalf("got %v", r)
 	}
@@ -91,9 +89,7 @@ func (f *benchFixture) setReady(b *testing.B, k int) {
 		ready := f.c.ready&(1<<l) != 0
 		switch {
 		case l >= k && ready:
-			if err := f.c.Retire(l); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, f.c.Retire(l))
 		case l < k && !ready:
 			words, _ := f.c.AppendLaneWords(nil, l)
 			f.install(b, l, words)
@@ -215,9 +211,7 @@ func BenchmarkConsumerInstallSnapshot(b *testing.B) {
 			if path == "frames" {
 				var err error
 				chunks, err = wire.SplitSnapshot(&ckf.Snapshot{Identity: id, Sequence: 1, Words: words}, 8<<20)
-				if err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, err)
 			}
 			var buf []byte
 			b.SetBytes(benchBuckets * 8)

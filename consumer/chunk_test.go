@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -25,19 +27,19 @@ func TestConsumer_ChunkedSnapshotInstallsOnlyOnLastChunk(t *testing.T) {
 		r := f.c.ApplySnapshotChunk(chunk(0, l, 8, uint32(i), 3, p[0], words[p[0]:p[1]]))
 		if i < 2 {
 			f.want(r, SnapshotChunkAccepted, NoFault)
-			if _, err := f.c.Contains(key); err != ErrUnavailable {
-				t.Fatalf("after chunk %d: got %v, want ErrUnavailable (words invisible)", i, err)
-			}
-			if s := f.status(0); !s.SnapshotInProgress || s.ChunksStaged != uint32(i+1) || s.ChunkCount != 3 {
-				t.Fatalf("after chunk %d: got %+v, want %d of 3 staged", i, s, i+1)
-			}
+			_, err := f.c.Contains(key)
+			require.Same(t, ErrUnavailable, err, "after chunk %d: words invisible", i)
+			s := f.status(0)
+			require.True(t, s.SnapshotInProgress, "after chunk %d", i)
+			require.Equal(t, uint32(i+1), s.ChunksStaged, "after chunk %d", i)
+			require.Equal(t, uint32(3), s.ChunkCount, "after chunk %d", i)
 		} else {
 			f.want(r, SnapshotInstalled, NoFault)
 		}
 	}
-	if m, err := f.c.Contains(key); err != nil || m != 1 {
-		t.Fatalf("got mask %#b err %v, want lane 0", m, err)
-	}
+	m, err := f.c.Contains(key)
+	require.NoError(t, err)
+	require.Equal(t, uint16(1), m, "mask: lane 0")
 	got, _ := f.c.AppendLaneWords(nil, 0)
 	if !slices.Equal(got, words) {
 		t.Fatalf("got lane words %x, want %x", got, words)
@@ -81,9 +83,10 @@ func TestConsumer_ChunkViolationsAbandonPartialSnapshot(t *testing.T) {
 			f.want(tc.bad(f.c, l), RetrySnapshot, tc.fault)
 			f.wantTable(before) // the rejected chunk wrote nothing
 			s := f.status(0)
-			if s.Ready || s.SnapshotInProgress || !s.Assigned || s.LastFault != tc.fault {
-				t.Fatalf("got %+v, want assigned, not ready, nothing staged", s)
-			}
+			require.False(t, s.Ready, "ready")
+			require.False(t, s.SnapshotInProgress, "snapshot in progress")
+			require.True(t, s.Assigned, "assigned")
+			require.Equal(t, tc.fault, s.LastFault)
 			// The rest of the abandoned snapshot cannot complete it …
 			f.want(f.c.ApplySnapshotChunk(chunk(0, l, 8, 1, 4, 16, words[16:32])), RetrySnapshot, ChunkOutOfOrder)
 			// … but a fresh send on the same lease installs.
@@ -95,9 +98,9 @@ func TestConsumer_ChunkViolationsAbandonPartialSnapshot(t *testing.T) {
 					f.want(r, SnapshotChunkAccepted, NoFault)
 				}
 			}
-			if s := f.status(0); !s.Ready || s.InstalledSequence != 10 {
-				t.Fatalf("got %+v, want ready at 10", s)
-			}
+			s = f.status(0)
+			require.True(t, s.Ready, "ready")
+			require.Equal(t, uint64(10), s.InstalledSequence)
 		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -31,18 +33,14 @@ func statuses(c *Consumer) [lanes]LaneStatus {
 // through a 2-chunk snapshot at sequence 3 (epoch 3).
 func fuzzConsumer(t testing.TB) *Consumer {
 	c, err := New(testManifest(3, testBuckets))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	must := func(r Result, o Outcome) {
 		if r.Outcome != o {
 			t.Fatalf("setup: got %v, want %v", r, o)
 		}
 	}
 	for l, e := range []uint64{1, 2, 3} {
-		if err := c.Assign(testIdentity(l, testBuckets), testLease(l, e)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, c.Assign(testIdentity(l, testBuckets), testLease(l, e)))
 	}
 	must(c.InstallSnapshot(&ckf.Snapshot{Identity: testIdentity(0, testBuckets), Lease: testLease(0, 1), Sequence: 5, Words: testWords(1, testBuckets)}), SnapshotInstalled)
 	must(c.ApplySnapshotChunk(chunk(2, testLease(2, 3), 3, 0, 2, 0, testWords(2, 32))), SnapshotChunkAccepted)
@@ -70,9 +68,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	var out [][]byte
 	for i := range frames {
 		b, err := wire.AppendFrame(nil, &frames[i])
-		if err != nil {
-			t.Fatalf("seed %d: %v", i, err)
-		}
+		require.NoError(t, err, "seed %d", i)
 		out = append(out, b)
 	}
 	return out
@@ -97,9 +93,7 @@ func FuzzConsumer_ApplyFrameBytes(f *testing.F) {
 
 		var fr wire.Frame
 		refErr := wire.DecodeFrame(data, &fr)
-		if (err == nil) != (refErr == nil) {
-			t.Fatalf("ApplyFrameBytes error %v, DecodeFrame error %v", err, refErr)
-		}
+		require.Equal(t, refErr == nil, err == nil, "ApplyFrameBytes error %v, DecodeFrame error %v", err, refErr)
 		if err != nil {
 			if !slices.Equal(before, c.words) || statuses(c) != st {
 				t.Fatalf("undecodable frame changed the consumer")
@@ -176,23 +170,18 @@ func TestConsumer_ApplyFrameBytesMatchesApplyFrame(t *testing.T) {
 	for i, s := range fuzzSeeds(t) {
 		c, ref := fuzzConsumer(t), fuzzConsumer(t)
 		r, err := c.ApplyFrameBytes(s)
-		if err != nil {
-			t.Fatalf("seed %d: %v", i, err)
-		}
+		require.NoError(t, err, "seed %d", i)
 		var fr wire.Frame
-		if err := wire.DecodeFrame(s, &fr); err != nil {
-			t.Fatal(err)
-		}
-		if want := ref.ApplyFrame(&fr); r != want || !slices.Equal(c.words, ref.words) {
-			t.Fatalf("seed %d: got %v, want %v (tables equal: %v)", i, r, want, slices.Equal(c.words, ref.words))
-		}
+		require.NoError(t, wire.DecodeFrame(s, &fr))
+		require.Equal(t, ref.ApplyFrame(&fr), r, "seed %d", i)
+		require.Equal(t, ref.words, c.words, "seed %d: tables", i)
 	}
 	// An undecodable frame is an error and changes nothing.
 	c := fuzzConsumer(t)
 	before := slices.Clone(c.words)
-	if _, err := c.ApplyFrameBytes([]byte{0x93, 1, 2}); err == nil || !slices.Equal(before, c.words) {
-		t.Fatalf("truncated frame: got err %v, want a decode error and no change", err)
-	}
+	_, err := c.ApplyFrameBytes([]byte{0x93, 1, 2})
+	require.Error(t, err, "truncated frame")
+	require.Equal(t, before, c.words, "truncated frame changed the table")
 }
 
 func TestConsumer_ApplyFrameBytesDoesNotAllocate(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
@@ -67,18 +69,14 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	c, err := New(testManifest(3, testBuckets))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	require.NoError(t, err, "New")
 	return &fixture{t: t, c: c}
 }
 
 func (f *fixture) assign(lane int, epoch uint64) ckf.LaneLease {
 	f.t.Helper()
 	l := testLease(lane, epoch)
-	if err := f.c.Assign(testIdentity(lane, testBuckets), l); err != nil {
-		f.t.Fatalf("Assign(lane %d, epoch %d): %v", lane, epoch, err)
-	}
+	require.NoError(f.t, f.c.Assign(testIdentity(lane, testBuckets), l), "Assign(lane %d, epoch %d)", lane, epoch)
 	return l
 }
 
@@ -100,17 +98,14 @@ func (f *fixture) ready(lane int, epoch, seq uint64) ckf.LaneLease {
 
 func (f *fixture) want(r Result, o Outcome, fault Fault) {
 	f.t.Helper()
-	if r.Outcome != o || r.Fault != fault {
-		f.t.Fatalf("got %v, want %v(%v)", r, o, fault)
-	}
+	require.Equal(f.t, o, r.Outcome, "outcome of %v", r)
+	require.Equal(f.t, fault, r.Fault, "fault of %v", r)
 }
 
 func (f *fixture) status(lane int) LaneStatus {
 	f.t.Helper()
 	s, err := f.c.LaneStatus(lane)
-	if err != nil {
-		f.t.Fatalf("LaneStatus(%d): %v", lane, err)
-	}
+	require.NoError(f.t, err, "LaneStatus(%d)", lane)
 	return s
 }
 

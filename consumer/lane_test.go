@@ -1,10 +1,11 @@
 package consumer
 
 import (
-	"errors"
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -17,9 +18,9 @@ func TestConsumer_StaleSnapshotCannotRollBack(t *testing.T) {
 		before := f.table()
 		f.want(f.c.InstallSnapshot(f.snapshot(0, l, seq, testWords(42, testBuckets))), IgnoredStaleOrDuplicate, NoFault)
 		f.wantTable(before)
-		if s := f.status(0); !s.Ready || s.InstalledSequence != 5 {
-			t.Fatalf("seq %d: got ready=%v installed=%d, want ready at 5", seq, s.Ready, s.InstalledSequence)
-		}
+		s := f.status(0)
+		require.True(t, s.Ready, "seq %d: ready", seq)
+		require.Equal(t, uint64(5), s.InstalledSequence, "seq %d", seq)
 	}
 }
 
@@ -31,9 +32,9 @@ func TestConsumer_ForwardSnapshotOnReadyLaneDeactivatesWithoutWrites(t *testing.
 	f.want(r, Deactivated, SnapshotWhileReady)
 	f.wantTable(before)
 	s := f.status(0)
-	if s.Ready || s.Assigned || f.c.ReadyMask() != 0 {
-		t.Fatalf("got ready=%v assigned=%v mask=%#x, want lane 0 deactivated", s.Ready, s.Assigned, f.c.ReadyMask())
-	}
+	require.False(t, s.Ready, "ready")
+	require.False(t, s.Assigned, "assigned")
+	require.Zero(t, f.c.ReadyMask(), "ready mask")
 	// The lease is revoked: the same lease cannot reinstall.
 	f.want(f.c.InstallSnapshot(f.snapshot(0, l, 6, testWords(42, testBuckets))), IgnoredForeignLease, NoFault)
 	f.wantTable(before)
@@ -52,9 +53,10 @@ func TestConsumer_DuplicateAndStaleDeltasIgnoredWithoutWrites(t *testing.T) {
 		f.want(f.c.ApplyDelta(d), IgnoredStaleOrDuplicate, NoFault)
 	}
 	f.wantTable(before)
-	if s := f.status(0); !s.Ready || s.InstalledSequence != 6 || s.Stats.FramesIgnored != 3 {
-		t.Fatalf("got %+v, want ready at 6 with 3 ignored frames", s)
-	}
+	s := f.status(0)
+	require.True(t, s.Ready, "ready")
+	require.Equal(t, uint64(6), s.InstalledSequence)
+	require.Equal(t, uint64(3), s.Stats.FramesIgnored)
 }
 
 func TestConsumer_DeltaFaults(t *testing.T) {
@@ -88,9 +90,9 @@ func TestConsumer_DeltaFaults(t *testing.T) {
 			if got := f.c.ReadyMask(); got != 0b10 {
 				t.Fatalf("got ready mask %#b, want only lane 1", got)
 			}
-			if s := f.status(0); s.LastFault != tc.fault || s.Stats.Deactivations != 1 {
-				t.Fatalf("got last fault %v deactivations %d, want %v and 1", s.LastFault, s.Stats.Deactivations, tc.fault)
-			}
+			s := f.status(0)
+			require.Equal(t, tc.fault, s.LastFault)
+			require.Equal(t, uint64(1), s.Stats.Deactivations)
 			// The seen bitset must be clean again for the next delta.
 			for i, w := range f.c.seen {
 				if w != 0 {
@@ -111,9 +113,10 @@ func TestConsumer_ApplyDeltaWritesAbsoluteImages(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("got lane words %x, want %x", got, want)
 	}
-	if s := f.status(2); s.InstalledSequence != 1 || s.Stats.ImagesApplied != 2 || s.Stats.DeltasApplied != 1 {
-		t.Fatalf("got %+v, want installed 1, 2 images, 1 delta", s)
-	}
+	s := f.status(2)
+	require.Equal(t, uint64(1), s.InstalledSequence)
+	require.Equal(t, uint64(2), s.Stats.ImagesApplied)
+	require.Equal(t, uint64(1), s.Stats.DeltasApplied)
 }
 
 func TestConsumer_SequenceOverflowIsShadowedByStaleCheck(t *testing.T) {
@@ -148,9 +151,9 @@ func TestConsumer_WrongIdentityUnderCurrentLeaseDeactivates(t *testing.T) {
 			before := f.table()
 			f.want(f.c.ApplyFrame(tc.frame(l)), Deactivated, WrongIdentity)
 			f.wantTable(before)
-			if s := f.status(0); s.Ready || s.Assigned {
-				t.Fatalf("got ready=%v assigned=%v, want deactivated", s.Ready, s.Assigned)
-			}
+			s := f.status(0)
+			require.False(t, s.Ready, "ready")
+			require.False(t, s.Assigned, "assigned")
 		})
 	}
 }
@@ -186,9 +189,8 @@ func TestConsumer_ForeignLeases(t *testing.T) {
 	other.ConsumerInstance++
 	f.want(f.c.ApplyDelta(f.delta(0, other, 5, 6, ckf.BucketImage{Bucket: 1, Word: 1})), IgnoredForeignLease, NoFault)
 	r := f.c.ApplyDelta(f.delta(0, testLease(200, 1), 5, 6, ckf.BucketImage{Bucket: 1, Word: 1}))
-	if r.Outcome != IgnoredForeignLease || r.Lane != -1 {
-		t.Fatalf("got %v, want IgnoredForeignLease on lane -1", r)
-	}
+	require.Equal(t, IgnoredForeignLease, r.Outcome, "outcome")
+	require.Equal(t, -1, r.Lane, "lane")
 	f.want(f.c.ApplyDelta(f.delta(1, testLease(1, 1), 0, 1, ckf.BucketImage{Bucket: 1, Word: 1})), IgnoredForeignLease, NoFault) // never assigned
 	f.want(f.c.ApplyDelta(f.delta(5, testLease(5, 1), 0, 1, ckf.BucketImage{Bucket: 1, Word: 1})), IgnoredForeignLease, NoFault) // unconfigured
 	f.wantTable(before)
@@ -202,14 +204,15 @@ func TestConsumer_WrongBucketCount(t *testing.T) {
 		for _, n := range []uint64{testBuckets - 1, testBuckets + 1, 0} {
 			f.want(f.c.InstallSnapshot(f.snapshot(0, l, 4, testWords(1, n))), RetrySnapshot, WrongBucketCount)
 			f.wantTable(before)
-			if s := f.status(0); !s.Assigned || s.Ready || s.Lease != l {
-				t.Fatalf("n=%d: got %+v, want assigned, not ready, same lease", n, s)
-			}
+			s := f.status(0)
+			require.True(t, s.Assigned, "n=%d: assigned", n)
+			require.False(t, s.Ready, "n=%d: ready", n)
+			require.Equal(t, l, s.Lease, "n=%d: same lease", n)
 		}
 		f.want(f.c.InstallSnapshot(f.snapshot(0, l, 4, testWords(1, testBuckets))), SnapshotInstalled, NoFault)
-		if s := f.status(0); s.Stats.SnapshotRetries != 3 || s.InstalledSequence != 4 {
-			t.Fatalf("got %+v, want 3 retries and installed 4", s)
-		}
+		s := f.status(0)
+		require.Equal(t, uint64(3), s.Stats.SnapshotRetries)
+		require.Equal(t, uint64(4), s.InstalledSequence)
 	})
 	t.Run("ready lane deactivates", func(t *testing.T) {
 		f := newFixture(t)
@@ -226,9 +229,9 @@ func TestConsumer_DrainMarker(t *testing.T) {
 	f.want(f.c.ApplyDelta(f.delta(0, l, 5, 6, ckf.BucketImage{Bucket: 1, Word: 1})), Applied, NoFault)
 	f.want(f.c.Drain(ckf.DrainMarker{Lease: testLease(0, 9), ExpectedSequence: 6}), IgnoredForeignLease, NoFault)
 	f.want(f.c.Drain(ckf.DrainMarker{Lease: l, ExpectedSequence: 6}), DrainAcknowledged, NoFault)
-	if s := f.status(0); !s.Ready || s.Stats.DrainsAcknowledged != 1 {
-		t.Fatalf("got %+v, want ready with one acknowledged drain", s)
-	}
+	s := f.status(0)
+	require.True(t, s.Ready, "ready")
+	require.Equal(t, uint64(1), s.Stats.DrainsAcknowledged)
 	// The final delta 6→7 was lost: the marker says 7.
 	before := f.table()
 	f.want(f.c.Drain(ckf.DrainMarker{Lease: l, ExpectedSequence: 7}), Deactivated, TerminalSequenceMismatch)
@@ -252,24 +255,20 @@ func TestConsumer_DrainMarker(t *testing.T) {
 func TestConsumer_AssignmentEpochsIncreaseAcrossRetire(t *testing.T) {
 	f := newFixture(t)
 	f.ready(0, 3, 5)
-	if err := f.c.Retire(0); err != nil {
-		t.Fatalf("Retire: %v", err)
-	}
-	if s := f.status(0); s.Ready || s.Assigned || !s.HasEpoch || s.LastEpoch != 3 {
-		t.Fatalf("got %+v, want retired with last epoch 3", s)
-	}
+	require.NoError(t, f.c.Retire(0), "Retire")
+	s := f.status(0)
+	require.False(t, s.Ready, "ready")
+	require.False(t, s.Assigned, "assigned")
+	require.True(t, s.HasEpoch, "has epoch")
+	require.Equal(t, uint64(3), s.LastEpoch)
 	for _, epoch := range []uint64{3, 2, 0} {
 		err := f.c.Assign(testIdentity(0, testBuckets), testLease(0, epoch))
-		if !errors.Is(err, ErrStaleAssignmentEpoch) {
-			t.Fatalf("epoch %d: got %v, want ErrStaleAssignmentEpoch", epoch, err)
-		}
+		require.ErrorIs(t, err, ErrStaleAssignmentEpoch, "epoch %d", epoch)
 	}
 	f.assign(0, 4)
 	// Deactivation keeps the epoch too.
 	f.want(f.c.Drain(ckf.DrainMarker{Lease: testLease(0, 4), ExpectedSequence: 1}), Deactivated, TerminalSequenceMismatch)
-	if err := f.c.Assign(testIdentity(0, testBuckets), testLease(0, 4)); !errors.Is(err, ErrStaleAssignmentEpoch) {
-		t.Fatalf("got %v, want ErrStaleAssignmentEpoch", err)
-	}
+	require.ErrorIs(t, f.c.Assign(testIdentity(0, testBuckets), testLease(0, 4)), ErrStaleAssignmentEpoch)
 	f.assign(0, 5)
 }
 
@@ -300,13 +299,10 @@ func TestConsumer_AssignErrors(t *testing.T) {
 			before, st := f.table(), f.status(0)
 			err := f.c.Assign(tc.id, tc.lease)
 			var le *LaneError
-			if !errors.Is(err, tc.want) || !errors.As(err, &le) {
-				t.Fatalf("got %v, want a *LaneError matching %v", err, tc.want)
-			}
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorAs(t, err, &le)
 			f.wantTable(before)
-			if got := f.status(0); got != st {
-				t.Fatalf("got %+v, want lane 0 untouched %+v", got, st)
-			}
+			require.Equal(t, st, f.status(0), "lane 0 untouched")
 		})
 	}
 }
@@ -315,9 +311,11 @@ func TestConsumer_AssignClearsReadinessAndPartialSnapshot(t *testing.T) {
 	f := newFixture(t)
 	f.ready(0, 1, 5)
 	l := f.assign(0, 2)
-	if s := f.status(0); s.Ready || !s.Assigned || s.InstalledSequence != 0 || f.c.ReadyMask() != 0 {
-		t.Fatalf("got %+v, want assigned and not ready", s)
-	}
+	s := f.status(0)
+	require.False(t, s.Ready, "ready")
+	require.True(t, s.Assigned, "assigned")
+	require.Zero(t, s.InstalledSequence, "installed sequence")
+	require.Zero(t, f.c.ReadyMask(), "ready mask")
 	f.want(f.c.ApplyDelta(f.delta(0, l, 0, 1, ckf.BucketImage{Bucket: 1, Word: 1})), AwaitingSnapshot, NoFault)
 	words := testWords(3, testBuckets)
 	f.want(f.c.ApplySnapshotChunk(chunk(0, l, 7, 0, 2, 0, words[:32])), SnapshotChunkAccepted, NoFault)
@@ -339,9 +337,9 @@ func TestConsumer_Heartbeat(t *testing.T) {
 	f.want(f.c.InstallSnapshot(f.snapshot(0, l, 5, testWords(1, testBuckets))), SnapshotInstalled, NoFault)
 	hb.LastSequence, hb.UnixMicros = 5, 5678
 	f.want(f.c.Heartbeat(hb), HeartbeatObserved, NoFault)
-	if s := f.status(0); s.Stats.LastHeartbeatMicros != 5678 || s.InstalledSequence != 5 {
-		t.Fatalf("got %+v, want heartbeat 5678 at sequence 5", s)
-	}
+	s := f.status(0)
+	require.Equal(t, int64(5678), s.Stats.LastHeartbeatMicros)
+	require.Equal(t, uint64(5), s.InstalledSequence)
 	hb.LastSequence = 6 // the delta 5→6 never arrived
 	f.want(f.c.Heartbeat(hb), Deactivated, HeartbeatSequenceMismatch)
 }
@@ -350,15 +348,13 @@ func TestConsumer_CloseAndUnknownFrames(t *testing.T) {
 	f := newFixture(t)
 	f.ready(0, 1, 5)
 	st := f.status(0)
-	if r := f.c.ApplyFrame(&wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseLagged}}); r.Outcome != StreamClosed || r.Lane != -1 {
-		t.Fatalf("got %v, want StreamClosed on lane -1", r)
-	}
+	r := f.c.ApplyFrame(&wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseLagged}})
+	require.Equal(t, StreamClosed, r.Outcome, "outcome")
+	require.Equal(t, -1, r.Lane, "lane")
 	if r := f.c.ApplyFrame(&wire.Frame{Kind: 99}); r.Outcome != IgnoredUnknownKind {
 		t.Fatalf("got %v, want IgnoredUnknownKind", r)
 	}
-	if got := f.status(0); got != st {
-		t.Fatalf("got %+v, want %+v", got, st)
-	}
+	require.Equal(t, st, f.status(0))
 }
 
 func TestResult_FailurePointAndDisposition(t *testing.T) {

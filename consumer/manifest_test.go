@@ -1,8 +1,9 @@
 package consumer
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
@@ -38,24 +39,19 @@ func TestManifest_Validate(t *testing.T) {
 			tc.edit(&m)
 			err := m.Validate()
 			if tc.want == nil {
-				if err != nil {
-					t.Fatalf("got %v, want nil", err)
-				}
-				if _, err := New(m); err != nil {
-					t.Fatalf("New: got %v, want nil", err)
-				}
+				require.NoError(t, err)
+				_, err = New(m)
+				require.NoError(t, err, "New")
 				return
 			}
 			var me *ManifestError
-			if !errors.Is(err, tc.want) || !errors.Is(err, ErrInvalidManifest) || !errors.As(err, &me) {
-				t.Fatalf("got %v, want a *ManifestError matching %v and ErrInvalidManifest", err, tc.want)
-			}
-			if me.Lane != tc.lane {
-				t.Fatalf("got lane %d, want %d", me.Lane, tc.lane)
-			}
-			if c, err := New(m); c != nil || err == nil {
-				t.Fatalf("New: got (%v, %v), want (nil, error)", c, err)
-			}
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorIs(t, err, ErrInvalidManifest)
+			require.ErrorAs(t, err, &me)
+			require.Equal(t, tc.lane, me.Lane, "lane")
+			c, err := New(m)
+			require.Error(t, err, "New")
+			require.Nil(t, c, "New")
 		})
 	}
 }
@@ -64,8 +60,6 @@ func TestManifest_ValidWindows(t *testing.T) {
 	for w := 1; w <= MaxVerificationWindow; w++ {
 		m := testManifest(1, testBuckets)
 		m.VerificationWindow = w
-		if err := m.Validate(); err != nil {
-			t.Fatalf("window %d: got %v, want nil", w, err)
-		}
+		require.NoError(t, m.Validate(), "window %d", w)
 	}
 }

@@ -1,8 +1,10 @@
 package consumer
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
@@ -39,9 +41,8 @@ func TestConsumer_QueryForms(t *testing.T) {
 	check := func(name string, err error, res QueryResult) {
 		t.Helper()
 		res.Probes = 0
-		if err != nil || res != want {
-			t.Fatalf("%s: got %+v, %v, want %+v", name, res, err, want)
-		}
+		require.NoError(t, err, name)
+		require.Equal(t, want, res, name)
 	}
 	var res QueryResult
 	check("Query", c.Query(locals, &res), res)
@@ -50,34 +51,35 @@ func TestConsumer_QueryForms(t *testing.T) {
 	check("QueryTokens", c.QueryTokens(tokens, 16, salt, &res), res)
 
 	// Another salt (the base model) shares no block with the adapter's.
-	if err := c.QueryTokens(tokens, 16, ckf.BaseSalt, &res); err != nil || res.Depths != [lanes]uint32{} {
-		t.Fatalf("base salt: got %+v, %v, want all depths 0", res, err)
-	}
+	require.NoError(t, c.QueryTokens(tokens, 16, ckf.BaseSalt, &res), "base salt")
+	require.Equal(t, [lanes]uint32{}, res.Depths, "base salt: all depths 0")
 	// A prefix of the request answers at most its own length.
-	if err := c.Query(locals[:10], &res); err != nil || res.Depths[0] != 10 || res.Depths[1] != 10 || res.Blocks != 10 {
-		t.Fatalf("prefix: got %+v, %v, want depths 10/10", res, err)
-	}
-	if err := c.Query(nil, &res); err != nil || res.Blocks != 0 || res.Mask != 0b11 || res.Probes != 0 {
-		t.Fatalf("empty query: got %+v, %v, want 0 blocks, mask 0b11", res, err)
-	}
-	if m, err := c.Contains(seq[20]); err != nil || m != 0b01 {
-		t.Fatalf("Contains(seq[20]): got %#b, %v, want 0b01", m, err)
-	}
-	if m, err := c.Contains(seq[5]); err != nil || m != 0b11 {
-		t.Fatalf("Contains(seq[5]): got %#b, %v, want 0b11", m, err)
-	}
+	require.NoError(t, c.Query(locals[:10], &res), "prefix")
+	require.Equal(t, uint32(10), res.Depths[0], "prefix: lane 0")
+	require.Equal(t, uint32(10), res.Depths[1], "prefix: lane 1")
+	require.Equal(t, 10, res.Blocks, "prefix: blocks")
+	require.NoError(t, c.Query(nil, &res), "empty query")
+	require.Zero(t, res.Blocks, "empty query: blocks")
+	require.Equal(t, uint16(0b11), res.Mask, "empty query: mask")
+	require.Zero(t, res.Probes, "empty query: probes")
+	m, err := c.Contains(seq[20])
+	require.NoError(t, err, "Contains(seq[20])")
+	require.Equal(t, uint16(0b01), m, "Contains(seq[20])")
+	m, err = c.Contains(seq[5])
+	require.NoError(t, err, "Contains(seq[5])")
+	require.Equal(t, uint16(0b11), m, "Contains(seq[5])")
 }
 
 func TestConsumer_QueryErrors(t *testing.T) {
 	f := newFixture(t)
 	var res QueryResult
 	res.Depths[3] = 9
-	if err := f.c.Query([]uint64{1, 2}, &res); !errors.Is(err, ErrUnavailable) || res.Mask != 0 || res.Depths[3] != 0 {
-		t.Fatalf("got %+v, %v, want ErrUnavailable with a cleared result", res, err)
-	}
-	if _, err := f.c.Contains(1); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("Contains: got %v, want ErrUnavailable", err)
-	}
+	err := f.c.Query([]uint64{1, 2}, &res)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Zero(t, res.Mask, "a failed query clears the mask")
+	require.Equal(t, [lanes]uint32{}, res.Depths, "a failed query clears the depths")
+	_, err = f.c.Contains(1)
+	require.ErrorIs(t, err, ErrUnavailable, "Contains")
 	f.ready(1, 1, 1)
 	for name, err := range map[string]error{
 		"block size 0":     f.c.QueryTokens([]uint32{1, 2}, 0, ckf.BaseSalt, &res),
@@ -85,13 +87,11 @@ func TestConsumer_QueryErrors(t *testing.T) {
 		"nil result":       f.c.Query([]uint64{1}, nil),
 		"nil result (seq)": f.c.QuerySequenceHashes([]uint64{1}, nil),
 	} {
-		if !errors.Is(err, ErrInvalidQuery) {
-			t.Errorf("%s: got %v, want ErrInvalidQuery", name, err)
-		}
+		assert.ErrorIs(t, err, ErrInvalidQuery, "%s", name)
 	}
-	if err := f.c.QueryTokens([]uint32{1, 2, 3}, 4, ckf.BaseSalt, &res); err != nil || res.Blocks != 0 || res.Mask != 0b10 {
-		t.Fatalf("only a partial block: got %+v, %v, want 0 blocks", res, err)
-	}
+	require.NoError(t, f.c.QueryTokens([]uint32{1, 2, 3}, 4, ckf.BaseSalt, &res), "only a partial block")
+	require.Zero(t, res.Blocks, "only a partial block: blocks")
+	require.Equal(t, uint16(0b10), res.Mask, "only a partial block: mask")
 }
 
 func TestConsumer_QueriesDoNotAllocate(t *testing.T) {
@@ -142,7 +142,5 @@ func TestConsumer_StatsCountQueriesAndProbes(t *testing.T) {
 	_ = f.c.QuerySequenceHashes([]uint64{1, 2, 3}, &res)
 	_, _ = f.c.Contains(5)
 	s := f.c.Stats()
-	if s.Queries != 2 || s.Probes != uint64(res.Probes)+1 || s.BucketCount != testBuckets || s.TableBytes != testBuckets*16*8 || s.ReadyMask != 1 {
-		t.Fatalf("got %+v (last query probes %d), want 2 queries and matching probes", s, res.Probes)
-	}
+	require.Equal(t, Stats{Queries: 2, Probes: uint64(res.Probes) + 1, BucketCount: testBuckets, TableBytes: testBuckets * 16 * 8, ReadyMask: 1}, s)
 }

@@ -1,10 +1,11 @@
 package consumer
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"pgregory.net/rapid"
@@ -18,7 +19,9 @@ const searchBuckets = 4096
 // tb is the part of testing.TB that *rapid.T also implements.
 type tb interface {
 	Helper()
+	Errorf(format string, args ...any)
 	Fatalf(format string, args ...any)
+	FailNow()
 }
 
 func buildLanes(t tb, window int, seq []uint64, member [lanes][]bool) (*Consumer, []uint16) {
@@ -26,9 +29,7 @@ func buildLanes(t tb, window int, seq []uint64, member [lanes][]bool) (*Consumer
 	m := testManifest(lanes, searchBuckets)
 	m.VerificationWindow = window
 	c, err := New(m)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	require.NoError(t, err, "New")
 	for l := range lanes {
 		if member[l] == nil {
 			continue
@@ -45,9 +46,7 @@ func buildLanes(t tb, window int, seq []uint64, member [lanes][]bool) (*Consumer
 		}
 		lease := testLease(l, 1)
 		id := testIdentity(l, searchBuckets)
-		if err := c.Assign(id, lease); err != nil {
-			t.Fatalf("Assign: %v", err)
-		}
+		require.NoError(t, c.Assign(id, lease), "Assign")
 		if r := c.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Words: words}); r.Outcome != SnapshotInstalled {
 			t.Fatalf("install lane %d: got %v", l, r)
 		}
@@ -123,17 +122,14 @@ func TestSearch_FastEqualsLinearForMonotoneLanes(t *testing.T) {
 		errF := c.QuerySequenceHashes(seq, &fast)
 		errL := c.QuerySequenceHashesLinear(seq, &lin)
 		if ready == 0 {
-			if !errors.Is(errF, ErrUnavailable) || !errors.Is(errL, ErrUnavailable) {
-				rt.Fatalf("no ready lane: got %v / %v, want ErrUnavailable", errF, errL)
-			}
+			require.ErrorIs(rt, errF, ErrUnavailable, "no ready lane: fast")
+			require.ErrorIs(rt, errL, ErrUnavailable, "no ready lane: linear")
 			return
 		}
-		if errF != nil || errL != nil {
-			rt.Fatalf("got errors %v / %v", errF, errL)
-		}
-		if fast.Mask != ready || lin.Mask != ready {
-			rt.Fatalf("got masks %#x / %#x, want %#x", fast.Mask, lin.Mask, ready)
-		}
+		require.NoError(rt, errF, "fast")
+		require.NoError(rt, errL, "linear")
+		require.Equal(rt, ready, fast.Mask, "fast mask")
+		require.Equal(rt, ready, lin.Mask, "linear mask")
 		if fast.Probes > 2*n+16 {
 			rt.Fatalf("got %d probes for n=%d, want ≤ %d", fast.Probes, n, 2*n+16)
 		}
@@ -204,15 +200,10 @@ func TestSearch_NonMonotoneLanes(t *testing.T) {
 				t.Fatalf("table holds %s, want %s (false positive in the fixture)", got, tc.bits)
 			}
 			var fast, lin QueryResult
-			if err := c.QuerySequenceHashes(seq, &fast); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.QuerySequenceHashesLinear(seq, &lin); err != nil {
-				t.Fatal(err)
-			}
-			if fast.Depths[0] != tc.want || lin.Depths[0] != tc.linear {
-				t.Fatalf("got fast %d linear %d, want %d and %d", fast.Depths[0], lin.Depths[0], tc.want, tc.linear)
-			}
+			require.NoError(t, c.QuerySequenceHashes(seq, &fast))
+			require.NoError(t, c.QuerySequenceHashesLinear(seq, &lin))
+			require.Equal(t, tc.want, fast.Depths[0], "fast depth")
+			require.Equal(t, tc.linear, lin.Depths[0], "linear depth")
 		})
 	}
 }
@@ -234,9 +225,7 @@ func TestSearch_ProbesShareRowsAcrossLanes(t *testing.T) {
 	}
 	c, truth := buildLanes(t, 2, seq, member)
 	var res QueryResult
-	if err := c.QuerySequenceHashes(seq, &res); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.QuerySequenceHashes(seq, &res))
 	for l := range lanes {
 		if want := linearDepth(truth, l); res.Depths[l] != want {
 			t.Fatalf("lane %d: got %d, want %d", l, res.Depths[l], want)

@@ -1,10 +1,10 @@
 package wire_test
 
 import (
-	"errors"
 	"math"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -23,13 +23,12 @@ func TestChunkWords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := wire.ChunkWords(tt.limit)
-		if err != nil || got != tt.want {
-			t.Errorf("ChunkWords(%d): got %d, %v; want %d", tt.limit, got, err, tt.want)
+		if assert.NoError(t, err, "ChunkWords(%d)", tt.limit) {
+			assert.Equal(t, tt.want, got, "ChunkWords(%d)", tt.limit)
 		}
 	}
-	if _, err := wire.ChunkWords(wire.MaxSnapshotChunkOverhead + 7); !errors.Is(err, wire.ErrInvalidFrame) {
-		t.Errorf("ChunkWords(overhead+7): got %v, want ErrInvalidFrame", err)
-	}
+	_, err := wire.ChunkWords(wire.MaxSnapshotChunkOverhead + 7)
+	assert.ErrorIs(t, err, wire.ErrInvalidFrame, "ChunkWords(overhead+7)")
 }
 
 // TestMaxSnapshotChunkOverhead_IsTight encodes a chunk with every field at
@@ -45,9 +44,7 @@ func TestMaxSnapshotChunkOverhead_IsTight(t *testing.T) {
 		BucketOffset: math.MaxUint64 - uint64(len(words)), Words: words,
 	}}
 	b, err := wire.AppendFrame(nil, &f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got := len(b) - 8*len(words); got != wire.MaxSnapshotChunkOverhead {
 		t.Fatalf("overhead: got %d, want %d", got, wire.MaxSnapshotChunkOverhead)
 	}
@@ -68,20 +65,18 @@ func TestSplitSnapshot(t *testing.T) {
 		}
 		s := &ckf.Snapshot{Identity: testIdentity(), Lease: testLease(), Sequence: 3, Words: words}
 		chunks, err := wire.SplitSnapshot(s, limit)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if len(chunks) != tt.chunks {
 			t.Fatalf("%d words: got %d chunks, want %d", tt.words, len(chunks), tt.chunks)
 		}
 		next := 0
 		for i, c := range chunks {
-			if c.ChunkIndex != uint32(i) || c.ChunkCount != uint32(tt.chunks) || c.BucketOffset != uint64(next) {
-				t.Fatalf("chunk %d: got index %d count %d offset %d, want %d %d %d", i, c.ChunkIndex, c.ChunkCount, c.BucketOffset, i, tt.chunks, next)
-			}
-			if c.Identity != s.Identity || c.Lease != s.Lease || c.Sequence != s.Sequence {
-				t.Fatalf("chunk %d: header differs from the snapshot", i)
-			}
+			require.Equal(t, uint32(i), c.ChunkIndex, "chunk %d: index", i)
+			require.Equal(t, uint32(tt.chunks), c.ChunkCount, "chunk %d: count", i)
+			require.Equal(t, uint64(next), c.BucketOffset, "chunk %d: offset", i)
+			require.Equal(t, s.Identity, c.Identity, "chunk %d: identity", i)
+			require.Equal(t, s.Lease, c.Lease, "chunk %d: lease", i)
+			require.Equal(t, s.Sequence, c.Sequence, "chunk %d: sequence", i)
 			if len(c.Words) > per || (i < len(chunks)-1 && len(c.Words) != per) {
 				t.Fatalf("chunk %d: %d words, want %d", i, len(c.Words), per)
 			}
@@ -93,9 +88,8 @@ func TestSplitSnapshot(t *testing.T) {
 			next += len(c.Words)
 			f := wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: c}
 			b, err := wire.AppendFrame(nil, &f)
-			if err != nil || len(b) > limit {
-				t.Fatalf("chunk %d: %d bytes (%v), limit %d", i, len(b), err, limit)
-			}
+			require.NoError(t, err, "chunk %d", i)
+			require.LessOrEqual(t, len(b), limit, "chunk %d: frame bytes", i)
 		}
 		if next != tt.words {
 			t.Fatalf("covered %d words, want %d", next, tt.words)

@@ -3,9 +3,10 @@ package wire_test
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
 	"math"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -80,33 +81,24 @@ func frameEqual(t *testing.T, got, want *wire.Frame) {
 	case wire.KindClose:
 		g, w = got.Close, want.Close
 	}
-	if !deepEqual(g, w) {
-		t.Fatalf("frame:\ngot  %+v\nwant %+v", g, w)
-	}
+	require.Equal(t, w, g, "frame")
 }
 
 func TestFrame_RoundTrip(t *testing.T) {
 	for name, f := range sampleFrames() {
 		t.Run(name, func(t *testing.T) {
 			b, err := wire.AppendFrame(nil, &f)
-			if err != nil {
-				t.Fatalf("AppendFrame: %v", err)
-			}
+			require.NoError(t, err, "AppendFrame")
 			var got wire.Frame
-			if err := wire.DecodeFrame(b, &got); err != nil {
-				t.Fatalf("DecodeFrame: %v", err)
-			}
+			require.NoError(t, wire.DecodeFrame(b, &got), "DecodeFrame")
 			frameEqual(t, &got, &f)
 			// Re-encoding gives the same bytes (canonical form).
 			b2, err := wire.AppendFrame(nil, &got)
-			if err != nil || !bytes.Equal(b, b2) {
-				t.Fatalf("re-encode: got %x (%v), want %x", b2, err, b)
-			}
+			require.NoError(t, err, "re-encode")
+			require.Equal(t, b, b2, "re-encode")
 			// The bytes are plain msgpack: a generic decoder reads them too.
 			var generic []any
-			if err := msgpack.Unmarshal(b, &generic); err != nil {
-				t.Fatalf("vmihailenco/msgpack cannot read the frame: %v", err)
-			}
+			require.NoError(t, msgpack.Unmarshal(b, &generic), "vmihailenco/msgpack cannot read the frame")
 			if v, _ := generic[0].(int8); v != 1 {
 				t.Errorf("generic[0]: got %#v, want 1", generic[0])
 			}
@@ -118,16 +110,12 @@ func TestAppendFrame_Appends(t *testing.T) {
 	f := sampleFrames()["drain_marker"]
 	prefix := []byte("xyz")
 	b, err := wire.AppendFrame(prefix, &f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if !bytes.HasPrefix(b, prefix) {
 		t.Fatalf("got %x, want prefix %x", b, prefix)
 	}
 	var got wire.Frame
-	if err := wire.DecodeFrame(b[3:], &got); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.DecodeFrame(b[3:], &got))
 	frameEqual(t, &got, &f)
 }
 
@@ -160,17 +148,13 @@ func TestFrame_Golden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := frames[name]
 			b, err := wire.AppendFrame(nil, &f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if got := hex.EncodeToString(b); got != hexWant {
 				t.Fatalf("bytes:\ngot  %s\nwant %s", got, hexWant)
 			}
 			want, _ := hex.DecodeString(hexWant)
 			var got wire.Frame
-			if err := wire.DecodeFrame(want, &got); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, wire.DecodeFrame(want, &got))
 			frameEqual(t, &got, &f)
 		})
 	}
@@ -190,9 +174,8 @@ func TestFrame_GoldenByHand(t *testing.T) {
 	}
 	f := sampleFrames()["drain_marker"]
 	got, err := wire.AppendFrame(nil, &f)
-	if err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("got % x (%v), want % x", got, err, want)
-	}
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }
 
 func TestDecodeFrame_AcceptsAnyIntegerWidth(t *testing.T) {
@@ -201,9 +184,7 @@ func TestDecodeFrame_AcceptsAnyIntegerWidth(t *testing.T) {
 	b := []byte{0x94, 0xd3, 0, 0, 0, 0, 0, 0, 0, 1, 0xcc, 3, 0x93,
 		0xd3, 0, 0, 0, 0, 0, 0, 0, 42, 0xcd, 0, 5, 0xce, 0, 0, 0, 9, 0xd0, 18}
 	var got wire.Frame
-	if err := wire.DecodeFrame(b, &got); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.DecodeFrame(b, &got))
 	want := sampleFrames()["drain_marker"]
 	frameEqual(t, &got, &want)
 }
@@ -214,19 +195,11 @@ func TestDecodeFrame_ReusesBuffers(t *testing.T) {
 	sb, _ := wire.AppendFrame(nil, &snap)
 	db, _ := wire.AppendFrame(nil, &delta)
 	var f wire.Frame
-	if err := wire.DecodeFrame(sb, &f); err != nil {
-		t.Fatal(err)
-	}
-	if err := wire.DecodeFrame(db, &f); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.DecodeFrame(sb, &f))
+	require.NoError(t, wire.DecodeFrame(db, &f))
 	allocs := testing.AllocsPerRun(100, func() {
-		if err := wire.DecodeFrame(sb, &f); err != nil {
-			t.Fatal(err)
-		}
-		if err := wire.DecodeFrame(db, &f); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, wire.DecodeFrame(sb, &f))
+		require.NoError(t, wire.DecodeFrame(db, &f))
 	})
 	if allocs != 0 {
 		t.Fatalf("allocs per decode pair: got %v, want 0", allocs)
@@ -242,9 +215,7 @@ func TestDecodeFrameView_LeavesPayload(t *testing.T) {
 	snap := sampleFrames()["snapshot_chunk"]
 	b, _ := wire.AppendFrame(nil, &snap)
 	var f wire.Frame
-	if err := wire.DecodeFrameView(b, &f); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.DecodeFrameView(b, &f))
 	if len(f.Snapshot.Words) != 0 {
 		t.Fatalf("Words: got %d, want 0", len(f.Snapshot.Words))
 	}
@@ -273,9 +244,7 @@ func TestAppendFrame_Errors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dst := []byte{1, 2}
 			got, err := wire.AppendFrame(dst, &tt.f)
-			if !errors.Is(err, wire.ErrInvalidFrame) {
-				t.Fatalf("err: got %v, want ErrInvalidFrame", err)
-			}
+			require.ErrorIs(t, err, wire.ErrInvalidFrame)
 			if !bytes.Equal(got, dst) {
 				t.Fatalf("dst: got %x, want unchanged %x", got, dst)
 			}

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 var hexToken = regexp.MustCompile(`^([0-9a-f]{2})+$`)
@@ -36,10 +38,7 @@ func TestDocs_WorkedExample(t *testing.T) {
 		}
 	}
 	want := "00000066" + goldenFrames["delta"]
-	if got.String() != want {
-		t.Fatalf("docs example:\ngot  %s\nwant %s", got.String(), want)
-	}
-	if _, err := hex.DecodeString(got.String()); err != nil {
-		t.Fatal(err)
-	}
+	require.Equal(t, want, got.String(), "docs example")
+	_, err = hex.DecodeString(got.String())
+	require.NoError(t, err)
 }

@@ -2,8 +2,10 @@ package wire_test
 
 import (
 	"encoding/hex"
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -68,22 +70,13 @@ func TestDecodeFrame_Errors(t *testing.T) {
 			f := sampleFrames()["close"]
 			before := f
 			err := wire.DecodeFrame(in, &f)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("err: got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 			var de *wire.DecodeError
-			if !errors.As(err, &de) {
-				t.Fatalf("err %T is not a *DecodeError", err)
-			}
-			if de.Field != tt.field {
-				t.Errorf("field: got %q, want %q (%v)", de.Field, tt.field, err)
-			}
-			if de.Offset < 0 || de.Offset > len(in) {
-				t.Errorf("offset: got %d, want within 0..%d", de.Offset, len(in))
-			}
-			if !deepEqual(f, before) {
-				t.Errorf("frame changed on error: got %+v, want %+v", f, before)
-			}
+			require.ErrorAs(t, err, &de)
+			assert.Equal(t, tt.field, de.Field, "field of %v", err)
+			assert.GreaterOrEqual(t, de.Offset, 0, "offset")
+			assert.LessOrEqual(t, de.Offset, len(in), "offset")
+			assert.Equal(t, before, f, "frame changed on error")
 		})
 	}
 }
@@ -97,18 +90,12 @@ func TestDecodeFrame_ErrorsDoNotTouchBuffers(t *testing.T) {
 	words := []uint64{9, 9, 9, 9}
 	f := wire.Frame{Snapshot: wire.SnapshotChunk{Words: words[:0]}}
 	err := wire.DecodeFrame(append(b, 0), &f)
-	if !errors.Is(err, wire.ErrTrailingBytes) {
-		t.Fatalf("err: got %v, want ErrTrailingBytes", err)
-	}
-	if words[0] != 9 || words[3] != 9 {
-		t.Fatalf("caller buffer overwritten: got %v", words)
-	}
+	require.ErrorIs(t, err, wire.ErrTrailingBytes)
+	require.Equal(t, []uint64{9, 9, 9, 9}, words, "caller buffer overwritten")
 }
 
 func TestDecodeError_Message(t *testing.T) {
 	err := wire.DecodeFrame(mustHex("940103932a0509ff"), new(wire.Frame))
 	want := "wire: malformed input at offset 7 in drain_marker frame (expected_sequence): negative value -1"
-	if err == nil || err.Error() != want {
-		t.Fatalf("got %q, want %q", err, want)
-	}
+	require.EqualError(t, err, want)
 }

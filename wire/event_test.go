@@ -1,9 +1,11 @@
 package wire_test
 
 import (
-	"errors"
 	"math"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -36,50 +38,35 @@ func normalize(ev ckf.RouterEvent) ckf.RouterEvent {
 func TestRouterEvent_RoundTrip(t *testing.T) {
 	for i, ev := range sampleEvents() {
 		j, err := wire.AppendRouterEventJSON(nil, &ev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got, err := wire.DecodeRouterEventJSON(j)
-		if err != nil || !deepEqual(normalize(got), normalize(ev)) {
-			t.Fatalf("event %d JSON %s:\ngot  %+v (%v)\nwant %+v", i, j, got, err, ev)
-		}
+		require.NoError(t, err, "event %d JSON %s", i, j)
+		require.Equal(t, normalize(ev), normalize(got), "event %d JSON %s", i, j)
 		m, err := wire.AppendRouterEventMsgpack(nil, &ev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		got, err = wire.DecodeRouterEventMsgpack(m)
-		if err != nil || !deepEqual(normalize(got), normalize(ev)) {
-			t.Fatalf("event %d msgpack:\ngot  %+v (%v)\nwant %+v", i, got, err, ev)
-		}
+		require.NoError(t, err, "event %d msgpack", i)
+		require.Equal(t, normalize(ev), normalize(got), "event %d msgpack", i)
 	}
 }
 
 func TestRouterEvents_BatchRoundTrip(t *testing.T) {
 	evs := sampleEvents()
 	j, err := wire.AppendRouterEventsJSON(nil, evs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	m, err := wire.AppendRouterEventsMsgpack(nil, evs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	prefix := []ckf.RouterEvent{{WorkerID: 99, Kind: ckf.EventCleared}}
 	for name, decode := range map[string]func() ([]ckf.RouterEvent, error){
 		"json":    func() ([]ckf.RouterEvent, error) { return wire.DecodeRouterEventsJSON(j, prefix) },
 		"msgpack": func() ([]ckf.RouterEvent, error) { return wire.DecodeRouterEventsMsgpack(m, prefix) },
 	} {
 		got, err := decode()
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		if len(got) != len(evs)+1 || got[0].WorkerID != 99 {
-			t.Fatalf("%s: got %d events, want prefix + %d", name, len(got), len(evs))
-		}
+		require.NoError(t, err, "%s", name)
+		require.Len(t, got, len(evs)+1, "%s: prefix + events", name)
+		require.Equal(t, uint64(99), got[0].WorkerID, "%s: prefix kept", name)
 		for i := range evs {
-			if !deepEqual(normalize(got[i+1]), normalize(evs[i])) {
-				t.Fatalf("%s event %d: got %+v, want %+v", name, i, got[i+1], evs[i])
-			}
+			require.Equal(t, normalize(evs[i]), normalize(got[i+1]), "%s event %d", name, i)
 		}
 	}
 }
@@ -111,9 +98,8 @@ func TestDecodeRouterEventJSON_DynamoShapes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := wire.DecodeRouterEventJSON([]byte(tt.in))
-			if err != nil || !deepEqual(normalize(got), normalize(tt.want)) {
-				t.Fatalf("got %+v (%v), want %+v", got, err, tt.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, normalize(tt.want), normalize(got))
 		})
 	}
 }
@@ -151,13 +137,9 @@ func TestDecodeRouterEventJSON_Errors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := wire.DecodeRouterEventJSON([]byte(tt.in))
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 			var de *wire.DecodeError
-			if !errors.As(err, &de) {
-				t.Fatalf("err %T is not a *DecodeError", err)
-			}
+			require.ErrorAs(t, err, &de)
 		})
 	}
 }
@@ -184,13 +166,10 @@ func TestDecodeRouterEventMsgpack_ForeignEncoder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := msgpack.Marshal(tt.in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			got, err := wire.DecodeRouterEventMsgpack(b)
-			if err != nil || !deepEqual(normalize(got), normalize(tt.want)) {
-				t.Fatalf("got %+v (%v), want %+v", got, err, tt.want)
-			}
+			require.NoError(t, err)
+			require.Equal(t, normalize(tt.want), normalize(got))
 		})
 	}
 }
@@ -220,13 +199,9 @@ func TestDecodeRouterEventMsgpack_Errors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := msgpack.Marshal(tt.in)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			_, err = wire.DecodeRouterEventMsgpack(b)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 		})
 	}
 	// Byte-level cases a map encoder cannot produce.
@@ -246,9 +221,7 @@ func TestDecodeRouterEventMsgpack_Errors(t *testing.T) {
 	for _, tt := range raw {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := wire.DecodeRouterEventMsgpack(tt.in)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 		})
 	}
 }
@@ -263,27 +236,22 @@ func repeat(b byte, n int) []byte {
 
 func TestAppendRouterEvent_Errors(t *testing.T) {
 	for _, ev := range []ckf.RouterEvent{{Kind: 0}, {Kind: 9}, {Kind: ckf.EventCleared, StorageTier: 9}} {
-		if _, err := wire.AppendRouterEventJSON(nil, &ev); !errors.Is(err, wire.ErrInvalidEvent) {
-			t.Errorf("JSON %+v: got %v, want ErrInvalidEvent", ev, err)
-		}
-		if _, err := wire.AppendRouterEventMsgpack(nil, &ev); !errors.Is(err, wire.ErrInvalidEvent) {
-			t.Errorf("msgpack %+v: got %v, want ErrInvalidEvent", ev, err)
-		}
+		_, err := wire.AppendRouterEventJSON(nil, &ev)
+		assert.ErrorIs(t, err, wire.ErrInvalidEvent, "JSON %+v", ev)
+		_, err = wire.AppendRouterEventMsgpack(nil, &ev)
+		assert.ErrorIs(t, err, wire.ErrInvalidEvent, "msgpack %+v", ev)
 	}
 }
 
 func TestDecodeRouterEvents_ErrorLeavesDst(t *testing.T) {
 	dst := []ckf.RouterEvent{{WorkerID: 99}}
 	got, err := wire.DecodeRouterEventsJSON([]byte(`[{"worker_id":1,"event":{"event_id":2,"data":"cleared"}},{"worker_id":1}]`), dst)
-	if !errors.Is(err, wire.ErrMalformed) || len(got) != 1 || got[0].WorkerID != 99 {
-		t.Fatalf("JSON: got %v (%v), want dst unchanged and ErrMalformed", got, err)
-	}
+	require.ErrorIs(t, err, wire.ErrMalformed, "JSON")
+	require.Equal(t, []ckf.RouterEvent{{WorkerID: 99}}, got, "JSON: dst unchanged")
 	b, _ := msgpack.Marshal([]any{map[string]any{"worker_id": 1}})
 	got, err = wire.DecodeRouterEventsMsgpack(b, dst)
-	if !errors.Is(err, wire.ErrMalformed) || len(got) != 1 || got[0].WorkerID != 99 {
-		t.Fatalf("msgpack: got %v (%v), want dst unchanged and ErrMalformed", got, err)
-	}
-	if _, err := wire.DecodeRouterEventsJSON([]byte(`null`), nil); !errors.Is(err, wire.ErrMalformed) {
-		t.Fatalf("JSON null batch: got %v, want ErrMalformed", err)
-	}
+	require.ErrorIs(t, err, wire.ErrMalformed, "msgpack")
+	require.Equal(t, []ckf.RouterEvent{{WorkerID: 99}}, got, "msgpack: dst unchanged")
+	_, err = wire.DecodeRouterEventsJSON([]byte(`null`), nil)
+	require.ErrorIs(t, err, wire.ErrMalformed, "JSON null batch")
 }

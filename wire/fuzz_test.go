@@ -6,6 +6,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -16,9 +18,7 @@ func checkDecodeErr(t *testing.T, err error) {
 		return
 	}
 	var de *wire.DecodeError
-	if !errors.As(err, &de) {
-		t.Fatalf("error %T %v is not a *DecodeError", err, err)
-	}
+	require.ErrorAs(t, err, &de)
 	for _, k := range []error{wire.ErrTruncated, wire.ErrTrailingBytes, wire.ErrFrameTooLarge, wire.ErrUnknownVersion, wire.ErrUnknownKind, wire.ErrMalformed} {
 		if errors.Is(err, k) {
 			return
@@ -39,20 +39,15 @@ func FuzzDecodeFrame(f *testing.F) {
 		err := wire.DecodeFrame(data, &fr)
 		checkDecodeErr(t, err)
 		if err != nil {
-			if !deepEqual(fr, before) {
-				t.Fatalf("frame changed on error")
-			}
+			require.Equal(t, before, fr, "frame changed on error")
 			return
 		}
 		// Whatever decodes re-encodes and decodes to the same frame.
 		b, err := wire.AppendFrame(nil, &fr)
-		if err != nil {
-			t.Fatalf("decoded frame does not re-encode: %v", err)
-		}
+		require.NoError(t, err, "decoded frame does not re-encode")
 		var again wire.Frame
-		if err := wire.DecodeFrame(b, &again); err != nil || !sameFrame(&again, &fr) {
-			t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, fr)
-		}
+		require.NoError(t, wire.DecodeFrame(b, &again), "re-decode")
+		require.True(t, sameFrame(&again, &fr), "re-decode:\ngot  %+v\nwant %+v", again, fr)
 		if len(b) > len(data) {
 			t.Fatalf("canonical encoding %d bytes longer than input %d", len(b), len(data))
 		}
@@ -93,13 +88,10 @@ func FuzzDecodeRouterEventJSON(f *testing.F) {
 		checkDecodeErr(t, err)
 		if err == nil {
 			b, err := wire.AppendRouterEventJSON(nil, &ev)
-			if err != nil {
-				t.Fatalf("decoded event does not re-encode: %v", err)
-			}
+			require.NoError(t, err, "decoded event does not re-encode")
 			again, err := wire.DecodeRouterEventJSON(b)
-			if err != nil || !deepEqual(normalize(again), normalize(ev)) {
-				t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, ev)
-			}
+			require.NoError(t, err, "re-decode")
+			require.Equal(t, normalize(ev), normalize(again), "re-decode")
 		}
 		_, err = wire.DecodeRouterEventsJSON(data, nil)
 		checkDecodeErr(t, err)
@@ -117,13 +109,10 @@ func FuzzDecodeRouterEventMsgpack(f *testing.F) {
 		checkDecodeErr(t, err)
 		if err == nil {
 			b, err := wire.AppendRouterEventMsgpack(nil, &ev)
-			if err != nil {
-				t.Fatalf("decoded event does not re-encode: %v", err)
-			}
+			require.NoError(t, err, "decoded event does not re-encode")
 			again, err := wire.DecodeRouterEventMsgpack(b)
-			if err != nil || !deepEqual(normalize(again), normalize(ev)) {
-				t.Fatalf("re-decode: %v\ngot  %+v\nwant %+v", err, again, ev)
-			}
+			require.NoError(t, err, "re-decode")
+			require.Equal(t, normalize(ev), normalize(again), "re-decode")
 		}
 		_, err = wire.DecodeRouterEventsMsgpack(data, nil)
 		checkDecodeErr(t, err)

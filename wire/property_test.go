@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"pgregory.net/rapid"
@@ -71,16 +73,12 @@ func TestFrame_RoundTripProperty(t *testing.T) {
 		var buf bytes.Buffer
 		w := wire.NewWriter(&buf, 0)
 		for i := range frames {
-			if err := w.WriteFrame(&frames[i]); err != nil {
-				t.Fatalf("WriteFrame: %v", err)
-			}
+			require.NoError(t, w.WriteFrame(&frames[i]), "WriteFrame")
 		}
 		r := wire.NewReader(&buf, 0)
 		var got wire.Frame
 		for i := range frames {
-			if err := r.ReadFrame(&got); err != nil {
-				t.Fatalf("frame %d: %v", i, err)
-			}
+			require.NoError(t, r.ReadFrame(&got), "frame %d", i)
 			g, w := got, frames[i]
 			if !sameFrame(&g, &w) {
 				t.Fatalf("frame %d:\ngot  %+v\nwant %+v", i, g, w)
@@ -88,9 +86,7 @@ func TestFrame_RoundTripProperty(t *testing.T) {
 		}
 		b, _ := wire.AppendFrame(nil, &frames[0])
 		cut := rapid.IntRange(0, len(b)-1).Draw(t, "cut")
-		if err := wire.DecodeFrame(b[:cut], &got); err == nil {
-			t.Fatalf("prefix of %d/%d bytes decoded without error", cut, len(b))
-		}
+		require.Error(t, wire.DecodeFrame(b[:cut], &got), "prefix of %d/%d bytes decoded without error", cut, len(b))
 	})
 }
 

@@ -4,6 +4,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
@@ -13,9 +15,7 @@ import (
 func TestWriter_ReleasesLargeBuffers(t *testing.T) {
 	w := NewWriter(io.Discard, 0)
 	small := Frame{Kind: KindDrainMarker, Drain: ckf.DrainMarker{ExpectedSequence: 7}}
-	if err := w.WriteFrame(&small); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, w.WriteFrame(&small))
 	if cap(w.buf) == 0 {
 		t.Fatal("a small frame's buffer was not kept for reuse")
 	}
@@ -25,15 +25,11 @@ func TestWriter_ReleasesLargeBuffers(t *testing.T) {
 	}
 	big := Frame{Kind: KindDelta, Delta: ckf.Delta{Identity: ckf.ProducerIdentity{Format: ckf.NewFormat(1, 1<<20)},
 		BaseSequence: 1, Sequence: 2, Images: images}}
-	if err := w.WriteFrame(&big); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, w.WriteFrame(&big))
 	if c := cap(w.buf); c > RetainedBufferBytes {
 		t.Fatalf("writer kept a %d-byte buffer after a large frame, limit %d", c, RetainedBufferBytes)
 	}
-	if err := w.WriteRaw(make([]byte, RetainedBufferBytes+1)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, w.WriteRaw(make([]byte, RetainedBufferBytes+1)))
 	if c := cap(w.buf); c > RetainedBufferBytes {
 		t.Fatalf("WriteRaw kept a %d-byte buffer", c)
 	}

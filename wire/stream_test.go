@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -20,31 +22,23 @@ func TestStream_RoundTrip(t *testing.T) {
 	order := []string{"snapshot_chunk", "delta", "heartbeat", "drain_marker", "close"}
 	for _, name := range order {
 		f := frames[name]
-		if err := w.WriteFrame(&f); err != nil {
-			t.Fatalf("WriteFrame %s: %v", name, err)
-		}
+		require.NoError(t, w.WriteFrame(&f), "WriteFrame %s", name)
 	}
 	// One byte at a time: the reader must not depend on read sizes.
 	r := wire.NewReader(iotest.OneByteReader(&buf), 0)
 	var f wire.Frame
 	for _, name := range order {
-		if err := r.ReadFrame(&f); err != nil {
-			t.Fatalf("ReadFrame %s: %v", name, err)
-		}
+		require.NoError(t, r.ReadFrame(&f), "ReadFrame %s", name)
 		want := frames[name]
 		frameEqual(t, &f, &want)
 	}
-	if err := r.ReadFrame(&f); err != io.EOF {
-		t.Fatalf("at end: got %v, want io.EOF", err)
-	}
+	require.Same(t, io.EOF, r.ReadFrame(&f), "at end")
 }
 
 func TestWriter_LengthPrefix(t *testing.T) {
 	var buf bytes.Buffer
 	f := sampleFrames()["drain_marker"]
-	if err := wire.NewWriter(&buf, 0).WriteFrame(&f); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.NewWriter(&buf, 0).WriteFrame(&f))
 	want := mustHex("00000008" + goldenFrames["drain_marker"])
 	if !bytes.Equal(buf.Bytes(), want) {
 		t.Fatalf("got %x, want %x", buf.Bytes(), want)
@@ -57,15 +51,11 @@ func TestWriter_FrameTooLarge(t *testing.T) {
 	f.Close.Message = string(make([]byte, 100))
 	w := wire.NewWriter(&buf, 64)
 	err := w.WriteFrame(&f)
-	if !errors.Is(err, wire.ErrFrameTooLarge) {
-		t.Fatalf("got %v, want ErrFrameTooLarge", err)
-	}
+	require.ErrorIs(t, err, wire.ErrFrameTooLarge)
 	if buf.Len() != 0 {
 		t.Fatalf("wrote %d bytes, want 0", buf.Len())
 	}
-	if err := w.WriteRaw(make([]byte, 65)); !errors.Is(err, wire.ErrFrameTooLarge) {
-		t.Fatalf("WriteRaw: got %v, want ErrFrameTooLarge", err)
-	}
+	require.ErrorIs(t, w.WriteRaw(make([]byte, 65)), wire.ErrFrameTooLarge, "WriteRaw")
 }
 
 // countingReader counts the bytes handed out so a test can prove the
@@ -108,17 +98,13 @@ func TestReader_Errors(t *testing.T) {
 			r := wire.NewReader(cr, tt.limit)
 			var f wire.Frame
 			err := r.ReadFrame(&f)
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("got %v, want %v", err, tt.want)
-			}
+			require.ErrorIs(t, err, tt.want)
 			if errors.Is(err, wire.ErrFrameTooLarge) && cr.n != 4 {
 				t.Fatalf("read %d bytes past an oversize prefix, want 4", cr.n)
 			}
 			err2 := r.ReadFrame(&f)
 			if tt.sticky {
-				if err2 != err {
-					t.Fatalf("second read: got %v, want the same error %v", err2, err)
-				}
+				require.True(t, err2 == err, "second read: got %v, want the same error %v", err2, err)
 				return
 			}
 			if err2 != nil {
@@ -141,9 +127,8 @@ func TestReader_HugePrefixDoesNotAllocate(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	for range reads {
 		r := wire.NewReader(bytes.NewReader(stream), 0)
-		if _, err := r.ReadRaw(); !errors.Is(err, wire.ErrFrameTooLarge) {
-			t.Fatalf("got %v, want ErrFrameTooLarge", err)
-		}
+		_, err := r.ReadRaw()
+		require.ErrorIs(t, err, wire.ErrFrameTooLarge)
 	}
 	runtime.ReadMemStats(&after)
 	// Only the reader, the error and its message; never a body buffer.
@@ -159,17 +144,14 @@ func (e errWriter) Write([]byte) (int, error) { return 0, e.err }
 func TestWriter_PassesWriteErrors(t *testing.T) {
 	boom := errors.New("boom")
 	f := sampleFrames()["drain_marker"]
-	if err := wire.NewWriter(errWriter{boom}, 0).WriteFrame(&f); err != boom {
-		t.Fatalf("got %v, want %v", err, boom)
-	}
+	require.Same(t, boom, wire.NewWriter(errWriter{boom}, 0).WriteFrame(&f))
 }
 
 func TestReader_PassesReadErrors(t *testing.T) {
 	boom := errors.New("boom")
 	r := wire.NewReader(iotest.ErrReader(boom), 0)
-	if _, err := r.ReadRaw(); err != boom {
-		t.Fatalf("got %v, want %v", err, boom)
-	}
+	_, err := r.ReadRaw()
+	require.Same(t, boom, err)
 }
 
 func TestWriter_WriteSnapshotChunks(t *testing.T) {
@@ -180,9 +162,7 @@ func TestWriter_WriteSnapshotChunks(t *testing.T) {
 	s := &ckf.Snapshot{Identity: testIdentity(), Lease: testLease(), Sequence: 5, Words: words}
 	limit := wire.MaxSnapshotChunkOverhead + 8*300 // 300 words a chunk → 4 chunks
 	var buf bytes.Buffer
-	if err := wire.NewWriter(&buf, limit).WriteSnapshot(s); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.NewWriter(&buf, limit).WriteSnapshot(s))
 	r := wire.NewReader(&buf, limit)
 	var got []uint64
 	var f wire.Frame
@@ -194,31 +174,25 @@ func TestWriter_WriteSnapshotChunks(t *testing.T) {
 			}
 			break
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		c := f.Snapshot
-		if c.ChunkIndex != uint32(i) || c.ChunkCount != 4 || c.BucketOffset != uint64(len(got)) || c.Sequence != 5 {
-			t.Fatalf("chunk %d: got index %d count %d offset %d seq %d", i, c.ChunkIndex, c.ChunkCount, c.BucketOffset, c.Sequence)
-		}
+		require.Equal(t, uint32(i), c.ChunkIndex, "chunk %d: index", i)
+		require.Equal(t, uint32(4), c.ChunkCount, "chunk %d: count", i)
+		require.Equal(t, uint64(len(got)), c.BucketOffset, "chunk %d: offset", i)
+		require.Equal(t, uint64(5), c.Sequence, "chunk %d: sequence", i)
 		got = append(got, c.Words...)
 	}
-	if !deepEqual(got, words) {
-		t.Fatal("reassembled words differ from the snapshot")
-	}
+	require.Equal(t, words, got, "reassembled words differ from the snapshot")
 }
 
 func TestWriteRaw_ReadRaw(t *testing.T) {
 	body := mustHex(goldenFrames["close"])
 	var buf bytes.Buffer
-	if err := wire.NewWriter(&buf, 0).WriteRaw(body); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, wire.NewWriter(&buf, 0).WriteRaw(body))
 	if got := binary.BigEndian.Uint32(buf.Bytes()); got != uint32(len(body)) {
 		t.Fatalf("prefix: got %d, want %d", got, len(body))
 	}
 	got, err := wire.NewReader(&buf, 0).ReadRaw()
-	if err != nil || !bytes.Equal(got, body) {
-		t.Fatalf("got %x (%v), want %x", got, err, body)
-	}
+	require.NoError(t, err)
+	require.Equal(t, body, got)
 }

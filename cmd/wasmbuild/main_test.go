@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestRun_Flags(t *testing.T) {
@@ -22,9 +24,8 @@ func TestRun_Flags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			if got := run(tc.args, &out, &errb); got != tc.want || !strings.Contains(errb.String(), tc.msg) {
-				t.Errorf("got status %d, stderr %q; want %d containing %q", got, errb.String(), tc.want, tc.msg)
-			}
+			assert.Equal(t, tc.want, run(tc.args, &out, &errb), "status")
+			assert.Contains(t, errb.String(), tc.msg, "stderr")
 		})
 	}
 }
@@ -37,15 +38,10 @@ func TestRun_BuildsToFile(t *testing.T) {
 	}
 	dst := filepath.Join(t.TempDir(), "m.wasm")
 	var out, errb bytes.Buffer
-	if got := run([]string{"-o", dst}, &out, &errb); got != 0 {
-		t.Fatalf("status %d: %s", got, errb.String())
-	}
+	require.Zero(t, run([]string{"-o", dst}, &out, &errb), "status; stderr: %s", errb.String())
 	b, err := os.ReadFile(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sum := sha256.Sum256(b)
-	if !bytes.HasPrefix(b, []byte("\x00asm")) || !strings.Contains(out.String(), hex.EncodeToString(sum[:])) {
-		t.Errorf("got %d bytes and output %q; want a wasm module whose sha256 is printed", len(b), out.String())
-	}
+	assert.True(t, bytes.HasPrefix(b, []byte("\x00asm")), "not a wasm module: % x", b[:min(len(b), 8)])
+	assert.Contains(t, out.String(), hex.EncodeToString(sum[:]), "the module's sha256 is printed")
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/conformance"
@@ -23,20 +25,14 @@ var dir = filepath.Join("..", "..", conformance.Dir)
 func TestScenarios_UpToDate(t *testing.T) {
 	for _, s := range conformance.Generate() {
 		b, err := conformance.Marshal(&s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		path := filepath.Join(dir, s.Name+".json")
 		if *update {
-			if err := os.WriteFile(path, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, os.WriteFile(path, b, 0o644))
 			continue
 		}
 		have, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (regenerate with `go test ./internal/conformance -run TestScenarios_UpToDate -update`)", err)
-		}
+		require.NoError(t, err, "regenerate with `go test ./internal/conformance -run TestScenarios_UpToDate -update`")
 		if !bytes.Equal(have, b) {
 			t.Errorf("%s is stale: got %d bytes on disk, want %d from the generator (regenerate with `go test ./internal/conformance -run TestScenarios_UpToDate -update`)", path, len(have), len(b))
 		}
@@ -46,9 +42,7 @@ func TestScenarios_UpToDate(t *testing.T) {
 func load(t *testing.T) []conformance.Scenario {
 	t.Helper()
 	ss, err := conformance.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(ss) == 0 {
 		t.Fatalf("no scenarios in %s", dir)
 	}
@@ -59,9 +53,7 @@ func runAll(t *testing.T, f conformance.Factory) {
 	for _, s := range load(t) {
 		t.Run(s.Name, func(t *testing.T) {
 			diffs, err := conformance.Run(&s, f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			for _, d := range diffs {
 				t.Error(d)
 			}
@@ -76,9 +68,7 @@ func TestNative(t *testing.T) {
 func TestWazero(t *testing.T) {
 	ctx := context.Background()
 	rt, err := host.NewRuntime(ctx, host.NewConfig().WithCompilationCacheDir(cacheDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer rt.Close(ctx)
 	runAll(t, func(m consumer.Manifest) (client.Lanes, error) { return rt.NewInstance(ctx, m) })
 }
@@ -94,9 +84,7 @@ func TestNode(t *testing.T) {
 	cmd := exec.Command(node, filepath.Join(dir, "run.mjs"), wasm, dir)
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
-	if err != nil {
-		t.Fatalf("node runner: %v", err)
-	}
+	require.NoError(t, err, "node runner")
 }
 
 // cacheDir is a compilation cache shared by test runs, so only the first
@@ -108,9 +96,7 @@ func cacheDir() string { return filepath.Join(os.TempDir(), "ckfrelay-wazero-cac
 func TestWazeroPool(t *testing.T) {
 	ctx := context.Background()
 	rt, err := host.NewRuntime(ctx, host.NewConfig().WithCompilationCacheDir(cacheDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer rt.Close(ctx)
 	runAll(t, func(m consumer.Manifest) (client.Lanes, error) { return rt.NewPool(ctx, m, 2) })
 }

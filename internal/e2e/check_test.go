@@ -4,10 +4,11 @@ package e2e
 // shadow, the lane against the mirror, and queries against every chain.
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -40,9 +41,7 @@ func (p *pool) checkFaults(closed bool) {
 		t.Fatalf("pool %d: got %d faults %v, want %d %v", p.idx, len(got), got, len(p.wantFaults), p.wantFaults)
 	}
 	for i, f := range got {
-		if !errors.Is(f.Err, p.wantFaults[i]) {
-			t.Fatalf("pool %d: fault %d: got %v, want %v", p.idx, i, f, p.wantFaults[i])
-		}
+		require.ErrorIs(t, f.Err, p.wantFaults[i], "pool %d: fault %d: %v", p.idx, i, f)
 	}
 	p.wantFaults = p.wantFaults[:0]
 }
@@ -81,12 +80,10 @@ func (p *pool) checkStats(st producer.ActorStats) {
 	}
 	slices.SortFunc(want, func(a, b ckf.MemberCount) int { return a.Member.Compare(b.Member) })
 	if !slices.Equal(st.Members, want) {
-		t.Fatalf("pool %d: actor members %v, model %v", p.idx, st.Members, want)
+		require.Equal(t, want, st.Members, "pool %d: actor members (want the model's)", p.idx)
 	}
-	if st.Pool.Contributions != contributions || st.Pool.UniqueBlocks != len(owners) {
-		t.Fatalf("pool %d: actor contributions %d unique %d, model %d %d",
-			p.idx, st.Pool.Contributions, st.Pool.UniqueBlocks, contributions, len(owners))
-	}
+	require.Equal(t, contributions, st.Pool.Contributions, "pool %d: actor contributions (want the model's)", p.idx)
+	require.Equal(t, len(owners), st.Pool.UniqueBlocks, "pool %d: actor unique blocks (want the model's)", p.idx)
 	for c, n := range owners {
 		if got, _ := p.shadow.Owners(c); got != n {
 			t.Fatalf("pool %d: shadow owners of %#x = %d, model %d", p.idx, c, got, n)
@@ -95,15 +92,12 @@ func (p *pool) checkStats(st producer.ActorStats) {
 	if st.Pool.OccupiedSlots != int(st.Pool.ResidentBlocks) {
 		t.Fatalf("pool %d: %d occupied slots for %d resident blocks", p.idx, st.Pool.OccupiedSlots, st.Pool.ResidentBlocks)
 	}
-	if st.StaleEventsDropped != p.wantStale || st.UnknownRemovalEvents != p.wantUnknownEvents ||
-		st.CapacityOmissionEvents != p.wantCapacityEvents || st.DegradedResets != p.wantDegraded {
-		t.Fatalf("pool %d: actor stale %d unknown %d capacity %d degraded %d, model %d %d %d %d", p.idx,
-			st.StaleEventsDropped, st.UnknownRemovalEvents, st.CapacityOmissionEvents, st.DegradedResets,
-			p.wantStale, p.wantUnknownEvents, p.wantCapacityEvents, p.wantDegraded)
-	}
-	if st.PublishFailures != 0 || st.Fence != producer.NotFenced {
-		t.Fatalf("pool %d: %d publish failures, fence %v", p.idx, st.PublishFailures, st.Fence)
-	}
+	require.Equal(t, p.wantStale, st.StaleEventsDropped, "pool %d: actor stale events (want the model's)", p.idx)
+	require.Equal(t, p.wantUnknownEvents, st.UnknownRemovalEvents, "pool %d: actor unknown-removal events (want the model's)", p.idx)
+	require.Equal(t, p.wantCapacityEvents, st.CapacityOmissionEvents, "pool %d: actor capacity-omission events (want the model's)", p.idx)
+	require.Equal(t, p.wantDegraded, st.DegradedResets, "pool %d: actor degraded resets (want the model's)", p.idx)
+	require.Zero(t, st.PublishFailures, "pool %d: publish failures", p.idx)
+	require.Equal(t, producer.NotFenced, st.Fence, "pool %d: fence", p.idx)
 }
 
 // checkpoint brings the lane up to date and compares it with the producer:
@@ -116,13 +110,10 @@ func (p *pool) checkpoint(resub bool) {
 	p.flush()
 	p.pump()
 	st, err := p.h.Stats(p.r.ctx)
-	if err != nil {
-		t.Fatalf("pool %d: Stats: %v", p.idx, err)
-	}
-	if st.Sequence != p.lastSeq || !st.HasLease || st.Lease != p.lease {
-		t.Fatalf("pool %d: actor at %d lease %+v (has %v), stream at %d lease %+v",
-			p.idx, st.Sequence, st.Lease, st.HasLease, p.lastSeq, p.lease)
-	}
+	require.NoError(t, err, "pool %d: Stats", p.idx)
+	require.Equal(t, p.lastSeq, st.Sequence, "pool %d: actor sequence (want the stream's)", p.idx)
+	require.True(t, st.HasLease, "pool %d: actor has a lease", p.idx)
+	require.Equal(t, p.lease, st.Lease, "pool %d: actor lease (want the stream's)", p.idx)
 	p.checkFaults(false)
 	p.checkStats(st)
 	p.heartbeat(st.Sequence)
@@ -151,9 +142,8 @@ func (p *pool) compare(resident uint64) {
 		}
 		return
 	}
-	if !st.Ready || st.InstalledSequence != p.lastSeq {
-		t.Fatalf("pool %d: lane ready=%v at %d, want ready at %d", p.idx, st.Ready, st.InstalledSequence, p.lastSeq)
-	}
+	require.True(t, st.Ready, "pool %d: lane ready", p.idx)
+	require.Equal(t, p.lastSeq, st.InstalledSequence, "pool %d: lane sequence", p.idx)
 	w := p.laneWords()
 	if !slices.Equal(w, p.mirror) {
 		t.Fatalf("pool %d: lane %d differs from the producer's table in %s", p.idx, p.lane, diffWords(w, p.mirror))
@@ -193,16 +183,11 @@ func (r *rig) checkQueries() {
 		path := chains[leaf]
 		ext := append(slices.Clip(path), ckf.ChainHash(leaf, 0xe2e1), ckf.ChainHash(ckf.ChainHash(leaf, 0xe2e1), 0xe2e2))
 		for _, q := range [][]uint64{path, ext} {
-			if err := r.cons.QuerySequenceHashes(q, &fast); err != nil {
-				t.Fatalf("QuerySequenceHashes: %v", err)
-			}
-			if err := r.cons.QuerySequenceHashesLinear(q, &lin); err != nil {
-				t.Fatalf("QuerySequenceHashesLinear: %v", err)
-			}
+			require.NoError(t, r.cons.QuerySequenceHashes(q, &fast), "QuerySequenceHashes")
+			require.NoError(t, r.cons.QuerySequenceHashesLinear(q, &lin), "QuerySequenceHashesLinear")
 			r.queries++
-			if fast.Mask != r.laneMask || lin.Mask != r.laneMask {
-				t.Fatalf("query masks %#x / %#x, want %#x", fast.Mask, lin.Mask, r.laneMask)
-			}
+			require.Equal(t, r.laneMask, fast.Mask, "fast query mask")
+			require.Equal(t, r.laneMask, lin.Mask, "linear query mask")
 			for _, p := range r.pools {
 				resident := 0
 				for _, c := range path {
@@ -234,9 +219,8 @@ func (r *rig) checkQueries() {
 					continue
 				}
 				mask, err := r.cons.Contains(b.canon)
-				if err != nil || mask&(1<<p.lane) == 0 {
-					t.Fatalf("pool %d: resident %#x not in lane %d: mask %#x, %v", p.idx, b.canon, p.lane, mask, err)
-				}
+				require.NoError(t, err, "pool %d: Contains(%#x)", p.idx, b.canon)
+				require.NotZero(t, mask&(1<<p.lane), "pool %d: resident %#x not in lane %d: mask %#x", p.idx, b.canon, p.lane, mask)
 			}
 		}
 	}

@@ -4,8 +4,9 @@ package e2e
 // lane, each with the answer the lane must give.
 
 import (
-	"errors"
 	"slices"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -42,10 +43,10 @@ func (p *pool) forward(sub *producer.Subscription, wait bool) {
 		if !ok {
 			return
 		}
-		if d.Identity != p.h.Identity() || d.Lease != p.lease || d.BaseSequence != p.lastSeq || d.Sequence != p.lastSeq+1 {
-			t.Fatalf("pool %d: got delta lease %d %d→%d, want lease %d %d→%d",
-				p.idx, d.Lease.AssignmentEpoch, d.BaseSequence, d.Sequence, p.lease.AssignmentEpoch, p.lastSeq, p.lastSeq+1)
-		}
+		require.Equal(t, p.h.Identity(), d.Identity, "pool %d: delta identity", p.idx)
+		require.Equal(t, p.lease, d.Lease, "pool %d: delta lease", p.idx)
+		require.Equal(t, p.lastSeq, d.BaseSequence, "pool %d: delta base sequence", p.idx)
+		require.Equal(t, p.lastSeq+1, d.Sequence, "pool %d: delta sequence", p.idx)
 		if len(d.Images) == 0 {
 			t.Fatalf("pool %d: empty delta %d", p.idx, d.Sequence)
 		}
@@ -54,9 +55,7 @@ func (p *pool) forward(sub *producer.Subscription, wait bool) {
 		}
 		p.lastSeq = d.Sequence
 		f := wire.Frame{Kind: wire.KindDelta, Delta: d}
-		if err := p.w.WriteFrame(&f); err != nil {
-			t.Fatalf("pool %d: WriteFrame(delta %d): %v", p.idx, d.Sequence, err)
-		}
+		require.NoError(t, p.w.WriteFrame(&f), "pool %d: WriteFrame(delta %d)", p.idx, d.Sequence)
 		p.queue = append(p.queue, sentFrame{kind: wire.KindDelta, sequence: d.Sequence})
 	}
 }
@@ -96,9 +95,7 @@ func (p *pool) deliver() {
 		s := p.queue[0]
 		p.queue = p.queue[1:]
 		body, err := p.rd.ReadRaw()
-		if err != nil {
-			t.Fatalf("pool %d: ReadRaw (%v %d): %v", p.idx, s.kind, s.sequence, err)
-		}
+		require.NoError(t, err, "pool %d: ReadRaw (%v %d)", p.idx, s.kind, s.sequence)
 		if s.kind == wire.KindDelta && p.dropNext {
 			p.dropNext, p.lost = false, true
 			p.dropped++
@@ -106,9 +103,7 @@ func (p *pool) deliver() {
 		}
 		want := p.expect(s)
 		got, err := p.r.cons.ApplyFrameBytes(body)
-		if err != nil {
-			t.Fatalf("pool %d: ApplyFrameBytes(%v %d): %v", p.idx, s.kind, s.sequence, err)
-		}
+		require.NoError(t, err, "pool %d: ApplyFrameBytes(%v %d)", p.idx, s.kind, s.sequence)
 		if want.Outcome == consumer.Deactivated || want.Outcome == consumer.IgnoredForeignLease {
 			want.Sequence = got.Sequence // the lane's installed sequence is not the frame's
 		}
@@ -118,14 +113,13 @@ func (p *pool) deliver() {
 		if got.Outcome == consumer.Deactivated {
 			p.deactivated = true
 			p.faultLog = append(p.faultLog, got)
-			if st := p.laneStatus(); st.Ready || st.Assigned {
-				t.Fatalf("pool %d: lane %d still ready=%v assigned=%v after %v", p.idx, p.lane, st.Ready, st.Assigned, got)
-			}
+			st := p.laneStatus()
+			require.False(t, st.Ready, "pool %d: lane %d still ready after %v", p.idx, p.lane, got)
+			require.False(t, st.Assigned, "pool %d: lane %d still assigned after %v", p.idx, p.lane, got)
 		}
 	}
-	if b, err := p.rd.ReadRaw(); err == nil {
-		t.Fatalf("pool %d: %d unexpected bytes left on the link", p.idx, len(b))
-	}
+	b, err := p.rd.ReadRaw()
+	require.Error(t, err, "pool %d: %d unexpected bytes left on the link", p.idx, len(b))
 	// ReadRaw's io.EOF is sticky; the link is fully read, so start a new reader.
 	p.rd = wire.NewReader(&p.buf, p.rd.MaxFrameBytes())
 }
@@ -133,18 +127,14 @@ func (p *pool) deliver() {
 func (p *pool) laneStatus() consumer.LaneStatus {
 	p.r.t.Helper()
 	st, err := p.r.cons.LaneStatus(p.lane)
-	if err != nil {
-		p.r.t.Fatalf("LaneStatus(%d): %v", p.lane, err)
-	}
+	require.NoError(p.r.t, err, "LaneStatus(%d)", p.lane)
 	return st
 }
 
 func (p *pool) laneWords() []uint64 {
 	p.r.t.Helper()
 	w, err := p.r.cons.AppendLaneWords(nil, p.lane)
-	if err != nil {
-		p.r.t.Fatalf("AppendLaneWords(%d): %v", p.lane, err)
-	}
+	require.NoError(p.r.t, err, "AppendLaneWords(%d)", p.lane)
 	return w
 }
 
@@ -160,15 +150,11 @@ func (p *pool) resubscribe() {
 	lease := p.lease
 	lease.AssignmentEpoch++
 	sub, err := p.h.Subscribe(p.r.ctx, lease)
-	if err != nil {
-		t.Fatalf("pool %d: Subscribe(epoch %d): %v", p.idx, lease.AssignmentEpoch, err)
-	}
+	require.NoError(t, err, "pool %d: Subscribe(epoch %d)", p.idx, lease.AssignmentEpoch)
 	snap := sub.Snapshot
 	if old := p.sub; old != nil {
 		p.forward(old, true) // closed by the Subscribe above
-		if err := old.Err(); !errors.Is(err, producer.ErrSuperseded) {
-			t.Fatalf("pool %d: old stream ended with %v, want ErrSuperseded", p.idx, err)
-		}
+		require.ErrorIs(t, old.Err(), producer.ErrSuperseded, "pool %d: old stream's end", p.idx)
 		p.deliver()
 		if snap.Sequence != p.lastSeq {
 			t.Fatalf("pool %d: snapshot at %d, old stream at %d", p.idx, snap.Sequence, p.lastSeq)
@@ -182,26 +168,21 @@ func (p *pool) resubscribe() {
 			}
 		}
 	}
-	if snap.Lease != lease || snap.Identity != p.h.Identity() {
-		t.Fatalf("pool %d: snapshot lease %+v identity %+v, want %+v %+v", p.idx, snap.Lease, snap.Identity, lease, p.h.Identity())
-	}
+	require.Equal(t, lease, snap.Lease, "pool %d: snapshot lease", p.idx)
+	require.Equal(t, p.h.Identity(), snap.Identity, "pool %d: snapshot identity", p.idx)
 	if sw := p.shadow.Words(); !slices.Equal(snap.Words, sw) {
 		t.Fatalf("pool %d: producer snapshot differs from the shadow pool in %s", p.idx, diffWords(snap.Words, sw))
 	}
 	p.sub, p.lease = sub, lease
 	p.mirror, p.lastSeq = slices.Clone(snap.Words), snap.Sequence
 
-	if err := p.r.cons.Assign(p.h.Identity(), lease); err != nil {
-		t.Fatalf("pool %d: Assign(epoch %d): %v", p.idx, lease.AssignmentEpoch, err)
-	}
+	require.NoError(t, p.r.cons.Assign(p.h.Identity(), lease), "pool %d: Assign(epoch %d)", p.idx, lease.AssignmentEpoch)
 	if p.lost || p.deactivated {
 		p.r.recoveries++
 	}
 	p.lost, p.deactivated, p.dropNext = false, false, false
 	before := p.buf.Len()
-	if err := p.snapW.WriteSnapshot(&snap); err != nil {
-		t.Fatalf("pool %d: WriteSnapshot: %v", p.idx, err)
-	}
+	require.NoError(t, p.snapW.WriteSnapshot(&snap), "pool %d: WriteSnapshot", p.idx)
 	chunks := (len(snap.Words) + p.r.cfg.ChunkWords - 1) / p.r.cfg.ChunkWords
 	if max := chunks * (wire.LengthPrefixBytes + p.r.chunkLimit); p.buf.Len()-before > max {
 		t.Fatalf("pool %d: snapshot took %d bytes, more than %d chunks of ≤ %d", p.idx, p.buf.Len()-before, chunks, p.r.chunkLimit)
@@ -214,10 +195,9 @@ func (p *pool) resubscribe() {
 	}
 	p.deliver() // any chunk count mismatch fails here: too few never installs, too many leave bytes
 	st := p.laneStatus()
-	if !st.Ready || st.InstalledSequence != snap.Sequence || st.Lease != lease {
-		t.Fatalf("pool %d: after install lane ready=%v at %d lease %+v, want ready at %d lease %+v",
-			p.idx, st.Ready, st.InstalledSequence, st.Lease, snap.Sequence, lease)
-	}
+	require.True(t, st.Ready, "pool %d: lane ready after install", p.idx)
+	require.Equal(t, snap.Sequence, st.InstalledSequence, "pool %d: lane sequence after install", p.idx)
+	require.Equal(t, lease, st.Lease, "pool %d: lane lease after install", p.idx)
 	if w := p.laneWords(); !slices.Equal(w, snap.Words) {
 		t.Fatalf("pool %d: installed lane differs from the snapshot in %s", p.idx, diffWords(w, snap.Words))
 	}
@@ -225,9 +205,7 @@ func (p *pool) resubscribe() {
 
 // flush publishes the actor's pending tail.
 func (p *pool) flush() {
-	if err := p.h.Flush(p.r.ctx); err != nil {
-		p.r.t.Fatalf("pool %d: Flush: %v", p.idx, err)
-	}
+	require.NoError(p.r.t, p.h.Flush(p.r.ctx), "pool %d: Flush", p.idx)
 }
 
 // pump moves what the subscription holds over the link into the consumer.
@@ -244,9 +222,7 @@ func (p *pool) heartbeat(seq uint64) {
 	p.r.t.Helper()
 	f := wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{
 		Identity: p.h.Identity(), Lease: p.lease, LastSequence: seq, UnixMicros: 1_700_000_000_000_000}}
-	if err := p.w.WriteFrame(&f); err != nil {
-		p.r.t.Fatalf("pool %d: WriteFrame(heartbeat): %v", p.idx, err)
-	}
+	require.NoError(p.r.t, p.w.WriteFrame(&f), "pool %d: WriteFrame(heartbeat)", p.idx)
 	p.queue = append(p.queue, sentFrame{kind: wire.KindHeartbeat, sequence: seq})
 	p.deliver()
 }

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/producer"
 )
@@ -79,9 +81,7 @@ func (p *pool) admit(m *member, epoch uint64, ev ckf.RouterEvent, wantErr error)
 	p.nextEventID++
 	ev.EventID = p.nextEventID
 	shadowEv := cloneEvent(ev)
-	if err := p.h.AdmitEvent(p.r.ctx, epoch, ev); err != nil {
-		t.Fatalf("pool %d: AdmitEvent: %v", p.idx, err)
-	}
+	require.NoError(t, p.h.AdmitEvent(p.r.ctx, epoch, ev), "pool %d: AdmitEvent", p.idx)
 	switch {
 	case m.epochKnown && epoch < m.epoch:
 		p.wantStale++
@@ -95,9 +95,7 @@ func (p *pool) admit(m *member, epoch uint64, ev ckf.RouterEvent, wantErr error)
 	p.shadow.Flush() // the shadow publishes nothing; keep its window small
 	switch {
 	case wantErr != nil:
-		if !errors.Is(out.FirstError, wantErr) {
-			t.Fatalf("pool %d: shadow event error %v, model expects %v", p.idx, out.FirstError, wantErr)
-		}
+		require.ErrorIs(t, out.FirstError, wantErr, "pool %d: shadow event error (want the model's)", p.idx)
 		p.wantFaults = append(p.wantFaults, wantErr)
 	case errors.Is(out.FirstError, ckf.ErrCapacityExhausted):
 		p.wantCapacityEvents++
@@ -229,17 +227,15 @@ func (p *pool) reset(m *member, epoch uint64, degraded bool) {
 	err := p.h.ResetRank(p.r.ctx, epoch, m.id, degraded)
 	if m.epochKnown && epoch < m.epoch {
 		var se *producer.StaleSourceEpochError
-		if !errors.As(err, &se) || !errors.Is(err, producer.ErrStaleSourceEpoch) || se.Current != m.epoch || se.Received != epoch {
-			t.Fatalf("pool %d: ResetRank at stale epoch %d (member at %d): got %v", p.idx, epoch, m.epoch, err)
-		}
+		require.ErrorIs(t, err, producer.ErrStaleSourceEpoch, "pool %d: ResetRank at stale epoch %d (member at %d)", p.idx, epoch, m.epoch)
+		require.ErrorAs(t, err, &se, "pool %d: ResetRank at stale epoch %d", p.idx, epoch)
+		require.Equal(t, m.epoch, se.Current, "pool %d: stale epoch error: current", p.idx)
+		require.Equal(t, epoch, se.Received, "pool %d: stale epoch error: received", p.idx)
 		return
 	}
-	if err != nil {
-		t.Fatalf("pool %d: ResetRank(%d): %v", p.idx, epoch, err)
-	}
-	if _, err := p.shadow.RemoveRank(m.id); err != nil {
-		t.Fatalf("pool %d: shadow RemoveRank: %v", p.idx, err)
-	}
+	require.NoError(t, err, "pool %d: ResetRank(%d)", p.idx, epoch)
+	_, err = p.shadow.RemoveRank(m.id)
+	require.NoError(t, err, "pool %d: shadow RemoveRank", p.idx)
 	clear(m.held)
 	m.epoch, m.epochKnown = epoch, true
 	if degraded {
@@ -269,17 +265,12 @@ func (p *pool) replace(ms []*member, epochs []uint64, keep func(*block) bool) {
 	}
 	err := p.h.ReplaceRanks(p.r.ctx, reps)
 	if stale {
-		if !errors.Is(err, producer.ErrStaleSourceEpoch) {
-			t.Fatalf("pool %d: ReplaceRanks with a stale epoch: got %v, want ErrStaleSourceEpoch", p.idx, err)
-		}
+		require.ErrorIs(t, err, producer.ErrStaleSourceEpoch, "pool %d: ReplaceRanks with a stale epoch", p.idx)
 		return
 	}
-	if err != nil {
-		t.Fatalf("pool %d: ReplaceRanks: %v", p.idx, err)
-	}
-	if _, err := p.shadow.ReplaceRanks(shadowReps); err != nil {
-		t.Fatalf("pool %d: shadow ReplaceRanks: %v", p.idx, err)
-	}
+	require.NoError(t, err, "pool %d: ReplaceRanks", p.idx)
+	_, err = p.shadow.ReplaceRanks(shadowReps)
+	require.NoError(t, err, "pool %d: shadow ReplaceRanks", p.idx)
 	for i, m := range ms {
 		m.held = kept[i]
 		m.epoch, m.epochKnown = epochs[i], true

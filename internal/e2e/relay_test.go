@@ -6,6 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"pgregory.net/rapid"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -193,24 +195,23 @@ func TestRelay_LostDeltaDeactivatesAtTheNextDelta(t *testing.T) {
 	p.storeChain(m, m.sorted()[2], []uint64{4})
 	p.flush()
 	p.pump() // lost in transit: the lane is still ready, one delta behind
-	if st := p.laneStatus(); !st.Ready || st.InstalledSequence != p.lastSeq-1 {
-		t.Fatalf("after the loss: lane ready=%v at %d, want ready at %d", st.Ready, st.InstalledSequence, p.lastSeq-1)
-	}
+	st := p.laneStatus()
+	require.True(t, st.Ready, "after the loss: lane ready")
+	require.Equal(t, p.lastSeq-1, st.InstalledSequence, "after the loss: one delta behind")
 	p.storeChain(m, nil, []uint64{5})
 	p.flush()
 	p.pump()
 	want := []consumer.Result{{Outcome: consumer.Deactivated, Fault: consumer.BaseSequenceMismatch, Lane: 5}}
-	if len(p.faultLog) != 1 || p.faultLog[0].Outcome != want[0].Outcome || p.faultLog[0].Fault != want[0].Fault {
-		t.Fatalf("got %v, want %v", p.faultLog, want)
-	}
+	require.Len(t, p.faultLog, 1, "faults")
+	require.Equal(t, want[0].Outcome, p.faultLog[0].Outcome, "fault outcome")
+	require.Equal(t, want[0].Fault, p.faultLog[0].Fault, "fault")
 	if r.cons.ReadyMask() != 0 {
 		t.Fatalf("ready mask %#x after the gap, want 0", r.cons.ReadyMask())
 	}
 	epoch := p.lease.AssignmentEpoch
 	r.checkpoint([]int{0}) // recovers with a new epoch and a snapshot, then checks every chain
-	if p.lease.AssignmentEpoch != epoch+1 || r.recoveries != 1 {
-		t.Fatalf("lease epoch %d (was %d), %d recoveries; want a new epoch and one recovery", p.lease.AssignmentEpoch, epoch, r.recoveries)
-	}
+	require.Equal(t, epoch+1, p.lease.AssignmentEpoch, "a new lease epoch")
+	require.Equal(t, 1, r.recoveries, "recoveries")
 	p.shutdown()
 }
 
@@ -219,9 +220,9 @@ func TestRelay_LostDeltaOnAnIdleStreamDeactivatesAtTheHeartbeat(t *testing.T) {
 	p.storeChain(m, nil, []uint64{1, 2})
 	p.dropNext = true
 	r.checkpoint([]int{0}) // flush, lose the delta, heartbeat detects, new lease recovers
-	if len(p.faultLog) != 1 || p.faultLog[0].Fault != consumer.HeartbeatSequenceMismatch || r.recoveries != 1 {
-		t.Fatalf("faults %v, %d recoveries; want one HeartbeatSequenceMismatch and one recovery", p.faultLog, r.recoveries)
-	}
+	require.Len(t, p.faultLog, 1, "faults")
+	require.Equal(t, consumer.HeartbeatSequenceMismatch, p.faultLog[0].Fault, "fault")
+	require.Equal(t, 1, r.recoveries, "recoveries")
 	p.shutdown()
 }
 
@@ -233,12 +234,10 @@ func TestRelay_LostFinalDeltaFailsTheDrainMarker(t *testing.T) {
 	p.dropNext = true
 	p.storeChain(m, nil, []uint64{3})
 	p.restart() // shutdown: the last delta is lost, the drain marker says so
-	if len(p.faultLog) != 1 || p.faultLog[0].Fault != consumer.TerminalSequenceMismatch {
-		t.Fatalf("faults %v, want one TerminalSequenceMismatch", p.faultLog)
-	}
-	if p.incarnation != 2 || r.recoveries != 1 {
-		t.Fatalf("incarnation %d, %d recoveries; want the second incarnation installed", p.incarnation, r.recoveries)
-	}
+	require.Len(t, p.faultLog, 1, "faults")
+	require.Equal(t, consumer.TerminalSequenceMismatch, p.faultLog[0].Fault, "fault")
+	require.EqualValues(t, 2, p.incarnation, "the second incarnation installed")
+	require.Equal(t, 1, r.recoveries, "recoveries")
 	r.checkQueries()
 	p.shutdown()
 }
@@ -255,8 +254,8 @@ func TestRelay_ShutdownDrainMarkerIsAcknowledgedExactly(t *testing.T) {
 	p.storeChain(o, nil, []uint64{6}) // still in the subscription at Shutdown
 	p.shutdown()
 	st := p.laneStatus()
-	if !st.Ready || st.InstalledSequence != p.lastSeq || st.Stats.DrainsAcknowledged != 1 || len(p.faultLog) != 0 {
-		t.Fatalf("lane ready=%v at %d, %d drains acknowledged, faults %v; want ready at %d, one drain, no fault",
-			st.Ready, st.InstalledSequence, st.Stats.DrainsAcknowledged, p.faultLog, p.lastSeq)
-	}
+	require.True(t, st.Ready, "lane ready")
+	require.Equal(t, p.lastSeq, st.InstalledSequence, "lane sequence")
+	require.Equal(t, uint64(1), st.Stats.DrainsAcknowledged, "drains acknowledged")
+	require.Empty(t, p.faultLog, "faults")
 }

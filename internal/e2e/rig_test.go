@@ -3,10 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -24,7 +25,9 @@ var testDomain = ckf.Domain{
 // tb is what the rig needs from *testing.T and *rapid.T.
 type tb interface {
 	Helper()
+	Errorf(format string, args ...any)
 	Fatalf(format string, args ...any)
+	FailNow()
 	Logf(format string, args ...any)
 }
 
@@ -125,9 +128,7 @@ func newRig(t tb, cfg rigConfig) *rig {
 	base.MaxKicks = cfg.MaxKicks
 	base.VerificationWindow = cfg.VerificationWindow
 	f, err := base.Format()
-	if err != nil {
-		t.Fatalf("format of %v: %v", cfg, err)
-	}
+	require.NoError(t, err, "format of %v", cfg)
 	r.format = f
 	r.acfg = producer.DefaultConfig()
 	r.acfg.PublicationDelay = cfg.PublicationDelay
@@ -137,9 +138,9 @@ func newRig(t tb, cfg rigConfig) *rig {
 	r.acfg.SubscriberBuffer = 4096
 	r.acfg.Logger = slog.New(slog.DiscardHandler)
 	r.chunkLimit = wire.MaxSnapshotChunkOverhead + 8*cfg.ChunkWords
-	if n, err := wire.ChunkWords(r.chunkLimit); err != nil || n != cfg.ChunkWords {
-		t.Fatalf("ChunkWords(%d) = %d, %v; want %d", r.chunkLimit, n, err, cfg.ChunkWords)
-	}
+	n, err := wire.ChunkWords(r.chunkLimit)
+	require.NoError(t, err, "ChunkWords(%d)", r.chunkLimit)
+	require.Equal(t, cfg.ChunkWords, n, "ChunkWords(%d)", r.chunkLimit)
 
 	m := consumer.Manifest{
 		ConsumerInstance:   consumerInstance,
@@ -169,9 +170,7 @@ func newRig(t tb, cfg rigConfig) *rig {
 		r.pools = append(r.pools, p)
 	}
 	c, err := consumer.New(m)
-	if err != nil {
-		t.Fatalf("consumer.New: %v", err)
-	}
+	require.NoError(t, err, "consumer.New")
 	r.cons = c
 	for _, p := range r.pools {
 		p.start()
@@ -195,17 +194,13 @@ func (p *pool) start() {
 	t := p.r.t
 	t.Helper()
 	pl, err := ckf.NewPool(p.cfg)
-	if err != nil {
-		t.Fatalf("pool %d: NewPool: %v", p.idx, err)
-	}
-	if p.shadow, err = ckf.NewPool(p.cfg); err != nil {
-		t.Fatalf("pool %d: NewPool (shadow): %v", p.idx, err)
-	}
+	require.NoError(t, err, "pool %d: NewPool", p.idx)
+	p.shadow, err = ckf.NewPool(p.cfg)
+	require.NoError(t, err, "pool %d: NewPool (shadow)", p.idx)
 	p.incarnation++
 	scope := producer.Scope{Pool: p.id, ProducerIncarnation: p.incarnation, LayoutGeneration: 1}
-	if p.h, p.faults, err = producer.Start(pl, scope, p.r.acfg); err != nil {
-		t.Fatalf("pool %d: Start: %v", p.idx, err)
-	}
+	p.h, p.faults, err = producer.Start(pl, scope, p.r.acfg)
+	require.NoError(t, err, "pool %d: Start", p.idx)
 	p.running = true
 	p.sub = nil
 	p.wantFaults, p.wantStale, p.wantUnknownEvents, p.wantCapacityEvents, p.wantDegraded = nil, 0, 0, 0, 0
@@ -220,22 +215,18 @@ func (p *pool) start() {
 func (p *pool) shutdown() {
 	t := p.r.t
 	t.Helper()
-	if err := p.h.Shutdown(p.r.ctx); err != nil {
-		t.Fatalf("pool %d: Shutdown: %v", p.idx, err)
-	}
+	require.NoError(t, p.h.Shutdown(p.r.ctx), "pool %d: Shutdown", p.idx)
 	p.running = false
 	p.forward(p.sub, true)
-	if err := p.sub.Err(); !errors.Is(err, producer.ErrShuttingDown) || errors.Is(err, producer.ErrFenced) {
-		t.Fatalf("pool %d: stream ended with %v, want a graceful ErrShuttingDown", p.idx, err)
-	}
+	err := p.sub.Err()
+	require.ErrorIs(t, err, producer.ErrShuttingDown, "pool %d: the stream's end", p.idx)
+	require.NotErrorIs(t, err, producer.ErrFenced, "pool %d: a graceful end", p.idx)
 	m, ok := p.sub.DrainMarker()
-	if !ok || m.Lease != p.lease || m.ExpectedSequence != p.lastSeq {
-		t.Fatalf("pool %d: drain marker %+v (ok %v), want lease %+v at %d", p.idx, m, ok, p.lease, p.lastSeq)
-	}
+	require.True(t, ok, "pool %d: a drain marker", p.idx)
+	require.Equal(t, p.lease, m.Lease, "pool %d: drain marker lease", p.idx)
+	require.Equal(t, p.lastSeq, m.ExpectedSequence, "pool %d: drain marker sequence", p.idx)
 	f := wire.Frame{Kind: wire.KindDrainMarker, Drain: m}
-	if err := p.w.WriteFrame(&f); err != nil {
-		t.Fatalf("pool %d: WriteFrame(drain): %v", p.idx, err)
-	}
+	require.NoError(t, p.w.WriteFrame(&f), "pool %d: WriteFrame(drain)", p.idx)
 	p.queue = append(p.queue, sentFrame{kind: wire.KindDrainMarker, sequence: m.ExpectedSequence})
 	lost := p.lost
 	p.deliver()

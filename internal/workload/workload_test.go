@@ -1,33 +1,30 @@
 package workload
 
 import (
-	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
 func TestTraceReader_Mooncake(t *testing.T) {
 	f, err := os.Open("testdata/mooncake_head200.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	reqs, err := ReadTrace(f)
-	if err != nil {
-		t.Fatalf("ReadTrace: %v", err)
-	}
+	require.NoError(t, err, "ReadTrace")
 	if got, want := len(reqs), 200; got != want {
 		t.Fatalf("read %d requests, want %d", got, want)
 	}
 	if got, want := len(reqs[0].HashIDs), 79; got != want {
 		t.Errorf("first request has %d blocks, want %d", got, want)
 	}
-	if reqs[0].InputLength != 40160 || reqs[0].OutputLength != 6 {
-		t.Errorf("first request lengths = %d/%d, want 40160/6", reqs[0].InputLength, reqs[0].OutputLength)
-	}
+	assert.EqualValues(t, 40160, reqs[0].InputLength, "first request input length")
+	assert.EqualValues(t, 6, reqs[0].OutputLength, "first request output length")
 }
 
 func TestTraceReader_MalformedLineNumbers(t *testing.T) {
@@ -48,15 +45,9 @@ func TestTraceReader_MalformedLineNumbers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ReadTrace(strings.NewReader(c.input))
 			var te *TraceError
-			if !errors.As(err, &te) {
-				t.Fatalf("err = %v, want *TraceError", err)
-			}
-			if te.Line != c.line {
-				t.Errorf("line = %d, want %d (%v)", te.Line, c.line, err)
-			}
-			if !errors.Is(err, ErrMalformedTrace) {
-				t.Errorf("errors.Is(err, ErrMalformedTrace) = false")
-			}
+			require.ErrorAs(t, err, &te)
+			assert.Equal(t, c.line, te.Line, "line of %v", err)
+			assert.ErrorIs(t, err, ErrMalformedTrace)
 		})
 	}
 }
@@ -68,25 +59,18 @@ func TestTraceReader_MalformedLineNumbers(t *testing.T) {
 // what the ranks hold.
 func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 	f, err := os.Open("testdata/mooncake_head200.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	reqs, err := ReadTrace(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fleet, err := NewFleet(FleetConfig{DataCenters: 3, WorkersPerDC: 2, RanksPerWorker: 2, BlocksPerRank: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pools := make([]*ckf.Pool, 3)
 	for i := range pools {
 		cfg := ckf.DefaultConfig()
 		cfg.ExpectedBlocks = 4 * 300 * 2 // generous: no capacity omissions expected
-		if pools[i], err = ckf.NewPool(cfg); err != nil {
-			t.Fatal(err)
-		}
+		pools[i], err = ckf.NewPool(cfg)
+		require.NoError(t, err)
 	}
 	var events []ckf.RouterEvent
 	for n, req := range reqs {
@@ -108,8 +92,9 @@ func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 		for i, c := range chain {
 			owners, resident := pools[dc].Owners(c)
 			held := fleet.dcs[dc].held[c]
-			if int(owners) != held || (held > 0 && !resident) {
-				t.Fatalf("request %d block %d: pool owners=%d resident=%v, fleet ranks holding=%d", n, i, owners, resident, held)
+			require.Equal(t, held, int(owners), "request %d block %d: pool owners (want the fleet's ranks holding it)", n, i)
+			if held > 0 {
+				require.True(t, resident, "request %d block %d: held but not resident", n, i)
 			}
 		}
 		if d := fleet.Depth(dc, chain); d > len(chain) || d < fleet.RankDepth(dc, r, chain) {
@@ -120,9 +105,7 @@ func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 
 func TestFleet_EvictionKeepsCapacity(t *testing.T) {
 	fleet, err := NewFleet(FleetConfig{DataCenters: 1, WorkersPerDC: 1, RanksPerWorker: 1, BlocksPerRank: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	g := NewSynthetic(DefaultSyntheticConfig())
 	pool, _ := ckf.NewPool(ckf.Config{ExpectedBlocks: 64, Seed: ckf.DefaultSeed, MaxKicks: 500, VerificationWindow: 2, PublishEveryNEvents: 1})
 	var events []ckf.RouterEvent

@@ -1,8 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -30,16 +32,16 @@ func TestRegistry_ViewStaysInsideOneBuffer(t *testing.T) {
 		{"other buffer", base(b) + 99, 1, true},
 	} {
 		v, ok := r.view(tc.p, tc.n)
-		if ok != tc.ok || (ok && uint64(len(v)) != tc.n) {
-			t.Errorf("%s: got ok=%v len=%d, want ok=%v len=%d", tc.name, ok, len(v), tc.ok, tc.n)
+		if assert.Equal(t, tc.ok, ok, "%s: ok", tc.name) && ok {
+			assert.Equal(t, tc.n, uint64(len(v)), "%s: length", tc.name)
 		}
 	}
 	if r.alloc(abi.MaxAlloc+1) != nil {
 		t.Error("alloc above MaxAlloc: got a buffer, want nil")
 	}
-	if !r.free(pa) || r.free(pa) || r.free(base(b)+1) {
-		t.Error("free: want true once for a base, false after and for an interior pointer")
-	}
+	assert.True(t, r.free(pa), "free of a base")
+	assert.False(t, r.free(pa), "second free of a base")
+	assert.False(t, r.free(base(b)+1), "free of an interior pointer")
 	if _, ok := r.view(pa, 1); ok {
 		t.Error("view of a freed buffer: got ok")
 	}
@@ -92,9 +94,9 @@ func TestGuest_ConfigureFailureKeepsConsumer(t *testing.T) {
 		{"no lanes", abi.AppendManifest(nil, &consumer.Manifest{VerificationWindow: 2, Format: m.Format}), abi.ErrInvalidManifest},
 		{"table above 1 GiB", abi.AppendManifest(nil, &big), abi.ErrOutOfMemory},
 	} {
-		if c := g.configure(tc.b); c != tc.want || g.c != before || g.lastErr == "" {
-			t.Errorf("%s: got %v (consumer kept %v, message %q), want %v", tc.name, c, g.c == before, g.lastErr, tc.want)
-		}
+		assert.Equal(t, tc.want, g.configure(tc.b), tc.name)
+		assert.Same(t, before, g.c, "%s: consumer kept", tc.name)
+		assert.NotEmpty(t, g.lastErr, "%s: message", tc.name)
 	}
 }
 
@@ -103,15 +105,15 @@ func TestGuest_ApplyDecodeErrorDetail(t *testing.T) {
 	m := testManifest()
 	g.configure(abi.AppendManifest(nil, &m))
 	frame, err := wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: ckf.LaneLease{PhysicalLane: 2}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := g.apply(frame[:len(frame)-1]); c != abi.ErrFrameTruncated || g.last.Result.Lane != -1 || g.last.Code != c {
-		t.Errorf("truncated: got %v, last %+v", c, g.last)
-	}
-	if c := g.apply(frame); c != abi.Code(consumer.IgnoredForeignLease) || g.last.Result.Lane != 2 || g.last.Kind != uint8(wire.KindDrainMarker) {
-		t.Errorf("drain on an unassigned lane: got %v, last %+v", c, g.last)
-	}
+	require.NoError(t, err)
+	c := g.apply(frame[:len(frame)-1])
+	assert.Equal(t, abi.ErrFrameTruncated, c, "truncated")
+	assert.Equal(t, -1, g.last.Result.Lane, "truncated: lane")
+	assert.Equal(t, c, g.last.Code, "truncated: recorded code")
+	c = g.apply(frame)
+	assert.Equal(t, abi.Code(consumer.IgnoredForeignLease), c, "drain on an unassigned lane")
+	assert.Equal(t, 2, g.last.Result.Lane, "drain on an unassigned lane: lane")
+	assert.Equal(t, uint8(wire.KindDrainMarker), g.last.Kind, "drain on an unassigned lane: kind")
 	if l := g.frameLane(frame); l != 2 {
 		t.Errorf("frameLane = %d, want 2", l)
 	}
@@ -148,13 +150,11 @@ func TestGuest_QueryArguments(t *testing.T) {
 	// The Unavailable record still says how many blocks were asked.
 	var r consumer.QueryResult
 	abi.ReadQueryRecord(out, &r)
-	if r.Mask != 0 || r.Blocks != 1 {
-		t.Errorf("unavailable record: got %+v, want mask 0, 1 block", r)
-	}
+	assert.Zero(t, r.Mask, "unavailable record: mask")
+	assert.Equal(t, 1, r.Blocks, "unavailable record: blocks")
 	words := make([]byte, 8*16)
-	if c := g.laneWords(2, words); c != 16 || !bytes.Equal(words, make([]byte, 8*16)) {
-		t.Errorf("lane words: got %v", c)
-	}
+	assert.Equal(t, abi.Code(16), g.laneWords(2, words), "lane words")
+	assert.Equal(t, make([]byte, 8*16), words, "lane words")
 	if c := g.laneWords(2, words[:8*15]); c != abi.ErrBufferTooSmall {
 		t.Errorf("lane words short buffer: got %v, want BufferTooSmall", c)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -81,9 +83,7 @@ func benchSetup(b *testing.B) *benchEnv {
 		e.rt, benchErr = host.NewRuntime(context.Background(), host.NewConfig().WithCompilationCacheDir(cacheDir()))
 		bench = e
 	})
-	if benchErr != nil {
-		b.Fatal(benchErr)
-	}
+	require.NoError(b, benchErr)
 	return bench
 }
 
@@ -95,9 +95,7 @@ func (e *benchEnv) snapshotFrame(b *testing.B, dst []byte, l int, epoch, seq uin
 	f := wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: wire.SnapshotChunk{Identity: e.ids[l], Lease: e.lease(l, epoch),
 		Sequence: seq, ChunkCount: 1, Words: e.words}}
 	out, err := wire.AppendFrame(dst[:0], &f)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	return out
 }
 
@@ -108,24 +106,18 @@ func (e *benchEnv) impls(b *testing.B, lanes int) []struct {
 	c    client.Lanes
 } {
 	n, err := client.NewNative(e.manifest)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	in, err := e.rt.NewInstance(context.Background(), e.manifest)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	b.Cleanup(func() { in.Close() })
 	var frame []byte
 	for _, c := range []client.Lanes{n, in} {
 		for l := range lanes {
-			if err := c.Assign(e.ids[l], e.lease(l, 1)); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, c.Assign(e.ids[l], e.lease(l, 1)))
 			frame = e.snapshotFrame(b, frame, l, 1, 1)
-			if r, err := c.ApplyFrame(frame); err != nil || r.Outcome != consumer.SnapshotInstalled {
-				b.Fatalf("snapshot: %v %v", r, err)
-			}
+			r, err := c.ApplyFrame(frame)
+			require.NoError(b, err, "snapshot")
+			require.Equal(b, consumer.SnapshotInstalled, r.Outcome, "snapshot: %v", r)
 		}
 	}
 	return []struct {
@@ -236,9 +228,8 @@ func BenchmarkDeltaApply(b *testing.B) {
 			}
 		}
 		var err error
-		if frames[i], err = wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindDelta, Delta: d}); err != nil {
-			b.Fatal(err)
-		}
+		frames[i], err = wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindDelta, Delta: d})
+		require.NoError(b, err)
 	}
 	for _, im := range e.impls(b, 1) {
 		b.Run("impl="+im.name, func(b *testing.B) {
@@ -279,9 +270,7 @@ func BenchmarkInstantiateConfigure(b *testing.B) {
 	b.Run("impl=native", func(b *testing.B) {
 		for b.Loop() {
 			n, err := client.NewNative(e.manifest)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			if _, err := n.Stats(); err != nil {
 				b.Fatal(err)
 			}
@@ -290,13 +279,9 @@ func BenchmarkInstantiateConfigure(b *testing.B) {
 	b.Run("impl=wasm", func(b *testing.B) {
 		for b.Loop() {
 			rt, err := host.NewRuntime(ctx, host.NewConfig().WithCompilationCacheDir(dir))
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			in, err := rt.NewInstance(ctx, e.manifest)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			in.Close()
 			rt.Close(ctx)
 		}
@@ -324,19 +309,14 @@ func BenchmarkQueryParallel(b *testing.B) {
 	ctx := context.Background()
 	in := e.impls(b, ckf.MaxLanes)[1].c
 	pool, err := e.rt.NewPool(ctx, e.manifest, 2)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	b.Cleanup(func() { pool.Close() })
 	var frame []byte
 	for l := range ckf.MaxLanes {
-		if err := pool.Assign(e.ids[l], e.lease(l, 1)); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, pool.Assign(e.ids[l], e.lease(l, 1)))
 		frame = e.snapshotFrame(b, frame, l, 1, 1)
-		if _, err := pool.ApplyFrame(frame); err != nil {
-			b.Fatal(err)
-		}
+		_, err := pool.ApplyFrame(frame)
+		require.NoError(b, err)
 	}
 	req := e.tokens[:128*benchBlockSize]
 	for _, im := range []struct {

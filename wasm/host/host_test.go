@@ -2,13 +2,15 @@ package host_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
@@ -33,9 +35,7 @@ func newRuntime(t testing.TB, cfg host.Config) *host.Runtime {
 	t.Helper()
 	ctx := context.Background()
 	rt, err := host.NewRuntime(ctx, cfg.WithCompilationCacheDir(cacheDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { rt.Close(ctx) })
 	return rt
 }
@@ -48,9 +48,7 @@ func TestEmbeddedModule_UpToDate(t *testing.T) {
 		t.Skip("builds the guest (≈ 10 s); runs without -short")
 	}
 	stamp, err := os.ReadFile(filepath.Join(root, wasmbuild.StampPath))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if tc, _, _ := strings.Cut(string(stamp), " "); tc != runtime.Version() {
 		msg := fmt.Sprintf("module was built with %s, this toolchain is %s: byte-for-byte comparison needs the same Go", tc, runtime.Version())
 		if os.Getenv("CI") != "" {
@@ -58,9 +56,8 @@ func TestEmbeddedModule_UpToDate(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
-	if _, err := wasmbuild.Check(root); err != nil {
-		t.Fatal(err)
-	}
+	_, err = wasmbuild.Check(root)
+	require.NoError(t, err)
 }
 
 func testManifest(lanes ...int) consumer.Manifest {
@@ -79,14 +76,10 @@ func TestRuntime_NewInstanceErrorsMatchNative(t *testing.T) {
 	_, nerr := client.NewNative(bad)
 	_, werr := rt.NewInstance(ctx, bad)
 	for _, err := range []error{nerr, werr} {
-		if !errors.Is(err, consumer.ErrInvalidManifest) {
-			t.Errorf("got %v, want an error matching consumer.ErrInvalidManifest", err)
-		}
+		assert.ErrorIs(t, err, consumer.ErrInvalidManifest)
 	}
 	var he *host.Error
-	if !errors.As(werr, &he) {
-		t.Fatalf("got %T, want *host.Error", werr)
-	}
+	require.ErrorAs(t, werr, &he)
 }
 
 func TestNewRuntime_RejectsBadConfig(t *testing.T) {
@@ -106,9 +99,7 @@ func TestNewRuntime_RejectsBadConfig(t *testing.T) {
 			if err == nil {
 				rt.Close(ctx)
 			}
-			if !errors.Is(err, tc.want) {
-				t.Errorf("got %v, want %v", err, tc.want)
-			}
+			assert.ErrorIs(t, err, tc.want)
 		})
 	}
 }

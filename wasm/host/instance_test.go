@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/conformance"
@@ -30,34 +33,24 @@ func tokens(base uint32, blocks int) []uint32 {
 func readyPair(t testing.TB, rt *host.Runtime, lanes int) (*conformance.Fixture, *client.Native, *host.Instance) {
 	t.Helper()
 	fx, err := conformance.NewFixture(200, lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	n, err := client.NewNative(fx.Manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	in, err := rt.NewInstance(context.Background(), fx.Manifest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { in.Close() })
 	for l := range lanes {
 		fx.Store(l, tokens(uint32(l)*1000, 3+l), blockSize)
 		for _, c := range []client.Lanes{n, in} {
-			if err := c.Assign(fx.Identity(l), fx.Lease(l, 1)); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, c.Assign(fx.Identity(l), fx.Lease(l, 1)))
 		}
 		frames, err := fx.Subscribe(l, fx.Lease(l, 1), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, f := range frames {
 			for _, c := range []client.Lanes{n, in} {
-				if r, err := c.ApplyFrame(f); err != nil || r.Outcome != consumer.SnapshotInstalled {
-					t.Fatalf("snapshot: got %v, %v", r, err)
-				}
+				r, err := c.ApplyFrame(f)
+				require.NoError(t, err, "snapshot")
+				require.Equal(t, consumer.SnapshotInstalled, r.Outcome, "snapshot: %v", r)
 			}
 		}
 	}
@@ -70,34 +63,22 @@ func readyPair(t testing.TB, rt *host.Runtime, lanes int) (*conformance.Fixture,
 func TestInstance_ResetAfterTrap(t *testing.T) {
 	rt := newRuntime(t, host.NewConfig().WithMemoryLimitPages(512)) // 32 MiB
 	fx, _, in := readyPair(t, rt, 2)
-	if err := in.Assign(fx.Identity(1), fx.Lease(1, 7)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, in.Assign(fx.Identity(1), fx.Lease(1, 7)))
 	_, err := in.ApplyFrame(make([]byte, 40<<20)) // the input buffer alone exceeds the limit
-	if !errors.Is(err, host.ErrInstanceReset) {
-		t.Fatalf("got %v, want ErrInstanceReset", err)
-	}
-	if in.Resets() != 1 {
-		t.Errorf("Resets() = %d, want 1", in.Resets())
-	}
+	require.ErrorIs(t, err, host.ErrInstanceReset)
+	assert.Equal(t, 1, in.Resets(), "Resets()")
 	for l, epoch := range []uint64{1, 7} {
 		s, err := in.LaneStatus(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Ready || s.Assigned || s.LastEpoch != epoch || !s.Configured {
-			t.Errorf("lane %d after reset: got %+v, want configured, unassigned, last epoch %d", l, s, epoch)
-		}
-		if err := in.Assign(fx.Identity(l), fx.Lease(l, epoch)); !errors.Is(err, consumer.ErrStaleAssignmentEpoch) {
-			t.Errorf("lane %d: re-assign epoch %d: got %v, want ErrStaleAssignmentEpoch", l, epoch, err)
-		}
+		require.NoError(t, err)
+		assert.True(t, s.Configured, "lane %d after reset: configured", l)
+		assert.False(t, s.Assigned, "lane %d after reset: assigned", l)
+		assert.False(t, s.Ready, "lane %d after reset: ready", l)
+		assert.Equal(t, epoch, s.LastEpoch, "lane %d after reset: last epoch", l)
+		assert.ErrorIs(t, in.Assign(fx.Identity(l), fx.Lease(l, epoch)), consumer.ErrStaleAssignmentEpoch, "lane %d: re-assign epoch %d", l, epoch)
 	}
-	if err := in.Assign(fx.Identity(1), fx.Lease(1, 8)); err != nil {
-		t.Errorf("assign a newer epoch after reset: %v", err)
-	}
-	if _, err := in.Stats(); err != nil {
-		t.Errorf("stats after reset: %v", err)
-	}
+	assert.NoError(t, in.Assign(fx.Identity(1), fx.Lease(1, 8)), "assign a newer epoch after reset")
+	_, err = in.Stats()
+	assert.NoError(t, err, "stats after reset")
 }
 
 // TestInstance_hammer runs queries from several goroutines while one
@@ -108,14 +89,10 @@ func TestInstance_hammer(t *testing.T) {
 	fx, n, in := readyPair(t, rt, 3)
 	req := tokens(1000, 5) // lane 1's stored request
 	var want consumer.QueryResult
-	if err := n.QueryTokens(req, blockSize, 1337, &want); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, n.QueryTokens(req, blockSize, 1337, &want))
 	want.Probes = 0
 	hb, err := fx.DrainFrame(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	const P, N = 4, 200
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -191,18 +168,15 @@ func FuzzInstance_MatchesNative(f *testing.F) {
 		if in.Resets() != 0 {
 			t.Fatalf("the instance trapped: %v", errW)
 		}
-		if rn != rw || (errN == nil) != (errW == nil) {
-			t.Fatalf("native %v (%v), wasm %v (%v)", rn, errN, rw, errW)
-		}
-		if errN != nil && !errors.Is(errW, errors.Unwrap(errN)) {
-			t.Fatalf("native error %v, wasm error %v: different sentinels", errN, errW)
+		require.Equal(t, rn, rw, "result: native (want), wasm (got)")
+		require.Equal(t, errN == nil, errW == nil, "native error %v, wasm error %v", errN, errW)
+		if errN != nil {
+			require.ErrorIs(t, errW, errors.Unwrap(errN), "native error %v, wasm error %v: different sentinels", errN, errW)
 		}
 		for l := range before {
 			wn, _ := n.AppendLaneWords(nil, l)
 			ww, _ := in.AppendLaneWords(nil, l)
-			if !reflect.DeepEqual(wn, ww) {
-				t.Fatalf("lane %d words differ between native and wasm", l)
-			}
+			require.Equal(t, wn, ww, "lane %d words: native (want), wasm (got)", l)
 			changed := rw.Outcome == consumer.Applied || rw.Outcome == consumer.SnapshotInstalled ||
 				rw.Outcome == consumer.SnapshotChunkAccepted
 			if (!changed || rw.Lane != l) && !reflect.DeepEqual(before[l], ww) {
