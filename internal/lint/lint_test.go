@@ -23,6 +23,7 @@ var allowed = map[string][]string{
 	"producer":          {"ckf", "wire", "golang.org/x/sync"},
 	"internal/hub":      {"ckf"},
 	"client":            {"ckf", "consumer", "wire"},
+	"internal/catalog":  {"ckf"},
 	"internal/workload": {"ckf", "github.com/zeebo/xxh3"},
 	"wasm/abi":          {"ckf", "consumer", "wire"},
 	"wasm/guest":        {"ckf", "consumer", "wire", "wasm/abi"},

@@ -109,3 +109,28 @@ test("encodeManifest and encodeAssignment write the Go encoder's bytes", () => {
   }
   assert.ok(checked > 10, `${checked} assignments`);
 });
+
+test("mutated frames either decode or fail with a FrameError, never anything else", () => {
+  // A small deterministic fuzz: flip, insert and delete bytes of valid frames.
+  let seed = 12345;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) & 0x7fffffff; return seed % n; };
+  const seeds = [golden, Buffer.from("940103932a050912", "hex"), Buffer.from("940105ad7368757474696e675f646f776ea3627965", "hex")];
+  let decoded = 0;
+  for (let i = 0; i < 20000; i++) {
+    const b = Buffer.from(seeds[rnd(seeds.length)]);
+    const m = Buffer.from(b);
+    let x = m;
+    switch (rnd(3)) {
+      case 0: x[rnd(x.length)] = rnd(256); break;
+      case 1: { const at = rnd(x.length); x = Buffer.concat([x.subarray(0, at), Buffer.of(rnd(256)), x.subarray(at)]); break; }
+      case 2: { const at = rnd(x.length); x = Buffer.concat([x.subarray(0, at), x.subarray(at + 1)]); break; }
+    }
+    try {
+      decodeFrame(x);
+      decoded++;
+    } catch (e) {
+      assert.ok(e instanceof FrameError, `${x.toString("hex")}: ${e}`);
+    }
+  }
+  assert.ok(decoded > 0);
+});
