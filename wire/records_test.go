@@ -64,7 +64,7 @@ func TestDecoder_ErrorsNameTheStandaloneField(t *testing.T) {
 	id := recordIdentity()
 	f := id.Format
 	b := wire.AppendFormat(nil, &f)
-	b[len(b)-1] = 0xd0 // slots_per_bucket: int8 …
+	b[len(b)-1] = 0xd0  // slots_per_bucket: int8 …
 	b = append(b, 0xff) // … -1
 	_, err := wire.NewDecoder(b).Format()
 	var de *wire.DecodeError
