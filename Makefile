@@ -5,7 +5,7 @@ PKGS      := ./...
 WASM_PKGS := ./ckf/... ./wire/... ./consumer/... ./wasm/guest
 FUZZTIME  ?= 20s
 
-.PHONY: all run test check vet fmt-check tidy-check wasm-check port-check wasm bench fuzz
+.PHONY: all run test js-test check vet fmt-check tidy-check wasm-check port-check wasm bench fuzz
 
 all: check test
 
@@ -17,6 +17,15 @@ run:
 test: check
 	$(GO) test -count=1 $(PKGS)
 	$(GO) test -count=1 -race -short $(PKGS)
+	$(MAKE) js-test
+
+## js-test: the JavaScript router client's tests under Node (node --test, against the real relay)
+js-test:
+	@if command -v node >/dev/null 2>&1; then \
+	  cd js && GO="$(GO)" node --test test/*.test.mjs; \
+	else \
+	  echo "js-test: skipped: node not found (install nodejs >= 20 to run the JavaScript router's tests)"; \
+	fi
 
 ## check: formatting, vet, cross-build for wasip1
 check: fmt-check tidy-check vet wasm-check port-check

@@ -120,23 +120,36 @@ func appendIdentity(b []byte, id *ckf.ProducerIdentity) ([]byte, error) {
 		return b, encodeError("digest source %v/%v", d.CacheSemantics.Source, d.RoutingScope.Source)
 	}
 	b = appendArrayLen(b, identityElems)
-	b = appendArrayLen(b, poolIDElems)
+	b = appendPoolID(b, &id.Pool)
+	b = appendUint(b, id.ProducerIncarnation)
+	b = appendUint(b, id.LayoutGeneration)
+	return appendFormat(b, &id.Format), nil
+}
+
+// appendDigests appends a domain's two (digest, source) pairs, the leading
+// elements of a pool_id and the whole of a domain.
+func appendDigests(b []byte, d *ckf.Domain) []byte {
 	b = appendBinHeader(b, 16)
 	b = append(b, d.CacheSemantics.Digest[:]...)
 	b = appendUint(b, uint64(d.CacheSemantics.Source))
 	b = appendBinHeader(b, 16)
 	b = append(b, d.RoutingScope.Digest[:]...)
-	b = appendUint(b, uint64(d.RoutingScope.Source))
-	b = appendUint(b, id.Pool.DCID)
-	b = appendUint(b, id.ProducerIncarnation)
-	b = appendUint(b, id.LayoutGeneration)
-	fm := &id.Format
+	return appendUint(b, uint64(d.RoutingScope.Source))
+}
+
+func appendPoolID(b []byte, p *ckf.PoolID) []byte {
+	b = appendArrayLen(b, poolIDElems)
+	b = appendDigests(b, &p.Domain)
+	return appendUint(b, p.DCID)
+}
+
+func appendFormat(b []byte, fm *ckf.Format) []byte {
 	b = appendArrayLen(b, formatElems)
 	b = appendUint(b, uint64(fm.Version))
 	b = appendUint(b, fm.Seed)
 	b = appendUint(b, fm.BucketCount)
 	b = appendUint(b, uint64(fm.FingerprintBits))
-	return appendUint(b, uint64(fm.SlotsPerBucket)), nil
+	return appendUint(b, uint64(fm.SlotsPerBucket))
 }
 
 func appendLease(b []byte, l *ckf.LaneLease) []byte {
@@ -444,22 +457,10 @@ func (r *reader) identity(id *ckf.ProducerIdentity) error {
 	if err := r.expectArray(identityElems); err != nil {
 		return err
 	}
-	r.field = "identity.pool_id"
-	if err := r.expectArray(poolIDElems); err != nil {
-		return err
-	}
-	d := &id.Pool.Domain
-	if err := r.scopedDigest(&d.CacheSemantics, "identity.pool_id.sem_digest", "identity.pool_id.sem_source"); err != nil {
-		return err
-	}
-	if err := r.scopedDigest(&d.RoutingScope, "identity.pool_id.scope_digest", "identity.pool_id.scope_source"); err != nil {
+	if err := r.poolID(&id.Pool, &identityFields.pool); err != nil {
 		return err
 	}
 	var err error
-	r.field = "identity.pool_id.dc_id"
-	if id.Pool.DCID, err = r.uint(math.MaxUint64); err != nil {
-		return err
-	}
 	r.field = "identity.producer_incarnation"
 	if id.ProducerIncarnation, err = r.uint(math.MaxUint64); err != nil {
 		return err
@@ -468,31 +469,82 @@ func (r *reader) identity(id *ckf.ProducerIdentity) error {
 	if id.LayoutGeneration, err = r.uint(math.MaxUint64); err != nil {
 		return err
 	}
-	r.field = "identity.format"
+	return r.format(&id.Format, &identityFields.format)
+}
+
+// Field names for errors: constant strings, so setting r.field never
+// allocates. A pool_id and a format read inside a frame's identity are named
+// from it; read alone (a consumer manifest, see records.go), from themselves.
+type poolFieldNames struct{ self, sem, semSource, scope, scopeSource, dcID string }
+type formatFieldNames struct{ self, version, seed, bucketCount, fingerprintBits, slotsPerBucket string }
+
+var identityFields = struct {
+	pool   poolFieldNames
+	format formatFieldNames
+}{
+	poolFieldNames{"identity.pool_id", "identity.pool_id.sem_digest", "identity.pool_id.sem_source",
+		"identity.pool_id.scope_digest", "identity.pool_id.scope_source", "identity.pool_id.dc_id"},
+	formatFieldNames{"identity.format", "identity.format.format_version", "identity.format.seed",
+		"identity.format.bucket_count", "identity.format.fingerprint_bits", "identity.format.slots_per_bucket"},
+}
+
+var standaloneFields = struct {
+	pool   poolFieldNames
+	domain poolFieldNames
+	format formatFieldNames
+}{
+	poolFieldNames{"pool_id", "pool_id.sem_digest", "pool_id.sem_source", "pool_id.scope_digest", "pool_id.scope_source", "pool_id.dc_id"},
+	poolFieldNames{"domain", "domain.sem_digest", "domain.sem_source", "domain.scope_digest", "domain.scope_source", ""},
+	formatFieldNames{"format", "format.format_version", "format.seed", "format.bucket_count", "format.fingerprint_bits", "format.slots_per_bucket"},
+}
+
+func (r *reader) digests(d *ckf.Domain, names *poolFieldNames) error {
+	if err := r.scopedDigest(&d.CacheSemantics, names.sem, names.semSource); err != nil {
+		return err
+	}
+	return r.scopedDigest(&d.RoutingScope, names.scope, names.scopeSource)
+}
+
+func (r *reader) poolID(p *ckf.PoolID, names *poolFieldNames) error {
+	r.field = names.self
+	if err := r.expectArray(poolIDElems); err != nil {
+		return err
+	}
+	if err := r.digests(&p.Domain, names); err != nil {
+		return err
+	}
+	var err error
+	r.field = names.dcID
+	p.DCID, err = r.uint(math.MaxUint64)
+	return err
+}
+
+func (r *reader) format(fm *ckf.Format, names *formatFieldNames) error {
+	r.field = names.self
 	if err := r.expectArray(formatElems); err != nil {
 		return err
 	}
-	fm := &id.Format
 	var v uint64
-	r.field = "identity.format.format_version"
+	var err error
+	r.field = names.version
 	if v, err = r.uint(math.MaxUint8); err != nil {
 		return err
 	}
 	fm.Version = uint8(v)
-	r.field = "identity.format.seed"
+	r.field = names.seed
 	if fm.Seed, err = r.uint(math.MaxUint64); err != nil {
 		return err
 	}
-	r.field = "identity.format.bucket_count"
+	r.field = names.bucketCount
 	if fm.BucketCount, err = r.uint(math.MaxUint64); err != nil {
 		return err
 	}
-	r.field = "identity.format.fingerprint_bits"
+	r.field = names.fingerprintBits
 	if v, err = r.uint(math.MaxUint8); err != nil {
 		return err
 	}
 	fm.FingerprintBits = uint8(v)
-	r.field = "identity.format.slots_per_bucket"
+	r.field = names.slotsPerBucket
 	if v, err = r.uint(math.MaxUint8); err != nil {
 		return err
 	}

@@ -60,3 +60,21 @@ func TestMismatches_NameWhatDiffersWithinARoutingScope(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, catalog.Mismatch{Pool: "c", First: "a", Fields: []string{"seed", "bucket_count"}}, got[0])
 }
+
+func FuzzU64(f *testing.F) {
+	for _, s := range []string{`"0"`, `"18446744073709551615"`, `"18446744073709551616"`, `12`, `"-1"`, `""`, `"1e3"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var u catalog.U64
+		if err := u.UnmarshalJSON(b); err != nil {
+			return
+		}
+		// Whatever reads back writes a string that reads back the same.
+		out, err := u.MarshalJSON()
+		require.NoError(t, err)
+		var again catalog.U64
+		require.NoError(t, again.UnmarshalJSON(out))
+		require.Equal(t, u, again)
+	})
+}

@@ -22,8 +22,10 @@ import (
 func rawModule(t *testing.T) api.Module {
 	t.Helper()
 	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	t.Cleanup(func() { _ = rt.Close(ctx) })
+	cache, err := wazero.NewCompilationCacheWithDir(cacheDir())
+	require.NoError(t, err)
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
+	t.Cleanup(func() { _ = rt.Close(ctx); _ = cache.Close(ctx) })
 	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
 	mod, err := rt.InstantiateWithConfig(ctx, host.EmbeddedModule(),
 		wazero.NewModuleConfig().WithName("").WithStartFunctions("_initialize"))

@@ -101,11 +101,12 @@ var graph = map[string]rule{
 	"internal/e2e": {
 		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
-	"internal/catalog":          {imports: []string{"ckf"}},
-	"internal/source":           {imports: []string{"ckf", "producer"}},
-	"internal/wasmbuild":        {},
-	"internal/cmd/benchsummary": {},
-	"internal/lint":             {},
+	"internal/catalog":            {imports: []string{"ckf"}},
+	"internal/source":             {imports: []string{"ckf", "producer"}},
+	"internal/wasmbuild":          {},
+	"internal/cmd/benchsummary":   {},
+	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/conformance", "wasm/abi"}},
+	"internal/lint":               {},
 	"cmd/relay": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/server", "internal/workload", "wasm/host", "wire"},
 	},

@@ -40,8 +40,11 @@ export class Router {
     const cat = await fetchCatalog(options.relayUrl, options);
     const manifest = manifestFromCatalog(cat, targets, options);
     const consumer = await Consumer.instantiate(options.module);
-    consumer.configure(encodeManifest(manifest));
-    return new Router(consumer, { ...options, pools: targets });
+    const bytes = encodeManifest(manifest);
+    consumer.configure(bytes);
+    const r = new Router(consumer, { ...options, pools: targets });
+    r.manifest = bytes;
+    return r;
   }
 
   /** @param {Consumer} consumer a configured consumer whose manifest gives each target pool its lane */
@@ -67,6 +70,8 @@ export class Router {
     }
     this.stopper = null;
     this.running = null;
+    /** The manifest bytes the consumer was configured with, when connect() built it. */
+    this.manifest = null;
   }
 
   /** run follows every target until stop() or signal; it resolves when every lane has retired. */

@@ -201,3 +201,22 @@ func TestRecords_RoundTrip(t *testing.T) {
 		t.Errorf("result: got %+v, want %+v", got, r)
 	}
 }
+
+func FuzzDecodeAssignment(f *testing.F) {
+	m := manifest()
+	id := ckf.ProducerIdentity{Pool: *m.Lanes[15], ProducerIncarnation: 9, Format: m.Format}
+	f.Add(abi.AppendAssignment(nil, &id, &ckf.LaneLease{ConsumerInstance: 1, PhysicalLane: 15, AssignmentEpoch: 1 << 40}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, l, err := abi.DecodeAssignment(b)
+		if err != nil {
+			if !errors.Is(err, abi.ErrEncoding) {
+				t.Fatalf("error %v does not wrap ErrEncoding", err)
+			}
+			return
+		}
+		gid, gl, err := abi.DecodeAssignment(abi.AppendAssignment(nil, &id, &l))
+		if err != nil || gid != id || gl != l {
+			t.Fatalf("re-decode: %+v %+v %v", gid, gl, err)
+		}
+	})
+}

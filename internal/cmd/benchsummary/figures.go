@@ -130,6 +130,13 @@ var figures = []figure{
 	{Name: "wasm_native_delta_apply_images_per_s", Pkg: "./wasm/host", Bench: "BenchmarkDeltaApply/impl=native", Metric: "images/s", Unit: "images/s"},
 	{Name: "wasm_instantiate_configure_ms", Pkg: "./wasm/host", Bench: "BenchmarkInstantiateConfigure/impl=wasm", Metric: "ms/op", Unit: "ms"},
 	{Name: "wasm_query_parallel_pool2_vs_instance", Pkg: "./wasm/host", Bench: "BenchmarkQueryParallel/impl=pool2", Base: "BenchmarkQueryParallel/impl=instance", Metric: "ns/op", Unit: "ratio"},
+	// js: the same module under Node (js/, node:wasi) beside wazero, one
+	// 1024-block request of 16-token blocks by tokens over 16 ready lanes of
+	// 524,288 buckets (internal/conformance BenchmarkNodeQuery).
+	{Name: "node_query_tokens_d1024_l16_p50_ns", Pkg: "./internal/conformance", Bench: "BenchmarkNodeQuery/impl=node", Metric: "p50-ns", Unit: "ns", Needs: "node"},
+	{Name: "node_query_tokens_d1024_l16_p99_ns", Pkg: "./internal/conformance", Bench: "BenchmarkNodeQuery/impl=node", Metric: "p99-ns", Unit: "ns", Needs: "node"},
+	{Name: "node_query_tokens_d1024_l16_vs_wazero", Pkg: "./internal/conformance", Bench: "BenchmarkNodeQuery/impl=node", Base: "BenchmarkNodeQuery/impl=wazero", Metric: "p50-ns", Unit: "ratio", Needs: "node"},
+
 	// replay: the whole embedded Mooncake synthetic trace (3,993 requests)
 	// through 3 and 16 data centers of 4 workers × 2 ranks × 2048 blocks,
 	// scored against exact ground truth (BenchmarkReplay, one trace per

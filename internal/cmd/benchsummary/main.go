@@ -14,7 +14,9 @@
 // aggregates its samples: the minimum of a time per op (ns/…), the maximum of
 // a rate (…/s), the median of anything else, because interference only ever
 // makes a run slower; a ratio divides the benchmark's aggregate by the
-// baseline's, both from the same runs. Arguments after
+// baseline's, both from the same runs. A figure whose benchmark needs a
+// program that is not installed (Needs, e.g. node) is skipped with a note.
+// Arguments after
 // "--" are passed to go test after the defaults, so `make bench
 // BENCHFLAGS='-benchtime=1s'` overrides the default -benchtime; the Makefile
 // passes BENCHROUNDS as -rounds.
@@ -70,12 +72,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	passthrough := fs.Args()
+	figs, notes := available(figures, exec.LookPath)
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "benchsummary: %s\n", n)
+	}
 
 	samples := samples{}
 	status := 0
 	for round := 1; round <= *rounds && status == 0; round++ {
-		for _, pkg := range packages(figures) {
-			argv := testArgs(pkg, figures, passthrough)
+		for _, pkg := range packages(figs) {
+			argv := testArgs(pkg, figs, passthrough)
 			fmt.Fprintf(stdout, "# round %d/%d: %s %q\n", round, *rounds, *goCmd, argv)
 			if *dryRun {
 				continue
@@ -96,7 +102,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *dryRun {
 		return 0
 	}
-	lines, missing := summarize(figures, samples)
+	lines, missing := summarize(figs, samples)
 	for _, l := range lines {
 		fmt.Fprintln(stdout, l)
 	}

@@ -19,6 +19,25 @@ type figure struct {
 	Metric string // unit column to read: "ns/op", "B/op", a ReportMetric unit
 	Base   string // optional baseline benchmark: the figure is Bench/Base
 	Unit   string // unit printed on the BENCH line
+	// Needs names a program the benchmark runs (e.g. "node"): without it on
+	// PATH the figure is skipped with a note instead of failing the run,
+	// as the benchmark itself skips.
+	Needs string
+}
+
+// available returns the figures whose Needs are met, and a note for each
+// skipped one.
+func available(figs []figure, lookPath func(string) (string, error)) (ok []figure, notes []string) {
+	for _, f := range figs {
+		if f.Needs != "" {
+			if _, err := lookPath(f.Needs); err != nil {
+				notes = append(notes, fmt.Sprintf("skipped %s: %s not found", f.Name, f.Needs))
+				continue
+			}
+		}
+		ok = append(ok, f)
+	}
+	return ok, notes
 }
 
 // result is one parsed benchmark line.

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // sampleOutput is go test -bench output as Go 1.26 prints it, including a
@@ -234,4 +236,17 @@ func TestRun_BadFlags(t *testing.T) {
 			t.Errorf("run(%q): got status %d, want 2", args, status)
 		}
 	}
+}
+
+func TestAvailable_SkipsFiguresWhoseProgramIsMissing(t *testing.T) {
+	figs := []figure{{Name: "a"}, {Name: "b", Needs: "node"}, {Name: "c", Needs: "go"}}
+	look := func(p string) (string, error) {
+		if p == "node" {
+			return "", errors.New("not found")
+		}
+		return "/usr/bin/" + p, nil
+	}
+	ok, notes := available(figs, look)
+	require.Equal(t, []figure{{Name: "a"}, {Name: "c", Needs: "go"}}, ok)
+	require.Equal(t, []string{"skipped b: node not found"}, notes)
 }
