@@ -1,27 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"math/rand/v2"
-	"net"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/client"
-	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
-	"github.com/ckfrelay/ckfrelay/wasm/host"
-	"github.com/ckfrelay/ckfrelay/wire"
 )
 
 // demoOptions are the demo's flags.
@@ -127,400 +115,42 @@ func (s *requestSource) Next() (workload.Request, bool) {
 
 // demo runs the demo and prints its progress and summary to stdout. It
 // returns the summary's report (nil with an error before the first request).
+//
+// The pieces, each in its own file: the relay and its pools (demo_relay.go),
+// the router with a lane per data center (demo_router.go), how a data
+// center's events reach its pool (demo_feed.go: the seam for other
+// transports), the request loop (demo_loop.go) and the summary
+// (demo_report.go).
 func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report, error) {
 	src, err := newRequestSource(o)
 	if err != nil {
 		return nil, err
 	}
-	fleet, err := workload.NewFleet(workload.FleetConfig{DataCenters: o.dataCenters, WorkersPerDC: o.workers,
-		RanksPerWorker: o.ranks, BlocksPerRank: o.blocksPerRank})
+	feeds := newFeeds(o)
+	defer closeFeeds(feeds)
+	relay, err := startDemoRelay(o, feeds)
 	if err != nil {
 		return nil, err
 	}
-	scorer, err := replay.NewScorer(o.dataCenters, nil) // the pools are behind HTTP: nothing to explain with
-	if err != nil {
+	defer relay.close()
+	if err := openFeeds(ctx, feeds, relay.base); err != nil {
 		return nil, err
-	}
-	expected := uint64(o.workers * o.ranks * o.blocksPerRank)
-	cfg := server.Config{Listen: "127.0.0.1:0", HeartbeatInterval: server.Duration(200 * time.Millisecond)}
-	for d := range o.dataCenters {
-		cfg.Pools = append(cfg.Pools, server.PoolSpec{Name: fmt.Sprintf("dc-%d", d), DCID: uint64(d + 1),
-			ExpectedBlocks: expected, PublishEveryNEvents: 16})
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := server.New(cfg, quiet)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	base := "http://" + ln.Addr().String()
-	cfg = srv.Config()
-
-	// The router: one consumer with a lane per data center.
-	format, _ := ckf.Config{ExpectedBlocks: expected, Seed: ckf.DefaultSeed, MaxKicks: ckf.DefaultMaxKicks,
-		VerificationWindow: ckf.DefaultVerificationWindow, PublishEveryNEvents: 1}.Format()
-	m := consumer.Manifest{ConsumerInstance: 77, Domain: cfg.Domain(), Format: format, VerificationWindow: 2}
-	var targets []client.Target
-	for d := range o.dataCenters {
-		m.Lanes[d] = &ckf.PoolID{Domain: cfg.Domain(), DCID: uint64(d + 1)}
-		targets = append(targets, client.Target{Pool: fmt.Sprintf("dc-%d", d), Lane: d})
 	}
 	fmt.Fprintf(stdout, "ckfrelay demo: %d data centers × %d workers × %d ranks, %d blocks per rank; relay %s; %d buckets per pool; %s consumer; %s\n",
-		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, base, format.BucketCount, o.consumer, src.name)
-	lanes, closeLanes, err := newLanes(ctx, o.consumer, m)
+		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, relay.base, relay.format.BucketCount, o.consumer, src.name)
+	router, err := startDemoRouter(ctx, o, relay)
 	if err != nil {
 		return nil, err
 	}
-	defer closeLanes()
-	router, err := client.New(client.Config{RelayURL: base, ConsumerInstance: 77, Targets: targets,
-		IdleTimeout: 5 * time.Second}, lanes)
+	defer router.stop()
+
+	loop, err := newDemoLoop(o, relay, router, feeds, stdout)
 	if err != nil {
 		return nil, err
 	}
-	rctx, stopRouter := context.WithCancel(ctx)
-	routerDone := make(chan struct{})
-	go func() {
-		defer close(routerDone)
-		_ = router.Run(rctx)
-	}()
-	stop := func() { stopRouter(); <-routerDone }
-	defer stop()
-
-	if err := waitReady(ctx, router, o.dataCenters, o.readyTimeout); err != nil {
+	if err := loop.run(ctx, src); err != nil {
 		return nil, err
 	}
-
-	rng := rand.New(rand.NewPCG(o.seed, 99))
-	load := make([]int, o.dataCenters)
-	truth := make([]int, o.dataCenters)
-	reported := make([]int, o.dataCenters)
-	var events, eventBlocks, rankHits uint64
-	var res consumer.QueryResult
-	var evs []ckf.RouterEvent
-	var body []byte
-	httpc := &http.Client{Timeout: 10 * time.Second}
-	start := time.Now()
-	tk := ticker{w: stdout, base: base, router: router, dcs: o.dataCenters}
-	nextTick := start.Add(time.Second)
-	var interval time.Duration
-	if o.rate > 0 {
-		interval = time.Second / time.Duration(o.rate)
-	}
-	deadline := start.Add(o.duration)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		req, ok := src.Next()
-		if !ok {
-			break // the trace ended
-		}
-		chain := workload.Chain(req.HashIDs)
-		locals := make([]uint64, len(req.HashIDs))
-		for i, id := range req.HashIDs {
-			locals[i] = workload.TokensHash(id)
-		}
-		t0 := time.Now()
-		qerr := router.QuerySequenceHashes(chain, &res)
-		took := time.Since(t0)
-
-		// Route: deepest reported prefix, ties to the least loaded DC; a
-		// lane without an answer reports -1 and is not scored.
-		best := 0
-		for d := range o.dataCenters {
-			reported[d] = -1
-			if qerr == nil && res.Mask&(1<<d) != 0 {
-				reported[d] = int(res.Depths[d])
-			}
-			if reported[d] > reported[best] || (reported[d] == reported[best] && load[d] < load[best]) {
-				best = d
-			}
-			truth[d] = fleet.Depth(d, chain)
-		}
-		if err := scorer.Observe(truth, reported, best, best, len(chain), took); err != nil {
-			return nil, err
-		}
-
-		r := rng.IntN(fleet.Ranks())
-		rankHits += uint64(fleet.RankDepth(best, r, chain))
-		load[best]++
-		evs = fleet.Serve(evs[:0], best, r, chain, locals)
-		if len(evs) > 0 {
-			body, _ = wire.AppendRouterEventsJSON(body[:0], evs)
-			resp, err := postEvents(ctx, httpc, fmt.Sprintf("%s/v1/pools/dc-%d/events?source_epoch=1", base, best), body)
-			if ctx.Err() != nil {
-				break // interrupted: still print the summary
-			}
-			if err != nil {
-				return nil, err
-			}
-			if resp.StatusCode != http.StatusAccepted {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				return nil, fmt.Errorf("relay refused events: %s %s", resp.Status, b)
-			}
-			resp.Body.Close()
-			for i := range evs {
-				events++
-				eventBlocks += uint64(evs[i].BlockCount())
-			}
-		}
-		if now := time.Now(); now.After(nextTick) {
-			tk.tick(now.Sub(start), events, eventBlocks, scorer)
-			nextTick = nextTick.Add(time.Second)
-		}
-		if interval > 0 {
-			if wait := time.Until(start.Add(time.Duration(scorer.Requests()) * interval)); wait > 0 {
-				time.Sleep(wait)
-			}
-		}
-	}
-	wall := time.Since(start)
-
-	// Let the router catch up with what the relays published, so the FPR is
-	// measured on the lanes at the load the relays report.
-	cat := settle(ctx, base, router, o.dataCenters, 2*time.Second)
-	rep := &replay.Report{Policy: replay.CacheAware.String(), DataCenters: o.dataCenters, RanksPerDC: fleet.Ranks(),
-		BlocksPerRank: o.blocksPerRank, ExpectedBlocks: expected, BucketCount: format.BucketCount,
-		Events: events, EventBlocks: eventBlocks, WallSeconds: wall.Seconds(),
-		// Behind HTTP the demo sees neither the pools' exact state and
-		// memory nor the deltas' publication.
-		Unmeasured: []string{"deltas", "images", "frame_bytes", "trace_seconds", "capacity_omissions",
-			"freshness_p50_ms", "freshness_p99_ms", "delivery_p50_ns", "delivery_p99_ns",
-			"producer_bytes_per_block", "exact_state_bytes_per_block", "producer_bytes"}}
-	loads := make([]float64, o.dataCenters)
-	fprOK := true
-	for d := range o.dataCenters {
-		p := cat.pool(fmt.Sprintf("dc-%d", d))
-		if p == nil || p.Stats == nil {
-			fprOK = false
-			break
-		}
-		loads[d] = p.Stats.Occupancy
-		rep.TrackedBlocks += uint64(p.Stats.UniqueBlocks)
-	}
-	if fprOK {
-		fprOK = scorer.ProbeFPR(router.Contains, loads, o.fprProbes, o.seed) == nil
-	}
-	if !fprOK { // a relay or a lane did not answer (the demo was interrupted)
-		rep.Unmeasured = append(rep.Unmeasured, "filter_load", "fpr", "fpr_bound", "fpr_ratio", "tracked_blocks")
-	}
-	scorer.Fill(rep)
-	if rep.RequestBlocks > 0 {
-		rep.RankHitRatePct = 100 * float64(rankHits) / float64(rep.RequestBlocks)
-	}
-	if s := wall.Seconds(); s > 0 {
-		rep.EventsPerSec = float64(events) / s
-		rep.BlocksPerSec = float64(eventBlocks) / s
-	}
-	for d := range o.dataCenters {
-		rep.HeldBlocks += uint64(fleet.HeldBlocks(d))
-	}
-	laneInfo := make([]client.LaneInfo, o.dataCenters)
-	for d := range laneInfo {
-		laneInfo[d] = router.Lane(d)
-	}
-	stop() // the lanes are ours alone from here
-	if b, ok := consumerBytes(lanes); ok {
-		rep.ConsumerBytes = b
-	} else {
-		rep.Unmeasured = append(rep.Unmeasured, "consumer_bytes")
-	}
-
-	fmt.Fprintf(stdout, "\nsummary after %d requests (%d events, %d blocks) against the fleet's exact ground truth\n",
-		rep.Requests, rep.Events, rep.EventBlocks)
-	for d, li := range laneInfo {
-		fmt.Fprintf(stdout, "  lane %d (%s)  sequence %d  resubscribes %d  staleness %v\n", d, li.Pool, li.Sequence, li.Resubscribes, li.Staleness.Round(time.Millisecond))
-	}
-	if rep.LanesNotReady > 0 {
-		fmt.Fprintf(stdout, "  %d lane answers missing (lane not ready), not scored\n", rep.LanesNotReady)
-	}
-	if err := replay.WriteTable(stdout, rep); err != nil {
-		return rep, err
-	}
-	return rep, nil
-}
-
-// consumerBytes returns the consumer's table size, when the consumer tells.
-// Call it only with the router stopped: the router serializes lane calls.
-func consumerBytes(l client.Lanes) (uint64, bool) {
-	switch c := l.(type) {
-	case *client.Native:
-		return c.C.Stats().TableBytes, true
-	case interface {
-		Stats() (consumer.Stats, error)
-	}:
-		st, err := c.Stats()
-		return st.TableBytes, err == nil
-	}
-	return 0, false
-}
-
-// catalog is the part of GET /v1/pools the demo reads.
-type catalog struct {
-	Pools []catalogPool `json:"pools"`
-}
-
-type catalogPool struct {
-	Name  string                    `json:"name"`
-	Hub   struct{ Sequence uint64 } `json:"hub"`
-	Stats *struct {
-		UniqueBlocks int     `json:"unique_blocks"`
-		Occupancy    float64 `json:"filter_occupancy"`
-	} `json:"stats"`
-}
-
-// pool returns the named pool's entry, or nil.
-func (c *catalog) pool(name string) *catalogPool {
-	for i := range c.Pools {
-		if c.Pools[i].Name == name {
-			return &c.Pools[i]
-		}
-	}
-	return nil
-}
-
-// fetchCatalog reads the relay's catalog; an unreachable relay reads as an
-// empty catalog (the per-second line then shows zeros rather than stopping).
-func fetchCatalog(ctx context.Context, base string) catalog {
-	var cat catalog
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/pools", nil)
-	if err != nil {
-		return cat
-	}
-	if resp, err := http.DefaultClient.Do(req); err == nil {
-		_ = json.NewDecoder(resp.Body).Decode(&cat)
-		resp.Body.Close()
-	}
-	return cat
-}
-
-// settle waits, bounded by timeout, until every lane's sequence reached its
-// relay's hub sequence, and returns the last catalog read. It polls: the
-// router has no callback, and the demo's end is not latency sensitive.
-// An interrupted demo (ctx done) reads the catalog once and does not wait.
-func settle(ctx context.Context, base string, router *client.Router, dcs int, timeout time.Duration) catalog {
-	deadline := time.Now().Add(timeout)
-	for {
-		cat := fetchCatalog(context.WithoutCancel(ctx), base)
-		caughtUp := true
-		for d := range dcs {
-			p := cat.pool(fmt.Sprintf("dc-%d", d))
-			if p == nil || router.Lane(d).Sequence < p.Hub.Sequence {
-				caughtUp = false
-			}
-		}
-		if caughtUp || ctx.Err() != nil || time.Now().After(deadline) {
-			return cat
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// ticker prints the demo's one line per second.
-type ticker struct {
-	w      io.Writer
-	base   string
-	router *client.Router
-	dcs    int
-
-	events, blocks, sequences uint64 // totals at the last line
-	mark                      int    // the scorer's query window
-}
-
-func (t *ticker) tick(elapsed time.Duration, events, blocks uint64, sc *replay.Scorer) {
-	cat := fetchCatalog(context.Background(), t.base)
-	tracked, occ, seqs, lag := 0, 0.0, uint64(0), uint64(0)
-	for i, p := range cat.Pools {
-		if p.Stats != nil {
-			tracked += p.Stats.UniqueBlocks
-			occ += p.Stats.Occupancy / float64(len(cat.Pools))
-		}
-		seqs += p.Hub.Sequence
-		if i < t.dcs {
-			if ls := t.router.Lane(i).Sequence; p.Hub.Sequence > ls {
-				lag += p.Hub.Sequence - ls
-			}
-		}
-	}
-	var p50, p99 time.Duration
-	p50, p99, t.mark = sc.QueryWindow(t.mark)
-	fmt.Fprintf(t.w, "t=%3.0fs  events/s %6d  blocks/s %7d  tracked %7d  filter load %5.1f%%  deltas/s %5d  router lag %3d deltas  agreement %7.3f%%  query p50 %v p99 %v\n",
-		elapsed.Seconds(), events-t.events, blocks-t.blocks, tracked, 100*occ,
-		seqs-min(seqs, t.sequences), lag, sc.AgreementPct(), p50, p99)
-	t.events, t.blocks, t.sequences = events, blocks, seqs
-}
-
-// newLanes builds the router's consumer: the WebAssembly module under wazero,
-// or the native package.
-func newLanes(ctx context.Context, kind string, m consumer.Manifest) (client.Lanes, func(), error) {
-	if kind == "native" {
-		c, err := consumer.New(m)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &client.Native{C: c}, func() {}, nil
-	}
-	rt, err := host.NewRuntime(ctx, host.NewConfig())
-	if err != nil {
-		return nil, nil, fmt.Errorf("wasm runtime: %w", err)
-	}
-	in, err := rt.NewInstance(ctx, m)
-	if err != nil {
-		_ = rt.Close(context.Background())
-		return nil, nil, fmt.Errorf("wasm consumer: %w", err)
-	}
-	return in, func() { _ = in.Close(); _ = rt.Close(context.Background()) }, nil
-}
-
-// waitReady waits, bounded by timeout, until every lane installed a snapshot.
-// It polls (the router has no readiness callback) and says which lanes failed
-// and why, so a demo that cannot converge ends instead of hanging silently.
-func waitReady(ctx context.Context, router *client.Router, lanes int, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var notReady []string
-		for d := range lanes {
-			if li := router.Lane(d); !li.Ready {
-				notReady = append(notReady, fmt.Sprintf("lane %d (%s): %s", d, li.Pool, cmpStr(li.LastError, "no snapshot yet")))
-			}
-		}
-		if len(notReady) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("router lanes not ready after %v: %s", timeout, strings.Join(notReady, "; "))
-		case <-tick.C:
-		}
-	}
-}
-
-func cmpStr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-func postEvents(ctx context.Context, c *http.Client, url string, body []byte) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	return c.Do(req)
+	rep := loop.report(ctx)
+	return rep, printSummary(stdout, rep, router.laneInfo)
 }

@@ -59,8 +59,8 @@ type dataCenter struct {
 	inflight map[uint64]int32    // canonical → admitted-but-invisible residency gains
 	omitted  map[uint64]struct{} // canonicals stored but left non-resident for capacity
 
-	served   uint64   // requests routed here (the tie-break load)
-	rankLoad []uint64 // requests served per rank
+	rankLoad  []uint64 // requests served per rank
+	rankDepth []int    // scratch: each rank's cached prefix of the request
 }
 
 // harness is one replay's state. It is owned by one goroutine.
@@ -77,6 +77,7 @@ type harness struct {
 	buf   []byte
 	res   consumer.QueryResult
 
+	served     []uint64      // requests served per data center (the tie-break load)
 	now        time.Duration // trace clock
 	rankHits   uint64
 	before     []bool // scratch: residency before an event
@@ -119,7 +120,7 @@ func newHarness(cfg Config) (*harness, error) {
 		CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{'c', 'k', 'f', 'r', 'e', 'p', 'l', 'a', 'y'}, Source: ckf.DigestExplicit},
 		RoutingScope:   ckf.ScopedDigest{Digest: [16]byte{'s', 'c', 'o', 'p', 'e'}, Source: ckf.DigestExplicit},
 	}
-	h := &harness{cfg: cfg, fleet: fleet, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5EED))}
+	h := &harness{cfg: cfg, fleet: fleet, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5EED)), served: make([]uint64, cfg.DataCenters)}
 	if h.sc, err = NewScorer(cfg.DataCenters, h); err != nil {
 		return nil, err
 	}
@@ -131,7 +132,7 @@ func newHarness(cfg Config) (*harness, error) {
 		}
 		id := ckf.PoolID{Domain: domain, DCID: uint64(d + 1)}
 		dc := &dataCenter{pool: pool, inflight: make(map[uint64]int32), omitted: make(map[uint64]struct{}),
-			rankLoad: make([]uint64, fleet.Ranks())}
+			rankLoad: make([]uint64, fleet.Ranks()), rankDepth: make([]int, fleet.Ranks())}
 		dc.pub = producer.NewPublisher(producer.Scope{Pool: id, ProducerIncarnation: 1}.Identity(pool.Format()), 0, &dc.sink)
 		h.dcs = append(h.dcs, dc)
 		m.Lanes[d] = &id
@@ -392,15 +393,11 @@ func (h *harness) query(chain []uint64, truth, reported []int) (time.Duration, e
 // reported lane, ties to the data center that served the fewest requests;
 // served is where the policy placed it.
 func (h *harness) score(chain []uint64, truth, reported []int, served int, query time.Duration) error {
-	best := 0
 	h.chain, h.maxTruth, h.masks = chain, 0, h.masks[:0]
 	for d := range h.dcs {
 		h.maxTruth = max(h.maxTruth, truth[d])
-		if reported[d] > reported[best] || (reported[d] == reported[best] && h.dcs[d].served < h.dcs[best].served) {
-			best = d
-		}
 	}
-	return h.sc.Observe(truth, reported, best, served, len(chain), query)
+	return h.sc.Observe(truth, reported, Deepest(reported, h.served), served, len(chain), query)
 }
 
 // ExplainOver implements [Explainer]: an over-report whose first missing
@@ -463,13 +460,7 @@ func (h *harness) place(i int, reported []int) int {
 	case RoundRobin:
 		return i % len(h.dcs)
 	}
-	best := 0
-	for d := range h.dcs {
-		if reported[d] > reported[best] || (reported[d] == reported[best] && h.dcs[d].served < h.dcs[best].served) {
-			best = d
-		}
-	}
-	return best
+	return Deepest(reported, h.served)
 }
 
 // serve runs the request on data center d's best rank (deepest cached
@@ -477,14 +468,12 @@ func (h *harness) place(i int, reported []int) int {
 // would) and admits the events it emits to d's pool.
 func (h *harness) serve(d int, chain, locals []uint64, events *[]ckf.RouterEvent) error {
 	dc := h.dcs[d]
-	dc.served++
-	r, k := 0, -1
-	for i := range dc.rankLoad {
-		depth := h.fleet.RankDepth(d, i, chain)
-		if depth > k || (depth == k && dc.rankLoad[i] < dc.rankLoad[r]) {
-			r, k = i, depth
-		}
+	h.served[d]++
+	for i := range dc.rankDepth {
+		dc.rankDepth[i] = h.fleet.RankDepth(d, i, chain)
 	}
+	r := Deepest(dc.rankDepth, dc.rankLoad)
+	k := dc.rankDepth[r]
 	dc.rankLoad[r]++
 	h.rankHits += uint64(k)
 	*events = h.fleet.Serve((*events)[:0], d, r, chain, locals)

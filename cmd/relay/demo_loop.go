@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/workload"
+)
+
+// demoLoop places the demo's requests: for each, it asks the router for
+// every data center's cached prefix, picks the data center, scores the
+// answer against the fleet's exact truth, serves the request on a rank of
+// the fleet and sends the events that emits through the data center's feed.
+type demoLoop struct {
+	o      demoOptions
+	relay  *demoRelay
+	router *demoRouter
+	feeds  []dcFeed
+	fleet  *workload.Fleet
+	scorer *replay.Scorer
+	rng    *rand.Rand
+	tick   ticker
+
+	served              []uint64 // requests served per data center (the tie-break load)
+	truth, reported     []int    // per data center, for the request in hand
+	events, eventBlocks uint64
+	rankHits            uint64
+	wall                time.Duration
+
+	res consumer.QueryResult
+	evs []ckf.RouterEvent
+}
+
+func newDemoLoop(o demoOptions, relay *demoRelay, router *demoRouter, feeds []dcFeed, stdout io.Writer) (*demoLoop, error) {
+	fleet, err := workload.NewFleet(workload.FleetConfig{DataCenters: o.dataCenters, WorkersPerDC: o.workers,
+		RanksPerWorker: o.ranks, BlocksPerRank: o.blocksPerRank})
+	if err != nil {
+		return nil, err
+	}
+	scorer, err := replay.NewScorer(o.dataCenters, nil) // the pools are behind HTTP: nothing to explain with
+	if err != nil {
+		return nil, err
+	}
+	return &demoLoop{o: o, relay: relay, router: router, feeds: feeds, fleet: fleet, scorer: scorer,
+		rng:    rand.New(rand.NewPCG(o.seed, 99)),
+		tick:   ticker{w: stdout, base: relay.base, router: router.Router, dcs: o.dataCenters},
+		served: make([]uint64, o.dataCenters), truth: make([]int, o.dataCenters), reported: make([]int, o.dataCenters)}, nil
+}
+
+// run places requests from src at --rate until --duration passes, the
+// source ends or ctx is done (an interrupted demo still reports). It fails
+// only when a request cannot be scored or the relay refuses events.
+func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
+	start := time.Now()
+	defer func() { l.wall = time.Since(start) }()
+	nextTick := start.Add(time.Second)
+	var interval time.Duration
+	if l.o.rate > 0 {
+		interval = time.Second / time.Duration(l.o.rate)
+	}
+	deadline := start.Add(l.o.duration)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		req, ok := src.Next()
+		if !ok {
+			return nil // the trace ended
+		}
+		if err := l.place(ctx, req); err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted: still print the summary
+			}
+			return err
+		}
+		if now := time.Now(); now.After(nextTick) {
+			l.tick.tick(now.Sub(start), l.events, l.eventBlocks, l.scorer)
+			nextTick = nextTick.Add(time.Second)
+		}
+		if interval > 0 {
+			if wait := time.Until(start.Add(time.Duration(l.scorer.Requests()) * interval)); wait > 0 {
+				time.Sleep(wait)
+			}
+		}
+	}
+	return nil
+}
+
+// place routes, scores and serves one request.
+func (l *demoLoop) place(ctx context.Context, req workload.Request) error {
+	chain := workload.Chain(req.HashIDs)
+	locals := make([]uint64, len(req.HashIDs))
+	for i, id := range req.HashIDs {
+		locals[i] = workload.TokensHash(id)
+	}
+	t0 := time.Now()
+	qerr := l.router.QuerySequenceHashes(chain, &l.res)
+	took := time.Since(t0)
+	// A lane without an answer reports -1 and is not scored.
+	for d := range l.o.dataCenters {
+		l.reported[d] = -1
+		if qerr == nil && l.res.Mask&(1<<d) != 0 {
+			l.reported[d] = int(l.res.Depths[d])
+		}
+		l.truth[d] = l.fleet.Depth(d, chain)
+	}
+	best := replay.Deepest(l.reported, l.served)
+	if err := l.scorer.Observe(l.truth, l.reported, best, best, len(chain), took); err != nil {
+		return err
+	}
+	r := l.rng.IntN(l.fleet.Ranks())
+	l.rankHits += uint64(l.fleet.RankDepth(best, r, chain))
+	l.served[best]++
+	l.evs = l.fleet.Serve(l.evs[:0], best, r, chain, locals)
+	if len(l.evs) == 0 {
+		return nil
+	}
+	if err := l.feeds[best].Send(ctx, l.evs); err != nil {
+		return err
+	}
+	for i := range l.evs {
+		l.events++
+		l.eventBlocks += uint64(l.evs[i].BlockCount())
+	}
+	return nil
+}
