@@ -76,7 +76,7 @@ type harness struct {
 	res   consumer.QueryResult
 
 	now        time.Duration // trace clock
-	before     []bool // scratch: residency before an event
+	before     []bool        // scratch: residency before an event
 	deliveryNs []int64
 
 	// The request being scored, for the Explainer methods: its chain, the
