@@ -16,6 +16,8 @@ type Sweep struct {
 	RTTMs        []float64   `json:"rtt_ms"`
 	PromptTokens []int64     `json:"prompt_tokens"`
 	SavingMs     [][]float64 `json:"saving_ms"`
+	// Speedup[i][j] is home TTFT over remote TTFT: > 1 means remote wins.
+	Speedup      [][]float64 `json:"speedup"`
 	RouterRemote [][]bool    `json:"router_remote"`
 	// BreakEvenRTTMs[j] is the round trip below which the remote data
 	// center wins for PromptTokens[j].
@@ -40,19 +42,21 @@ func TradeOff(l Latency, r Routing, rtts []time.Duration, prompts []int64) Sweep
 	}
 	for _, rtt := range rtts {
 		s.RTTMs = append(s.RTTMs, float64(rtt)/1e6)
-		var saving []float64
+		var saving, speedup []float64
 		var remote []bool
 		for _, p := range prompts {
 			cached := max(0, (p+bt-1)/bt-1) * bt
 			home := l.prefill(p)
 			away := rtt + l.prefill(p-cached)
 			saving = append(saving, float64(home-away)/1e6)
+			speedup = append(speedup, float64(home)/float64(max(away, 1)))
 			// The cost's terms on idle ranks; decode blocks are equal.
 			homeCost := r.OverlapWeight * float64(p) / float64(bt)
 			awayCost := r.OverlapWeight * (float64(p-cached)/float64(bt) + rtt.Seconds()*l.PrefillTokensPerSec/float64(bt))
 			remote = append(remote, awayCost < homeCost)
 		}
 		s.SavingMs = append(s.SavingMs, saving)
+		s.Speedup = append(s.Speedup, speedup)
 		s.RouterRemote = append(s.RouterRemote, remote)
 	}
 	return s
