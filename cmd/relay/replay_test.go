@@ -164,3 +164,15 @@ func FuzzParseRTTMatrix(f *testing.F) {
 		require.Len(t, m, strings.Count(s, ";")+1)
 	})
 }
+
+// A progress bar is drawn only on a terminal: a buffer or a plain file
+// keeps the once-a-second lines.
+func TestNewProgress_OnlyOnATerminal(t *testing.T) {
+	var buf bytes.Buffer
+	assert.Nil(t, newProgress(&buf, "x", 10))
+	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Nil(t, newProgress(f, "x", 10))
+	newProgress(f, "x", 10).finish() // nil-safe
+}

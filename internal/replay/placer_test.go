@@ -46,6 +46,7 @@ func TestRun_SharedFirstBlockSpreadsLoad(t *testing.T) {
 			r, err := Run(context.Background(), cfg, reqs)
 			require.NoError(t, err)
 			ranks := float64(cfg.DataCenters * cfg.WorkersPerDC * cfg.RanksPerWorker)
+			t.Logf("%s: rank imbalance %.2f, TTFT p50 %.0fms p99 %.0fms, queue p99 %.0fms", tc.policy, r.RankImbalance, r.TTFTP50Ms, r.TTFTP99Ms, r.QueueP99Ms)
 			if tc.spread {
 				assert.LessOrEqual(t, r.RankImbalance, bound, "a rank served more than %v× the mean", bound)
 				for _, s := range r.Series {
