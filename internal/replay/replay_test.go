@@ -3,9 +3,9 @@ package replay
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
-	"math"
 	"testing"
 	"time"
 
