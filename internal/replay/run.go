@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -66,7 +65,6 @@ type harness struct {
 	fleet *workload.Fleet
 	dcs   []*dataCenter
 	cons  host.Consumer
-	rng   *rand.Rand
 	rep   Report // the harness's own figures; sc fills the scoring ones
 	sc    *Scorer
 	place *Placer // policy and latency model
@@ -116,7 +114,7 @@ func newHarness(cfg Config) (*harness, error) {
 		CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{'c', 'k', 'f', 'r', 'e', 'p', 'l', 'a', 'y'}, Source: ckf.DigestExplicit},
 		RoutingScope:   ckf.ScopedDigest{Digest: [16]byte{'s', 'c', 'o', 'p', 'e'}, Source: ckf.DigestExplicit},
 	}
-	h := &harness{cfg: cfg, fleet: fleet, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5EED))}
+	h := &harness{cfg: cfg, fleet: fleet}
 	h.place = NewPlacer(cfg, fleet)
 	if h.sc, err = NewScorer(cfg.DataCenters, h); err != nil {
 		return nil, err
