@@ -62,9 +62,11 @@ func TestRun_SharedFirstBlockSpreadsLoad(t *testing.T) {
 }
 
 // TestRun_ExactTTFTWithinFilterMisreports: the exact index is the upper
-// bound of the filter; on the same trace, its TTFT figures differ from the
-// filter's by no more than the share of requests on which the filter
-// misreported a lane (its over- and under-reports), plus 1%.
+// bound of the filter; on the same trace, its TTFT figures are worse than
+// the filter's by no more than the filter's misreported lanes per request
+// (its over- plus under-reports over its requests: at least the share of
+// requests with a wrong answer), plus 1%. (An exact index that reported no
+// cache at all fails it: p50 1.7× the filter's.)
 func TestRun_ExactTTFTWithinFilterMisreports(t *testing.T) {
 	reqs := slice(t, 1500)
 	for _, tc := range []struct {
@@ -83,6 +85,8 @@ func TestRun_ExactTTFTWithinFilterMisreports(t *testing.T) {
 			require.NoError(t, err)
 			misreported := float64(filter.OverReports+filter.UnderReports) / float64(filter.Requests)
 			tol := 0.01 + misreported
+			t.Logf("filter TTFT mean %.1fms p50 %.1fms p90 %.1fms; exact %.1fms %.1fms %.1fms; misreported %.2f%% of requests",
+				filter.TTFTMeanMs, filter.TTFTP50Ms, filter.TTFTP90Ms, exact.TTFTMeanMs, exact.TTFTP50Ms, exact.TTFTP90Ms, 100*misreported)
 			for _, f := range []struct {
 				name          string
 				exact, filter float64
