@@ -30,6 +30,7 @@ type demoLoop struct {
 	truth, reported     []int // per data center, for the request in hand
 	events, eventBlocks uint64
 	start               time.Time
+	traceClock          bool // arrivals at the trace's timestamps, not wall time
 	wall                time.Duration
 
 	res consumer.QueryResult
@@ -70,7 +71,7 @@ func (o demoOptions) replayConfig() replay.Config {
 // only when a request cannot be scored or the relay refuses events.
 func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 	start := time.Now()
-	l.start = start
+	l.start, l.traceClock = start, src.gen == nil
 	defer func() { l.wall = time.Since(start) }()
 	nextTick := start.Add(time.Second)
 	var interval time.Duration
@@ -103,7 +104,9 @@ func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 }
 
 // place routes, scores and serves one request. Its arrival time in the
-// latency model is the wall time since the loop started.
+// latency model is its trace timestamp (as in replay, so a trace's figures
+// do not depend on --rate), or for the synthetic workload the wall time
+// since the loop started.
 func (l *demoLoop) place(ctx context.Context, req *workload.Request) error {
 	chain := workload.Chain(req.HashIDs)
 	locals := make([]uint64, len(req.HashIDs))
@@ -122,7 +125,11 @@ func (l *demoLoop) place(ctx context.Context, req *workload.Request) error {
 		l.truth[d] = l.fleet.Depth(d, chain)
 	}
 	chosen := replay.Deepest(l.reported, l.placer.Served()) // the router's answer, scored
-	pl := l.placer.Place(int(l.scorer.Requests()), time.Since(l.start), req, chain, l.reported)
+	at := time.Since(l.start)
+	if l.traceClock {
+		at = time.Duration(req.TimestampMs) * time.Millisecond
+	}
+	pl := l.placer.Place(int(l.scorer.Requests()), at, req, chain, l.reported)
 	if err := l.scorer.Observe(l.truth, l.reported, chosen, pl.DC, len(chain), took); err != nil {
 		return err
 	}
