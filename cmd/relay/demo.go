@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -25,6 +26,8 @@ type demoOptions struct {
 	readyTimeout  time.Duration
 	trace         string // "" synthetic, "embedded", or a Mooncake-format file
 	fprProbes     int
+	report        string // directory for the HTML report, "" for none
+	command       string // the command line, for the report
 }
 
 // embeddedTraceFlag selects replay's embedded Mooncake trace for --trace.
@@ -56,9 +59,11 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 60*time.Second, "give up if the router's lanes are not all ready within this")
 	fs.StringVar(&o.trace, "trace", "", `requests from a Mooncake-format JSONL trace, in order at --rate (timestamps ignored), instead of the synthetic generator; "embedded" for the Mooncake synthetic trace`)
 	fs.IntVar(&o.fprProbes, "probes", 200_000, "never-stored keys probed against every lane for the false-positive rate")
+	fs.StringVar(&o.report, "report", "", "write an HTML report with SVG plots and its JSON into this directory at the end")
 	if err := fs.Parse(args); err != nil {
 		return o, errUsage
 	}
+	o.command = strings.TrimSpace("relay demo " + strings.Join(args, " "))
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "demo: unexpected arguments %q\n", fs.Args())
 		return o, errUsage
@@ -152,5 +157,11 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 		return nil, err
 	}
 	rep := loop.report(ctx)
-	return rep, printSummary(stdout, rep, router.laneInfo)
+	if err := printSummary(stdout, rep, router.laneInfo); err != nil {
+		return rep, err
+	}
+	if o.report != "" {
+		return rep, writeDemoReport(stdout, o, src.name, rep)
+	}
+	return rep, nil
 }

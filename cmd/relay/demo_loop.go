@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"math/rand/v2"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -13,9 +12,11 @@ import (
 )
 
 // demoLoop places the demo's requests: for each, it asks the router for
-// every data center's cached prefix, picks the data center, scores the
-// answer against the fleet's exact truth, serves the request on a rank of
-// the fleet and sends the events that emits through the data center's feed.
+// every data center's cached prefix, places the request on a data center
+// and rank (replay.Placer: cache-aware routing under the latency model),
+// scores the router's answer against the fleet's exact truth, serves the
+// request on that rank of the fleet and sends the events it emits through
+// the data center's feed.
 type demoLoop struct {
 	o      demoOptions
 	relay  *demoRelay
@@ -23,13 +24,13 @@ type demoLoop struct {
 	feeds  []dcFeed
 	fleet  *workload.Fleet
 	scorer *replay.Scorer
-	rng    *rand.Rand
+	placer *replay.Placer // cache-aware routing and the latency model
 	tick   ticker
 
-	served              []uint64 // requests served per data center (the tie-break load)
-	truth, reported     []int    // per data center, for the request in hand
+	truth, reported     []int // per data center, for the request in hand
 	events, eventBlocks uint64
-	rankHits            uint64
+	start               time.Time
+	traceClock          bool // arrivals at the trace's timestamps, not wall time
 	wall                time.Duration
 
 	res consumer.QueryResult
@@ -46,10 +47,23 @@ func newDemoLoop(o demoOptions, relay *demoRelay, router *demoRouter, feeds []dc
 	if err != nil {
 		return nil, err
 	}
+	cfg := o.replayConfig()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	return &demoLoop{o: o, relay: relay, router: router, feeds: feeds, fleet: fleet, scorer: scorer,
-		rng:    rand.New(rand.NewPCG(o.seed, 99)),
+		placer: replay.NewPlacer(cfg, fleet),
 		tick:   ticker{w: stdout, base: relay.base, router: router.Router, dcs: o.dataCenters},
-		served: make([]uint64, o.dataCenters), truth: make([]int, o.dataCenters), reported: make([]int, o.dataCenters)}, nil
+		truth:  make([]int, o.dataCenters), reported: make([]int, o.dataCenters)}, nil
+}
+
+// replayConfig is the replay configuration whose routing and latency model
+// the demo places requests with: cache-aware, the routers' defaults.
+func (o demoOptions) replayConfig() replay.Config {
+	cfg := replay.DefaultConfig()
+	cfg.DataCenters, cfg.WorkersPerDC, cfg.RanksPerWorker, cfg.BlocksPerRank = o.dataCenters, o.workers, o.ranks, o.blocksPerRank
+	cfg.Seed = o.seed
+	return cfg
 }
 
 // run places requests from src at --rate until --duration passes, the
@@ -57,6 +71,7 @@ func newDemoLoop(o demoOptions, relay *demoRelay, router *demoRouter, feeds []dc
 // only when a request cannot be scored or the relay refuses events.
 func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 	start := time.Now()
+	l.start, l.traceClock = start, src.gen == nil
 	defer func() { l.wall = time.Since(start) }()
 	nextTick := start.Add(time.Second)
 	var interval time.Duration
@@ -69,7 +84,7 @@ func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 		if !ok {
 			return nil // the trace ended
 		}
-		if err := l.place(ctx, req); err != nil {
+		if err := l.place(ctx, &req); err != nil {
 			if ctx.Err() != nil {
 				return nil // interrupted: still print the summary
 			}
@@ -88,8 +103,11 @@ func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 	return nil
 }
 
-// place routes, scores and serves one request.
-func (l *demoLoop) place(ctx context.Context, req workload.Request) error {
+// place routes, scores and serves one request. Its arrival time in the
+// latency model is its trace timestamp (as in replay, so a trace's figures
+// do not depend on --rate), or for the synthetic workload the wall time
+// since the loop started.
+func (l *demoLoop) place(ctx context.Context, req *workload.Request) error {
 	chain := workload.Chain(req.HashIDs)
 	locals := make([]uint64, len(req.HashIDs))
 	for i, id := range req.HashIDs {
@@ -106,18 +124,20 @@ func (l *demoLoop) place(ctx context.Context, req workload.Request) error {
 		}
 		l.truth[d] = l.fleet.Depth(d, chain)
 	}
-	best := replay.Deepest(l.reported, l.served)
-	if err := l.scorer.Observe(l.truth, l.reported, best, best, len(chain), took); err != nil {
+	chosen := replay.Deepest(l.reported, l.placer.Served()) // the router's answer, scored
+	at := time.Since(l.start)
+	if l.traceClock {
+		at = time.Duration(req.TimestampMs) * time.Millisecond
+	}
+	pl := l.placer.Place(int(l.scorer.Requests()), at, req, chain, l.reported)
+	if err := l.scorer.Observe(l.truth, l.reported, chosen, pl.DC, len(chain), took); err != nil {
 		return err
 	}
-	r := l.rng.IntN(l.fleet.Ranks())
-	l.rankHits += uint64(l.fleet.RankDepth(best, r, chain))
-	l.served[best]++
-	l.evs = l.fleet.Serve(l.evs[:0], best, r, chain, locals)
+	l.evs = l.fleet.Serve(l.evs[:0], pl.DC, pl.Rank, chain, locals)
 	if len(l.evs) == 0 {
 		return nil
 	}
-	if err := l.feeds[best].Send(ctx, l.evs); err != nil {
+	if err := l.feeds[pl.DC].Send(ctx, l.evs); err != nil {
 		return err
 	}
 	for i := range l.evs {

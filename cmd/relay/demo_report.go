@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/replay/report"
 )
 
 // report lets the router catch up with what the relays published, measures
@@ -45,9 +47,7 @@ func (l *demoLoop) report(ctx context.Context) *replay.Report {
 		rep.Unmeasured = append(rep.Unmeasured, "filter_load", "fpr", "fpr_bound", "fpr_ratio", "tracked_blocks")
 	}
 	l.scorer.Fill(rep)
-	if rep.RequestBlocks > 0 {
-		rep.RankHitRatePct = 100 * float64(l.rankHits) / float64(rep.RequestBlocks)
-	}
+	l.placer.Fill(rep)
 	if s := l.wall.Seconds(); s > 0 {
 		rep.EventsPerSec = float64(l.events) / s
 		rep.BlocksPerSec = float64(l.eventBlocks) / s
@@ -62,6 +62,19 @@ func (l *demoLoop) report(ctx context.Context) *replay.Report {
 		rep.Unmeasured = append(rep.Unmeasured, "consumer_bytes")
 	}
 	return rep
+}
+
+// writeDemoReport writes the demo's report page (the same page as `relay
+// replay --report`) into o.report.
+func writeDemoReport(w io.Writer, o demoOptions, trace string, rep *replay.Report) error {
+	cfg := o.replayConfig()
+	page := report.Page{Title: "ckfrelay demo", Trace: trace, Command: o.command, Reports: []*replay.Report{rep},
+		Sweep: replay.TradeOff(cfg.Latency, cfg.Routing, replay.DefaultSweepRTTs, replay.DefaultSweepPrompts)}
+	if err := report.Write(o.report, page); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "report: %s\n", filepath.Join(o.report, report.IndexFile))
+	return err
 }
 
 // printSummary prints the lanes' final state and the report's table.

@@ -10,7 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/replay/report"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
 )
 
@@ -106,7 +110,8 @@ func TestDemo_EmbeddedTrace(t *testing.T) {
 	}
 }
 
-// A user's trace ends the demo when it runs out, before --duration.
+// A user's trace ends the demo when it runs out, before --duration; with
+// --report the demo writes the replay's report page for its run.
 func TestDemo_UserTraceEndsTheDemo(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "trace.jsonl")
 	var b strings.Builder
@@ -122,17 +127,23 @@ func TestDemo_UserTraceEndsTheDemo(t *testing.T) {
 		b.Write(line)
 		b.WriteByte('\n')
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rep, out := runDemoReport(t, "--duration", "1m", "--consumer", "native", "--rate", "0", "--probes", "20000", "--trace", path)
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	dir := filepath.Join(t.TempDir(), "report")
+	rep, out := runDemoReport(t, "--duration", "1m", "--consumer", "native", "--rate", "0", "--probes", "20000", "--trace", path, "--report", dir)
 	checkSummary(t, rep, out, 3)
-	if rep.Requests != 60 || rep.RequestBlocks != traceBlocks(reqs) {
-		t.Errorf("got %d requests, %d blocks; want all 60 requests, %d blocks", rep.Requests, rep.RequestBlocks, traceBlocks(reqs))
+	assert.Equal(t, uint64(60), rep.Requests, "all 60 requests")
+	assert.Equal(t, traceBlocks(reqs), rep.RequestBlocks)
+	assert.Positive(t, rep.WarmRequests, "conversations must find their earlier turns")
+	assert.Positive(t, rep.HitBlocks)
+	// The latency model ran: every request has a TTFT, and the prompt
+	// tokens of cached turns were saved.
+	assert.Len(t, rep.TTFTCDFMs, 101)
+	assert.Positive(t, rep.TTFTP50Ms)
+	assert.Positive(t, rep.PrefillTokensSaved)
+	for _, f := range []string{report.IndexFile, report.JSONFile, report.TTFTFile, report.TradeOffFile} {
+		assert.FileExists(t, filepath.Join(dir, f))
 	}
-	if rep.WarmRequests == 0 || rep.HitBlocks == 0 {
-		t.Errorf("got %d warm requests, %d hit blocks; conversations must find their earlier turns", rep.WarmRequests, rep.HitBlocks)
-	}
+	assert.Contains(t, out, filepath.Join(dir, report.IndexFile))
 }
 
 func TestDemo_BadTraceExits1(t *testing.T) {

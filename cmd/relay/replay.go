@@ -7,11 +7,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/replay/report"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
 )
@@ -19,12 +23,30 @@ import (
 // replayOptions are the replay command's flags beyond replay.Config.
 type replayOptions struct {
 	cfg      replay.Config
-	policies []replay.Policy
+	runs     []replayRun
 	trace    string
 	repeat   int
 	json     bool
 	consumer string
+	report   string // directory for the HTML report, "" for none
 }
+
+// replayRun is one replay of the trace: a policy, with the router's answers
+// from the filter or the exact index.
+type replayRun struct {
+	policy replay.Policy
+	exact  bool
+}
+
+func (r replayRun) String() string {
+	if r.exact {
+		return r.policy.String() + exactSuffix
+	}
+	return r.policy.String()
+}
+
+// exactSuffix marks a --policy name whose router answers from the exact index.
+const exactSuffix = "-exact"
 
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
@@ -46,8 +68,19 @@ scores every routing answer against the exact ground truth.
 	fs.IntVar(&c.RanksPerWorker, "ranks", c.RanksPerWorker, "dp ranks per worker")
 	fs.IntVar(&c.BlocksPerRank, "blocks-per-rank", c.BlocksPerRank, "KV cache capacity of one rank, in blocks (LRU)")
 	fs.Uint64Var(&c.ExpectedBlocks, "expected-blocks", 0, "filter size per pool in blocks (0: one data center's capacity)")
-	policy := fs.String("policy", "cache-aware,random", "routing policies to run, comma-separated: cache-aware, random, round-robin, or all")
-	fs.BoolVar(&c.Exact, "exact", false, "answer queries from the exact index instead of the filter (agreement must be 100%)")
+	policy := fs.String("policy", "cache-aware,random", "routing policies to run, comma-separated: cache-aware, affinity, load-only, random, round-robin, a name with -exact (the router answers from the exact index), or all (every policy and cache-aware-exact)")
+	fs.BoolVar(&c.Exact, "exact", false, "answer every run's queries from the exact index instead of the filter (agreement must be 100%)")
+	l, rt := &c.Latency, &c.Routing
+	fs.DurationVar(&l.RTT, "rtt", l.RTT, "round trip between two data centers (latency model)")
+	rttMatrix := fs.String("rtt-matrix", "", `round trips [origin][serving] as rows of durations, e.g. "0,20ms;20ms,0" (overrides --rtt)`)
+	fs.Float64Var(&l.PrefillTokensPerSec, "prefill-tps", l.PrefillTokensPerSec, "one rank's prefill throughput, tokens/s (latency model)")
+	fs.Float64Var(&l.DecodeTokensPerSec, "decode-tps", l.DecodeTokensPerSec, "one request's decode speed, tokens/s (latency model)")
+	fs.IntVar(&l.BlockTokens, "block-tokens", l.BlockTokens, "tokens per trace block")
+	fs.Float64Var(&rt.OverlapWeight, "overlap-weight", rt.OverlapWeight, "cache-aware cost: weight of prefill blocks (Dynamo kv_overlap_score_weight)")
+	fs.Float64Var(&rt.Temperature, "temperature", rt.Temperature, "cache-aware cost: softmax temperature, 0 picks the lowest cost (Dynamo router_temperature)")
+	fs.IntVar(&rt.BalanceAbs, "balance-abs", rt.BalanceAbs, "load guard: least-loaded rank when max-min active requests exceed this (SGLang balance_abs_threshold; < 0 off)")
+	fs.Float64Var(&rt.BalanceRel, "balance-rel", rt.BalanceRel, "load guard: and max exceeds this × min (SGLang balance_rel_threshold)")
+	fs.StringVar(&o.report, "report", "", "write an HTML report with SVG plots and its JSON into this directory")
 	fs.Float64Var(&c.Speed, "speed", 0, "trace clock scale: 0 as fast as possible, 1 trace speed, 2 twice as fast")
 	fs.DurationVar(&c.Lag, "lag", 0, "relay-to-router propagation delay of each delta, in trace time")
 	fs.Uint64Var(&c.PublishEveryNEvents, "publish-every", c.PublishEveryNEvents, "pool publication cadence, in events")
@@ -75,35 +108,78 @@ scores every routing answer against the exact ground truth.
 		return bad("--repeat must be ≥ 1, not %d", o.repeat)
 	}
 	var err error
-	if o.policies, err = parsePolicies(*policy); err != nil {
+	if o.runs, err = parseRuns(*policy, c.Exact); err != nil {
 		return bad("%v", err)
 	}
+	if *rttMatrix != "" {
+		if l.RTTMatrix, err = parseRTTMatrix(*rttMatrix); err != nil {
+			return bad("--rtt-matrix: %v", err)
+		}
+	}
 	// Validate before loading anything, so a bad flag is a usage error.
-	for _, p := range o.policies {
-		c.Policy = p
+	for _, r := range o.runs {
+		c.Policy = r.policy
 		if err := c.Validate(); err != nil {
 			return bad("%v", err)
 		}
 	}
-	return replayMain(ctx, o, stdout, stderr)
+	return replayMain(ctx, o, args, stdout, stderr)
 }
 
-func parsePolicies(s string) ([]replay.Policy, error) {
-	if strings.TrimSpace(s) == "all" {
-		return []replay.Policy{replay.CacheAware, replay.Random, replay.RoundRobin}, nil
+// parseRuns parses --policy: names, each optionally with -exact, or all.
+// With --exact every run answers from the exact index.
+func parseRuns(s string, exact bool) ([]replayRun, error) {
+	var out []replayRun
+	add := func(r replayRun) {
+		r.exact = r.exact || exact
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
 	}
-	var out []replay.Policy
+	if strings.TrimSpace(s) == "all" {
+		add(replayRun{policy: replay.CacheAware})
+		add(replayRun{policy: replay.CacheAware, exact: true})
+		for _, p := range replay.Policies()[1:] {
+			add(replayRun{policy: p})
+		}
+		return out, nil
+	}
 	for _, name := range strings.Split(s, ",") {
-		p, err := replay.ParsePolicy(name)
+		name = strings.TrimSpace(name)
+		base, isExact := strings.CutSuffix(name, exactSuffix)
+		p, err := replay.ParsePolicy(base)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, p)
+		add(replayRun{policy: p, exact: isExact})
 	}
 	return out, nil
 }
 
-func replayMain(ctx context.Context, o replayOptions, stdout, stderr io.Writer) error {
+// parseRTTMatrix parses rows separated by ";" of durations separated by ","
+// ("0" alone is allowed for zero).
+func parseRTTMatrix(s string) ([][]time.Duration, error) {
+	var m [][]time.Duration
+	for _, row := range strings.Split(s, ";") {
+		var r []time.Duration
+		for _, f := range strings.Split(row, ",") {
+			f = strings.TrimSpace(f)
+			if f == "0" {
+				r = append(r, 0)
+				continue
+			}
+			d, err := time.ParseDuration(f)
+			if err != nil {
+				return nil, err
+			}
+			r = append(r, d)
+		}
+		m = append(m, r)
+	}
+	return m, nil
+}
+
+func replayMain(ctx context.Context, o replayOptions, args []string, stdout, stderr io.Writer) error {
 	var reqs []workload.Request
 	var err error
 	name := replay.EmbeddedTraceName
@@ -142,26 +218,39 @@ func replayMain(ctx context.Context, o replayOptions, stdout, stderr io.Writer) 
 	if o.json {
 		progressOut = stderr
 	}
-	fmt.Fprintf(progressOut, "ckfrelay replay: %s, %d requests; %d data centers × %d workers × %d ranks × %d blocks; %s consumer%s\n",
-		name, len(reqs), o.cfg.DataCenters, o.cfg.WorkersPerDC, o.cfg.RanksPerWorker, o.cfg.BlocksPerRank, o.consumer,
-		map[bool]string{true: "; exact index", false: ""}[o.cfg.Exact])
+	fmt.Fprintf(progressOut, "ckfrelay replay: %s, %d requests; %d data centers × %d workers × %d ranks × %d blocks; %s consumer\n",
+		name, len(reqs), o.cfg.DataCenters, o.cfg.WorkersPerDC, o.cfg.RanksPerWorker, o.cfg.BlocksPerRank, o.consumer)
 	var reports []*replay.Report
-	for _, p := range o.policies {
+	for _, run := range o.runs {
 		cfg := o.cfg
-		cfg.Policy = p
-		cfg.Progress = func(pr replay.Progress) {
-			fmt.Fprintf(progressOut, "[%s] t=%4.0fs  trace %6.0fs  requests %8d  events/s %8.0f  blocks/s %9.0f  agreement %7.3f%%  in-flight %4d  query p50 %v p99 %v\n",
-				p, pr.Elapsed.Seconds(), pr.TraceTime.Seconds(), pr.Requests, pr.EventsPerSec, pr.BlocksPerSec,
-				pr.AgreementPct, pr.InFlight, pr.QueryP50, pr.QueryP99)
+		cfg.Policy, cfg.Exact = run.policy, run.exact
+		bar := newProgress(stderr, run.String(), len(reqs))
+		if bar == nil { // not a terminal: a line per second
+			cfg.Progress = func(pr replay.Progress) {
+				fmt.Fprintf(progressOut, "[%s] t=%4.0fs  trace %6.0fs  requests %8d  events/s %8.0f  blocks/s %9.0f  agreement %7.3f%%  in-flight %4d  query p50 %v p99 %v\n",
+					run, pr.Elapsed.Seconds(), pr.TraceTime.Seconds(), pr.Requests, pr.EventsPerSec, pr.BlocksPerSec,
+					pr.AgreementPct, pr.InFlight, pr.QueryP50, pr.QueryP99)
+			}
+		} else {
+			cfg.Progress = bar.update
 		}
 		r, err := replay.Run(ctx, cfg, reqs)
+		bar.finish()
 		if err != nil {
 			if errors.Is(err, replay.ErrInvariant) {
-				return fmt.Errorf("%s: %w (a bug: please report it)", p, err)
+				return fmt.Errorf("%s: %w (a bug: please report it)", run, err)
 			}
-			return fmt.Errorf("%s: %w", p, err)
+			return fmt.Errorf("%s: %w", run, err)
 		}
 		reports = append(reports, r)
+	}
+	if o.report != "" {
+		page := report.Page{Title: "ckfrelay replay", Trace: name, Command: "relay " + strings.Join(args, " "),
+			Reports: reports, Sweep: replay.TradeOff(o.cfg.Latency, o.cfg.Routing, replay.DefaultSweepRTTs, replay.DefaultSweepPrompts)}
+		if err := report.Write(o.report, page); err != nil {
+			return err
+		}
+		fmt.Fprintf(progressOut, "report: %s\n", filepath.Join(o.report, report.IndexFile))
 	}
 	if o.json {
 		enc := json.NewEncoder(stdout)

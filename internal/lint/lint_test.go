@@ -105,10 +105,11 @@ var graph = map[string]rule{
 	"internal/source":             {imports: []string{"ckf", "producer"}},
 	"internal/wasmbuild":          {},
 	"internal/cmd/benchsummary":   {},
+	"internal/replay/report":      {imports: []string{"internal/replay", "gonum.org/v1/plot"}},
 	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/conformance", "wasm/abi"}},
 	"internal/lint":               {},
 	"cmd/relay": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/server", "internal/workload", "wasm/host", "wire"},
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/replay/report", "internal/server", "internal/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},

@@ -35,7 +35,7 @@ func ExampleRun() {
 			exact, r.Requests, r.AgreementPct, r.OverReports, r.UnderReports, r.UnderInFlight, r.UnexplainedUnderReports)
 	}
 	// Output:
-	// exact=false: 1000 requests, agreement 99.7%, over 0, under 3, in flight 3, unexplained 0
+	// exact=false: 1000 requests, agreement 99.8%, over 0, under 3, in flight 3, unexplained 0
 	// exact=true: 1000 requests, agreement 100.0%, over 0, under 0, in flight 0, unexplained 0
 }
 

@@ -41,19 +41,38 @@ import (
 type Policy uint8
 
 // Policies. Whatever the policy, the router's own answer (deepest reported
-// prefix) is scored for agreement; the policy only decides where the request
-// is served, and so which caches fill.
+// prefix, [Deepest]) is scored for agreement; the policy only decides where
+// the request is served, and so which caches fill and how long it waits.
 const (
-	// CacheAware serves at the data center the router reports deepest, ties
-	// to the one that has served the fewest requests, then the lowest index.
+	// CacheAware is a production router's load-aware choice ([Routing]):
+	// the data center, then the rank, with the lowest Dynamo cost, which
+	// weighs the prefill the cached prefix saves against the candidates'
+	// queued prefill and decode load (and, for a data center, the round
+	// trip); SGLang's imbalance guard picks the least loaded rank first.
+	// The data center's cached prefix is the router's answer (the filter,
+	// or the exact index with [Config.Exact]); a rank's is exact, as a
+	// data center's own router knows it.
 	CacheAware Policy = iota + 1
-	// Random serves at a uniformly random data center (seeded).
+	// Random serves at a uniformly random rank of a uniformly random data
+	// center (seeded).
 	Random
-	// RoundRobin serves request i at data center i mod D.
+	// RoundRobin serves request i at data center i mod D, rank (i/D) mod R.
 	RoundRobin
+	// Affinity is pure prefix affinity: the data center the router reports
+	// deepest, then its rank with the deepest cached prefix, ties to the one
+	// that served the fewest requests ([Deepest]). A trace whose requests
+	// share a first block sends them all to one rank.
+	Affinity
+	// LoadOnly is CacheAware's cost with every cached prefix taken as 0:
+	// load balancing that sees no cache.
+	LoadOnly
 )
 
-var policyNames = [...]string{CacheAware: "cache-aware", Random: "random", RoundRobin: "round-robin"}
+var policyNames = [...]string{CacheAware: "cache-aware", Random: "random", RoundRobin: "round-robin",
+	Affinity: "affinity", LoadOnly: "load-only"}
+
+// Policies lists every policy, in the order reports show them.
+func Policies() []Policy { return []Policy{CacheAware, Affinity, LoadOnly, Random, RoundRobin} }
 
 // String returns the policy's flag name.
 func (p Policy) String() string {
@@ -63,14 +82,15 @@ func (p Policy) String() string {
 	return fmt.Sprintf("Policy(%d)", p)
 }
 
-// ParsePolicy parses a policy name ("cache-aware", "random", "round-robin").
+// ParsePolicy parses a policy name ("cache-aware", "affinity", "load-only",
+// "random", "round-robin").
 func ParsePolicy(s string) (Policy, error) {
 	for p, name := range policyNames {
 		if name != "" && name == strings.TrimSpace(s) {
 			return Policy(p), nil
 		}
 	}
-	return 0, &ConfigError{Field: "policy", Reason: fmt.Sprintf("unknown policy %q (want cache-aware, random or round-robin)", s)}
+	return 0, &ConfigError{Field: "policy", Reason: fmt.Sprintf("unknown policy %q (want cache-aware, affinity, load-only, random or round-robin)", s)}
 }
 
 // Errors. Every configuration failure is a [*ConfigError] matching
@@ -109,6 +129,10 @@ type Config struct {
 	ExpectedBlocks uint64
 
 	Policy Policy
+	// Routing is the load-aware cost of CacheAware and LoadOnly.
+	Routing Routing
+	// Latency is the serving-time model every policy is measured under.
+	Latency Latency
 	// Exact answers router queries from the pools' exact ownership instead
 	// of the consumer's filter. Frames still flow, so throughput and FPR are
 	// still measured.
@@ -144,13 +168,14 @@ type Config struct {
 }
 
 // DefaultConfig is the 3-DC demo: 4 workers × 2 ranks × 2048 blocks per
-// data center, cache-aware routing, the relay's cadence (16 events, 1 ms
-// timer), no propagation lag, as fast as possible.
+// data center, cache-aware routing with the routers' defaults, the default
+// latency model, the relay's cadence (16 events, 1 ms timer), no
+// propagation lag, as fast as possible.
 func DefaultConfig() Config {
 	return Config{
 		DataCenters: 3, WorkersPerDC: 4, RanksPerWorker: 2, BlocksPerRank: 2048,
-		Policy: CacheAware, PublishEveryNEvents: 16, PublicationDelay: time.Millisecond,
-		Seed: 1,
+		Policy: CacheAware, Routing: DefaultRouting(), Latency: DefaultLatency(),
+		PublishEveryNEvents: 16, PublicationDelay: time.Millisecond, Seed: 1,
 	}
 }
 
@@ -174,8 +199,10 @@ func (c Config) Validate() error {
 		return bad("expected blocks", "%v", err)
 	}
 	switch {
-	case c.Policy < CacheAware || c.Policy > RoundRobin:
+	case c.Policy < CacheAware || c.Policy > LoadOnly:
 		return bad("policy", "%v is not a policy", c.Policy)
+	case !(c.Routing.OverlapWeight >= 0) || !(c.Routing.Temperature >= 0) || !(c.Routing.BalanceRel >= 0):
+		return bad("routing", "overlap weight, temperature and balance ratio must be ≥ 0: %+v", c.Routing)
 	case c.PublishEveryNEvents == 0:
 		return bad("publish every", "must be > 0")
 	case c.PublicationDelay <= 0:
@@ -187,7 +214,7 @@ func (c Config) Validate() error {
 	case c.FPRProbes < 0:
 		return bad("fpr probes", "%d < 0", c.FPRProbes)
 	}
-	return nil
+	return c.Latency.validate(c.DataCenters)
 }
 
 func (c Config) expectedBlocks() uint64 {
@@ -294,6 +321,29 @@ type Report struct {
 	ProducerBytes           uint64  `json:"producer_bytes"`
 	ConsumerBytes           uint64  `json:"consumer_bytes"`
 
+	// The latency model ([Latency]) under the policy: time to first token
+	// and queueing delay over all requests, in trace milliseconds; rank
+	// imbalance is max/mean requests served per rank over the fleet; prompt
+	// tokens the ranks computed and the cached ones they did not; requests
+	// served outside their origin data center.
+	TTFTP50Ms          float64 `json:"ttft_p50_ms"`
+	TTFTP90Ms          float64 `json:"ttft_p90_ms"`
+	TTFTP99Ms          float64 `json:"ttft_p99_ms"`
+	TTFTMeanMs         float64 `json:"ttft_mean_ms"`
+	QueueP50Ms         float64 `json:"queue_p50_ms"`
+	QueueP99Ms         float64 `json:"queue_p99_ms"`
+	QueueMeanMs        float64 `json:"queue_mean_ms"`
+	RankImbalance      float64 `json:"rank_imbalance"`
+	PrefillTokens      int64   `json:"prefill_tokens"`
+	PrefillTokensSaved int64   `json:"prefill_tokens_saved"`
+	PrefillSavedPct    float64 `json:"prefill_saved_pct"`
+	RemotePct          float64 `json:"remote_pct"`
+	// TTFTCDFMs is the TTFT at every percentile 0..100 (101 values).
+	TTFTCDFMs []float64 `json:"ttft_cdf_ms,omitempty"`
+	// Series is the rank hit rate and rank imbalance per window of 100
+	// requests.
+	Series []SeriesPoint `json:"series,omitempty"`
+
 	// Unmeasured names, by JSON name, the figures the run could not measure
 	// (their fields are zero); [WriteTable] prints them as n/a. A replay
 	// measures everything.
@@ -308,4 +358,13 @@ func (r *Report) measured(names ...string) bool {
 		}
 	}
 	return true
+}
+
+// Name names the report's run: its policy, with " (exact)" when the router
+// answered from the exact index.
+func (r *Report) Name() string {
+	if r.Exact {
+		return r.Policy + " (exact)"
+	}
+	return r.Policy
 }

@@ -3,10 +3,14 @@ package replay
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -358,13 +362,41 @@ func TestRepeat_ShiftsIDsAndTime(t *testing.T) {
 }
 
 func TestParsePolicy_RoundTrips(t *testing.T) {
-	for _, p := range []Policy{CacheAware, Random, RoundRobin} {
-		if got, err := ParsePolicy(p.String()); err != nil || got != p {
-			t.Errorf("ParsePolicy(%q): got %v, %v; want %v", p.String(), got, err, p)
-		}
+	require.Len(t, Policies(), 5)
+	for _, p := range Policies() {
+		got, err := ParsePolicy(p.String())
+		require.NoError(t, err, p.String())
+		assert.Equal(t, p, got)
+		assert.NoError(t, func() error { c := DefaultConfig(); c.Policy = p; return c.Validate() }(), p.String())
 	}
-	if _, err := ParsePolicy("best"); !errors.Is(err, ErrInvalidConfig) {
-		t.Errorf("ParsePolicy(best): got %v, want ErrInvalidConfig", err)
+	_, err := ParsePolicy("best")
+	assert.ErrorIs(t, err, ErrInvalidConfig)
+	c := DefaultConfig()
+	c.Policy = LoadOnly + 1
+	assert.ErrorIs(t, c.Validate(), ErrInvalidConfig)
+}
+
+// TestConfig_ValidateRoutingAndLatency: a bad routing or latency field is a
+// *ConfigError naming it.
+func TestConfig_ValidateRoutingAndLatency(t *testing.T) {
+	for name, mutate := range map[string]func(*Config){
+		"negative weight":      func(c *Config) { c.Routing.OverlapWeight = -1 },
+		"NaN temperature":      func(c *Config) { c.Routing.Temperature = math.NaN() },
+		"negative balance":     func(c *Config) { c.Routing.BalanceRel = -0.5 },
+		"zero block tokens":    func(c *Config) { c.Latency.BlockTokens = 0 },
+		"zero prefill":         func(c *Config) { c.Latency.PrefillTokensPerSec = 0 },
+		"NaN decode":           func(c *Config) { c.Latency.DecodeTokensPerSec = math.NaN() },
+		"negative rtt":         func(c *Config) { c.Latency.RTT = -time.Millisecond },
+		"short matrix":         func(c *Config) { c.Latency.RTTMatrix = [][]time.Duration{{0}} },
+		"ragged matrix":        func(c *Config) { c.Latency.RTTMatrix = [][]time.Duration{{0, 0, 0}, {0}, {0, 0, 0}} },
+		"negative matrix cell": func(c *Config) { c.Latency.RTTMatrix = [][]time.Duration{{0, -1, 0}, {0, 0, 0}, {0, 0, 0}} },
+	} {
+		c := DefaultConfig()
+		mutate(&c)
+		err := c.Validate()
+		var ce *ConfigError
+		require.ErrorAs(t, err, &ce, name)
+		assert.Contains(t, []string{"routing", "latency"}, ce.Field, name)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -58,9 +57,6 @@ type dataCenter struct {
 
 	inflight map[uint64]int32    // canonical → admitted-but-invisible residency gains
 	omitted  map[uint64]struct{} // canonicals stored but left non-resident for capacity
-
-	rankLoad  []uint64 // requests served per rank
-	rankDepth []int    // scratch: each rank's cached prefix of the request
 }
 
 // harness is one replay's state. It is owned by one goroutine.
@@ -69,18 +65,16 @@ type harness struct {
 	fleet *workload.Fleet
 	dcs   []*dataCenter
 	cons  client.Lanes
-	rng   *rand.Rand
 	rep   Report // the harness's own figures; sc fills the scoring ones
 	sc    *Scorer
+	place *Placer // policy and latency model
 
 	frame wire.Frame
 	buf   []byte
 	res   consumer.QueryResult
 
-	served     []uint64      // requests served per data center (the tie-break load)
 	now        time.Duration // trace clock
-	rankHits   uint64
-	before     []bool // scratch: residency before an event
+	before     []bool        // scratch: residency before an event
 	deliveryNs []int64
 
 	// The request being scored, for the Explainer methods: its chain, the
@@ -120,7 +114,8 @@ func newHarness(cfg Config) (*harness, error) {
 		CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{'c', 'k', 'f', 'r', 'e', 'p', 'l', 'a', 'y'}, Source: ckf.DigestExplicit},
 		RoutingScope:   ckf.ScopedDigest{Digest: [16]byte{'s', 'c', 'o', 'p', 'e'}, Source: ckf.DigestExplicit},
 	}
-	h := &harness{cfg: cfg, fleet: fleet, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5EED)), served: make([]uint64, cfg.DataCenters)}
+	h := &harness{cfg: cfg, fleet: fleet}
+	h.place = NewPlacer(cfg, fleet)
 	if h.sc, err = NewScorer(cfg.DataCenters, h); err != nil {
 		return nil, err
 	}
@@ -131,8 +126,7 @@ func newHarness(cfg Config) (*harness, error) {
 			return nil, &ConfigError{Field: "expected blocks", Reason: err.Error()}
 		}
 		id := ckf.PoolID{Domain: domain, DCID: uint64(d + 1)}
-		dc := &dataCenter{pool: pool, inflight: make(map[uint64]int32), omitted: make(map[uint64]struct{}),
-			rankLoad: make([]uint64, fleet.Ranks()), rankDepth: make([]int, fleet.Ranks())}
+		dc := &dataCenter{pool: pool, inflight: make(map[uint64]int32), omitted: make(map[uint64]struct{})}
 		dc.pub = producer.NewPublisher(producer.Scope{Pool: id, ProducerIncarnation: 1}.Identity(pool.Format()), 0, &dc.sink)
 		h.dcs = append(h.dcs, dc)
 		m.Lanes[d] = &id
@@ -230,11 +224,12 @@ func (h *harness) run(ctx context.Context, reqs []workload.Request) error {
 		if err != nil {
 			return err
 		}
-		d := h.place(i, reported)
-		if err := h.score(chain, truth, reported, d, query); err != nil {
+		chosen := Deepest(reported, h.place.Served()) // the router's answer, before this request counts
+		pl := h.place.Place(i, at, req, chain, reported)
+		if err := h.score(chain, truth, reported, chosen, pl.DC, query); err != nil {
 			return err
 		}
-		if err := h.serve(d, chain, locals, &events); err != nil {
+		if err := h.serve(pl, chain, locals, &events); err != nil {
 			return err
 		}
 		if err := h.advance(at); err != nil { // lag 0: visible before the next query
@@ -389,15 +384,15 @@ func (h *harness) query(chain []uint64, truth, reported []int) (time.Duration, e
 	return took, nil
 }
 
-// score hands one request to the scorer: the router's pick is the deepest
-// reported lane, ties to the data center that served the fewest requests;
-// served is where the policy placed it.
-func (h *harness) score(chain []uint64, truth, reported []int, served int, query time.Duration) error {
+// score hands one request to the scorer: chosen is the router's pick (the
+// deepest reported lane, ties to the data center that served the fewest
+// requests), served where the policy placed it.
+func (h *harness) score(chain []uint64, truth, reported []int, chosen, served int, query time.Duration) error {
 	h.chain, h.maxTruth, h.masks = chain, 0, h.masks[:0]
 	for d := range h.dcs {
 		h.maxTruth = max(h.maxTruth, truth[d])
 	}
-	return h.sc.Observe(truth, reported, Deepest(reported, h.served), served, len(chain), query)
+	return h.sc.Observe(truth, reported, chosen, served, len(chain), query)
 }
 
 // ExplainOver implements [Explainer]: an over-report whose first missing
@@ -452,30 +447,11 @@ func (h *harness) ExplainUnder(d, _, truth int) (Cause, error) {
 	return c, nil
 }
 
-// place picks the serving data center by policy.
-func (h *harness) place(i int, reported []int) int {
-	switch h.cfg.Policy {
-	case Random:
-		return h.rng.IntN(len(h.dcs))
-	case RoundRobin:
-		return i % len(h.dcs)
-	}
-	return Deepest(reported, h.served)
-}
-
-// serve runs the request on data center d's best rank (deepest cached
-// prefix, ties to the least loaded, as a DC-local router with exact state
-// would) and admits the events it emits to d's pool.
-func (h *harness) serve(d int, chain, locals []uint64, events *[]ckf.RouterEvent) error {
+// serve runs the request on the placement's rank and admits the events it
+// emits to the data center's pool.
+func (h *harness) serve(pl Placement, chain, locals []uint64, events *[]ckf.RouterEvent) error {
+	d, r, k := pl.DC, pl.Rank, pl.RankDepth
 	dc := h.dcs[d]
-	h.served[d]++
-	for i := range dc.rankDepth {
-		dc.rankDepth[i] = h.fleet.RankDepth(d, i, chain)
-	}
-	r := Deepest(dc.rankDepth, dc.rankLoad)
-	k := dc.rankDepth[r]
-	dc.rankLoad[r]++
-	h.rankHits += uint64(k)
 	*events = h.fleet.Serve((*events)[:0], d, r, chain, locals)
 	for i := range *events {
 		ev := &(*events)[i]
@@ -559,9 +535,7 @@ func (h *harness) finish(wall time.Duration) {
 	// counts the missing probes as misses.
 	_ = h.sc.ProbeFPR(h.cons.Contains, loads, h.cfg.FPRProbes, h.cfg.Seed)
 	h.sc.Fill(r)
-	if r.RequestBlocks > 0 {
-		r.RankHitRatePct = 100 * float64(h.rankHits) / float64(r.RequestBlocks)
-	}
+	h.place.Fill(r)
 	r.TraceSeconds = h.now.Seconds()
 	r.WallSeconds = wall.Seconds()
 	if s := wall.Seconds(); s > 0 {

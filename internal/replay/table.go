@@ -33,7 +33,7 @@ func WriteTable(w io.Writer, reports ...*Report) error {
 	if _, err := fmt.Fprintln(w); err != nil {
 		return err
 	}
-	row("policy", nil, func(r *Report) string { return r.Policy })
+	row("policy", nil, func(r *Report) string { return r.Name() })
 	row("requests / events / blocks", nil, func(r *Report) string {
 		return fmt.Sprintf("%d / %d / %d", r.Requests, r.Events, r.EventBlocks)
 	})
@@ -69,6 +69,17 @@ func WriteTable(w io.Writer, reports ...*Report) error {
 		}
 		return fmt.Sprintf("%.1f%% / %s", r.HitRatePct, rank)
 	})
+	row("TTFT p50 / p90 / p99 (model)", fields("ttft_p50_ms"), func(r *Report) string {
+		return fmt.Sprintf("%.0fms / %.0fms / %.0fms", r.TTFTP50Ms, r.TTFTP90Ms, r.TTFTP99Ms)
+	})
+	row("queueing p50 / p99 / mean", fields("queue_p50_ms"), func(r *Report) string {
+		return fmt.Sprintf("%.0fms / %.0fms / %.0fms", r.QueueP50Ms, r.QueueP99Ms, r.QueueMeanMs)
+	})
+	row("rank imbalance (max/mean)", fields("rank_imbalance"), func(r *Report) string { return fmt.Sprintf("%.2f", r.RankImbalance) })
+	row("prefill tokens saved", fields("prefill_tokens_saved"), func(r *Report) string {
+		return fmt.Sprintf("%.1f%% (%d of %d)", r.PrefillSavedPct, r.PrefillTokensSaved, r.PrefillTokensSaved+r.PrefillTokens)
+	})
+	row("served outside origin DC", fields("remote_pct"), func(r *Report) string { return fmt.Sprintf("%.1f%%", r.RemotePct) })
 	row("false-positive rate", fields("fpr"), func(r *Report) string {
 		return fmt.Sprintf("%.3g (bound %.3g, %.2f×)", r.FPR, r.FPRBound, r.FPRRatio)
 	})
