@@ -358,7 +358,7 @@ const maxJSONDepth = 10000
 func spanJSON(data []byte, i, maxArray int) (int, error) {
 	const object = -1
 	var stackArr [16]int32
-	stack := stackArr[:0] // element count of each open array; object for an object
+	stack := stackArr[:0]   // element count of each open array; object for an object
 	value := func() error { // a value starts inside the innermost container
 		if len(stack) == 0 || stack[len(stack)-1] == object {
 			return nil
