@@ -209,7 +209,7 @@ func (a *actor) apply(c *command) bool {
 		return a.fault(Fault{Member: m, SourceEpoch: c.epoch, EventID: c.ev.EventID,
 			Category: FaultSourceProtocol, Disposition: d, Err: ErrUnannouncedSourceEpoch})
 	case !known:
-		a.epochs[m] = c.epoch
+		a.setEpoch(m, c.epoch)
 	}
 	out := a.pool.ApplyEvent(&c.ev)
 	a.permits.Release(c.weight)
@@ -316,7 +316,7 @@ func (a *actor) replace(c *command) error {
 		return err
 	}
 	for _, r := range c.reps {
-		a.epochs[r.Member] = r.SourceEpoch
+		a.setEpoch(r.Member, r.SourceEpoch)
 	}
 	// The swap committed: a publication problem is the stream's (the
 	// publisher fences and the next subscriber's snapshot covers it), not
@@ -353,7 +353,7 @@ func (a *actor) reset(c *command) error {
 	if b == nil && a.diag != nil {
 		a.diag.unchanged.Add(1)
 	}
-	a.epochs[c.member] = c.epoch
+	a.setEpoch(c.member, c.epoch)
 	if c.degraded {
 		a.stats.DegradedResets++
 		if a.diag != nil {
