@@ -10,6 +10,7 @@ require (
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/vmihailenco/msgpack/v5 v5.4.1
 	github.com/zeebo/xxh3 v1.1.0
+	golang.org/x/net v0.59.0
 	golang.org/x/sync v0.25.0
 	pgregory.net/rapid v1.3.0
 )

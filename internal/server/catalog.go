@@ -52,6 +52,10 @@ type catalogStats struct {
 	Sequence         uint64  `json:"sequence"`
 	MailboxDepth     int     `json:"mailbox_depth"`
 	LastFault        string  `json:"last_fault,omitempty"`
+	// Admitted events the actor dropped (stale source epoch) or refused as
+	// faults.
+	StaleEventsDropped uint64 `json:"stale_events_dropped"`
+	Faults             uint64 `json:"faults"`
 }
 
 func identityJSON(id ckf.ProducerIdentity) catalogIdentity {
@@ -85,7 +89,8 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 			e.Stats = &catalogStats{Members: ps.Members, UniqueBlocks: ps.UniqueBlocks, ResidentBlocks: ps.ResidentBlocks,
 				UnknownRemovals: ps.UnknownRemovals, CapacityFailures: ps.CapacityFailures,
 				Occupancy: float64(ps.OccupiedSlots) / float64(ps.FilterBytes/8*4), EmittedImages: ps.EmittedImages,
-				Sequence: st.Sequence, MailboxDepth: p.handle.MailboxDepth(), LastFault: lf}
+				Sequence: st.Sequence, MailboxDepth: p.handle.MailboxDepth(), LastFault: lf,
+				StaleEventsDropped: st.StaleEventsDropped, Faults: st.Faults}
 		}
 		out = append(out, e)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics are the relay's Prometheus series. Counters the server sees
@@ -42,7 +43,8 @@ func newMetrics() *metrics {
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ckfrelay_faults_total", Help: "Pool faults by category."}, []string{"pool", "category"}),
 	}
-	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.oversize, m.faults)
+	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.oversize, m.faults,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -50,7 +52,7 @@ func newMetrics() *metrics {
 type poolCollector struct {
 	pools func() []*hostedPool
 
-	unknown, capacity, tracked, resident, occupancy, mailbox, subscribers, sequence *prometheus.Desc
+	unknown, capacity, tracked, resident, occupancy, mailbox, subscribers, sequence, dropped *prometheus.Desc
 }
 
 func newPoolCollector(pools func() []*hostedPool) *poolCollector {
@@ -67,11 +69,14 @@ func newPoolCollector(pools func() []*hostedPool) *poolCollector {
 		mailbox:     d("ckfrelay_mailbox_depth", "Commands queued for the pool actor."),
 		subscribers: d("ckfrelay_subscribers", "Remote subscribers attached to the pool's hub."),
 		sequence:    d("ckfrelay_sequence", "The pool publisher's last sequence."),
+		dropped: prometheus.NewDesc("ckfrelay_events_dropped_total",
+			"Admitted events the actor dropped: from a superseded source epoch (stale_source_epoch), or refused as a fault (fault; see ckfrelay_faults_total).",
+			[]string{"pool", "reason"}, nil),
 	}
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.unknown, c.capacity, c.tracked, c.resident, c.occupancy, c.mailbox, c.subscribers, c.sequence} {
+	for _, d := range []*prometheus.Desc{c.unknown, c.capacity, c.tracked, c.resident, c.occupancy, c.mailbox, c.subscribers, c.sequence, c.dropped} {
 		ch <- d
 	}
 }
@@ -95,5 +100,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		slots := float64(ps.FilterBytes / 8 * 4)
 		ch <- prometheus.MustNewConstMetric(c.occupancy, prometheus.GaugeValue, float64(ps.OccupiedSlots)/slots, name)
 		ch <- prometheus.MustNewConstMetric(c.sequence, prometheus.GaugeValue, float64(st.Sequence), name)
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.StaleEventsDropped), name, "stale_source_epoch")
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.Faults), name, "fault")
 	}
 }
