@@ -378,7 +378,7 @@ func TestServer_InvalidEventsRefusedBeforeAdmission(t *testing.T) {
 	root := `{"worker_id": 1, "event": {"event_id": 3, "data": {"stored": {"parent_hash": null, "start_position": 16, "blocks": [` +
 		`{"block_hash": 8, "tokens_hash": 9}]}}}}`
 	tests := []struct {
-		name, body string
+		name, body    string
 		code, mention string
 	}{
 		{"duplicate block hash", "[" + good + "," + dup + "]", CodeInvalidEvent, "event 1"},

@@ -456,6 +456,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 
 	hb := time.NewTicker(time.Duration(s.cfg.HeartbeatInterval))
 	defer hb.Stop()
+	stall := newStallDetector(r.Context(), time.Duration(s.cfg.StreamStallTimeout))
 	for {
 		select {
 		case d := <-sub.Deltas():
@@ -469,7 +470,13 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 		case <-sub.Done():
 			st.end(sub)
 			return nil
-		case <-hb.C:
+		case now := <-hb.C:
+			if stall.stalled(now) {
+				s.m.stalled.WithLabelValues(p.spec.Name).Inc()
+				s.log.Warn("stream: subscriber stopped reading; dropping it", "pool", p.spec.Name,
+					"consumer", lease.ConsumerInstance, "lane", lease.PhysicalLane, "stall_timeout", time.Duration(s.cfg.StreamStallTimeout))
+				return nil
+			}
 			if st.write(&wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: st.identity, Lease: lease,
 				LastSequence: st.last, UnixMicros: time.Now().UnixMicro()}}) != nil {
 				return nil

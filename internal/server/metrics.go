@@ -20,6 +20,7 @@ type metrics struct {
 	images       *prometheus.CounterVec
 	lagged       *prometheus.CounterVec
 	oversize     *prometheus.CounterVec
+	stalled      *prometheus.CounterVec
 	faults       *prometheus.CounterVec
 }
 
@@ -40,10 +41,12 @@ func newMetrics() *metrics {
 			Name: "ckfrelay_subscriber_lagged_total", Help: "Remote subscribers closed because they fell behind."}, []string{"pool"}),
 		oversize: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ckfrelay_stream_oversize_deltas_total", Help: "Streams closed for a resnapshot because a delta exceeded the frame limit."}, []string{"pool"}),
+		stalled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_subscriber_stalled_total", Help: "Remote subscribers dropped because they stopped reading (peer window closed, no progress for stream_stall_timeout)."}, []string{"pool"}),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ckfrelay_faults_total", Help: "Pool faults by category."}, []string{"pool", "category"}),
 	}
-	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.oversize, m.faults,
+	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.oversize, m.stalled, m.faults,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

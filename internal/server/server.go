@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // Server hosts the configured pools behind the HTTP API. Create it with
@@ -72,6 +70,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Handler:           s.routes(),
 		ReadHeaderTimeout: time.Duration(cfg.ReadHeaderTimeout),
 		IdleTimeout:       time.Duration(cfg.IdleTimeout),
+		ConnContext:       withConn,
 		// No ReadTimeout or WriteTimeout: they would cut long-lived streams.
 		// Bodies get their own deadline (readBody), stream frames theirs
 		// (stream.write).
@@ -89,7 +88,7 @@ func (s *Server) Handler() http.Handler { return s.http.Handler }
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	ln = netutil.LimitListener(ln, s.cfg.MaxConnections)
+	ln = newBoundedListener(ln, s.cfg.MaxConnections)
 	var err error
 	if s.http.TLSConfig != nil {
 		err = s.http.ServeTLS(ln, "", "") // certificates loaded by New
