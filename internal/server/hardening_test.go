@@ -547,3 +547,33 @@ func TestConfig_AuthTokenFile(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidConfig, name)
 	}
 }
+
+func TestServer_HostileReplaceIsRefusedEarly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 16 MiB body")
+	}
+	s, _ := startTestServer(t, testConfig()) // max_events_per_batch 8: at most 8 ranks
+	var b bytes.Buffer
+	b.WriteString(`{"ranks": [`)
+	for b.Len() < 16<<20-8 {
+		b.WriteString(`{},`)
+	}
+	b.WriteString(`{}]}`)
+	var rec *httptest.ResponseRecorder
+	n := allocatedBy(func() {
+		rec = serveOnce(s.Handler(), "POST", "/v1/pools/dc-a/ranks/replace", "application/json", b.Bytes())
+	})
+	assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, rec.Body.String())
+	assert.Equal(t, CodeLimitExceeded, recCode(t, rec))
+	// The body buffer plus a little: not one struct per listed rank.
+	assert.LessOrEqual(t, n, uint64(b.Len()+1<<20), "allocated %d bytes for a %d-byte body", n, b.Len())
+
+	// Within the bound, ranks are read as before.
+	rec = serveOnce(s.Handler(), "POST", "/v1/pools/dc-a/ranks/replace", "application/json",
+		[]byte(`{"ranks": [{"worker_id": 1, "source_epoch": 1, "events": []}, {"worker_id": 2, "source_epoch": 1}]}`))
+	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	for _, body := range []string{`{"ranks": [], "x": 1}`, `{"ranks": []} []`, `[]`, `{"ranks": [{"worker_id": 1, "source_epoch": 1, "nope": 1}]}`} {
+		rec = serveOnce(s.Handler(), "POST", "/v1/pools/dc-a/ranks/replace", "application/json", []byte(body))
+		assert.Equal(t, http.StatusBadRequest, rec.Code, body)
+	}
+}

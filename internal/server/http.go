@@ -297,13 +297,76 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type replaceRequest struct {
-	Ranks []struct {
-		WorkerID    *uint64         `json:"worker_id"`
-		DPRank      uint32          `json:"dp_rank"`
-		SourceEpoch *uint64         `json:"source_epoch"`
-		Events      json.RawMessage `json:"events"`
-	} `json:"ranks"`
+// replaceRank is one entry of a replace request's "ranks".
+type replaceRank struct {
+	WorkerID    *uint64         `json:"worker_id"`
+	DPRank      uint32          `json:"dp_rank"`
+	SourceEpoch *uint64         `json:"source_epoch"`
+	Events      json.RawMessage `json:"events"`
+}
+
+// readReplace reads {"ranks": [...]} one rank at a time, so a body of
+// millions of ranks is refused at rank max_events_per_batch+1 (413) instead
+// of being decoded whole first. Unknown keys are errors, as in readJSON.
+func (s *Server) readReplace(w http.ResponseWriter, r *http.Request) ([]replaceRank, error) {
+	body, err := s.readJSONBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	bad := func(err error) error { return apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: "+err.Error()) }
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	delim := func(want json.Delim) error {
+		t, err := dec.Token()
+		if err != nil {
+			return bad(err)
+		}
+		if t != want {
+			return bad(fmt.Errorf("want %v, got %v", want, t))
+		}
+		return nil
+	}
+	if err := delim('{'); err != nil {
+		return nil, err
+	}
+	var ranks []replaceRank
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, bad(err)
+		}
+		if t != "ranks" {
+			return nil, bad(fmt.Errorf("unknown field %v", t))
+		}
+		if ranks != nil {
+			return nil, bad(errors.New("ranks given twice"))
+		}
+		if err := delim('['); err != nil {
+			return nil, err
+		}
+		ranks = []replaceRank{}
+		for dec.More() {
+			if len(ranks) == s.cfg.MaxEventsPerBatch {
+				return nil, apiErr(http.StatusRequestEntityTooLarge, CodeLimitExceeded,
+					fmt.Sprintf("more than %d ranks in one replacement (max_events_per_batch)", s.cfg.MaxEventsPerBatch))
+			}
+			var rk replaceRank
+			if err := dec.Decode(&rk); err != nil {
+				return nil, bad(err)
+			}
+			ranks = append(ranks, rk)
+		}
+		if err := delim(']'); err != nil {
+			return nil, err
+		}
+	}
+	if err := delim('}'); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: trailing data")
+	}
+	return ranks, nil
 }
 
 // handleReplace replaces the exact state of one or more ranks (tree dumps) in
@@ -313,15 +376,15 @@ func (s *Server) handleReplace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req replaceRequest
-	if err := s.readJSON(w, r, &req); err != nil {
+	ranks, err := s.readReplace(w, r)
+	if err != nil {
 		return err
 	}
-	if len(req.Ranks) == 0 {
+	if len(ranks) == 0 {
 		return apiErr(http.StatusBadRequest, CodeBadRequest, "ranks must list at least one rank")
 	}
-	reps := make([]producer.RankReplacement, 0, len(req.Ranks))
-	for i, rk := range req.Ranks {
+	reps := make([]producer.RankReplacement, 0, len(ranks))
+	for i, rk := range ranks {
 		if rk.WorkerID == nil || rk.SourceEpoch == nil {
 			return apiErr(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("ranks[%d]: worker_id and source_epoch are required", i))
 		}
@@ -390,12 +453,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) error {
 // Unknown keys and trailing data are errors, so a misspelt field is never
 // silently ignored.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	if mt, err := mediaType(r); err != nil {
-		return err
-	} else if mt != "application/json" || r.Header.Get("Content-Type") == "" {
-		return apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "the body must be application/json")
-	}
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
@@ -408,6 +466,17 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: trailing data")
 	}
 	return nil
+}
+
+// readJSONBody checks that the request is application/json and reads its
+// body.
+func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if mt, err := mediaType(r); err != nil {
+		return nil, err
+	} else if mt != "application/json" || r.Header.Get("Content-Type") == "" {
+		return nil, apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "the body must be application/json")
+	}
+	return s.readBody(w, r)
 }
 
 // handleStream serves one remote consumer lane: a chunked snapshot from the
