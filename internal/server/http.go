@@ -313,7 +313,9 @@ func (s *Server) readReplace(w http.ResponseWriter, r *http.Request) ([]replaceR
 	if err != nil {
 		return nil, err
 	}
-	bad := func(err error) error { return apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: "+err.Error()) }
+	bad := func(err error) error {
+		return apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: "+err.Error())
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	delim := func(want json.Delim) error {
