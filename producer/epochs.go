@@ -2,6 +2,7 @@ package producer
 
 import (
 	"container/list"
+	"sync"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
@@ -16,9 +17,11 @@ import (
 // keep a record forever.
 //
 // A pruned member is unknown again: its next event sets the epoch, as at
-// pool start (SPEC §7, decision on pruned epochs). Owned by the actor
-// goroutine.
+// pool start (SPEC §7, decision on pruned epochs). Written only by the actor
+// goroutine, which reads without locking; other goroutines (a Handle checking
+// a batch before admission) read through [sourceEpochs.load].
 type sourceEpochs struct {
+	mu      sync.RWMutex // held for writes, and by load
 	rec     map[ckf.Member]*epochRecord
 	idle    list.List // of *epochRecord, least recently idle first
 	maxIdle int
@@ -43,8 +46,17 @@ func (s *sourceEpochs) get(m ckf.Member) (epoch uint64, ok bool) {
 	return 0, false
 }
 
+// load is get for goroutines other than the actor's.
+func (s *sourceEpochs) load(m ckf.Member) (epoch uint64, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.get(m)
+}
+
 // set records epoch for m. A new record is not idle until [settle] says so.
 func (s *sourceEpochs) set(m ckf.Member, epoch uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if r := s.rec[m]; r != nil {
 		r.epoch = epoch
 		return
@@ -56,6 +68,8 @@ func (s *sourceEpochs) set(m ckf.Member, epoch uint64) {
 // holding blocks is never pruned; one holding nothing becomes the most
 // recently idle, and the least recently idle records beyond maxIdle go.
 func (s *sourceEpochs) settle(m ckf.Member, holds bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	r := s.rec[m]
 	if r == nil {
 		return

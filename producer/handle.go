@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -206,6 +207,87 @@ func (h Handle) ResetRank(ctx context.Context, sourceEpoch uint64, m ckf.Member,
 		return err
 	}
 	return r.err
+}
+
+// SourceEpoch returns member m's current source epoch as the actor last
+// recorded it; ok is false for a member the actor has no epoch for. It does
+// not go through the mailbox, so commands still queued are not reflected.
+func (h Handle) SourceEpoch(m ckf.Member) (epoch uint64, ok bool) {
+	if h.a == nil {
+		return 0, false
+	}
+	epoch, ok = h.a.epochs.load(m)
+	return epoch, ok
+}
+
+// AdmissionError names the event of a batch that [Handle.CheckEvents]
+// refused. errors.Is matches Err's sentinels.
+type AdmissionError struct {
+	Index int   // the event's index in the batch
+	Err   error // a *ckf.EventError, or ErrUnannouncedSourceEpoch
+}
+
+func (e *AdmissionError) Error() string { return fmt.Sprintf("event %d: %v", e.Index, e.Err) }
+
+// Unwrap returns Err.
+func (e *AdmissionError) Unwrap() error { return e.Err }
+
+// CheckEvents checks a batch at sourceEpoch before admission, for what is
+// known without the actor: a device-tier Stored event must be
+// canonicalizable on its own (no duplicate block hash, no parentless root
+// with start_position > 0: [ckf.ErrInvalidBlockSequence]), and an event of
+// a member whose recorded epoch is older than sourceEpoch is an unannounced
+// epoch change ([ErrUnannouncedSourceEpoch]). The first refusal is returned
+// as an [*AdmissionError]. The actor checks both again when it applies an
+// event (a concurrent reset may move an epoch in between); CheckEvents lets
+// a caller refuse most bad events up front instead of admitting them only to
+// have them dropped.
+func (h Handle) CheckEvents(sourceEpoch uint64, evs []ckf.RouterEvent) error {
+	var seen map[uint64]struct{}
+	for i := range evs {
+		ev := &evs[i]
+		if ev.Kind != ckf.EventStored || ev.StorageTier != ckf.TierDevice || len(ev.Blocks) == 0 {
+			continue
+		}
+		if !ev.HasParent && ev.HasStartPosition && ev.StartPosition > 0 {
+			return &AdmissionError{Index: i, Err: &ckf.EventError{Kind: ckf.ErrInvalidBlockSequence, Member: ev.Member(),
+				BlockHash: ev.Blocks[0].BlockHash, Detail: "root block with start_position > 0 cannot be canonicalized"}}
+		}
+		// Short events (the common case) compare pairwise; long ones use a
+		// set, as the pool does.
+		useSet := len(ev.Blocks) > 16
+		if useSet {
+			if seen == nil {
+				seen = make(map[uint64]struct{}, len(ev.Blocks))
+			}
+			clear(seen)
+		}
+		for j, b := range ev.Blocks {
+			dup := false
+			if useSet {
+				_, dup = seen[b.BlockHash]
+				seen[b.BlockHash] = struct{}{}
+			} else {
+				for _, e := range ev.Blocks[:j] {
+					dup = dup || e.BlockHash == b.BlockHash
+				}
+			}
+			if dup {
+				return &AdmissionError{Index: i, Err: &ckf.EventError{Kind: ckf.ErrInvalidBlockSequence, Member: ev.Member(),
+					BlockHash: b.BlockHash, Detail: "duplicate external hash within one event"}}
+			}
+		}
+	}
+	if h.a == nil {
+		return nil
+	}
+	for i := range evs {
+		if cur, ok := h.a.epochs.load(evs[i].Member()); ok && sourceEpoch > cur {
+			return &AdmissionError{Index: i, Err: fmt.Errorf("%w: worker %d rank %d is at epoch %d, the batch carries %d; reset or replace the rank first",
+				ErrUnannouncedSourceEpoch, evs[i].WorkerID, evs[i].DPRank, cur, sourceEpoch)}
+		}
+	}
+	return nil
 }
 
 // Flush publishes the pending tail now and waits for it. It returns the

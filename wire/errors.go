@@ -26,6 +26,10 @@ var (
 	// event: a wrong msgpack type, array length or bin size, an integer out
 	// of its field's range, an unknown enum value, a missing required field.
 	ErrMalformed = errors.New("wire: malformed input")
+	// ErrLimitExceeded: an event batch holds more events, or an event more
+	// blocks (hashes), than the [BatchLimits] it was decoded under. Checked
+	// while decoding, before the excess is allocated.
+	ErrLimitExceeded = errors.New("wire: batch limit exceeded")
 )
 
 // ErrInvalidFrame is returned by the encoders when a [Frame] or event cannot
@@ -36,7 +40,7 @@ var ErrInvalidFrame = errors.New("wire: frame cannot be encoded")
 // DecodeError is the detailed form of a decode failure. Kind is one of the
 // decode sentinels above and errors.Is(err, Kind) holds.
 type DecodeError struct {
-	Kind   error  // ErrTruncated, ErrTrailingBytes, ErrFrameTooLarge, ErrUnknownVersion, ErrUnknownKind or ErrMalformed
+	Kind   error  // ErrTruncated, ErrTrailingBytes, ErrFrameTooLarge, ErrUnknownVersion, ErrUnknownKind, ErrMalformed or ErrLimitExceeded
 	Frame  Kind   // the frame kind being decoded, 0 if not yet known (or for events)
 	Offset int    // byte offset in the frame (or event document) where the problem was detected
 	Field  string // dotted path of the field being decoded, e.g. "identity.format.seed"; may be empty

@@ -5,11 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"slices"
 	"strconv"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
+
+// BatchLimits bound what a batch decoder accepts. A zero field means no
+// limit.
+type BatchLimits struct {
+	// MaxEvents bounds the events in one batch.
+	MaxEvents int
+	// MaxBlocksPerEvent bounds the blocks of a Stored event and the hashes
+	// of a Removed one. The JSON decoder applies it to every array inside an
+	// event (unknown fields included), so no array can grow past it.
+	MaxBlocksPerEvent int
+}
 
 // JSON shapes of Dynamo's RouterEvent (serde derive, externally tagged
 // snake_case enum). Pointers tell an absent or null field from a zero value.
@@ -235,28 +245,191 @@ func DecodeRouterEventJSON(data []byte) (ckf.RouterEvent, error) {
 }
 
 // DecodeRouterEventsJSON decodes a JSON array of RouterEvents (the batch
-// form) and appends them to dst. On error it returns dst unchanged.
+// form) and appends them to dst. On error it returns dst unchanged. It
+// applies no batch limits: decode untrusted input with
+// [DecodeRouterEventsJSONLimited].
 func DecodeRouterEventsJSON(data []byte, dst []ckf.RouterEvent) ([]ckf.RouterEvent, error) {
-	var js []jsonRouterEvent
-	if err := decodeJSON(data, &js); err != nil {
-		return dst, err
-	}
-	if js == nil {
+	return DecodeRouterEventsJSONLimited(data, dst, BatchLimits{})
+}
+
+// DecodeRouterEventsJSONLimited is [DecodeRouterEventsJSON] under lim. The
+// limits apply while decoding, not after: the array is walked one event at a
+// time, an event's extent is scanned (without allocating) before it is
+// decoded, and the first event past lim.MaxEvents, or the first array inside
+// an event with more than lim.MaxBlocksPerEvent elements, stops the decode
+// with an [ErrLimitExceeded] error. So a hostile batch costs at most about
+// lim's worth of decoded events however large the input is.
+func DecodeRouterEventsJSONLimited(data []byte, dst []ckf.RouterEvent, lim BatchLimits) ([]ckf.RouterEvent, error) {
+	i := skipJSONSpace(data, 0)
+	switch {
+	case i == len(data):
+		return dst, &DecodeError{Kind: ErrTruncated, Offset: i, Detail: "input ended before the JSON value"}
+	case bytes.HasPrefix(data[i:], []byte("null")) && skipJSONSpace(data, i+4) == len(data):
 		return dst, &DecodeError{Kind: ErrMalformed, Field: "events", Detail: "null, want an array"}
-	}
-	out := slices.Grow(dst[:len(dst):len(dst)], len(js))
-	for i := range js {
-		ev, err := js[i].convert()
-		if err != nil {
-			var fe *fieldError
-			if errors.As(err, &fe) {
-				fe.field = "[" + strconv.Itoa(i) + "]." + fe.field
-			}
-			return dst, jsonError(err, len(data))
+	case data[i] != '[':
+		// Not an array: let encoding/json say what it is.
+		var js []jsonRouterEvent
+		if err := decodeJSON(data, &js); err != nil {
+			return dst, err
 		}
-		out = append(out, ev)
+		return dst, &DecodeError{Kind: ErrMalformed, Offset: i, Field: "events", Detail: "want an array"}
+	}
+	// A fresh backing array: dst's elements are never overwritten on error.
+	out := dst[:len(dst):len(dst)]
+	i = skipJSONSpace(data, i+1)
+	if i < len(data) && data[i] == ']' {
+		i++
+	} else {
+		for n := 0; ; n++ {
+			if i == len(data) {
+				return dst, &DecodeError{Kind: ErrTruncated, Offset: i, Detail: "input ended inside the events array"}
+			}
+			if lim.MaxEvents > 0 && n == lim.MaxEvents {
+				return dst, &DecodeError{Kind: ErrLimitExceeded, Offset: i, Field: "events",
+					Detail: "more than " + strconv.Itoa(lim.MaxEvents) + " events in one batch"}
+			}
+			end, err := spanJSON(data, i, lim.MaxBlocksPerEvent)
+			if err != nil {
+				if de, ok := err.(*DecodeError); ok {
+					de.Field = "[" + strconv.Itoa(n) + "]" + de.Field
+				}
+				return dst, err
+			}
+			var j jsonRouterEvent
+			if err := json.Unmarshal(data[i:end], &j); err != nil {
+				return dst, atEvent(jsonError(err, end-i), n, i)
+			}
+			ev, err := j.convert()
+			if err != nil {
+				return dst, atEvent(jsonError(err, end-i), n, i)
+			}
+			out = append(out, ev)
+			i = skipJSONSpace(data, end)
+			if i < len(data) && data[i] == ',' {
+				i = skipJSONSpace(data, i+1)
+				continue
+			}
+			if i < len(data) && data[i] == ']' {
+				i++
+				break
+			}
+			if i == len(data) {
+				return dst, &DecodeError{Kind: ErrTruncated, Offset: i, Detail: "input ended inside the events array"}
+			}
+			return dst, &DecodeError{Kind: ErrMalformed, Offset: i, Detail: "want ',' or ']' after event " + strconv.Itoa(n)}
+		}
+	}
+	if rest := skipJSONSpace(data, i); rest != len(data) {
+		return dst, &DecodeError{Kind: ErrTrailingBytes, Offset: rest, Detail: strconv.Itoa(len(data)-rest) + " bytes after the value"}
 	}
 	return out, nil
+}
+
+// atEvent rebases a *DecodeError from decoding event n (which starts at
+// offset at of the batch) onto the batch: offset and field path.
+func atEvent(err error, n, at int) error {
+	if de, ok := err.(*DecodeError); ok {
+		de.Offset += at
+		if de.Field != "" {
+			de.Field = "[" + strconv.Itoa(n) + "]." + de.Field
+		} else {
+			de.Field = "[" + strconv.Itoa(n) + "]"
+		}
+	}
+	return err
+}
+
+func skipJSONSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// maxJSONDepth bounds the nesting spanJSON follows; encoding/json stops at
+// the same depth.
+const maxJSONDepth = 10000
+
+// spanJSON returns the end of the JSON value that starts at data[i], failing
+// with ErrLimitExceeded as soon as an array inside it reaches maxArray+1
+// elements (maxArray ≤ 0: no limit). It follows only the structure
+// (brackets, braces, strings); encoding/json checks the syntax of the span
+// afterwards. It allocates only its nesting stack, which is bounded.
+func spanJSON(data []byte, i, maxArray int) (int, error) {
+	const object = -1
+	var stackArr [16]int32
+	stack := stackArr[:0]   // element count of each open array; object for an object
+	value := func() error { // a value starts inside the innermost container
+		if len(stack) == 0 || stack[len(stack)-1] == object {
+			return nil
+		}
+		stack[len(stack)-1]++
+		if maxArray > 0 && int(stack[len(stack)-1]) > maxArray {
+			return &DecodeError{Kind: ErrLimitExceeded, Offset: i,
+				Detail: "an array inside the event has more than " + strconv.Itoa(maxArray) + " elements (blocks per event)"}
+		}
+		return nil
+	}
+	// Inside an object, a string is a key or a value; either way no array
+	// element, so value() ignores it.
+	for i < len(data) {
+		switch c := data[i]; c {
+		case ' ', '\t', '\n', '\r', ',', ':':
+			i++
+			continue
+		case '[', '{':
+			if err := value(); err != nil {
+				return 0, err
+			}
+			if len(stack) == maxJSONDepth {
+				return 0, &DecodeError{Kind: ErrMalformed, Offset: i, Detail: "nesting deeper than " + strconv.Itoa(maxJSONDepth)}
+			}
+			if c == '[' {
+				stack = append(stack, 0)
+			} else {
+				stack = append(stack, object)
+			}
+			i++
+		case ']', '}':
+			if len(stack) == 0 || (c == ']') != (stack[len(stack)-1] != object) {
+				return 0, &DecodeError{Kind: ErrMalformed, Offset: i, Detail: "unbalanced " + string(c)}
+			}
+			stack = stack[:len(stack)-1]
+			i++
+		case '"':
+			if err := value(); err != nil {
+				return 0, err
+			}
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(data) {
+				return 0, &DecodeError{Kind: ErrTruncated, Offset: len(data), Detail: "input ended inside a string"}
+			}
+			i++
+		default: // a number or literal runs to the next delimiter
+			if err := value(); err != nil {
+				return 0, err
+			}
+			for i < len(data) && !isJSONDelim(data[i]) {
+				i++
+			}
+		}
+		if len(stack) == 0 {
+			return i, nil
+		}
+	}
+	return 0, &DecodeError{Kind: ErrTruncated, Offset: len(data), Detail: "input ended inside the JSON value"}
+}
+
+func isJSONDelim(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\r', ',', ':', '[', ']', '{', '}', '"':
+		return true
+	}
+	return false
 }
 
 // AppendRouterEventJSON appends ev as one JSON object in the shape

@@ -25,7 +25,7 @@ const (
 // allocated and never alias data.
 func DecodeRouterEventMsgpack(data []byte) (ckf.RouterEvent, error) {
 	r := reader{b: data}
-	ev, err := r.routerEvent()
+	ev, err := r.routerEvent(0)
 	if err != nil {
 		return ckf.RouterEvent{}, err
 	}
@@ -36,17 +36,31 @@ func DecodeRouterEventMsgpack(data []byte) (ckf.RouterEvent, error) {
 }
 
 // DecodeRouterEventsMsgpack decodes a msgpack array of RouterEvents (the
-// batch form) and appends them to dst. On error it returns dst unchanged.
+// batch form) and appends them to dst. On error it returns dst unchanged. It
+// applies no batch limits: decode untrusted input with
+// [DecodeRouterEventsMsgpackLimited].
 func DecodeRouterEventsMsgpack(data []byte, dst []ckf.RouterEvent) ([]ckf.RouterEvent, error) {
+	return DecodeRouterEventsMsgpackLimited(data, dst, BatchLimits{})
+}
+
+// DecodeRouterEventsMsgpackLimited is [DecodeRouterEventsMsgpack] under lim:
+// an array header announcing more events than lim.MaxEvents, or more blocks
+// (hashes) in one event than lim.MaxBlocksPerEvent, fails with an
+// [ErrLimitExceeded] error as soon as it is read, before anything is
+// allocated for it.
+func DecodeRouterEventsMsgpackLimited(data []byte, dst []ckf.RouterEvent, lim BatchLimits) ([]ckf.RouterEvent, error) {
 	r := reader{b: data, field: "events"}
 	n, err := r.arrayLen()
 	if err != nil {
 		return dst, err
 	}
+	if lim.MaxEvents > 0 && n > lim.MaxEvents {
+		return dst, r.fail(ErrLimitExceeded, itoa(n)+" events in one batch, limit "+itoa(lim.MaxEvents))
+	}
 	// A fresh backing array: dst's elements are never overwritten on error.
 	out := slices.Grow(dst[:len(dst):len(dst)], min(n, r.remaining()/minEventBytes+1))
 	for range n {
-		ev, err := r.routerEvent()
+		ev, err := r.routerEvent(lim.MaxBlocksPerEvent)
 		if err != nil {
 			return dst, err
 		}
@@ -56,6 +70,15 @@ func DecodeRouterEventsMsgpack(data []byte, dst []ckf.RouterEvent) ([]ckf.Router
 		return dst, err
 	}
 	return out, nil
+}
+
+// blockLimit fails with ErrLimitExceeded when an event's announced block (or
+// hash) count m exceeds maxBlocks (≤ 0: no limit).
+func (r *reader) blockLimit(m, maxBlocks int) error {
+	if maxBlocks > 0 && m > maxBlocks {
+		return r.fail(ErrLimitExceeded, itoa(m)+" blocks in one event, limit "+itoa(maxBlocks))
+	}
+	return nil
 }
 
 func (r *reader) key() ([]byte, error) {
@@ -70,7 +93,7 @@ func (r *reader) dup(seen *uint32, bit uint32) error {
 	return nil
 }
 
-func (r *reader) routerEvent() (ckf.RouterEvent, error) {
+func (r *reader) routerEvent(maxBlocks int) (ckf.RouterEvent, error) {
 	var ev ckf.RouterEvent
 	r.field = "router_event"
 	n, err := r.mapLen()
@@ -122,7 +145,7 @@ func (r *reader) routerEvent() (ckf.RouterEvent, error) {
 			if err := r.dup(&seen, fEvent); err != nil {
 				return ev, err
 			}
-			if err := r.kvEvent(&ev); err != nil {
+			if err := r.kvEvent(&ev, maxBlocks); err != nil {
 				return ev, err
 			}
 		default:
@@ -143,7 +166,7 @@ func (r *reader) routerEvent() (ckf.RouterEvent, error) {
 	return ev, nil
 }
 
-func (r *reader) kvEvent(ev *ckf.RouterEvent) error {
+func (r *reader) kvEvent(ev *ckf.RouterEvent, maxBlocks int) error {
 	n, err := r.mapLen()
 	if err != nil {
 		return err
@@ -187,7 +210,7 @@ func (r *reader) kvEvent(ev *ckf.RouterEvent) error {
 			if err := r.dup(&seen, fData); err != nil {
 				return err
 			}
-			if err := r.eventData(ev); err != nil {
+			if err := r.eventData(ev, maxBlocks); err != nil {
 				return err
 			}
 		default:
@@ -209,7 +232,7 @@ func (r *reader) kvEvent(ev *ckf.RouterEvent) error {
 
 // eventData decodes serde's externally tagged enum: "cleared", or a map with
 // one entry {"stored": {...}} / {"removed": {...}} / {"cleared": nil}.
-func (r *reader) eventData(ev *ckf.RouterEvent) error {
+func (r *reader) eventData(ev *ckf.RouterEvent, maxBlocks int) error {
 	c, err := r.peek()
 	if err != nil {
 		return err
@@ -243,11 +266,11 @@ func (r *reader) eventData(ev *ckf.RouterEvent) error {
 	case "stored":
 		ev.Kind = ckf.EventStored
 		r.field = "event.data.stored"
-		return r.stored(ev)
+		return r.stored(ev, maxBlocks)
 	case "removed":
 		ev.Kind = ckf.EventRemoved
 		r.field = "event.data.removed"
-		return r.removed(ev)
+		return r.removed(ev, maxBlocks)
 	case "cleared":
 		ev.Kind = ckf.EventCleared
 		r.field = "event.data.cleared"
@@ -260,7 +283,7 @@ func (r *reader) eventData(ev *ckf.RouterEvent) error {
 	return r.fail(ErrMalformed, "unknown event variant "+quote(k))
 }
 
-func (r *reader) stored(ev *ckf.RouterEvent) error {
+func (r *reader) stored(ev *ckf.RouterEvent, maxBlocks int) error {
 	n, err := r.mapLen()
 	if err != nil {
 		return err
@@ -310,6 +333,9 @@ func (r *reader) stored(ev *ckf.RouterEvent) error {
 			}
 			m, err := r.arrayLen()
 			if err != nil {
+				return err
+			}
+			if err := r.blockLimit(m, maxBlocks); err != nil {
 				return err
 			}
 			ev.Blocks = make([]ckf.StoredBlock, 0, min(m, r.remaining()/minBlockBytes+1))
@@ -385,7 +411,7 @@ func (r *reader) block() (ckf.StoredBlock, error) {
 	return b, nil
 }
 
-func (r *reader) removed(ev *ckf.RouterEvent) error {
+func (r *reader) removed(ev *ckf.RouterEvent, maxBlocks int) error {
 	n, err := r.mapLen()
 	if err != nil {
 		return err
@@ -410,6 +436,9 @@ func (r *reader) removed(ev *ckf.RouterEvent) error {
 		seen = true
 		m, err := r.arrayLen()
 		if err != nil {
+			return err
+		}
+		if err := r.blockLimit(m, maxBlocks); err != nil {
 			return err
 		}
 		ev.BlockHashes = make([]uint64, 0, min(m, r.remaining()))

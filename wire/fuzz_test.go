@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -19,12 +20,51 @@ func checkDecodeErr(t *testing.T, err error) {
 	}
 	var de *wire.DecodeError
 	require.ErrorAs(t, err, &de)
-	for _, k := range []error{wire.ErrTruncated, wire.ErrTrailingBytes, wire.ErrFrameTooLarge, wire.ErrUnknownVersion, wire.ErrUnknownKind, wire.ErrMalformed} {
+	for _, k := range []error{wire.ErrTruncated, wire.ErrTrailingBytes, wire.ErrFrameTooLarge, wire.ErrUnknownVersion, wire.ErrUnknownKind, wire.ErrMalformed, wire.ErrLimitExceeded} {
 		if errors.Is(err, k) {
 			return
 		}
 	}
 	t.Fatalf("error %v wraps no decode category", err)
+}
+
+// checkLimited checks a limited batch decode against the unlimited one:
+// limits that the batch fits give the same result; a batch beyond them is
+// refused (with ErrLimitExceeded, or with the error the whole input has).
+func checkLimited(t *testing.T, all []ckf.RouterEvent, allErr error, decode func(wire.BatchLimits) ([]ckf.RouterEvent, error)) {
+	t.Helper()
+	fits := wire.BatchLimits{MaxEvents: max(len(all), 1), MaxBlocksPerEvent: 1}
+	for i := range all {
+		fits.MaxBlocksPerEvent = max(fits.MaxBlocksPerEvent, all[i].BlockCount())
+	}
+	got, err := decode(fits)
+	checkDecodeErr(t, err)
+	if allErr == nil {
+		// The JSON decoder also counts arrays in unknown fields, so a fitting
+		// batch may still exceed the limit there; nothing else may differ.
+		if err != nil && !errors.Is(err, wire.ErrLimitExceeded) {
+			t.Fatalf("limits the batch fits: %v", err)
+		}
+		if err == nil && !deepEqual(normalizeAll(got), normalizeAll(all)) {
+			t.Fatalf("limited decode differs:\ngot  %+v\nwant %+v", got, all)
+		}
+	} else if err == nil {
+		t.Fatalf("limited decode accepted what the unlimited one refused (%v)", allErr)
+	}
+	if len(all) > 1 {
+		_, err := decode(wire.BatchLimits{MaxEvents: len(all) - 1})
+		if !errors.Is(err, wire.ErrLimitExceeded) {
+			t.Fatalf("%d events under a limit of %d: %v", len(all), len(all)-1, err)
+		}
+	}
+}
+
+func normalizeAll(evs []ckf.RouterEvent) []ckf.RouterEvent {
+	out := make([]ckf.RouterEvent, len(evs))
+	for i := range evs {
+		out[i] = normalize(evs[i])
+	}
+	return out
 }
 
 func FuzzDecodeFrame(f *testing.F) {
@@ -93,8 +133,11 @@ func FuzzDecodeRouterEventJSON(f *testing.F) {
 			require.NoError(t, err, "re-decode")
 			require.Equal(t, normalize(ev), normalize(again), "re-decode")
 		}
-		_, err = wire.DecodeRouterEventsJSON(data, nil)
+		all, err := wire.DecodeRouterEventsJSON(data, nil)
 		checkDecodeErr(t, err)
+		checkLimited(t, all, err, func(lim wire.BatchLimits) ([]ckf.RouterEvent, error) {
+			return wire.DecodeRouterEventsJSONLimited(data, nil, lim)
+		})
 	})
 }
 
@@ -114,7 +157,10 @@ func FuzzDecodeRouterEventMsgpack(f *testing.F) {
 			require.NoError(t, err, "re-decode")
 			require.Equal(t, normalize(ev), normalize(again), "re-decode")
 		}
-		_, err = wire.DecodeRouterEventsMsgpack(data, nil)
+		all, err := wire.DecodeRouterEventsMsgpack(data, nil)
 		checkDecodeErr(t, err)
+		checkLimited(t, all, err, func(lim wire.BatchLimits) ([]ckf.RouterEvent, error) {
+			return wire.DecodeRouterEventsMsgpackLimited(data, nil, lim)
+		})
 	})
 }

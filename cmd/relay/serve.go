@@ -39,7 +39,8 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", os.Getenv("CKFRELAY_CONFIG"), "JSON config file (env CKFRELAY_CONFIG)")
 	listen := fs.String("listen", "", "listen address (env CKFRELAY_LISTEN; default "+server.DefaultListen+")")
-	token := fs.String("auth-token", "", "bearer token required on every endpoint but /healthz (env CKFRELAY_AUTH_TOKEN)")
+	token := fs.String("auth-token", "", "bearer token required on every endpoint but /healthz (env CKFRELAY_AUTH_TOKEN); visible in the process list: prefer --auth-token-file")
+	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token (env CKFRELAY_AUTH_TOKEN_FILE)")
 	cert := fs.String("tls-cert", "", "TLS certificate file (env CKFRELAY_TLS_CERT)")
 	key := fs.String("tls-key", "", "TLS key file (env CKFRELAY_TLS_KEY)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -61,7 +62,16 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 		}
 	}
 	envStr(&cfg.Listen, "CKFRELAY_LISTEN")
-	envStr(&cfg.AuthToken, "CKFRELAY_AUTH_TOKEN")
+	// A token and a token file exclude each other: the later source wins.
+	setToken := func(tok, file string) {
+		if tok != "" {
+			cfg.AuthToken, cfg.AuthTokenFile = tok, ""
+		}
+		if file != "" {
+			cfg.AuthToken, cfg.AuthTokenFile = "", file
+		}
+	}
+	setToken(os.Getenv("CKFRELAY_AUTH_TOKEN"), os.Getenv("CKFRELAY_AUTH_TOKEN_FILE"))
 	envStr(&cfg.TLSCertFile, "CKFRELAY_TLS_CERT")
 	envStr(&cfg.TLSKeyFile, "CKFRELAY_TLS_KEY")
 	if v := os.Getenv("CKFRELAY_MAX_SUBSCRIBERS"); v != "" {
@@ -78,7 +88,8 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 			}
 		}
 	}
-	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.AuthToken: *token, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key} {
+	setToken(*token, *tokenFile)
+	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key} {
 		if v != "" {
 			*dst = v
 		}

@@ -119,6 +119,10 @@ type Stats struct {
 	Sequence         U64     `json:"sequence"`
 	MailboxDepth     int     `json:"mailbox_depth"`
 	LastFault        string  `json:"last_fault,omitempty"`
+	// StaleEventsDropped counts admitted events the actor dropped for a
+	// superseded source epoch; Faults, admitted events it refused as faults.
+	StaleEventsDropped U64 `json:"stale_events_dropped"`
+	Faults             U64 `json:"faults"`
 }
 
 // FromIdentity returns the catalog form of id.

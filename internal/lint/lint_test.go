@@ -84,7 +84,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "internal/catalog", "internal/hub", "producer", "wire", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3"},
+		imports: []string{"ckf", "internal/catalog", "internal/hub", "producer", "wire", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
 		tests:   []string{"consumer"},
 	},
 	"internal/workload": {

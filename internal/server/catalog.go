@@ -50,7 +50,8 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 				ResidentBlocks: catalog.U64(ps.ResidentBlocks), UnknownRemovals: catalog.U64(ps.UnknownRemovals),
 				CapacityFailures: catalog.U64(ps.CapacityFailures),
 				Occupancy:        float64(ps.OccupiedSlots) / float64(ps.FilterBytes/8*4), EmittedImages: catalog.U64(ps.EmittedImages),
-				Sequence: catalog.U64(st.Sequence), MailboxDepth: p.handle.MailboxDepth(), LastFault: lf}
+				Sequence: catalog.U64(st.Sequence), MailboxDepth: p.handle.MailboxDepth(), LastFault: lf,
+				StaleEventsDropped: catalog.U64(st.StaleEventsDropped), Faults: catalog.U64(st.Faults)}
 		}
 		out = append(out, e)
 	}

@@ -97,6 +97,10 @@ type Config struct {
 	// AuthToken, when set, is required as "Authorization: Bearer <token>" on
 	// every endpoint except /healthz.
 	AuthToken string `json:"auth_token,omitempty"`
+	// AuthTokenFile names a file holding the token (surrounding whitespace
+	// trimmed), so the token appears in no process list or config file.
+	// Exclusive with AuthToken; read by [Config.ResolveAuthToken].
+	AuthTokenFile string `json:"auth_token_file,omitempty"`
 	// CacheSemantics and RoutingScope name the routing domain; their digests
 	// are XXH3-128 of the strings, marked explicit when set and
 	// default-derived ("ckfrelay/default") otherwise.
@@ -110,9 +114,43 @@ type Config struct {
 	MaxSubscribers    int   `json:"max_subscribers,omitempty"`      // per pool, default 256
 	// MaxLeaseRecords bounds, per pool, the remembered (consumer, lane) lease
 	// epochs; idle ones are forgotten beyond it. Default 65,536; ≥ max_subscribers.
-	MaxLeaseRecords   int      `json:"max_lease_records,omitempty"`
-	SubscriberQueue   int      `json:"subscriber_queue,omitempty"`   // deltas, default 4096
-	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"` // default 1s
+	MaxLeaseRecords int `json:"max_lease_records,omitempty"`
+	// MaxConcurrentIngest bounds the event, replace and reset requests
+	// served at once (each may hold a body of max_request_bytes); beyond it
+	// a request is answered 503 overloaded with Retry-After. Default 16.
+	MaxConcurrentIngest int `json:"max_concurrent_ingest,omitempty"`
+	// MaxConnections bounds the open client connections (streams included);
+	// further connections wait in the listen backlog. Default 4096.
+	MaxConnections int `json:"max_connections,omitempty"`
+	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
+	ReadHeaderTimeout Duration `json:"read_header_timeout,omitempty"`
+	// BodyReadTimeout and MinBodyRate bound reading a request body: it must
+	// arrive within BodyReadTimeout plus one second per MinBodyRate bytes
+	// received, or the request is answered 408 and the connection closed.
+	// Defaults 10s and 65,536 bytes/s.
+	BodyReadTimeout Duration `json:"body_read_timeout,omitempty"`
+	MinBodyRate     int64    `json:"min_body_rate,omitempty"`
+	// IdleTimeout closes a keep-alive connection idle between requests for
+	// this long. Default 60s.
+	IdleTimeout Duration `json:"idle_timeout,omitempty"`
+	// MaxSourceEpochJump bounds how far a source epoch may lie above the
+	// member's current one (above 0 for a member the pool does not know):
+	// farther is refused 400 epoch_out_of_range, so one bad request cannot
+	// push a worker's epoch to where it can never again be announced.
+	// Default 2^48.
+	MaxSourceEpochJump uint64 `json:"max_source_epoch_jump,omitempty"`
+	// MaxLeaseEpochLead bounds how far a stream's assignment epoch may lie
+	// ahead of the relay's clock read as Unix nanoseconds (the client's
+	// epochs are its clock's): farther is refused 400 epoch_out_of_range,
+	// so one request cannot lock a consumer lane out. Default 5m.
+	MaxLeaseEpochLead Duration `json:"max_lease_epoch_lead,omitempty"`
+	// StreamStallTimeout drops a stream whose peer has not consumed any of
+	// it for this long, where the kernel can tell (Linux: the peer's TCP
+	// receive window stopped moving while frames were pending or sent).
+	// Default 30s.
+	StreamStallTimeout Duration `json:"stream_stall_timeout,omitempty"`
+	SubscriberQueue    int      `json:"subscriber_queue,omitempty"`   // deltas, default 4096
+	HeartbeatInterval  Duration `json:"heartbeat_interval,omitempty"` // default 1s
 	// StreamWriteTimeout bounds one write to a stream: a subscriber that
 	// stops reading is dropped after it, so it cannot pin a handler (or
 	// delay shutdown) forever. Default 10s.
@@ -155,6 +193,15 @@ const (
 	DefaultHeartbeat         = time.Second
 	DefaultStreamWrite       = 10 * time.Second
 	DefaultShutdownGrace     = 10 * time.Second
+	DefaultConcurrentIngest  = 16
+	DefaultMaxConnections    = 4096
+	DefaultReadHeader        = 10 * time.Second
+	DefaultBodyRead          = 10 * time.Second
+	DefaultMinBodyRate       = 64 << 10
+	DefaultIdle              = 60 * time.Second
+	DefaultSourceEpochJump   = 1 << 48
+	DefaultLeaseEpochLead    = 5 * time.Minute
+	DefaultStreamStall       = 30 * time.Second
 )
 
 var poolName = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
@@ -172,6 +219,15 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.HeartbeatInterval, Duration(DefaultHeartbeat))
 	setDefault(&c.ShutdownGrace, Duration(DefaultShutdownGrace))
 	setDefault(&c.StreamWriteTimeout, Duration(DefaultStreamWrite))
+	setDefault(&c.MaxConcurrentIngest, DefaultConcurrentIngest)
+	setDefault(&c.MaxConnections, DefaultMaxConnections)
+	setDefault(&c.ReadHeaderTimeout, Duration(DefaultReadHeader))
+	setDefault(&c.BodyReadTimeout, Duration(DefaultBodyRead))
+	setDefault(&c.MinBodyRate, DefaultMinBodyRate)
+	setDefault(&c.IdleTimeout, Duration(DefaultIdle))
+	setDefault(&c.MaxSourceEpochJump, DefaultSourceEpochJump)
+	setDefault(&c.MaxLeaseEpochLead, Duration(DefaultLeaseEpochLead))
+	setDefault(&c.StreamStallTimeout, Duration(DefaultStreamStall))
 	pools := make([]PoolSpec, len(c.Pools))
 	for i, p := range c.Pools {
 		setDefault(&p.ExpectedBlocks, DefaultExpectedBlocks)
@@ -216,6 +272,12 @@ func (c Config) Validate() error {
 		return invalid("max_lease_records %d < max_subscribers %d", c.MaxLeaseRecords, c.MaxSubscribers)
 	case c.HeartbeatInterval <= 0 || c.ShutdownGrace <= 0 || c.StreamWriteTimeout <= 0:
 		return invalid("heartbeat_interval, shutdown_grace and stream_write_timeout must be > 0")
+	case c.MaxConcurrentIngest < 1, c.MaxConnections < 1, c.MinBodyRate < 1:
+		return invalid("max_concurrent_ingest, max_connections and min_body_rate must be ≥ 1")
+	case c.ReadHeaderTimeout <= 0 || c.BodyReadTimeout <= 0 || c.IdleTimeout <= 0 || c.MaxLeaseEpochLead <= 0 || c.StreamStallTimeout <= 0:
+		return invalid("read_header_timeout, body_read_timeout, idle_timeout, max_lease_epoch_lead and stream_stall_timeout must be > 0")
+	case c.AuthToken != "" && c.AuthTokenFile != "":
+		return invalid("auth_token and auth_token_file are exclusive")
 	}
 	names := map[string]bool{}
 	dcs := map[uint64]bool{}
@@ -238,6 +300,28 @@ func (c Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// ResolveAuthToken reads AuthTokenFile into AuthToken (trimming surrounding
+// whitespace) and clears AuthTokenFile. An unreadable or empty file is an
+// error: a relay must not start open because its secret went missing.
+func (c Config) ResolveAuthToken() (Config, error) {
+	if c.AuthTokenFile == "" {
+		return c, nil
+	}
+	if c.AuthToken != "" {
+		return c, invalid("auth_token and auth_token_file are exclusive")
+	}
+	b, err := os.ReadFile(c.AuthTokenFile)
+	if err != nil {
+		return c, invalid("auth_token_file: %v", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return c, invalid("auth_token_file %s is empty", c.AuthTokenFile)
+	}
+	c.AuthToken, c.AuthTokenFile = tok, ""
+	return c, nil
 }
 
 // Format returns the filter layout (seed, bucket count) a defaulted pool

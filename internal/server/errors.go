@@ -3,7 +3,9 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"os"
 
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/producer"
@@ -28,6 +30,11 @@ const (
 	CodeInternal         = "internal"
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
+	CodeOverloaded       = "overloaded"
+	CodeRequestTimeout   = "request_timeout"
+	CodeEpochOutOfRange  = "epoch_out_of_range"
+	CodeInvalidEvent     = "invalid_event"
+	CodeUnannounced      = "unannounced_source_epoch"
 )
 
 // apiError is an error with an HTTP status and a stable code.
@@ -55,6 +62,14 @@ func classify(err error) *apiError {
 		return ae
 	case errors.As(err, &mbe):
 		return apiErr(http.StatusRequestEntityTooLarge, CodeTooLarge, err.Error())
+	case errors.Is(err, wire.ErrLimitExceeded):
+		return apiErr(http.StatusRequestEntityTooLarge, CodeLimitExceeded, err.Error())
+	case errors.Is(err, producer.ErrUnannouncedSourceEpoch):
+		return apiErr(http.StatusBadRequest, CodeUnannounced, err.Error())
+	case errors.As(err, new(*producer.AdmissionError)):
+		return apiErr(http.StatusBadRequest, CodeInvalidEvent, err.Error())
+	case isTimeout(err):
+		return apiErr(http.StatusRequestTimeout, CodeRequestTimeout, err.Error())
 	case errors.Is(err, producer.ErrStaleSourceEpoch):
 		return apiErr(http.StatusConflict, CodeStaleEpoch, err.Error())
 	case errors.Is(err, hub.ErrStaleEpoch):
@@ -71,10 +86,24 @@ func classify(err error) *apiError {
 	return apiErr(http.StatusInternalServerError, CodeInternal, err.Error())
 }
 
+// isTimeout reports a read that hit its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
 // writeError writes {"error": {"code": …, "message": …}}.
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	ae := classify(err)
 	s.m.rejected.WithLabelValues(ae.code).Inc()
+	switch ae.status {
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", "1")
+	case http.StatusRequestTimeout:
+		// The body was not read to its end: the connection cannot carry
+		// another request.
+		w.Header().Set("Connection", "close")
+	}
 	body := map[string]any{"error": map[string]string{"code": ae.code, "message": ae.message}}
 	if ae.admitted != nil {
 		body["admitted"] = *ae.admitted

@@ -39,9 +39,9 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/readyz", s.api(s.handleReady)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{})},
 		{"GET", "/v1/pools", http.HandlerFunc(s.handleCatalog)},
-		{"POST", "/v1/pools/{pool}/events", s.api(s.handleEvents)},
-		{"POST", "/v1/pools/{pool}/ranks/replace", s.api(s.handleReplace)},
-		{"POST", "/v1/pools/{pool}/ranks/reset", s.api(s.handleReset)},
+		{"POST", "/v1/pools/{pool}/events", s.api(s.ingest(s.handleEvents))},
+		{"POST", "/v1/pools/{pool}/ranks/replace", s.api(s.ingest(s.handleReplace))},
+		{"POST", "/v1/pools/{pool}/ranks/reset", s.api(s.ingest(s.handleReset))},
 		{"GET", "/v1/pools/{pool}/stream", s.api(s.handleStream)},
 	}
 	allowed := map[string][]string{}
@@ -74,20 +74,46 @@ func (s *Server) api(h func(http.ResponseWriter, *http.Request) error) http.Hand
 	})
 }
 
-// auth requires the bearer token on every endpoint but /healthz.
+// auth requires the bearer token on every endpoint but /healthz. The scheme
+// name is case-insensitive (RFC 9110 §11.1); the token is compared in
+// constant time.
 func (s *Server) auth(next http.Handler) http.Handler {
 	if s.cfg.AuthToken == "" {
 		return next
 	}
-	want := []byte("Bearer " + s.cfg.AuthToken)
+	want := []byte(s.cfg.AuthToken)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if r.URL.Path != "/healthz" && !bearerMatches(r.Header.Get("Authorization"), want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ckfrelay"`)
 			s.writeError(w, apiErr(http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token"))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+func bearerMatches(header string, want []byte) bool {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimLeft(token, " ")), want) == 1
+}
+
+// ingest bounds the request bodies read and decoded at once: a request past
+// MaxConcurrentIngest is answered 503 overloaded (with Retry-After) before
+// its body is read, so memory stays at most MaxConcurrentIngest bodies.
+func (s *Server) ingest(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		select {
+		case s.ingestSlots <- struct{}{}:
+			defer func() { <-s.ingestSlots }()
+		default:
+			return apiErr(http.StatusServiceUnavailable, CodeOverloaded,
+				fmt.Sprintf("%d ingest requests already in progress; retry later", cap(s.ingestSlots)))
+		}
+		return h(w, r)
+	}
 }
 
 func (s *Server) pool(r *http.Request) (*hostedPool, error) {
@@ -127,48 +153,92 @@ func uintParam(r *http.Request, name string, required bool) (uint64, error) {
 	return n, nil
 }
 
-// readBody reads a request body within the configured limit.
+// readBody reads a request body within the configured size limit and read
+// deadline: the body must arrive within BodyReadTimeout plus one second per
+// MinBodyRate bytes received, so a trickled or stalled body is cut (408)
+// instead of holding a handler, a connection and an ingest slot.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes))
-}
-
-// decodeEvents decodes a JSON or msgpack array of RouterEvents and checks the
-// batch limits. Nothing is admitted unless the whole batch is valid.
-func (s *Server) decodeEvents(contentType string, body []byte) ([]ckf.RouterEvent, error) {
-	mt := "application/json"
-	if contentType != "" {
-		var err error
-		if mt, _, err = mime.ParseMediaType(contentType); err != nil {
-			return nil, apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, err.Error())
+	rc := http.NewResponseController(w)
+	start := time.Now()
+	grace := time.Duration(s.cfg.BodyReadTimeout)
+	// Deadlines are best effort: a recorder (tests) has none.
+	deadline := func(n int) {
+		_ = rc.SetReadDeadline(start.Add(grace + time.Duration(int64(n)*int64(time.Second)/s.cfg.MinBodyRate)))
+	}
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxRequestBytes)
+	size := 512
+	if r.ContentLength > 0 {
+		size = int(min(r.ContentLength, s.cfg.MaxRequestBytes) + 1) // +1: see EOF without growing
+	}
+	buf := make([]byte, 0, size)
+	for {
+		deadline(len(buf))
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			_ = rc.SetReadDeadline(time.Time{})
+			return buf, nil
+		}
+		if err != nil {
+			// The deadline stays: the server then gives up on the unread
+			// rest at once and closes the connection.
+			return nil, err
 		}
 	}
+}
+
+// mediaType returns the request's media type, application/json when unset.
+func mediaType(r *http.Request) (string, error) {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return "application/json", nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "", apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, err.Error())
+	}
+	return mt, nil
+}
+
+func (s *Server) limits() wire.BatchLimits {
+	return wire.BatchLimits{MaxEvents: s.cfg.MaxEventsPerBatch, MaxBlocksPerEvent: s.cfg.MaxBlocksPerEvent}
+}
+
+// decodeEvents decodes a JSON or msgpack array of RouterEvents under the
+// batch limits, which apply while decoding. Nothing is admitted unless the
+// whole batch is valid.
+func (s *Server) decodeEvents(mt string, body []byte) ([]ckf.RouterEvent, error) {
 	var evs []ckf.RouterEvent
 	var err error
 	switch mt {
 	case "application/json":
-		evs, err = wire.DecodeRouterEventsJSON(body, nil)
+		evs, err = wire.DecodeRouterEventsJSONLimited(body, nil, s.limits())
 	case "application/msgpack", "application/x-msgpack", "application/vnd.msgpack":
-		evs, err = wire.DecodeRouterEventsMsgpack(body, nil)
+		evs, err = wire.DecodeRouterEventsMsgpackLimited(body, nil, s.limits())
 	default:
 		return nil, apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "events must be application/json or application/msgpack, not "+mt)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, wire.ErrLimitExceeded):
+		return nil, apiErr(http.StatusRequestEntityTooLarge, CodeLimitExceeded, err.Error())
+	case err != nil:
 		return nil, apiErr(http.StatusBadRequest, CodeMalformedEvents, err.Error())
-	}
-	if err := s.checkEvents(evs); err != nil {
-		return nil, err
 	}
 	return evs, nil
 }
 
-func (s *Server) checkEvents(evs []ckf.RouterEvent) error {
-	if len(evs) > s.cfg.MaxEventsPerBatch {
-		return apiErr(http.StatusRequestEntityTooLarge, CodeLimitExceeded, fmt.Sprintf("%d events in one batch, limit %d", len(evs), s.cfg.MaxEventsPerBatch))
-	}
-	for i := range evs {
-		if n := evs[i].BlockCount(); n > s.cfg.MaxBlocksPerEvent {
-			return apiErr(http.StatusRequestEntityTooLarge, CodeLimitExceeded, fmt.Sprintf("event %d names %d blocks, limit %d", i, n, s.cfg.MaxBlocksPerEvent))
-		}
+// checkEpoch refuses a source epoch farther than MaxSourceEpochJump above
+// member m's current one (above 0 for a member the pool does not know): an
+// epoch near 2^64 would leave the worker no higher epoch to announce.
+func (s *Server) checkEpoch(p *hostedPool, m ckf.Member, epoch uint64) error {
+	base, _ := p.handle.SourceEpoch(m)
+	if epoch > base && epoch-base > s.cfg.MaxSourceEpochJump {
+		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, fmt.Sprintf(
+			"source epoch %d of worker %d rank %d is more than max_source_epoch_jump %d above its current %d",
+			epoch, m.WorkerID, m.DPRank, s.cfg.MaxSourceEpochJump, base))
 	}
 	return nil
 }
@@ -184,12 +254,26 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	mt, err := mediaType(r)
+	if err != nil {
+		return err
+	}
 	body, err := s.readBody(w, r)
 	if err != nil {
 		return err
 	}
-	evs, err := s.decodeEvents(r.Header.Get("Content-Type"), body)
+	evs, err := s.decodeEvents(mt, body)
 	if err != nil {
+		return err
+	}
+	for i := range evs {
+		if err := s.checkEpoch(p, evs[i].Member(), epoch); err != nil {
+			ae := *classify(err)
+			ae.message = fmt.Sprintf("event %d: %s", i, ae.message)
+			return &ae
+		}
+	}
+	if err := p.handle.CheckEvents(epoch, evs); err != nil {
 		return err
 	}
 	if s.stopping.Load() {
@@ -213,13 +297,78 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type replaceRequest struct {
-	Ranks []struct {
-		WorkerID    *uint64         `json:"worker_id"`
-		DPRank      uint32          `json:"dp_rank"`
-		SourceEpoch *uint64         `json:"source_epoch"`
-		Events      json.RawMessage `json:"events"`
-	} `json:"ranks"`
+// replaceRank is one entry of a replace request's "ranks".
+type replaceRank struct {
+	WorkerID    *uint64         `json:"worker_id"`
+	DPRank      uint32          `json:"dp_rank"`
+	SourceEpoch *uint64         `json:"source_epoch"`
+	Events      json.RawMessage `json:"events"`
+}
+
+// readReplace reads {"ranks": [...]} one rank at a time, so a body of
+// millions of ranks is refused at rank max_events_per_batch+1 (413) instead
+// of being decoded whole first. Unknown keys are errors, as in readJSON.
+func (s *Server) readReplace(w http.ResponseWriter, r *http.Request) ([]replaceRank, error) {
+	body, err := s.readJSONBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	bad := func(err error) error {
+		return apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: "+err.Error())
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	delim := func(want json.Delim) error {
+		t, err := dec.Token()
+		if err != nil {
+			return bad(err)
+		}
+		if t != want {
+			return bad(fmt.Errorf("want %v, got %v", want, t))
+		}
+		return nil
+	}
+	if err := delim('{'); err != nil {
+		return nil, err
+	}
+	var ranks []replaceRank
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, bad(err)
+		}
+		if t != "ranks" {
+			return nil, bad(fmt.Errorf("unknown field %v", t))
+		}
+		if ranks != nil {
+			return nil, bad(errors.New("ranks given twice"))
+		}
+		if err := delim('['); err != nil {
+			return nil, err
+		}
+		ranks = []replaceRank{}
+		for dec.More() {
+			if len(ranks) == s.cfg.MaxEventsPerBatch {
+				return nil, apiErr(http.StatusRequestEntityTooLarge, CodeLimitExceeded,
+					fmt.Sprintf("more than %d ranks in one replacement (max_events_per_batch)", s.cfg.MaxEventsPerBatch))
+			}
+			var rk replaceRank
+			if err := dec.Decode(&rk); err != nil {
+				return nil, bad(err)
+			}
+			ranks = append(ranks, rk)
+		}
+		if err := delim(']'); err != nil {
+			return nil, err
+		}
+	}
+	if err := delim('}'); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: trailing data")
+	}
+	return ranks, nil
 }
 
 // handleReplace replaces the exact state of one or more ranks (tree dumps) in
@@ -229,29 +378,31 @@ func (s *Server) handleReplace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req replaceRequest
-	if err := s.readJSON(w, r, &req); err != nil {
+	ranks, err := s.readReplace(w, r)
+	if err != nil {
 		return err
 	}
-	if len(req.Ranks) == 0 {
+	if len(ranks) == 0 {
 		return apiErr(http.StatusBadRequest, CodeBadRequest, "ranks must list at least one rank")
 	}
-	reps := make([]producer.RankReplacement, 0, len(req.Ranks))
-	for i, rk := range req.Ranks {
+	reps := make([]producer.RankReplacement, 0, len(ranks))
+	for i, rk := range ranks {
 		if rk.WorkerID == nil || rk.SourceEpoch == nil {
 			return apiErr(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("ranks[%d]: worker_id and source_epoch are required", i))
 		}
 		var evs []ckf.RouterEvent
 		if len(rk.Events) > 0 && string(rk.Events) != "null" {
-			if evs, err = wire.DecodeRouterEventsJSON(rk.Events, nil); err != nil {
-				return apiErr(http.StatusBadRequest, CodeMalformedEvents, fmt.Sprintf("ranks[%d].events: %v", i, err))
+			if evs, err = s.decodeEvents("application/json", rk.Events); err != nil {
+				ae := *classify(err)
+				ae.message = fmt.Sprintf("ranks[%d].events: %s", i, ae.message)
+				return &ae
 			}
 		}
-		if err := s.checkEvents(evs); err != nil {
+		m := ckf.Member{WorkerID: *rk.WorkerID, DPRank: rk.DPRank}
+		if err := s.checkEpoch(p, m, *rk.SourceEpoch); err != nil {
 			return err
 		}
-		reps = append(reps, producer.RankReplacement{SourceEpoch: *rk.SourceEpoch,
-			Member: ckf.Member{WorkerID: *rk.WorkerID, DPRank: rk.DPRank}, Events: evs})
+		reps = append(reps, producer.RankReplacement{SourceEpoch: *rk.SourceEpoch, Member: m, Events: evs})
 	}
 	if err := p.handle.ReplaceRanks(r.Context(), reps); err != nil {
 		if isPoolValidation(err) {
@@ -290,6 +441,9 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusBadRequest, CodeBadRequest, "worker_id and source_epoch are required")
 	}
 	m := ckf.Member{WorkerID: *req.WorkerID, DPRank: req.DPRank}
+	if err := s.checkEpoch(p, m, *req.SourceEpoch); err != nil {
+		return err
+	}
 	if err := p.handle.ResetRank(r.Context(), *req.SourceEpoch, m, req.Degraded); err != nil {
 		return err
 	}
@@ -301,7 +455,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) error {
 // Unknown keys and trailing data are errors, so a misspelt field is never
 // silently ignored.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body, err := s.readBody(w, r)
+	body, err := s.readJSONBody(w, r)
 	if err != nil {
 		return err
 	}
@@ -314,6 +468,17 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return apiErr(http.StatusBadRequest, CodeBadRequest, "invalid JSON: trailing data")
 	}
 	return nil
+}
+
+// readJSONBody checks that the request is application/json and reads its
+// body.
+func (s *Server) readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if mt, err := mediaType(r); err != nil {
+		return nil, err
+	} else if mt != "application/json" || r.Header.Get("Content-Type") == "" {
+		return nil, apiErr(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "the body must be application/json")
+	}
+	return s.readBody(w, r)
 }
 
 // handleStream serves one remote consumer lane: a chunked snapshot from the
@@ -339,6 +504,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if lead := time.Duration(s.cfg.MaxLeaseEpochLead); epoch > uint64(time.Now().UnixNano())+uint64(lead) {
+		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, fmt.Sprintf(
+			"epoch %d is more than max_lease_epoch_lead %v ahead of the relay clock (%d ns since 1970); assignment epochs are clock readings or counters",
+			epoch, lead, time.Now().UnixNano()))
+	}
 	lease := ckf.LaneLease{ConsumerInstance: consumer, PhysicalLane: uint8(lane), AssignmentEpoch: epoch}
 	snap, sub, err := p.hub.Subscribe(lease)
 	if err != nil {
@@ -357,6 +527,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 
 	hb := time.NewTicker(time.Duration(s.cfg.HeartbeatInterval))
 	defer hb.Stop()
+	stall := newStallDetector(r.Context(), time.Duration(s.cfg.StreamStallTimeout))
 	for {
 		select {
 		case d := <-sub.Deltas():
@@ -370,7 +541,13 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 		case <-sub.Done():
 			st.end(sub)
 			return nil
-		case <-hb.C:
+		case now := <-hb.C:
+			if stall.stalled(now) {
+				s.m.stalled.WithLabelValues(p.spec.Name).Inc()
+				s.log.Warn("stream: subscriber stopped reading; dropping it", "pool", p.spec.Name,
+					"consumer", lease.ConsumerInstance, "lane", lease.PhysicalLane, "stall_timeout", time.Duration(s.cfg.StreamStallTimeout))
+				return nil
+			}
 			if st.write(&wire.Frame{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: st.identity, Lease: lease,
 				LastSequence: st.last, UnixMicros: time.Now().UnixMicro()}}) != nil {
 				return nil

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // metrics are the relay's Prometheus series. Counters the server sees
@@ -19,6 +20,7 @@ type metrics struct {
 	images       *prometheus.CounterVec
 	lagged       *prometheus.CounterVec
 	oversize     *prometheus.CounterVec
+	stalled      *prometheus.CounterVec
 	faults       *prometheus.CounterVec
 }
 
@@ -39,10 +41,13 @@ func newMetrics() *metrics {
 			Name: "ckfrelay_subscriber_lagged_total", Help: "Remote subscribers closed because they fell behind."}, []string{"pool"}),
 		oversize: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ckfrelay_stream_oversize_deltas_total", Help: "Streams closed for a resnapshot because a delta exceeded the frame limit."}, []string{"pool"}),
+		stalled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ckfrelay_subscriber_stalled_total", Help: "Remote subscribers dropped because they stopped reading (peer window closed, no progress for stream_stall_timeout)."}, []string{"pool"}),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ckfrelay_faults_total", Help: "Pool faults by category."}, []string{"pool", "category"}),
 	}
-	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.oversize, m.faults)
+	m.reg.MustRegister(m.events, m.blocks, m.rejected, m.publications, m.images, m.lagged, m.oversize, m.stalled, m.faults,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -50,7 +55,7 @@ func newMetrics() *metrics {
 type poolCollector struct {
 	pools func() []*hostedPool
 
-	unknown, capacity, tracked, resident, occupancy, mailbox, subscribers, sequence *prometheus.Desc
+	unknown, capacity, tracked, resident, occupancy, mailbox, subscribers, sequence, dropped *prometheus.Desc
 	// Exact-state bounds (SPEC §4.6) and source-epoch pruning (SPEC §7).
 	limitRejections, epochsPruned *prometheus.Desc
 }
@@ -72,11 +77,14 @@ func newPoolCollector(pools func() []*hostedPool) *poolCollector {
 		limitRejections: prometheus.NewDesc("ckfrelay_exact_state_limit_rejections_total",
 			"Stored events refused by an exact-state bound (limit: max_members or max_tracked_blocks).", []string{"pool", "limit"}, nil),
 		epochsPruned: d("ckfrelay_source_epochs_pruned_total", "Idle source-epoch records pruned beyond the actor's bound."),
+		dropped: prometheus.NewDesc("ckfrelay_events_dropped_total",
+			"Admitted events the actor dropped: from a superseded source epoch (stale_source_epoch), or refused as a fault (fault; see ckfrelay_faults_total).",
+			[]string{"pool", "reason"}, nil),
 	}
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.unknown, c.capacity, c.tracked, c.resident, c.occupancy, c.mailbox, c.subscribers, c.sequence} {
+	for _, d := range []*prometheus.Desc{c.unknown, c.capacity, c.tracked, c.resident, c.occupancy, c.mailbox, c.subscribers, c.sequence, c.dropped} {
 		ch <- d
 	}
 	ch <- c.limitRejections
@@ -105,5 +113,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.limitRejections, prometheus.CounterValue, float64(ps.MemberLimitRejections), name, "max_members")
 		ch <- prometheus.MustNewConstMetric(c.limitRejections, prometheus.CounterValue, float64(ps.TrackedBlockLimitRejections), name, "max_tracked_blocks")
 		ch <- prometheus.MustNewConstMetric(c.epochsPruned, prometheus.CounterValue, float64(st.SourceEpochsPruned), name)
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.StaleEventsDropped), name, "stale_source_epoch")
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.Faults), name, "fault")
 	}
 }

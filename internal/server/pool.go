@@ -134,14 +134,21 @@ func (p *hostedPool) feed(sub *producer.Subscription) {
 	}
 }
 
+// drainFaults counts every fault exactly (metric, catalog) but logs them
+// rate-limited per category: the first at WARN, later ones only at powers of
+// two (with the count so far), so a flood of bad events cannot flood the log.
 func (p *hostedPool) drainFaults(faults <-chan producer.Fault) {
 	defer close(p.faultsDone)
+	seen := map[producer.FaultCategory]uint64{}
 	for f := range faults {
 		p.m.faults.WithLabelValues(p.spec.Name, f.Category.String()).Inc()
 		p.mu.Lock()
 		p.lastFault = f.String()
 		p.mu.Unlock()
-		p.log.Warn("pool fault", "fault", f.String())
+		seen[f.Category]++
+		if n := seen[f.Category]; n&(n-1) == 0 {
+			p.log.Warn("pool fault", "fault", f.String(), "category_occurrences", n)
+		}
 	}
 }
 

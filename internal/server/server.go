@@ -23,6 +23,7 @@ type Server struct {
 	incarnation uint64
 	http        *http.Server
 	stopping    atomic.Bool
+	ingestSlots chan struct{} // a token per ingest request in progress
 }
 
 // New validates cfg (after applying defaults), starts every pool's actor and
@@ -31,6 +32,10 @@ type Server struct {
 // re-snapshot.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
 	cfg = cfg.WithDefaults()
+	cfg, err := cfg.ResolveAuthToken()
+	if err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -38,7 +43,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: log, m: newMetrics(), pools: map[string]*hostedPool{},
-		incarnation: uint64(time.Now().UnixNano())}
+		incarnation: uint64(time.Now().UnixNano()), ingestSlots: make(chan struct{}, cfg.MaxConcurrentIngest)}
 	var tlsConfig *tls.Config
 	if cfg.TLSCertFile != "" {
 		// Load the key pair now: a bad path or key fails New, before the
@@ -63,8 +68,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.http = &http.Server{
 		TLSConfig:         tlsConfig,
 		Handler:           s.routes(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: time.Duration(cfg.ReadHeaderTimeout),
+		IdleTimeout:       time.Duration(cfg.IdleTimeout),
+		ConnContext:       withConn,
+		// No ReadTimeout or WriteTimeout: they would cut long-lived streams.
+		// Bodies get their own deadline (readBody), stream frames theirs
+		// (stream.write).
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
 }
@@ -78,6 +88,7 @@ func (s *Server) Handler() http.Handler { return s.http.Handler }
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	ln = newBoundedListener(ln, s.cfg.MaxConnections)
 	var err error
 	if s.http.TLSConfig != nil {
 		err = s.http.ServeTLS(ln, "", "") // certificates loaded by New
