@@ -458,7 +458,7 @@ func TestServer_FaultLogsAreRateLimitedCountsExact(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(metricsText(t, ts.URL), `ckfrelay_faults_total{category="SourceProtocol",pool="dc-a"} 64`)
 	}, 5*time.Second, time.Millisecond)
-	assert.Equal(t, uint64(faults), catalogOf(t, ts.URL)[0].Stats.Faults)
+	assert.EqualValues(t, faults, catalogOf(t, ts.URL)[0].Stats.Faults)
 	// First, 2nd, 4th, …, 64th: 7 lines for 64 faults.
 	assert.Equal(t, 7, strings.Count(logs.String(), `msg="pool fault"`))
 }
