@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"time"
 
@@ -83,8 +82,8 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 	case o.duration <= 0 || o.readyTimeout <= 0 || o.rate < 0 || o.workers < 1 || o.ranks < 1 || o.blocksPerRank < 1 || o.fprProbes < 1:
 		fmt.Fprintln(stderr, "demo: --duration and --ready-timeout must be > 0, --rate ≥ 0, --workers, --ranks, --blocks-per-rank, --probes ≥ 1")
 		return o, errUsage
-	case !(o.modelRate >= 0) || math.IsInf(o.modelRate, 0) || !(o.modelLoad > 0) || math.IsInf(o.modelLoad, 0):
-		fmt.Fprintln(stderr, "demo: --model-rate must be finite and ≥ 0, --model-load finite and > 0")
+	case !(o.modelRate == 0 || o.modelRate >= minModelRate && o.modelRate <= maxModelRate) || !(o.modelLoad > 0 && o.modelLoad <= maxModelLoad):
+		fmt.Fprintf(stderr, "demo: --model-rate must be 0 or in %g..%g requests/s, --model-load in (0, %g]\n", minModelRate, maxModelRate, maxModelLoad)
 		return o, errUsage
 	}
 	if o.trace != "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -24,6 +25,15 @@ import (
 // synthetic workload's prompts offer by default: busy, with headroom, as a
 // production fleet is sized.
 const defaultModelLoad = 0.7
+
+// The model flags' bounds: below one request per 100 s the model is idle;
+// above a million a second, or ten times the fleet's capacity, it is only a
+// queue growing (what the wall clock used to offer).
+const (
+	minModelRate = 0.01
+	maxModelRate = 1e6
+	maxModelLoad = 10.0
+)
 
 // promptSample is how many synthetic requests are drawn to measure the
 // workload's mean prompt (its mean is flat from the first request on: ≈ 20
@@ -92,9 +102,15 @@ func newPoissonArrivals(rate float64, seed uint64) *poissonArrivals {
 	return &poissonArrivals{rng: rand.New(rand.NewPCG(seed, 0xA441_7A15)), rate: rate}
 }
 
-// next returns the next arrival time.
+// next returns the next arrival time. It saturates at the longest
+// duration rather than wrap (a demo would run for years of model time first).
 func (a *poissonArrivals) next() time.Duration {
-	a.at += time.Duration(a.rng.ExpFloat64() / a.rate * float64(time.Second))
+	gap := a.rng.ExpFloat64() / a.rate * float64(time.Second)
+	if gap >= float64(math.MaxInt64-a.at) {
+		a.at = math.MaxInt64
+	} else {
+		a.at += time.Duration(gap)
+	}
 	return a.at
 }
 

@@ -158,6 +158,10 @@ func TestParseDemo_ModelFlags(t *testing.T) {
 		{"--model-rate", "-1"},
 		{"--model-rate", "NaN"},
 		{"--model-rate", "+Inf"},
+		{"--model-rate", "0.001"},
+		{"--model-rate", "2e6"},
+		{"--model-load", "11"},
+		{"--model-load", "NaN"},
 		{"--model-load", "0"},
 		{"--model-load", "-0.5"},
 		{"--trace", "embedded", "--model-rate", "10"},
@@ -189,6 +193,11 @@ func TestPoissonArrivals(t *testing.T) {
 		last = at
 	}
 	assert.InDelta(t, 20, n/last.Seconds(), 20*4/math.Sqrt(n))
+
+	slow := newPoissonArrivals(minModelRate, 7)
+	slow.at = math.MaxInt64 - time.Second
+	assert.Equal(t, time.Duration(math.MaxInt64), slow.next(), "arrivals saturate, never wrap")
+	assert.Equal(t, time.Duration(math.MaxInt64), slow.next())
 }
 
 // With --trace embedded the demo serves the Mooncake trace's requests in
