@@ -29,7 +29,6 @@ type demoLoop struct {
 
 	truth, reported     []int // per data center, for the request in hand
 	events, eventBlocks uint64
-	start               time.Time
 	wall                time.Duration
 	model               modelLoad // the load the latency model ran at
 
@@ -73,7 +72,6 @@ func (o demoOptions) replayConfig() replay.Config {
 // only when a request cannot be scored or the relay refuses events.
 func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 	start := time.Now()
-	l.start = start
 	defer func() { l.wall = time.Since(start) }()
 	nextTick := start.Add(time.Second)
 	var interval time.Duration
