@@ -20,7 +20,9 @@ type demoOptions struct {
 	workers       int
 	ranks         int
 	blocksPerRank int
-	rate          int // requests per second, 0 = as fast as possible
+	rate          int     // wall-clock requests per second, 0 = as fast as possible
+	modelRate     float64 // synthetic arrivals per second of model time, 0 = from modelLoad
+	modelLoad     float64 // share of the fleet's prefill capacity offered when modelRate is 0
 	seed          uint64
 	consumer      string // "wasm" or "native"
 	readyTimeout  time.Duration
@@ -53,7 +55,9 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.IntVar(&o.workers, "workers", 4, "workers per data center")
 	fs.IntVar(&o.ranks, "ranks", 2, "dp ranks per worker")
 	fs.IntVar(&o.blocksPerRank, "blocks-per-rank", 2048, "KV cache capacity of one rank, in blocks")
-	fs.IntVar(&o.rate, "rate", 2000, "requests per second (0: as fast as possible)")
+	fs.IntVar(&o.rate, "rate", 2000, "requests per second of wall clock through the relay and router (0: as fast as possible)")
+	fs.Float64Var(&o.modelRate, "model-rate", 0, "synthetic requests per second of the latency model's time, a Poisson process (0: derived from --model-load)")
+	fs.Float64Var(&o.modelLoad, "model-load", defaultModelLoad, "share of the modelled fleet's prefill capacity the synthetic prompts offer, when --model-rate is 0")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed (synthetic requests, serving ranks, FPR probes)")
 	fs.StringVar(&o.consumer, "consumer", "wasm", "the router's consumer: wasm (the WebAssembly module under wazero) or native")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 60*time.Second, "give up if the router's lanes are not all ready within this")
@@ -78,44 +82,66 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 	case o.duration <= 0 || o.readyTimeout <= 0 || o.rate < 0 || o.workers < 1 || o.ranks < 1 || o.blocksPerRank < 1 || o.fprProbes < 1:
 		fmt.Fprintln(stderr, "demo: --duration and --ready-timeout must be > 0, --rate ≥ 0, --workers, --ranks, --blocks-per-rank, --probes ≥ 1")
 		return o, errUsage
+	case !(o.modelRate == 0 || o.modelRate >= minModelRate && o.modelRate <= maxModelRate) || !(o.modelLoad > 0 && o.modelLoad <= maxModelLoad):
+		fmt.Fprintf(stderr, "demo: --model-rate must be 0 or in %g..%g requests/s, --model-load in (0, %g]\n", minModelRate, maxModelRate, maxModelLoad)
+		return o, errUsage
+	}
+	if o.trace != "" {
+		modelFlag := ""
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "model-rate" || f.Name == "model-load" {
+				modelFlag = f.Name
+			}
+		})
+		if modelFlag != "" {
+			fmt.Fprintf(stderr, "demo: --%s applies to the synthetic workload; a trace's requests arrive at its timestamps\n", modelFlag)
+			return o, errUsage
+		}
 	}
 	return o, nil
 }
 
-// requestSource yields the demo's requests: the synthetic generator (never
-// ends) or a trace (ends after its last request).
+// requestSource yields the demo's requests and their arrival times in the
+// latency model: the synthetic generator with Poisson arrivals (never ends)
+// or a trace at its timestamps (ends after its last request).
 type requestSource struct {
-	name  string
-	gen   *workload.Synthetic
-	trace []workload.Request
-	next  int
+	name     string
+	arrivals string // how requests arrive in the latency model
+	gen      *workload.Synthetic
+	poisson  *poissonArrivals
+	trace    []workload.Request
+	next     int
 }
 
 func newRequestSource(o demoOptions) (*requestSource, error) {
+	const atTimestamps = "at the trace's timestamps"
 	switch o.trace {
 	case "":
-		return &requestSource{name: "synthetic workload", gen: workload.NewSynthetic(workload.SyntheticConfig{SystemPrompts: 64,
-			PromptBlocks: 8, ZipfS: 1.2, Conversations: 256 * o.dataCenters, TurnBlocks: 4, MaxTurns: 8,
-			ContinueChance: 0.7, Seed: o.seed})}, nil
+		rate, why := o.arrivalRate()
+		return &requestSource{name: "synthetic workload", gen: workload.NewSynthetic(o.syntheticConfig()),
+			poisson:  newPoissonArrivals(rate, o.seed),
+			arrivals: fmt.Sprintf("Poisson at %.2f req/s (%s)", rate, why)}, nil
 	case embeddedTraceFlag:
 		reqs, err := replay.EmbeddedTrace()
-		return &requestSource{name: replay.EmbeddedTraceName, trace: reqs}, err
+		return &requestSource{name: replay.EmbeddedTraceName, trace: reqs, arrivals: atTimestamps}, err
 	default:
 		reqs, err := replay.LoadTrace(o.trace) // a *workload.TraceError names the line
-		return &requestSource{name: o.trace, trace: reqs}, err
+		return &requestSource{name: o.trace, trace: reqs, arrivals: atTimestamps}, err
 	}
 }
 
-// Next returns the next request, or false when a trace is exhausted.
-func (s *requestSource) Next() (workload.Request, bool) {
+// Next returns the next request and its arrival time in the latency model,
+// or false when a trace is exhausted.
+func (s *requestSource) Next() (workload.Request, time.Duration, bool) {
 	if s.gen != nil {
-		return s.gen.Next(), true
+		return s.gen.Next(), s.poisson.next(), true
 	}
 	if s.next >= len(s.trace) {
-		return workload.Request{}, false
+		return workload.Request{}, 0, false
 	}
 	s.next++
-	return s.trace[s.next-1], true
+	req := s.trace[s.next-1]
+	return req, time.Duration(req.TimestampMs) * time.Millisecond, true
 }
 
 // demo runs the demo and prints its progress and summary to stdout. It
@@ -149,7 +175,7 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 	}
 	defer router.stop()
 
-	loop, err := newDemoLoop(o, relay, router, feeds, stdout)
+	loop, err := newDemoLoop(o, relay, router, feeds, stdout, src.arrivals)
 	if err != nil {
 		return nil, err
 	}
@@ -157,11 +183,11 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 		return nil, err
 	}
 	rep := loop.report(ctx)
-	if err := printSummary(stdout, rep, router.laneInfo); err != nil {
+	if err := printSummary(stdout, rep, router.laneInfo, &loop.model); err != nil {
 		return rep, err
 	}
 	if o.report != "" {
-		return rep, writeDemoReport(stdout, o, src.name, rep)
+		return rep, writeDemoReport(stdout, o, src.name+"; latency model arrivals "+src.arrivals, rep)
 	}
 	return rep, nil
 }

@@ -29,15 +29,15 @@ type demoLoop struct {
 
 	truth, reported     []int // per data center, for the request in hand
 	events, eventBlocks uint64
-	start               time.Time
-	traceClock          bool // arrivals at the trace's timestamps, not wall time
 	wall                time.Duration
+	model               modelLoad // the load the latency model ran at
 
 	res consumer.QueryResult
 	evs []ckf.RouterEvent
 }
 
-func newDemoLoop(o demoOptions, relay *demoRelay, router *demoRouter, feeds []dcFeed, stdout io.Writer) (*demoLoop, error) {
+// arrivals says how requests arrive in the latency model, for the summary.
+func newDemoLoop(o demoOptions, relay *demoRelay, router *demoRouter, feeds []dcFeed, stdout io.Writer, arrivals string) (*demoLoop, error) {
 	fleet, err := workload.NewFleet(workload.FleetConfig{DataCenters: o.dataCenters, WorkersPerDC: o.workers,
 		RanksPerWorker: o.ranks, BlocksPerRank: o.blocksPerRank})
 	if err != nil {
@@ -53,6 +53,7 @@ func newDemoLoop(o demoOptions, relay *demoRelay, router *demoRouter, feeds []dc
 	}
 	return &demoLoop{o: o, relay: relay, router: router, feeds: feeds, fleet: fleet, scorer: scorer,
 		placer: replay.NewPlacer(cfg, fleet),
+		model:  modelLoad{arrivals: arrivals, capacity: prefillCapacity(cfg), ranks: o.dataCenters * fleet.Ranks()},
 		tick:   ticker{w: stdout, base: relay.base, router: router.Router, dcs: o.dataCenters},
 		truth:  make([]int, o.dataCenters), reported: make([]int, o.dataCenters)}, nil
 }
@@ -71,7 +72,6 @@ func (o demoOptions) replayConfig() replay.Config {
 // only when a request cannot be scored or the relay refuses events.
 func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 	start := time.Now()
-	l.start, l.traceClock = start, src.gen == nil
 	defer func() { l.wall = time.Since(start) }()
 	nextTick := start.Add(time.Second)
 	var interval time.Duration
@@ -80,11 +80,11 @@ func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 	}
 	deadline := start.Add(l.o.duration)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		req, ok := src.Next()
+		req, at, ok := src.Next()
 		if !ok {
 			return nil // the trace ended
 		}
-		if err := l.place(ctx, &req); err != nil {
+		if err := l.place(ctx, &req, at); err != nil {
 			if ctx.Err() != nil {
 				return nil // interrupted: still print the summary
 			}
@@ -103,11 +103,11 @@ func (l *demoLoop) run(ctx context.Context, src *requestSource) error {
 	return nil
 }
 
-// place routes, scores and serves one request. Its arrival time in the
-// latency model is its trace timestamp (as in replay, so a trace's figures
-// do not depend on --rate), or for the synthetic workload the wall time
-// since the loop started.
-func (l *demoLoop) place(ctx context.Context, req *workload.Request) error {
+// place routes, scores and serves one request arriving in the latency model
+// at model time at: its trace timestamp (as in replay) or its synthetic
+// Poisson arrival, never the wall clock, so the model's figures do not
+// depend on --rate or on how fast this machine runs the loop.
+func (l *demoLoop) place(ctx context.Context, req *workload.Request, at time.Duration) error {
 	chain := workload.Chain(req.HashIDs)
 	locals := make([]uint64, len(req.HashIDs))
 	for i, id := range req.HashIDs {
@@ -125,14 +125,11 @@ func (l *demoLoop) place(ctx context.Context, req *workload.Request) error {
 		l.truth[d] = l.fleet.Depth(d, chain)
 	}
 	chosen := replay.Deepest(l.reported, l.placer.Served()) // the router's answer, scored
-	at := time.Since(l.start)
-	if l.traceClock {
-		at = time.Duration(req.TimestampMs) * time.Millisecond
-	}
 	pl := l.placer.Place(int(l.scorer.Requests()), at, req, chain, l.reported)
 	if err := l.scorer.Observe(l.truth, l.reported, chosen, pl.DC, len(chain), took); err != nil {
 		return err
 	}
+	l.model.observe(at)
 	l.evs = l.fleet.Serve(l.evs[:0], pl.DC, pl.Rank, chain, locals)
 	if len(l.evs) == 0 {
 		return nil

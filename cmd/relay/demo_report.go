@@ -77,8 +77,9 @@ func writeDemoReport(w io.Writer, o demoOptions, trace string, rep *replay.Repor
 	return err
 }
 
-// printSummary prints the lanes' final state and the report's table.
-func printSummary(w io.Writer, rep *replay.Report, lanes []client.LaneInfo) error {
+// printSummary prints the lanes' final state, the load the latency model
+// ran at and the report's table.
+func printSummary(w io.Writer, rep *replay.Report, lanes []client.LaneInfo, model *modelLoad) error {
 	fmt.Fprintf(w, "\nsummary after %d requests (%d events, %d blocks) against the fleet's exact ground truth\n",
 		rep.Requests, rep.Events, rep.EventBlocks)
 	for d, li := range lanes {
@@ -87,6 +88,7 @@ func printSummary(w io.Writer, rep *replay.Report, lanes []client.LaneInfo) erro
 	if rep.LanesNotReady > 0 {
 		fmt.Fprintf(w, "  %d lane answers missing (lane not ready), not scored\n", rep.LanesNotReady)
 	}
+	model.print(w, rep)
 	return replay.WriteTable(w, rep)
 }
 

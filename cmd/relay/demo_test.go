@@ -5,10 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -85,6 +90,114 @@ func TestDemo_SummaryIsTheReplayReport(t *testing.T) {
 	if !strings.Contains(out, "synthetic workload") {
 		t.Errorf("header does not name the synthetic workload:\n%s", out)
 	}
+}
+
+// The demo's default run (what `make run` runs, shortened) offers its latency
+// model a load the modelled fleet serves, whatever the wall-clock loop's
+// pace: the model's median TTFT stays within a small multiple of the
+// uncontended service time of the median request (its whole prompt
+// prefilled on an idle rank across a data-center round trip), queueing does
+// not dominate it, and the summary says the load the model ran at. Tied to
+// the wall clock, the model saw ≈ 2,000 requests a second against ≈ 19 it
+// can serve, and its median TTFT was minutes of queueing.
+func TestDemo_DefaultRunModelsAServableLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo for a second")
+	}
+	rep, out := runDemoReport(t, "--duration", "1s", "--consumer", "native", "--probes", "20000")
+	checkSummary(t, rep, out, 3)
+
+	o, err := parseDemo(nil, io.Discard)
+	require.NoError(t, err)
+	lat := o.replayConfig().Latency
+	gen := workload.NewSynthetic(o.syntheticConfig()) // the requests the run placed, in order
+	prompts := make([]int64, rep.Requests)
+	for i := range prompts {
+		prompts[i] = gen.Next().InputLength
+	}
+	slices.Sort(prompts)
+	median := prompts[len(prompts)/2]
+	require.Positive(t, median)
+	service := time.Duration(float64(median)/lat.PrefillTokensPerSec*float64(time.Second)) + lat.RTT
+	serviceMs := float64(service) / float64(time.Millisecond)
+	t.Logf("%d requests; median prompt %d tokens, uncontended service %v; TTFT p50 %.0fms p99 %.0fms, queueing p50 %.0fms p99 %.0fms",
+		rep.Requests, median, service, rep.TTFTP50Ms, rep.TTFTP99Ms, rep.QueueP50Ms, rep.QueueP99Ms)
+	assert.LessOrEqual(t, rep.TTFTP50Ms, 2*serviceMs, "model TTFT p50 beyond twice the median request's uncontended service time")
+	assert.LessOrEqual(t, rep.QueueP50Ms, rep.TTFTP50Ms/2, "queueing dominates the model's median TTFT")
+
+	// The summary says what the model ran at: Poisson arrivals offering
+	// about --model-load (70%) of the fleet's prefill capacity.
+	assert.Contains(t, out, "latency model: arrivals Poisson at ")
+	m := regexp.MustCompile(`prompts offered ([0-9.]+)% of the fleet's prefill capacity \(24 ranks × 8192 tokens/s\)`).FindStringSubmatch(out)
+	require.NotNil(t, m, "summary lacks the model's load:\n%s", out)
+	offered, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	assert.InDelta(t, 100*defaultModelLoad, offered, 15, "offered prompt load, percent of capacity")
+}
+
+// --model-rate sets the synthetic arrivals' rate, which the summary then
+// measures; the model flags do not apply to a trace, whose requests arrive at
+// its timestamps, nor take nonsense.
+func TestDemo_ModelRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo for a second")
+	}
+	rep, out := runDemoReport(t, "--duration", "1s", "--consumer", "native", "--probes", "20000", "--model-rate", "5")
+	checkSummary(t, rep, out, 3)
+	m := regexp.MustCompile(`arrivals Poisson at 5\.00 req/s \(--model-rate\); measured ([0-9.]+) req/s`).FindStringSubmatch(out)
+	require.NotNil(t, m, "summary lacks the model's arrival rate:\n%s", out)
+	measured, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	// ≥ 100 Poisson gaps: the rate's relative error is about 1/√n.
+	require.GreaterOrEqual(t, rep.Requests, uint64(100))
+	assert.InDelta(t, 5, measured, 5*4/math.Sqrt(float64(rep.Requests)))
+}
+
+func TestParseDemo_ModelFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--model-rate", "-1"},
+		{"--model-rate", "NaN"},
+		{"--model-rate", "+Inf"},
+		{"--model-rate", "0.001"},
+		{"--model-rate", "2e6"},
+		{"--model-load", "11"},
+		{"--model-load", "NaN"},
+		{"--model-load", "0"},
+		{"--model-load", "-0.5"},
+		{"--trace", "embedded", "--model-rate", "10"},
+		{"--trace", "embedded", "--model-load", "0.5"},
+	} {
+		var errb bytes.Buffer
+		_, err := parseDemo(args, &errb)
+		assert.ErrorIs(t, err, errUsage, "%q", args)
+		assert.Contains(t, errb.String(), "--model-", "%q: the message names the flag", args)
+	}
+	o, err := parseDemo([]string{"--model-load", "0.5"}, io.Discard)
+	require.NoError(t, err)
+	full, _ := parseDemo([]string{"--model-load", "1"}, io.Discard)
+	half, _ := o.arrivalRate()
+	whole, _ := full.arrivalRate()
+	assert.InDelta(t, whole/2, half, 1e-9*whole, "the derived rate is proportional to --model-load")
+	cfg := full.replayConfig()
+	assert.InDelta(t, prefillCapacity(cfg)/meanPromptTokens(cfg.Latency, full.syntheticConfig(), promptSample), whole, 1e-9*whole)
+}
+
+// Poisson arrivals increase and their mean gap is 1/rate.
+func TestPoissonArrivals(t *testing.T) {
+	a := newPoissonArrivals(20, 7)
+	const n = 20_000
+	var last time.Duration
+	for range n {
+		at := a.next()
+		require.Greater(t, at, last)
+		last = at
+	}
+	assert.InDelta(t, 20, n/last.Seconds(), 20*4/math.Sqrt(n))
+
+	slow := newPoissonArrivals(minModelRate, 7)
+	slow.at = math.MaxInt64 - time.Second
+	assert.Equal(t, time.Duration(math.MaxInt64), slow.next(), "arrivals saturate, never wrap")
+	assert.Equal(t, time.Duration(math.MaxInt64), slow.next())
 }
 
 // With --trace embedded the demo serves the Mooncake trace's requests in
