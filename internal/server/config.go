@@ -111,6 +111,8 @@ type Config struct {
 	StreamWriteTimeout Duration   `json:"stream_write_timeout,omitempty"`
 	ShutdownGrace      Duration   `json:"shutdown_grace,omitempty"` // default 10s
 	Pools              []PoolSpec `json:"pools"`
+	// NATS broadcasts every pool's frames through JetStream (server/nats.go).
+	NATS NATSOut `json:"nats,omitzero"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string.
@@ -206,6 +208,9 @@ func (c Config) Validate() error {
 		return invalid("max_lease_records %d < max_subscribers %d", c.MaxLeaseRecords, c.MaxSubscribers)
 	case c.HeartbeatInterval <= 0 || c.ShutdownGrace <= 0 || c.StreamWriteTimeout <= 0:
 		return invalid("heartbeat_interval, shutdown_grace and stream_write_timeout must be > 0")
+	}
+	if err := c.NATS.validate(); err != nil {
+		return err
 	}
 	names := map[string]bool{}
 	dcs := map[uint64]bool{}

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/internal/hub"
+	"github.com/ckfrelay/ckfrelay/internal/natsjs"
+	"github.com/ckfrelay/ckfrelay/internal/natspub"
+	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATSOut configures broadcasting every pool's frames through NATS JetStream
+// (docs/deploy.md). Off while URL is empty.
+type NATSOut struct {
+	// URL of the NATS server(s), comma-separated (e.g. "nats://127.0.0.1:4222").
+	URL string `json:"url,omitempty"`
+	// Prefix of subjects, streams and buckets. Default "ckfrelay".
+	Prefix string `json:"prefix,omitempty"`
+	// SnapshotInterval is the snapshot refresh cadence; the frames stream
+	// keeps three intervals. Default 30s.
+	SnapshotInterval Duration `json:"snapshot_interval,omitempty"`
+	// Replicas of each stream and bucket (a clustered JetStream). Default 1.
+	Replicas int `json:"replicas,omitempty"`
+	// CredsFile is a NATS credentials file, when the server requires one.
+	CredsFile string `json:"creds_file,omitempty"`
+}
+
+func (o NATSOut) validate() error {
+	if o.URL == "" {
+		return nil
+	}
+	if _, err := natsjs.For(o.Prefix, "pool"); err != nil {
+		return invalid("nats: %v", err)
+	}
+	if o.SnapshotInterval < 0 || o.Replicas < 0 {
+		return invalid("nats: snapshot_interval and replicas must not be negative")
+	}
+	return nil
+}
+
+// natsOut is the running broadcast: one connection, one publisher per pool.
+type natsOut struct {
+	nc   *nats.Conn
+	pubs map[string]*natspub.Publisher
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// startNATS connects and starts a publisher per pool. The connection retries
+// by itself (also when the server is down at start): the relay serves HTTP
+// whatever NATS does.
+func (s *Server) startNATS() error {
+	o := s.cfg.NATS
+	if o.URL == "" {
+		return nil
+	}
+	opts := []nats.Option{nats.Name("ckfrelay"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(250 * time.Millisecond)}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return fmt.Errorf("server: nats: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("server: nats: %w", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	out := &natsOut{nc: nc, pubs: map[string]*natspub.Publisher{}, stop: stop}
+	for _, p := range s.order {
+		pub, err := natspub.New(js, p.hub, natspub.Config{Pool: p.spec.Name, Prefix: o.Prefix,
+			SnapshotInterval: time.Duration(o.SnapshotInterval), Heartbeat: time.Duration(s.cfg.HeartbeatInterval),
+			Replicas: o.Replicas, EndReason: closeReason, Logger: s.log})
+		if err != nil {
+			stop()
+			nc.Close()
+			return fmt.Errorf("server: nats: %w", err)
+		}
+		out.pubs[p.spec.Name] = pub
+		out.wg.Add(1)
+		go func() {
+			defer out.wg.Done()
+			_ = pub.Run(ctx)
+		}()
+	}
+	s.nats = out
+	return nil
+}
+
+// stopNATS waits for every publisher to publish its pool's end (the hubs are
+// closed by then), bounded by ctx, then closes the connection.
+func (s *Server) stopNATS(ctx context.Context) error {
+	out := s.nats
+	if out == nil {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { out.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("server: nats publishers: %w", ctx.Err())
+	}
+	out.stop()
+	<-done
+	if ferr := out.nc.FlushTimeout(time.Second); ferr != nil && err == nil && !errors.Is(ferr, nats.ErrConnectionClosed) {
+		err = fmt.Errorf("server: nats flush: %w", ferr)
+	}
+	out.nc.Close()
+	return err
+}
+
+// NATSStats returns each pool's NATS publisher counters (nil when off).
+func (s *Server) NATSStats() map[string]natspub.Stats {
+	if s.nats == nil {
+		return nil
+	}
+	m := make(map[string]natspub.Stats, len(s.nats.pubs))
+	for name, p := range s.nats.pubs {
+		m[name] = p.Stats()
+	}
+	return m
+}
+
+// closeReason maps a hub's close cause to a close frame's reason, as HTTP
+// streams do.
+func closeReason(cause error) wire.CloseReason {
+	switch {
+	case errors.Is(cause, hub.ErrLagged):
+		return wire.CloseLagged
+	case errors.Is(cause, errShuttingDown):
+		return wire.CloseShuttingDown
+	case errors.Is(cause, errFenced), errors.Is(cause, hub.ErrSuperseded):
+		return wire.CloseFenced
+	}
+	return wire.CloseProducerChanged
+}
