@@ -17,19 +17,20 @@ const module = "github.com/ckfrelay/ckfrelay"
 // A package missing from the table may import anything but the packages that
 // list it as a forbidden importer below.
 var allowed = map[string][]string{
-	"ckf":               {"github.com/zeebo/xxh3"},
-	"wire":              {"ckf", "github.com/vmihailenco/msgpack/v5"},
-	"consumer":          {"ckf", "wire", "github.com/zeebo/xxh3"},
-	"producer":          {"ckf", "wire", "golang.org/x/sync"},
-	"internal/hub":      {"ckf"},
-	"client":            {"ckf", "consumer", "wire", "internal/natsjs", "github.com/nats-io/nats.go"},
-	"internal/natsjs":   {},
-	"internal/natspub":  {"ckf", "wire", "internal/hub", "internal/natsjs", "github.com/nats-io/nats.go"},
-	"internal/natstest": {"github.com/nats-io/nats-server/v2"},
-	"internal/workload": {"ckf", "github.com/zeebo/xxh3"},
-	"wasm/abi":          {"ckf", "consumer", "wire"},
-	"wasm/guest":        {"ckf", "consumer", "wire", "wasm/abi"},
-	"wasm/host":         {"ckf", "consumer", "wasm/abi", "github.com/tetratelabs/wazero"},
+	"ckf":                        {"github.com/zeebo/xxh3"},
+	"wire":                       {"ckf", "github.com/vmihailenco/msgpack/v5"},
+	"consumer":                   {"ckf", "wire", "github.com/zeebo/xxh3"},
+	"producer":                   {"ckf", "wire", "golang.org/x/sync"},
+	"internal/hub":               {"ckf"},
+	"client":                     {"ckf", "consumer", "wire", "internal/natsjs", "github.com/nats-io/nats.go"},
+	"internal/natsjs":            {},
+	"internal/natspub":           {"ckf", "wire", "internal/hub", "internal/natsjs", "github.com/nats-io/nats.go"},
+	"internal/natstest":          {"github.com/nats-io/nats-server/v2"},
+	"internal/source/dynamonats": {"ckf", "wire", "internal/source", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
+	"internal/workload":          {"ckf", "github.com/zeebo/xxh3"},
+	"wasm/abi":                   {"ckf", "consumer", "wire"},
+	"wasm/guest":                 {"ckf", "consumer", "wire", "wasm/abi"},
+	"wasm/host":                  {"ckf", "consumer", "wasm/abi", "github.com/tetratelabs/wazero"},
 }
 
 type goPackage struct {

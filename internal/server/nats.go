@@ -10,6 +10,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/internal/natsjs"
 	"github.com/ckfrelay/ckfrelay/internal/natspub"
+	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/ckfrelay/ckfrelay/internal/source/dynamonats"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -144,4 +146,22 @@ func closeReason(cause error) wire.CloseReason {
 		return wire.CloseFenced
 	}
 	return wire.CloseProducerChanged
+}
+
+// newDynamoSource builds the source of a SourceSpec with engine "dynamo":
+// Dynamo's KV events on NATS (docs/ingest.md "Dynamo over NATS"). The pool's
+// source switch (sources.go) calls it for that engine.
+func newDynamoSource(spec SourceSpec) (source.Source, error) {
+	if spec.URL == "" || spec.Subject == "" {
+		return nil, invalid("dynamo source: url and subject are required")
+	}
+	if spec.Endpoint != "" || spec.Bind != "" || spec.Replay != "" {
+		return nil, invalid("dynamo source: endpoint, bind and replay are ZMQ fields")
+	}
+	s, err := dynamonats.New(dynamonats.Config{URL: spec.URL, Subject: spec.Subject, Stream: spec.Stream,
+		Durable: spec.Durable, SourceTimeout: time.Duration(spec.SourceTimeout)})
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	return s, nil
 }

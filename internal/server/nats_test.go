@@ -16,6 +16,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/natsjs"
 	"github.com/ckfrelay/ckfrelay/internal/natstest"
+	"github.com/ckfrelay/ckfrelay/internal/source/dynamonats"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -445,4 +446,41 @@ func TestNATS_TwoRegions(t *testing.T) {
 	// Fresh: heartbeats keep crossing the leaf link while idle.
 	require.Eventually(t, func() bool { return r.Lane(0).Staleness < 200*time.Millisecond && r.Lane(0).Ready },
 		5*time.Second, 10*time.Millisecond)
+}
+
+// TestNATS_DynamoSourceFeedsAPool: Dynamo envelopes on NATS reach a pool
+// through the dynamo source and, through the broadcast, a router.
+func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	cfg := natsTestConfig(ns.URL(), time.Second)
+	s := startNATSRelay(t, cfg)
+	const subject = "namespace.dynamo.component.backend.kv-events"
+	src, err := newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL(), Subject: subject})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = src.Run(ctx, s.pools["dc-a"].handle) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, func() bool { return src.Status().State == "live" }, 10*time.Second, time.Millisecond)
+
+	r := startNATSRouter(t, cfg, ns.URL(), 11)
+	nc, err := nats.Connect(ns.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	locals := []uint64{101, 102, 103}
+	ev := ckf.RouterEvent{WorkerID: 4, Kind: ckf.EventStored}
+	for i, l := range locals {
+		ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: uint64(900 + i), TokensHash: l})
+	}
+	msg, err := dynamonats.Encode(dynamonats.Envelope{Topic: "kv-events", PublisherID: 5, Sequence: 0}, []ckf.RouterEvent{ev})
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(subject, msg))
+	require.NoError(t, nc.Flush())
+	seq := ckf.AppendSequenceHashes(nil, locals)
+	var res consumer.QueryResult
+	require.Eventually(t, func() bool {
+		return r.QuerySequenceHashes(seq, &res) == nil && res.Depths[0] == 3
+	}, 10*time.Second, time.Millisecond)
+	_, err = newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL()})
+	require.ErrorIs(t, err, ErrInvalidConfig)
 }
