@@ -37,6 +37,7 @@ type demoOptions struct {
 	readyTimeout  time.Duration
 	trace         string // "" synthetic, "embedded", or a Mooncake-format file
 	fprProbes     int
+	transport     string // "http" or "nats" (demo_nats.go)
 }
 
 // embeddedTraceFlag selects replay's embedded Mooncake trace for --trace.
@@ -68,6 +69,7 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 60*time.Second, "give up if the router's lanes are not all ready within this")
 	fs.StringVar(&o.trace, "trace", "", `requests from a Mooncake-format JSONL trace, in order at --rate (timestamps ignored), instead of the synthetic generator; "embedded" for the Mooncake synthetic trace`)
 	fs.IntVar(&o.fprProbes, "probes", 200_000, "never-stored keys probed against every lane for the false-positive rate")
+	fs.StringVar(&o.transport, "transport", "http", "how the router hears the relay: http (a stream per pool) or nats (JetStream, an embedded nats-server)")
 	if err := fs.Parse(args); err != nil {
 		return o, errUsage
 	}
@@ -76,6 +78,9 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 		return o, errUsage
 	}
 	switch {
+	case o.transport != "http" && o.transport != "nats":
+		fmt.Fprintf(stderr, "demo: --transport must be http or nats, not %q\n", o.transport)
+		return o, errUsage
 	case o.consumer != "wasm" && o.consumer != "native":
 		fmt.Fprintf(stderr, "demo: --consumer must be wasm or native, not %q\n", o.consumer)
 		return o, errUsage
@@ -147,6 +152,12 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 		cfg.Pools = append(cfg.Pools, server.PoolSpec{Name: fmt.Sprintf("dc-%d", d), DCID: uint64(d + 1),
 			ExpectedBlocks: expected, PublishEveryNEvents: 16})
 	}
+	natsCfg, natsURL, stopNATS, err := demoNATS(o.transport)
+	if err != nil {
+		return nil, err
+	}
+	defer stopNATS()
+	cfg.NATS.URL = natsURL
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := server.New(cfg, quiet)
 	if err != nil {
@@ -174,15 +185,18 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 		m.Lanes[d] = &ckf.PoolID{Domain: cfg.Domain(), DCID: uint64(d + 1)}
 		targets = append(targets, client.Target{Pool: fmt.Sprintf("dc-%d", d), Lane: d})
 	}
-	fmt.Fprintf(stdout, "ckfrelay demo: %d data centers × %d workers × %d ranks, %d blocks per rank; relay %s; %d buckets per pool; %s consumer; %s\n",
-		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, base, format.BucketCount, o.consumer, src.name)
+	fmt.Fprintf(stdout, "ckfrelay demo: %d data centers × %d workers × %d ranks, %d blocks per rank; relay %s; %d buckets per pool; %s consumer; %s; router over %s\n",
+		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, base, format.BucketCount, o.consumer, src.name, o.transport)
 	lanes, closeLanes, err := newLanes(ctx, o.consumer, m)
 	if err != nil {
 		return nil, err
 	}
 	defer closeLanes()
-	router, err := client.New(client.Config{RelayURL: base, ConsumerInstance: 77, Targets: targets,
-		IdleTimeout: 5 * time.Second}, lanes)
+	rcfg := client.Config{RelayURL: base, ConsumerInstance: 77, Targets: targets, IdleTimeout: 5 * time.Second}
+	if natsCfg != nil {
+		rcfg.RelayURL, rcfg.NATS = "", natsCfg
+	}
+	router, err := client.New(rcfg, lanes)
 	if err != nil {
 		return nil, err
 	}
