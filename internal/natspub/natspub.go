@@ -90,6 +90,7 @@ type Publisher struct {
 	words    []uint64 // the mirror at seq, for snapshots
 	seq      uint64
 	lastAck  uint64 // highest stream sequence acknowledged
+	lost     bool   // the stream lost messages: write a snapshot after the next ack
 	stream   jetstream.Stream
 	obs      jetstream.ObjectStore
 	frame    []byte
@@ -233,6 +234,9 @@ func (p *Publisher) ensure(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("natspub: stream info: %w", err)
 	}
+	if info.State.LastSeq < p.lastAck {
+		p.lost = true // recreated while we were away
+	}
 	p.stream, p.obs, p.lastAck = st, obs, info.State.LastSeq
 	return nil
 }
@@ -327,6 +331,14 @@ func (p *Publisher) publish(ctx context.Context, sub *hub.Subscription, f *wire.
 			return err
 		}
 		p.count(func(s *Stats) { s.Retries++; s.LastError = err.Error() })
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			// No stream stores the subject (deleted, or a server that lost
+			// its store): create it again before the retry.
+			p.stream = nil
+			if eerr := p.ensure(ctx); eerr != nil {
+				p.count(func(s *Stats) { s.LastError = eerr.Error() })
+			}
+		}
 		if sub != nil && sub.Err() != nil && !p.closing(sub) {
 			return fmt.Errorf("%w: hub subscription ended (%v) while NATS failed: %v", errRestart, sub.Err(), err)
 		}
@@ -368,8 +380,8 @@ func (p *Publisher) heartbeat(ctx context.Context, sub *hub.Subscription) error 
 // the snapshot's stream sequence then points past the stream's end, so a new
 // snapshot is written after this message.
 func (p *Publisher) acked(ctx context.Context, sub *hub.Subscription, ack *jetstream.PubAck) error {
-	if ack.Sequence < p.lastAck && !ack.Duplicate {
-		p.lastAck = ack.Sequence
+	if p.lost || (ack.Sequence < p.lastAck && !ack.Duplicate) {
+		p.lastAck, p.lost = ack.Sequence, false
 		p.log.Warn("the frames stream lost messages; writing a new snapshot", "stream_seq", ack.Sequence)
 		return p.putSnapshot(ctx, sub)
 	}
@@ -403,6 +415,12 @@ func (p *Publisher) putSnapshot(ctx context.Context, sub *hub.Subscription) erro
 			return ctx.Err()
 		}
 		p.count(func(s *Stats) { s.Retries++; s.LastError = err.Error() })
+		if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			p.obs = nil // the bucket was deleted: create it again
+			if eerr := p.ensure(ctx); eerr != nil {
+				p.count(func(s *Stats) { s.LastError = eerr.Error() })
+			}
+		}
 		if sub.Err() != nil && !p.closing(sub) {
 			return fmt.Errorf("%w: hub subscription ended (%v) while NATS failed: %v", errRestart, sub.Err(), err)
 		}

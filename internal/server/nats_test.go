@@ -484,3 +484,39 @@ func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
 	_, err = newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL()})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
+
+// TestNATS_DeletedStreamAndBucketAreRecreated: an operator deletes the
+// pool's stream and snapshot bucket under a running relay; the relay
+// recreates both on its next publish, writes a snapshot naming the new
+// stream's sequence, and routers converge again.
+func TestNATS_DeletedStreamAndBucketAreRecreated(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	cfg := natsTestConfig(ns.URL(), time.Hour)
+	s := startNATSRelay(t, cfg)
+	r := startNATSRouter(t, cfg, ns.URL(), 11)
+	w := newWorkload(10, s.pools["dc-a"])
+	for range 20 {
+		w.step(t)
+	}
+	w.flush(t)
+	requireConverged(t, s, r, "dc-a", 0)
+
+	nc, err := nats.Connect(ns.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	layout, err := natsjs.For("", "dc-a")
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, js.DeleteStream(ctx, layout.Stream))
+	require.NoError(t, js.DeleteObjectStore(ctx, layout.Bucket))
+	snaps := s.NATSStats()["dc-a"].Snapshots
+	for range 20 {
+		w.step(t)
+	}
+	w.flush(t)
+	requireConverged(t, s, r, "dc-a", 0)
+	w.requireNoFalseNegatives(t, r, 0)
+	assert.Greater(t, s.NATSStats()["dc-a"].Snapshots, snaps, "a new snapshot names the recreated stream")
+}
