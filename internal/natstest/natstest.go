@@ -40,6 +40,8 @@ type Options struct {
 	// Domain is the server's JetStream domain, through which clients of a
 	// leaf node reach it.
 	Domain string
+	// MaxPayload overrides the server's max_payload (default 1 MiB).
+	MaxPayload int32
 }
 
 // Start runs an embedded server on a free port with JetStream under
@@ -56,6 +58,7 @@ func Start(t testing.TB, o Options) *Server {
 		JetStream:       !o.NoJetStream,
 		StoreDir:        filepath.Join(t.TempDir(), "jetstream"),
 		JetStreamDomain: o.Domain,
+		MaxPayload:      o.MaxPayload,
 		NoLog:           true,
 		NoSigs:          true,
 	}

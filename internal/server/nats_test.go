@@ -520,3 +520,37 @@ func TestNATS_DeletedStreamAndBucketAreRecreated(t *testing.T) {
 	w.requireNoFalseNegatives(t, r, 0)
 	assert.Greater(t, s.NATSStats()["dc-a"].Snapshots, snaps, "a new snapshot names the recreated stream")
 }
+
+// TestNATS_DeltaOverMaxPayloadBecomesASnapshot: a delta larger than the NATS
+// server's max_payload (a mass clear) cannot be published; the relay
+// publishes a snapshot covering it instead, and routers converge through the
+// gap their consumer detects.
+func TestNATS_DeltaOverMaxPayloadBecomesASnapshot(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{MaxPayload: 192 << 10})
+	cfg := natsTestConfig(ns.URL(), time.Hour)
+	cfg.Pools[0].ExpectedBlocks = 1 << 16
+	s := startNATSRelay(t, cfg)
+	r := startNATSRouter(t, cfg, ns.URL(), 11)
+	p := s.pools["dc-a"]
+	var next uint64
+	for range 6 { // 24,576 blocks of worker 1
+		ev := ckf.RouterEvent{WorkerID: 1, Kind: ckf.EventStored}
+		for range 4096 {
+			next++
+			ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: next, TokensHash: next << 20})
+		}
+		require.NoError(t, p.admit(context.Background(), 1, ev))
+	}
+	w := newWorkload(11, p)
+	w.flush(t)
+	requireConverged(t, s, r, "dc-a", 0)
+	snaps := s.NATSStats()["dc-a"].Snapshots
+	resubs := r.Lane(0).Resubscribes
+
+	require.NoError(t, p.admit(context.Background(), 1, ckf.RouterEvent{WorkerID: 1, Kind: ckf.EventCleared}))
+	w.flush(t)
+	requireConverged(t, s, r, "dc-a", 0)
+	assert.Greater(t, s.NATSStats()["dc-a"].Snapshots, snaps, "the oversize delta went out as a snapshot")
+	assert.Zero(t, s.NATSStats()["dc-a"].Resubscribes, "without dropping the relay's hub subscription")
+	assert.Greater(t, r.Lane(0).Resubscribes, resubs, "the router re-snapshotted over the gap")
+}
