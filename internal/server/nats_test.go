@@ -481,6 +481,21 @@ func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return r.QuerySequenceHashes(seq, &res) == nil && res.Depths[0] == 3
 	}, 10*time.Second, time.Millisecond)
+
+	// The engine restarts: a new publisher_id, its sequence from 0, its old
+	// blocks gone. The worker is reset; only what the new lifetime stores
+	// stays.
+	ev2 := ckf.RouterEvent{WorkerID: 4, Kind: ckf.EventStored, Blocks: []ckf.StoredBlock{{BlockHash: 950, TokensHash: 201}}}
+	msg, err = dynamonats.Encode(dynamonats.Envelope{Topic: "kv-events", PublisherID: 6, Sequence: 0}, []ckf.RouterEvent{ev2})
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(subject, msg))
+	require.NoError(t, nc.Flush())
+	var res2 consumer.QueryResult
+	require.Eventually(t, func() bool {
+		return r.QuerySequenceHashes([]uint64{201}, &res2) == nil && res2.Depths[0] == 1 &&
+			r.QuerySequenceHashes(seq, &res) == nil && res.Depths[0] == 0
+	}, 10*time.Second, time.Millisecond, "old lifetime's chain at depth %d", res.Depths[0])
+	assert.Equal(t, uint64(1), src.Status().Resets)
 	_, err = newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL()})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
