@@ -38,7 +38,10 @@ type NATSConfig struct {
 	// not the connected server's own: a router on a leaf node in another
 	// region reads the home region's JetStream through it.
 	Domain string
-	// SnapshotTimeout bounds loading one snapshot (default 30s).
+	// SnapshotTimeout bounds loading one snapshot (default 30s). A load
+	// also gives up after 2s plus 1s per 10 MiB of snapshot: a snapshot the
+	// relay replaces while it is read stalls (its chunks are purged), and
+	// the lane should retry with the new one, not wait out the bound.
 	SnapshotTimeout time.Duration
 }
 
@@ -146,7 +149,13 @@ func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: nats: snapshot bucket %s: %w", layout.Bucket, err)
 	}
-	res, err := obs.Get(gctx, natsjs.SnapshotObject)
+	head, err := obs.GetInfo(gctx, natsjs.SnapshotObject)
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: nats: snapshot in %s: %w", layout.Bucket, err)
+	}
+	rctx, rcancel := context.WithTimeout(gctx, snapshotReadBudget(head.Size))
+	defer rcancel()
+	res, err := obs.Get(rctx, natsjs.SnapshotObject)
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: nats: snapshot in %s: %w", layout.Bucket, err)
 	}
@@ -170,6 +179,12 @@ func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream
 		return nil, 0, fmt.Errorf("client: nats: snapshot of %d bytes, object says %d", len(data), info.Size)
 	}
 	return data, from, nil
+}
+
+// snapshotReadBudget is how long reading a snapshot of size bytes may take
+// before it counts as stalled: 2s plus 1s per 10 MiB.
+func snapshotReadBudget(size uint64) time.Duration {
+	return 2*time.Second + time.Duration(min(size, 1<<40)>>20)*time.Second/10
 }
 
 // natsSource yields the snapshot's chunk frames, then the stream's frames,
