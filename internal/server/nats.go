@@ -15,6 +15,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // NATSOut configures broadcasting every pool's frames through NATS JetStream
@@ -95,6 +96,7 @@ func (s *Server) startNATS() error {
 		}()
 	}
 	s.nats = out
+	s.m.reg.MustRegister(newNATSCollector(out))
 	return nil
 }
 
@@ -164,4 +166,42 @@ func newDynamoSource(spec SourceSpec) (source.Source, error) {
 		return nil, invalid("%v", err)
 	}
 	return s, nil
+}
+
+// natsCollector exports each pool's NATS publisher counters.
+type natsCollector struct {
+	out                                                     *natsOut
+	deltas, heartbeats, snapshots, retries, resubs, snapSeq *prometheus.Desc
+}
+
+func newNATSCollector(out *natsOut) *natsCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"pool"}, nil)
+	}
+	return &natsCollector{out: out,
+		deltas:     d("ckfrelay_nats_deltas_total", "Deltas published to the pool's JetStream stream."),
+		heartbeats: d("ckfrelay_nats_heartbeats_total", "Heartbeats published to the pool's JetStream stream."),
+		snapshots:  d("ckfrelay_nats_snapshots_total", "Snapshots written to the pool's object store bucket."),
+		retries:    d("ckfrelay_nats_retries_total", "NATS publishes and snapshot writes retried after an error."),
+		resubs:     d("ckfrelay_nats_resubscribes_total", "Times the NATS publisher restarted from a new hub snapshot (it lagged)."),
+		snapSeq:    d("ckfrelay_nats_snapshot_sequence", "Sequence of the newest snapshot in the bucket."),
+	}
+}
+
+func (c *natsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.deltas, c.heartbeats, c.snapshots, c.retries, c.resubs, c.snapSeq} {
+		ch <- d
+	}
+}
+
+func (c *natsCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, p := range c.out.pubs {
+		st := p.Stats()
+		ch <- prometheus.MustNewConstMetric(c.deltas, prometheus.CounterValue, float64(st.Deltas), name)
+		ch <- prometheus.MustNewConstMetric(c.heartbeats, prometheus.CounterValue, float64(st.Heartbeats), name)
+		ch <- prometheus.MustNewConstMetric(c.snapshots, prometheus.CounterValue, float64(st.Snapshots), name)
+		ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(st.Retries), name)
+		ch <- prometheus.MustNewConstMetric(c.resubs, prometheus.CounterValue, float64(st.Resubscribes), name)
+		ch <- prometheus.MustNewConstMetric(c.snapSeq, prometheus.GaugeValue, float64(st.SnapshotSequence), name)
+	}
 }

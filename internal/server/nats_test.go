@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http/httptest"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -255,6 +256,9 @@ func TestNATS_EndToEnd(t *testing.T) {
 	st := s.NATSStats()["dc-a"]
 	assert.NotZero(t, st.Deltas)
 	assert.NotZero(t, st.Snapshots)
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	assert.Contains(t, rec.Body.String(), fmt.Sprintf(`ckfrelay_nats_deltas_total{pool="dc-a"} %d`, s.NATSStats()["dc-a"].Deltas))
 }
 
 // TestNATS_ServerRestart: the NATS server restarts on its file store while
