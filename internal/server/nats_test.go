@@ -573,3 +573,33 @@ func TestNATS_DeltaOverMaxPayloadBecomesASnapshot(t *testing.T) {
 	assert.Zero(t, s.NATSStats()["dc-a"].Resubscribes, "without dropping the relay's hub subscription")
 	assert.Greater(t, r.Lane(0).Resubscribes, resubs, "the router re-snapshotted over the gap")
 }
+
+// TestNATS_ServerDownAtRelayStart: the relay starts (and serves HTTP) while
+// its NATS server is down, and starts broadcasting once it comes up.
+func TestNATS_ServerDownAtRelayStart(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	ns.Shutdown()
+	cfg := natsTestConfig(ns.URL(), time.Second)
+	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	require.NoError(t, err, "a NATS server that is down must not stop the relay")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	w := newWorkload(12, s.pools["dc-a"])
+	for range 10 {
+		w.step(t)
+	}
+	w.flush(t)
+	assert.Zero(t, s.NATSStats()["dc-a"].Snapshots)
+
+	ns.Restart()
+	r := startNATSRouter(t, cfg, ns.URL(), 11)
+	for range 10 {
+		w.step(t)
+	}
+	w.flush(t)
+	requireConverged(t, s, r, "dc-a", 0)
+	w.requireNoFalseNegatives(t, r, 0)
+}
