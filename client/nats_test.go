@@ -53,3 +53,14 @@ func mustJS(t *testing.T, tr *natsTransport) jetstream.JetStream {
 	require.NoError(t, err)
 	return js
 }
+
+func TestNew_OneTransport(t *testing.T) {
+	targets := []Target{{Pool: "p", Lane: 0}}
+	_, err := New(Config{RelayURL: "http://x", NATS: &NATSConfig{URL: "nats://x"}, Targets: targets}, nil)
+	assert.Error(t, err, "HTTP and NATS at once")
+	_, err = New(Config{Targets: targets}, nil)
+	assert.Error(t, err, "neither")
+	r, err := New(Config{NATS: &NATSConfig{URL: "nats://x"}, Targets: targets}, nil)
+	require.NoError(t, err)
+	assert.NotNil(t, r.nats)
+}
