@@ -39,6 +39,9 @@ type Target struct {
 type Config struct {
 	// RelayURL is the relay's base URL, e.g. "http://127.0.0.1:7878".
 	RelayURL string
+	// NATS, when set, reads the relays' JetStream broadcast instead of
+	// RelayURL's HTTP streams (see [NATSConfig]).
+	NATS *NATSConfig
 	// AuthToken is sent as a bearer token when set.
 	AuthToken string
 	// ConsumerInstance identifies this router's consumer in leases.
@@ -92,14 +95,15 @@ type Router struct {
 	ls   Lanes
 	info [ckf.MaxLanes]LaneInfo
 	res  consumer.QueryResult
+	nats *natsTransport // nil: HTTP
 
 	onBackoff func(lane int, ceil time.Duration) // test hook: before each resubscribe delay
 }
 
 // New returns a router over lanes. It does nothing until [Router.Run].
 func New(cfg Config, lanes Lanes) (*Router, error) {
-	if cfg.RelayURL == "" || len(cfg.Targets) == 0 {
-		return nil, errors.New("client: RelayURL and at least one target are required")
+	if (cfg.RelayURL == "") == (cfg.NATS == nil) || len(cfg.Targets) == 0 {
+		return nil, errors.New("client: one of RelayURL and NATS, and at least one target, are required")
 	}
 	seen := map[int]bool{}
 	for _, t := range cfg.Targets {
@@ -127,6 +131,9 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	r := &Router{cfg: cfg, log: cfg.Logger, ls: lanes}
+	if cfg.NATS != nil {
+		r.nats = newNATSTransport(*cfg.NATS)
+	}
 	for _, t := range cfg.Targets {
 		r.info[t.Lane].Pool = t.Pool
 	}
@@ -144,6 +151,9 @@ func (r *Router) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if r.nats != nil {
+		r.nats.close()
+	}
 	return ctx.Err()
 }
 
@@ -295,26 +305,17 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 			err = fmt.Errorf("%w: no frame for %v (%v)", ErrIdle, r.cfg.IdleTimeout, err)
 		}
 	}()
-	u := fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d",
-		strings.TrimRight(r.cfg.RelayURL, "/"), url.PathEscape(t.Pool), r.cfg.ConsumerInstance, t.Lane, epoch)
-	req, err := http.NewRequestWithContext(sctx, http.MethodGet, u, nil)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if r.cfg.AuthToken != "" {
-		req.Header.Set("Authorization", "Bearer "+r.cfg.AuthToken)
-	}
-	resp, err := r.cfg.HTTPClient.Do(req)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return time.Time{}, fmt.Errorf("client: %s: %s", resp.Status, strings.TrimSpace(string(b)))
-	}
 	lease := ckf.LaneLease{ConsumerInstance: r.cfg.ConsumerInstance, PhysicalLane: uint8(t.Lane), AssignmentEpoch: epoch}
-	fr := wire.NewReader(resp.Body, r.cfg.MaxFrameBytes)
+	var fr frameSource
+	if r.nats != nil {
+		fr, err = r.nats.open(sctx, t.Pool, lease, r.cfg.MaxFrameBytes)
+	} else {
+		fr, err = r.openHTTP(sctx, t, epoch)
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer fr.Close()
 	var first wire.Frame
 	for n := 0; ; n++ {
 		raw, err := fr.ReadRaw()
@@ -366,4 +367,42 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 			return installedAt, ErrStreamClosed
 		}
 	}
+}
+
+// frameSource yields one session's frame bodies: an HTTP stream, or the NATS
+// transport's snapshot and stream. A body is valid until the next read.
+type frameSource interface {
+	ReadRaw() ([]byte, error)
+	Close() error
+}
+
+// httpSource is a relay's HTTP frame stream.
+type httpSource struct {
+	*wire.Reader
+	body io.Closer
+}
+
+func (h httpSource) Close() error { return h.body.Close() }
+
+// openHTTP opens the relay's stream for t under epoch.
+func (r *Router) openHTTP(ctx context.Context, t Target, epoch uint64) (frameSource, error) {
+	u := fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d",
+		strings.TrimRight(r.cfg.RelayURL, "/"), url.PathEscape(t.Pool), r.cfg.ConsumerInstance, t.Lane, epoch)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if r.cfg.AuthToken != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.AuthToken)
+	}
+	resp, err := r.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		resp.Body.Close()
+		return nil, fmt.Errorf("client: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return httpSource{Reader: wire.NewReader(resp.Body, r.cfg.MaxFrameBytes), body: resp.Body}, nil
 }

@@ -29,6 +29,7 @@ type demoOptions struct {
 	trace         string // "" synthetic, "embedded", or a Mooncake-format file
 	fprProbes     int
 	report        string // directory for the HTML report, "" for none
+	transport     string // "http" or "nats" (demo_nats.go)
 	command       string // the command line, for the report
 }
 
@@ -63,6 +64,7 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 60*time.Second, "give up if the router's lanes are not all ready within this")
 	fs.StringVar(&o.trace, "trace", "", `requests from a Mooncake-format JSONL trace, in order at --rate (timestamps ignored), instead of the synthetic generator; "embedded" for the Mooncake synthetic trace`)
 	fs.IntVar(&o.fprProbes, "probes", 200_000, "never-stored keys probed against every lane for the false-positive rate")
+	fs.StringVar(&o.transport, "transport", "http", "how the router hears the relay: http (a stream per pool) or nats (JetStream, an embedded nats-server)")
 	fs.StringVar(&o.report, "report", "", "write an HTML report with SVG plots and its JSON into this directory at the end")
 	if err := fs.Parse(args); err != nil {
 		return o, errUsage
@@ -73,6 +75,9 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 		return o, errUsage
 	}
 	switch {
+	case o.transport != "http" && o.transport != "nats":
+		fmt.Fprintf(stderr, "demo: --transport must be http or nats, not %q\n", o.transport)
+		return o, errUsage
 	case o.consumer != "wasm" && o.consumer != "native":
 		fmt.Fprintf(stderr, "demo: --consumer must be wasm or native, not %q\n", o.consumer)
 		return o, errUsage
@@ -167,8 +172,8 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 	if err := openFeeds(ctx, feeds, relay.base); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "ckfrelay demo: %d data centers × %d workers × %d ranks, %d blocks per rank; relay %s; %d buckets per pool; %s consumer; %s\n",
-		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, relay.base, relay.format.BucketCount, o.consumer, src.name)
+	fmt.Fprintf(stdout, "ckfrelay demo: %d data centers × %d workers × %d ranks, %d blocks per rank; relay %s; %d buckets per pool; %s consumer; %s; router over %s\n",
+		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, relay.base, relay.format.BucketCount, o.consumer, src.name, o.transport)
 	router, err := startDemoRouter(ctx, o, relay)
 	if err != nil {
 		return nil, err

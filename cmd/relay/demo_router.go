@@ -44,8 +44,11 @@ func startDemoRouter(ctx context.Context, o demoOptions, relay *demoRelay) (*dem
 	if err != nil {
 		return nil, err
 	}
-	cr, err := client.New(client.Config{RelayURL: relay.base, ConsumerInstance: demoConsumerInstance, Targets: targets,
-		IdleTimeout: 5 * time.Second}, lanes)
+	rcfg := client.Config{RelayURL: relay.base, ConsumerInstance: demoConsumerInstance, Targets: targets, IdleTimeout: 5 * time.Second}
+	if relay.nats != nil {
+		rcfg.RelayURL, rcfg.NATS = "", relay.nats
+	}
+	cr, err := client.New(rcfg, lanes)
 	if err != nil {
 		closeLanes()
 		return nil, err

@@ -44,6 +44,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	cert := fs.String("tls-cert", "", "TLS certificate file (env CKFRELAY_TLS_CERT)")
 	key := fs.String("tls-key", "", "TLS key file (env CKFRELAY_TLS_KEY)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	natsURL := fs.String("nats-url", "", "broadcast every pool's frames through this NATS JetStream server (env CKFRELAY_NATS_URL; off when unset)")
 	var pools poolFlags
 	fs.Var(&pools, "pool", "a pool: name:dc=ID[,expected=N][,seed=S][,cadence=N][,delay=D][,kicks=N] (repeatable; env CKFRELAY_POOLS, ';'-separated)")
 	if err := fs.Parse(args); err != nil {
@@ -74,6 +75,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	setToken(os.Getenv("CKFRELAY_AUTH_TOKEN"), os.Getenv("CKFRELAY_AUTH_TOKEN_FILE"))
 	envStr(&cfg.TLSCertFile, "CKFRELAY_TLS_CERT")
 	envStr(&cfg.TLSKeyFile, "CKFRELAY_TLS_KEY")
+	envStr(&cfg.NATS.URL, "CKFRELAY_NATS_URL")
 	if v := os.Getenv("CKFRELAY_MAX_SUBSCRIBERS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -89,7 +91,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 		}
 	}
 	setToken(*token, *tokenFile)
-	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key} {
+	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key, &cfg.NATS.URL: *natsURL} {
 		if v != "" {
 			*dst = v
 		}

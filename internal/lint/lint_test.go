@@ -67,9 +67,10 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "golang.org/x/sync"},
 	},
 	"client": {
-		imports: []string{"ckf", "consumer", "wire"},
-		tests:   []string{"internal/server", "github.com/zeebo/xxh3"},
+		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "github.com/nats-io/nats.go"},
+		tests:   []string{"internal/natstest", "internal/server", "github.com/zeebo/xxh3"},
 	},
+	"client/natsjs": {},
 	"wasm/abi": {
 		imports: []string{"ckf", "consumer", "wire"},
 	},
@@ -84,8 +85,9 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "internal/catalog", "internal/hub", "producer", "wire", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
-		tests:   []string{"consumer"},
+		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/source/dynamonats", "producer", "wire",
+			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
+		tests: []string{"client", "consumer", "internal/natstest"},
 	},
 	"internal/workload": {
 		imports: []string{"ckf", "github.com/zeebo/xxh3"},
@@ -108,8 +110,14 @@ var graph = map[string]rule{
 	"internal/replay/report":      {imports: []string{"internal/replay", "gonum.org/v1/plot"}},
 	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/conformance", "wasm/abi"}},
 	"internal/lint":               {},
+	"internal/natspub":            {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}},
+	"internal/natstest":           {imports: []string{"github.com/nats-io/nats-server/v2"}},
+	"internal/source/dynamonats": {
+		imports: []string{"ckf", "internal/source", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
+		tests:   []string{"internal/natstest", "producer"},
+	},
 	"cmd/relay": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/replay/report", "internal/server", "internal/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/replay/report", "internal/server", "internal/workload", "wasm/host", "wire", "github.com/nats-io/nats-server/v2", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},
@@ -118,7 +126,7 @@ var graph = map[string]rule{
 
 // public lists the packages users import; everything else lives under
 // internal/ (or is a command).
-var public = []string{"ckf", "wire", "consumer", "client", "wasm/host"}
+var public = []string{"ckf", "wire", "consumer", "client", "client/natsjs", "wasm/host"}
 
 // anyTest lists what every package's tests may import: the project's test
 // assertion library.

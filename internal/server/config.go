@@ -157,6 +157,8 @@ type Config struct {
 	StreamWriteTimeout Duration   `json:"stream_write_timeout,omitempty"`
 	ShutdownGrace      Duration   `json:"shutdown_grace,omitempty"` // default 10s
 	Pools              []PoolSpec `json:"pools"`
+	// NATS broadcasts every pool's frames through JetStream (server/nats.go).
+	NATS NATSOut `json:"nats,omitzero"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string.
@@ -278,6 +280,9 @@ func (c Config) Validate() error {
 		return invalid("read_header_timeout, body_read_timeout, idle_timeout, max_lease_epoch_lead and stream_stall_timeout must be > 0")
 	case c.AuthToken != "" && c.AuthTokenFile != "":
 		return invalid("auth_token and auth_token_file are exclusive")
+	}
+	if err := c.NATS.validate(); err != nil {
+		return err
 	}
 	names := map[string]bool{}
 	dcs := map[uint64]bool{}

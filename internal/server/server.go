@@ -24,6 +24,7 @@ type Server struct {
 	http        *http.Server
 	stopping    atomic.Bool
 	ingestSlots chan struct{} // a token per ingest request in progress
+	nats        *natsOut      // nil unless cfg.NATS.URL is set
 }
 
 // New validates cfg (after applying defaults), starts every pool's actor and
@@ -63,6 +64,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.pools[spec.Name] = p
 		s.order = append(s.order, p)
+	}
+	if err := s.startNATS(); err != nil {
+		s.stopPools(context.Background())
+		return nil, err
 	}
 	s.m.reg.MustRegister(newPoolCollector(func() []*hostedPool { return s.order }))
 	s.http = &http.Server{
@@ -108,6 +113,9 @@ func (s *Server) Serve(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopping.Store(true)
 	err := s.stopPools(ctx)
+	if nerr := s.stopNATS(ctx); nerr != nil && err == nil {
+		err = nerr
+	}
 	if herr := s.http.Shutdown(ctx); herr != nil {
 		// Out of time: cut what is still open rather than leave handlers
 		// (and their goroutines) behind.

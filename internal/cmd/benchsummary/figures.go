@@ -188,4 +188,22 @@ var figures = []figure{
 	{Name: "replay_16dc_ttft_p50_filter_vs_exact", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Base: "BenchmarkReplay/dcs=16/policy=cache-aware-exact", Metric: "ttft-p50-ms", Unit: "ratio"},
 	{Name: "replay_16dc_ttft_p99_filter_vs_exact", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Base: "BenchmarkReplay/dcs=16/policy=cache-aware-exact", Metric: "ttft-p99-ms", Unit: "ratio"},
 	{Name: "replay_16dc_rank_imbalance_cache_aware", Pkg: "./internal/replay", Bench: "BenchmarkReplay/dcs=16/policy=cache-aware", Metric: "rank-imbalance", Unit: "x-mean"},
+
+	// Fan-out to 64 routers of one pool: through the relay's HTTP hub (a
+	// stream each) vs through NATS JetStream (one publish, an embedded
+	// nats-server fans out). One process holds relay, NATS server and
+	// routers: cpu and heap per subscriber include the routers' own work;
+	// relay-out is what the relay alone sends per op (16 events × 4 blocks).
+	{Name: "relay_fanout64_http_fresh_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=http/routers=64", Metric: "fresh-p50-ns", Unit: "ns"},
+	{Name: "relay_fanout64_http_fresh_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=http/routers=64", Metric: "fresh-p99-ns", Unit: "ns"},
+	{Name: "relay_fanout64_nats_fresh_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Metric: "fresh-p50-ns", Unit: "ns"},
+	{Name: "relay_fanout64_nats_fresh_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Metric: "fresh-p99-ns", Unit: "ns"},
+	{Name: "relay_fanout64_http_cpu_ns_per_op_sub", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=http/routers=64", Metric: "cpu-ns/op/sub", Unit: "ns"},
+	{Name: "relay_fanout64_nats_cpu_ns_per_op_sub", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Metric: "cpu-ns/op/sub", Unit: "ns"},
+	{Name: "relay_fanout64_nats_vs_http_cpu", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "cpu-ns/op/sub", Unit: "ratio"},
+	{Name: "relay_fanout64_http_heap_bytes_per_sub", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=http/routers=64", Metric: "heap-B/sub", Unit: "bytes"},
+	{Name: "relay_fanout64_nats_heap_bytes_per_sub", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Metric: "heap-B/sub", Unit: "bytes"},
+	{Name: "relay_fanout64_http_relay_out_bytes_per_op", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=http/routers=64", Metric: "relay-out-B/op", Unit: "bytes"},
+	{Name: "relay_fanout64_nats_relay_out_bytes_per_op", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Metric: "relay-out-B/op", Unit: "bytes"},
+	{Name: "relay_fanout64_nats_vs_http_relay_out", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "relay-out-B/op", Unit: "ratio"},
 }

@@ -1,0 +1,249 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client/natsjs"
+	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATSConfig selects the NATS transport (docs/deploy.md): instead of one HTTP
+// stream per pool from the relay, a router reads what the relay broadcasts
+// through JetStream — the newest snapshot from the pool's object store
+// bucket, then the pool's frames stream from the sequence the snapshot names,
+// with an ordered consumer. Every frame is stamped with the router's own lease
+// before the consumer sees it, so the consumer's checks (SPEC §8.3) keep their
+// meaning: a lost, reordered or foreign delta deactivates the lane and the
+// router re-snapshots under a new epoch, exactly as on HTTP.
+type NATSConfig struct {
+	// URL of the NATS server(s), comma-separated; ignored when Conn is set.
+	URL string
+	// Options are used when the router connects to URL itself.
+	Options []nats.Option
+	// Conn is an existing connection to use (its owner closes it).
+	Conn *nats.Conn
+	// Prefix of the relay's subjects, streams and buckets (default "ckfrelay").
+	Prefix string
+	// Domain is the JetStream domain holding the relay's stream, when it is
+	// not the connected server's own: a router on a leaf node in another
+	// region reads the home region's JetStream through it.
+	Domain string
+	// SnapshotTimeout bounds loading one snapshot (default 30s). A load
+	// also gives up after 2s plus 1s per 10 MiB of snapshot: a snapshot the
+	// relay replaces while it is read stalls (its chunks are purged), and
+	// the lane should retry with the new one, not wait out the bound.
+	SnapshotTimeout time.Duration
+}
+
+// maxSnapshotObject bounds a snapshot object: the largest table (2^24
+// buckets of 8 bytes) in chunk frames, with room for their headers.
+const maxSnapshotObject = 8<<24 + 16<<20
+
+// natsTransport is a router's NATS connection, shared by its lanes and made
+// on first use (nats.go reconnects it by itself afterwards).
+type natsTransport struct {
+	cfg NATSConfig
+
+	mu  sync.Mutex
+	nc  *nats.Conn
+	own bool // the router made nc and closes it
+	js  jetstream.JetStream
+}
+
+func newNATSTransport(cfg NATSConfig) *natsTransport {
+	if cfg.SnapshotTimeout <= 0 {
+		cfg.SnapshotTimeout = 30 * time.Second
+	}
+	return &natsTransport{cfg: cfg}
+}
+
+func (t *natsTransport) jetStream() (jetstream.JetStream, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.js != nil {
+		return t.js, nil
+	}
+	nc := t.cfg.Conn
+	if nc == nil {
+		opts := append([]nats.Option{nats.Name("ckfrelay-router"), nats.MaxReconnects(-1)}, t.cfg.Options...)
+		var err error
+		if nc, err = nats.Connect(t.cfg.URL, opts...); err != nil {
+			return nil, fmt.Errorf("client: nats: %w", err)
+		}
+		t.own = true
+	}
+	var js jetstream.JetStream
+	var err error
+	if t.cfg.Domain != "" {
+		js, err = jetstream.NewWithDomain(nc, t.cfg.Domain)
+	} else {
+		js, err = jetstream.New(nc)
+	}
+	if err != nil {
+		if t.own {
+			nc.Close()
+		}
+		return nil, fmt.Errorf("client: nats: %w", err)
+	}
+	t.nc, t.js = nc, js
+	return js, nil
+}
+
+func (t *natsTransport) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.own && t.nc != nil {
+		t.nc.Close()
+	}
+	t.nc, t.js, t.own = nil, nil, false
+}
+
+// open loads pool's newest snapshot and starts an ordered consumer on its
+// frames stream from the stream sequence the snapshot names.
+func (t *natsTransport) open(ctx context.Context, pool string, lease ckf.LaneLease, maxFrameBytes int) (frameSource, error) {
+	layout, err := natsjs.For(t.cfg.Prefix, pool)
+	if err != nil {
+		return nil, err
+	}
+	js, err := t.jetStream()
+	if err != nil {
+		return nil, err
+	}
+	snapshot, from, err := t.loadSnapshot(ctx, js, layout)
+	if err != nil {
+		return nil, err
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.Subject}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from}
+	if from == 0 {
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	cons, err := js.OrderedConsumer(ctx, layout.Stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: nats: consumer on %s: %w", layout.Stream, err)
+	}
+	msgs, err := cons.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("client: nats: consumer on %s: %w", layout.Stream, err)
+	}
+	return &natsSource{ctx: ctx, lease: lease, snapshot: wire.NewReader(bytes.NewReader(snapshot), maxFrameBytes),
+		msgs: msgs, stop: context.AfterFunc(ctx, msgs.Stop)}, nil
+}
+
+// loadSnapshot reads the snapshot object and the stream sequence to consume
+// from. A snapshot replaced while it is read fails its digest check (or the
+// timeout); the session then ends and the lane retries.
+func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream, layout natsjs.Layout) ([]byte, uint64, error) {
+	gctx, cancel := context.WithTimeout(ctx, t.cfg.SnapshotTimeout)
+	defer cancel()
+	obs, err := js.ObjectStore(gctx, layout.Bucket)
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: nats: snapshot bucket %s: %w", layout.Bucket, err)
+	}
+	head, err := obs.GetInfo(gctx, natsjs.SnapshotObject)
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: nats: snapshot in %s: %w", layout.Bucket, err)
+	}
+	rctx, rcancel := context.WithTimeout(gctx, snapshotReadBudget(head.Size))
+	defer rcancel()
+	res, err := obs.Get(rctx, natsjs.SnapshotObject)
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: nats: snapshot in %s: %w", layout.Bucket, err)
+	}
+	defer res.Close()
+	info, err := res.Info()
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: nats: snapshot info: %w", err)
+	}
+	if info.Size > maxSnapshotObject {
+		return nil, 0, fmt.Errorf("client: nats: snapshot object of %d bytes exceeds %d", info.Size, maxSnapshotObject)
+	}
+	from, err := strconv.ParseUint(info.Metadata[natsjs.MetaStreamSequence], 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: nats: snapshot metadata %s: %w", natsjs.MetaStreamSequence, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(res, int64(info.Size)+1))
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: nats: reading the snapshot: %w", err)
+	}
+	if uint64(len(data)) != info.Size {
+		return nil, 0, fmt.Errorf("client: nats: snapshot of %d bytes, object says %d", len(data), info.Size)
+	}
+	return data, from, nil
+}
+
+// snapshotReadBudget is how long reading a snapshot of size bytes may take
+// before it counts as stalled: 2s plus 1s per 10 MiB.
+func snapshotReadBudget(size uint64) time.Duration {
+	return 2*time.Second + time.Duration(min(size, 1<<40)>>20)*time.Second/10
+}
+
+// natsSource yields the snapshot's chunk frames, then the stream's frames,
+// each re-stamped with the lane's lease.
+type natsSource struct {
+	ctx      context.Context
+	lease    ckf.LaneLease
+	snapshot *wire.Reader // nil once exhausted
+	msgs     jetstream.MessagesContext
+	stop     func() bool
+	frame    wire.Frame
+	buf      []byte
+}
+
+// ReadRaw implements frameSource.
+func (s *natsSource) ReadRaw() ([]byte, error) {
+	if s.snapshot != nil {
+		raw, err := s.snapshot.ReadRaw()
+		if err == nil {
+			return s.stamp(raw)
+		}
+		if !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("client: nats: snapshot object: %w", err)
+		}
+		s.snapshot = nil
+	}
+	m, err := s.msgs.Next()
+	if err != nil {
+		if cerr := context.Cause(s.ctx); cerr != nil {
+			return nil, cerr
+		}
+		return nil, fmt.Errorf("client: nats: %w", err)
+	}
+	return s.stamp(m.Data())
+}
+
+// stamp re-encodes a broadcast frame under the lane's lease.
+func (s *natsSource) stamp(raw []byte) ([]byte, error) {
+	if err := wire.DecodeFrame(raw, &s.frame); err != nil {
+		return nil, err
+	}
+	switch s.frame.Kind {
+	case wire.KindSnapshotChunk:
+		s.frame.Snapshot.Lease = s.lease
+	case wire.KindDelta:
+		s.frame.Delta.Lease = s.lease
+	case wire.KindDrainMarker:
+		s.frame.Drain.Lease = s.lease
+	case wire.KindHeartbeat:
+		s.frame.Heartbeat.Lease = s.lease
+	}
+	var err error
+	s.buf, err = wire.AppendFrame(s.buf[:0], &s.frame)
+	return s.buf, err
+}
+
+// Close implements frameSource.
+func (s *natsSource) Close() error {
+	s.stop()
+	s.msgs.Stop()
+	return nil
+}

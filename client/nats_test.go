@@ -1,0 +1,66 @@
+package client
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/client/natsjs"
+	"github.com/ckfrelay/ckfrelay/internal/natstest"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestNATS_StalledSnapshotGivesUpWithinItsBudget: a snapshot whose chunks
+// vanish while it is read (the relay replaced it) stalls the object read;
+// the load must give up after its size budget, not the whole
+// SnapshotTimeout, so the lane retries with the new snapshot.
+func TestNATS_StalledSnapshotGivesUpWithinItsBudget(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	nc, err := nats.Connect(ns.URL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	layout, err := natsjs.For("", "p")
+	require.NoError(t, err)
+	ctx := context.Background()
+	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: layout.Bucket})
+	require.NoError(t, err)
+	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: natsjs.SnapshotObject,
+		Metadata: map[string]string{natsjs.MetaStreamSequence: "1"}}, strings.NewReader(strings.Repeat("x", 1000)))
+	require.NoError(t, err)
+	// Purge the object's chunks, as a replacing Put does, leaving its info.
+	st, err := js.Stream(ctx, "OBJ_"+layout.Bucket)
+	require.NoError(t, err)
+	require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject("$O."+layout.Bucket+".C."+info.NUID)))
+
+	tr := newNATSTransport(NATSConfig{URL: ns.URL(), SnapshotTimeout: time.Minute})
+	defer tr.close()
+	t0 := time.Now()
+	_, _, err = tr.loadSnapshot(ctx, mustJS(t, tr), layout)
+	require.Error(t, err)
+	assert.Less(t, time.Since(t0), 30*time.Second, "gave up after %v", time.Since(t0))
+	assert.Equal(t, 2*time.Second+time.Second/10*4, snapshotReadBudget(4<<20))
+}
+
+func mustJS(t *testing.T, tr *natsTransport) jetstream.JetStream {
+	t.Helper()
+	js, err := tr.jetStream()
+	require.NoError(t, err)
+	return js
+}
+
+func TestNew_OneTransport(t *testing.T) {
+	targets := []Target{{Pool: "p", Lane: 0}}
+	_, err := New(Config{RelayURL: "http://x", NATS: &NATSConfig{URL: "nats://x"}, Targets: targets}, nil)
+	assert.Error(t, err, "HTTP and NATS at once")
+	_, err = New(Config{Targets: targets}, nil)
+	assert.Error(t, err, "neither")
+	r, err := New(Config{NATS: &NATSConfig{URL: "nats://x"}, Targets: targets}, nil)
+	require.NoError(t, err)
+	assert.NotNil(t, r.nats)
+}

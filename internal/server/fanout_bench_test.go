@@ -1,0 +1,223 @@
+//go:build unix
+
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/natstest"
+)
+
+// probeLanes reports when a probed key first becomes visible on its lanes.
+type probeLanes struct {
+	client.Native
+	key  atomic.Uint64
+	seen chan struct{}
+}
+
+func (p *probeLanes) ApplyFrame(b []byte) (consumer.Result, error) {
+	res, err := p.Native.ApplyFrame(b)
+	if k := p.key.Load(); k != 0 {
+		if m, _ := p.C.Contains(k); m != 0 && p.key.CompareAndSwap(k, 0) {
+			p.seen <- struct{}{}
+		}
+	}
+	return res, err
+}
+
+// countingListener counts the bytes the relay writes to its HTTP clients.
+type countingListener struct {
+	net.Listener
+	out *atomic.Uint64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{Conn: c, out: l.out}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	out *atomic.Uint64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.out.Add(uint64(n))
+	return n, err
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkFanout feeds one pool's frames to 64 routers, through the relay's
+// HTTP hub (one stream each) or through NATS JetStream (the relay publishes
+// once; an embedded nats-server fans out), side by side. One op is a batch
+// of 16 Stored events of 4 new blocks, flushed; it ends when a probe router
+// sees the batch's first block. Reported per op: freshness (admission to
+// visible at the probe router, p50/p99) and process CPU per subscriber;
+// once: live heap per subscriber after every router installed its snapshot.
+// Everything runs in one process (relay, NATS server, routers), so CPU and
+// heap include the routers' own work, the same in both variants; the
+// difference between the variants is the transport's. relay-out-B/op is
+// what the relay itself sends per op: every HTTP stream's bytes, or its one
+// NATS connection's (heartbeats included in both).
+func BenchmarkFanout(b *testing.B) {
+	for _, transport := range []string{"http", "nats"} {
+		b.Run("transport="+transport+"/routers=64", func(b *testing.B) { benchFanout(b, transport, 64) })
+	}
+}
+
+func benchFanout(b *testing.B, transport string, routers int) {
+	const eventsPerBatch, blocksPerEvent = 16, 4
+	cfg := Config{Pools: []PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 14}}, MaxSubscribers: routers + 8}
+	var natsURL string
+	if transport == "nats" {
+		ns := natstest.Start(b, natstest.Options{})
+		natsURL = ns.URL()
+		cfg.NATS = NATSOut{URL: natsURL}
+	}
+	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var httpOut atomic.Uint64
+	go func() { _ = s.Serve(countingListener{Listener: ln, out: &httpOut}) }()
+	egress := func() uint64 {
+		if s.nats != nil {
+			return s.nats.nc.Stats().OutBytes
+		}
+		return httpOut.Load()
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	}()
+	if transport == "nats" {
+		for s.NATSStats()["p"].Snapshots == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cfg = s.Config()
+	format, _ := cfg.Pools[0].Format()
+	domain := cfg.Domain()
+	heap0 := heapAlloc()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var probe *probeLanes
+	var rs []*client.Router
+	for i := range routers {
+		m := consumer.Manifest{ConsumerInstance: uint64(100 + i), Domain: domain, Format: format, VerificationWindow: 2}
+		m.Lanes[0] = &ckf.PoolID{Domain: domain, DCID: 1}
+		c, err := consumer.New(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var lanes client.Lanes = &client.Native{C: c}
+		if i == 0 {
+			probe = &probeLanes{Native: client.Native{C: c}, seen: make(chan struct{}, 1)}
+			lanes = probe
+		}
+		rc := client.Config{ConsumerInstance: uint64(100 + i), Targets: []client.Target{{Pool: "p", Lane: 0}},
+			HTTPClient: &http.Client{Transport: &http.Transport{}}}
+		if transport == "nats" {
+			rc.NATS = &client.NATSConfig{URL: natsURL}
+		} else {
+			rc.RelayURL = "http://" + ln.Addr().String()
+		}
+		r, err := client.New(rc, lanes)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rs = append(rs, r)
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(ctx) }()
+	}
+	for _, r := range rs {
+		for !r.Lane(0).Ready {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	heapPerSub := float64(heapAlloc()-heap0) / float64(routers)
+
+	p := s.pools["p"]
+	var next uint64 = 1
+	fresh := make([]time.Duration, 0, b.N)
+	ev := ckf.RouterEvent{Kind: ckf.EventStored}
+	b.ResetTimer()
+	cpu0, out0 := cpuTime(), egress()
+	for range b.N {
+		var first uint64
+		for e := range eventsPerBatch {
+			ev.WorkerID = uint64(e % 8)
+			ev.Blocks = make([]ckf.StoredBlock, 0, blocksPerEvent) // admission queues the event: never reuse its slice
+			for range blocksPerEvent {
+				ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: next, TokensHash: next})
+				next++
+			}
+			if e == 0 {
+				first = ev.Blocks[0].TokensHash // a root: its canonical hash is its tokens hash
+			}
+			if err := p.admit(ctx, 1, ev); err != nil {
+				b.Fatal(err)
+			}
+		}
+		t0 := time.Now()
+		probe.key.Store(first)
+		if err := p.handle.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-probe.seen:
+		case <-time.After(30 * time.Second):
+			b.Fatalf("probe never saw the batch (%+v)", rs[0].Lane(0))
+		}
+		fresh = append(fresh, time.Since(t0))
+	}
+	cpu, out := cpuTime()-cpu0, egress()-out0
+	b.StopTimer()
+	for i, r := range rs {
+		if li := r.Lane(0); li.Resubscribes != 0 {
+			b.Logf("router %d resubscribed %d times: %s", i, li.Resubscribes, li.LastError)
+		}
+	}
+	slices.Sort(fresh)
+	b.ReportMetric(float64(fresh[len(fresh)/2].Nanoseconds()), "fresh-p50-ns")
+	b.ReportMetric(float64(fresh[len(fresh)*99/100].Nanoseconds()), "fresh-p99-ns")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(routers), "cpu-ns/op/sub")
+	b.ReportMetric(heapPerSub, "heap-B/sub")
+	b.ReportMetric(float64(out)/float64(b.N), "relay-out-B/op")
+}

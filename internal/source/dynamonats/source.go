@@ -1,0 +1,304 @@
+package dynamonats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config configures one Dynamo NATS source.
+type Config struct {
+	// URL of the NATS server(s).
+	URL string
+	// Subject of the KV events, e.g. "namespace.dynamo.component.backend.kv-events"
+	// (wildcards allowed: "namespace.dynamo.component.*.kv-events").
+	Subject string
+	// Stream and Durable, when set, consume the subject from a JetStream
+	// stream with a durable consumer (created if missing) instead of core
+	// NATS: events published while the relay was away are not lost.
+	Stream, Durable string
+	// SourceTimeout resets every member of a publisher silent for this long
+	// (a worker that left). Zero disables it: Dynamo publishers do not
+	// heartbeat on this subject, so only set it where workers do.
+	SourceTimeout time.Duration
+	// Options are extra NATS connection options.
+	Options []nats.Option
+}
+
+// Source is a running Dynamo NATS source.
+type Source struct {
+	cfg Config
+
+	mu     sync.Mutex
+	status source.Status
+
+	// Run's goroutine only.
+	members map[ckf.Member]*memberState
+	evs     []ckf.RouterEvent
+	decided map[ckf.Member]decision // per message
+}
+
+// decision is what one message means for one member.
+type decision struct {
+	epoch uint64
+	admit bool
+}
+
+// incoming is one message and how to settle it (JetStream: ack or nak).
+type incoming struct {
+	data   []byte
+	settle func(admitted bool)
+}
+
+type memberState struct {
+	publisher uint64 // publisher_id of the current lifetime
+	epoch     uint64 // source epoch of that lifetime
+	next      uint64 // next expected envelope sequence
+	seen      time.Time
+}
+
+// New returns a source; it does nothing until Run.
+func New(cfg Config) (*Source, error) {
+	if cfg.URL == "" || cfg.Subject == "" {
+		return nil, errors.New("dynamonats: url and subject are required")
+	}
+	if (cfg.Stream == "") != (cfg.Durable == "") {
+		return nil, errors.New("dynamonats: stream and durable must be set together")
+	}
+	name := "dynamo@" + cfg.Subject
+	if cfg.Stream != "" {
+		name += " (" + cfg.Stream + "/" + cfg.Durable + ")"
+	}
+	return &Source{cfg: cfg, members: map[ckf.Member]*memberState{}, decided: map[ckf.Member]decision{},
+		status: source.Status{Name: name, Engine: "dynamo", State: "connecting"}}, nil
+}
+
+var _ source.Source = (*Source)(nil)
+
+// Status implements source.Source.
+func (s *Source) Status() source.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+func (s *Source) update(f func(*source.Status)) {
+	s.mu.Lock()
+	f(&s.status)
+	s.mu.Unlock()
+}
+
+// Run implements source.Source: it connects (retrying), then admits every
+// message's events until ctx ends.
+func (s *Source) Run(ctx context.Context, sink source.Sink) error {
+	defer s.update(func(st *source.Status) { st.State = "stopped" })
+	opts := append([]nats.Option{nats.Name("ckfrelay-dynamo-source"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			s.update(func(st *source.Status) {
+				st.State = "recovering"
+				if err != nil {
+					st.LastError = err.Error()
+				}
+			})
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { s.update(func(st *source.Status) { st.State = "live"; st.Restarts++ }) }),
+	}, s.cfg.Options...)
+	nc, err := nats.Connect(s.cfg.URL, opts...)
+	if err != nil {
+		return fmt.Errorf("dynamonats: %w", err)
+	}
+	defer nc.Close()
+	msgs := make(chan incoming, 1024)
+	var stop func()
+	if s.cfg.Stream == "" {
+		// Core NATS is at most once: a slow relay loses messages, which the
+		// envelope sequence then shows as a gap.
+		sub, err := nc.Subscribe(s.cfg.Subject, func(m *nats.Msg) {
+			select {
+			case msgs <- incoming{data: m.Data}:
+			case <-ctx.Done():
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("dynamonats: subscribe %s: %w", s.cfg.Subject, err)
+		}
+		stop = func() { _ = sub.Unsubscribe() }
+		// The server has the subscription once a flush round-trips: only
+		// then is the source live.
+		if err := nc.FlushTimeout(10 * time.Second); err != nil {
+			return fmt.Errorf("dynamonats: subscribe %s: %w", s.cfg.Subject, err)
+		}
+	} else {
+		if stop, err = s.durable(ctx, nc, msgs); err != nil {
+			return err
+		}
+	}
+	defer stop()
+	s.update(func(st *source.Status) { st.State = "live" })
+	var tick <-chan time.Time
+	if s.cfg.SourceTimeout > 0 {
+		t := time.NewTicker(s.cfg.SourceTimeout / 4)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case m := <-msgs:
+			err := s.handle(ctx, sink, m.data)
+			if m.settle != nil {
+				m.settle(err == nil) // not admitted: JetStream redelivers it
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				s.update(func(st *source.Status) { st.LastError = err.Error() })
+			}
+		case now := <-tick:
+			if err := s.expire(ctx, sink, now); err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// durable binds (or creates) the durable pull consumer and feeds msgs.
+func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incoming) (func(), error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("dynamonats: %w", err)
+	}
+	var cons jetstream.Consumer
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cons, err = js.CreateOrUpdateConsumer(cctx, s.cfg.Stream, jetstream.ConsumerConfig{
+			Durable: s.cfg.Durable, FilterSubject: s.cfg.Subject, AckPolicy: jetstream.AckExplicitPolicy,
+			DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 4096,
+		})
+		cancel()
+		if err == nil {
+			break
+		}
+		s.update(func(st *source.Status) { st.LastError = err.Error(); st.State = "connecting" })
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		// Redeliveries and duplicates are filtered by envelope sequence.
+		in := incoming{data: m.Data(), settle: func(ok bool) {
+			if ok {
+				_ = m.Ack()
+			} else {
+				_ = m.Nak()
+			}
+		}}
+		select {
+		case msgs <- in:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dynamonats: consume %s/%s: %w", s.cfg.Stream, s.cfg.Durable, err)
+	}
+	return cc.Stop, nil
+}
+
+// handle admits one message.
+func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) error {
+	env, evs, err := Decode(data, s.evs[:0])
+	s.evs = evs[:0]
+	now := time.Now()
+	if err != nil {
+		s.update(func(st *source.Status) { st.Rejected++; st.LastError = err.Error(); st.LastEvent = now })
+		return nil // a malformed message is dropped, never retried
+	}
+	var admitted uint64
+	clear(s.decided)
+	for i := range evs {
+		ev := &evs[i]
+		d, seen := s.decided[ev.Member()]
+		if !seen {
+			// Every event of one envelope shares its sequence: decide once
+			// per member and message.
+			var err error
+			if d.epoch, d.admit, err = s.admitOrder(ctx, sink, ev.Member(), env, now); err != nil {
+				return err
+			}
+			s.decided[ev.Member()] = d
+		}
+		if !d.admit {
+			continue
+		}
+		if err := sink.AdmitEvent(ctx, d.epoch, *ev); err != nil {
+			return err
+		}
+		admitted++
+	}
+	s.update(func(st *source.Status) { st.Batches++; st.Events += admitted; st.LastEvent = now })
+	return nil
+}
+
+// admitOrder decides, for one event of member m in env, whether to admit it
+// and under which epoch: a new publisher resets the member first; a sequence
+// gap resets it degraded; an old or repeated sequence is dropped.
+func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member, env Envelope, now time.Time) (uint64, bool, error) {
+	st := s.members[m]
+	switch {
+	case st == nil || st.publisher != env.PublisherID:
+		epoch := uint64(now.UnixNano())
+		if st != nil {
+			epoch = max(epoch, st.epoch+1)
+			if err := sink.ResetRank(ctx, epoch, m, false); err != nil {
+				return 0, false, err
+			}
+			s.update(func(st *source.Status) { st.Resets++; st.Restarts++ })
+		}
+		s.members[m] = &memberState{publisher: env.PublisherID, epoch: epoch, next: env.Sequence, seen: now}
+		st = s.members[m]
+	case env.Enveloped && env.Sequence < st.next:
+		// Seen before: a redelivery or a duplicate.
+		s.update(func(st *source.Status) { st.Dropped++ })
+		return 0, false, nil
+	case env.Enveloped && env.Sequence > st.next:
+		epoch := max(uint64(now.UnixNano()), st.epoch+1)
+		if err := sink.ResetRank(ctx, epoch, m, true); err != nil {
+			return 0, false, err
+		}
+		s.update(func(s *source.Status) { s.Gaps++; s.Resets++ })
+		st.epoch = epoch
+	}
+	if env.Enveloped {
+		st.next = env.Sequence + 1
+	}
+	st.seen = now
+	return st.epoch, true, nil
+}
+
+// expire resets every member silent for SourceTimeout.
+func (s *Source) expire(ctx context.Context, sink source.Sink, now time.Time) error {
+	for m, st := range s.members {
+		if now.Sub(st.seen) < s.cfg.SourceTimeout {
+			continue
+		}
+		epoch := max(uint64(now.UnixNano()), st.epoch+1)
+		if err := sink.ResetRank(ctx, epoch, m, false); err != nil {
+			return err
+		}
+		delete(s.members, m)
+		s.update(func(st *source.Status) { st.Resets++ })
+	}
+	return nil
+}
