@@ -17,16 +17,20 @@ const module = "github.com/ckfrelay/ckfrelay"
 // A package missing from the table may import anything but the packages that
 // list it as a forbidden importer below.
 var allowed = map[string][]string{
-	"ckf":               {"github.com/zeebo/xxh3"},
-	"wire":              {"ckf", "github.com/vmihailenco/msgpack/v5"},
-	"consumer":          {"ckf", "wire", "github.com/zeebo/xxh3"},
-	"producer":          {"ckf", "wire", "golang.org/x/sync"},
-	"internal/hub":      {"ckf"},
-	"client":            {"ckf", "consumer", "wire"},
-	"internal/workload": {"ckf", "github.com/zeebo/xxh3"},
-	"wasm/abi":          {"ckf", "consumer", "wire"},
-	"wasm/guest":        {"ckf", "consumer", "wire", "wasm/abi"},
-	"wasm/host":         {"ckf", "consumer", "wasm/abi", "github.com/tetratelabs/wazero"},
+	"ckf":             {"github.com/zeebo/xxh3"},
+	"wire":            {"ckf", "github.com/vmihailenco/msgpack/v5"},
+	"consumer":        {"ckf", "wire", "github.com/zeebo/xxh3"},
+	"producer":        {"ckf", "wire", "golang.org/x/sync"},
+	"internal/hub":    {"ckf"},
+	"internal/source": {"ckf", "producer"},
+	"internal/source/zmq": {"ckf", "producer", "internal/source", "github.com/go-zeromq/zmq4",
+		"github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
+	"internal/source/zmq/zmqtest": {"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"},
+	"client":                      {"ckf", "consumer", "wire"},
+	"internal/workload":           {"ckf", "github.com/zeebo/xxh3"},
+	"wasm/abi":                    {"ckf", "consumer", "wire"},
+	"wasm/guest":                  {"ckf", "consumer", "wire", "wasm/abi"},
+	"wasm/host":                   {"ckf", "consumer", "wasm/abi", "github.com/tetratelabs/wazero"},
 }
 
 type goPackage struct {

@@ -60,8 +60,29 @@ type Status struct {
 	Replays  uint64 `json:"replays"`
 	Resets   uint64 `json:"resets"`
 	Restarts uint64 `json:"restarts"`
+	// Degraded counts resets after a gap nothing could fill; Silences resets
+	// of a rank silent past its timeout; Duplicates batches received twice
+	// and skipped; Reconnects lost connections redialled.
+	Degraded   uint64 `json:"degraded"`
+	Silences   uint64 `json:"silences"`
+	Duplicates uint64 `json:"duplicates"`
+	Reconnects uint64 `json:"reconnects"`
+	// Ranks is the state of each data-parallel rank the source has heard.
+	Ranks []RankStatus `json:"ranks,omitempty"`
 	// LastEvent is when the source last heard anything (events or a heartbeat).
 	LastEvent time.Time `json:"last_event,omitzero"`
 	// LastError is the most recent failure, if any.
 	LastError string `json:"last_error,omitempty"`
+}
+
+// RankStatus is one rank of a source: its state ("live", "degraded",
+// "reset"), the source epoch it is admitted at, the last sequence applied,
+// why it is not live, and the engine's publisher id (hex) when it sends one.
+type RankStatus struct {
+	DPRank    uint32 `json:"dp_rank"`
+	State     string `json:"state"`
+	Epoch     uint64 `json:"epoch"`
+	Seq       int64  `json:"seq"`
+	Reason    string `json:"reason,omitempty"`
+	Publisher string `json:"publisher,omitempty"`
 }
