@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/source"
 )
 
 // catalogPool is one entry of GET /v1/pools.
@@ -16,6 +17,7 @@ type catalogPool struct {
 	Identity catalogIdentity `json:"identity"`
 	Hub      catalogHub      `json:"hub"`
 	Stats    *catalogStats   `json:"stats,omitempty"`
+	Sources  []source.Status `json:"sources,omitempty"`
 	Error    string          `json:"error,omitempty"`
 }
 
@@ -71,7 +73,8 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 	for _, p := range s.order {
 		hs := p.hub.Stats()
 		e := catalogPool{Name: p.spec.Name, DCID: p.spec.DCID, Identity: identityJSON(p.handle.Identity()),
-			Hub: catalogHub{Ready: hs.Ready, Sequence: hs.Sequence, Subscribers: hs.Subscribers}}
+			Hub:     catalogHub{Ready: hs.Ready, Sequence: hs.Sequence, Subscribers: hs.Subscribers},
+			Sources: s.sourceStatuses(p.spec.Name)}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		st, err := p.handle.Stats(ctx)
 		cancel()
