@@ -147,6 +147,12 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 		cfg.Pools = append(cfg.Pools, server.PoolSpec{Name: fmt.Sprintf("dc-%d", d), DCID: uint64(d + 1),
 			ExpectedBlocks: expected, PublishEveryNEvents: 16})
 	}
+	// ZMQ demo hook (demo_zmq.go): one data center's engines publish over ZMQ.
+	zd, err := newZMQDemo(&cfg, o, stdout)
+	if err != nil {
+		return nil, err
+	}
+	defer zd.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := server.New(cfg, quiet)
 	if err != nil {
@@ -251,7 +257,15 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 		rankHits += uint64(fleet.RankDepth(best, r, chain))
 		load[best]++
 		evs = fleet.Serve(evs[:0], best, r, chain, locals)
-		if len(evs) > 0 {
+		if len(evs) > 0 && zd.Handles(best) { // ZMQ demo hook: this data center's engines publish over ZMQ
+			if err := zd.Publish(r, evs, req.HashIDs, locals); err != nil {
+				return nil, err
+			}
+			for i := range evs {
+				events++
+				eventBlocks += uint64(evs[i].BlockCount())
+			}
+		} else if len(evs) > 0 {
 			body, _ = wire.AppendRouterEventsJSON(body[:0], evs)
 			resp, err := postEvents(ctx, httpc, fmt.Sprintf("%s/v1/pools/dc-%d/events?source_epoch=1", base, best), body)
 			if ctx.Err() != nil {

@@ -352,10 +352,7 @@ func (e *Engine) Remove(hashes ...uint64) error {
 func (e *Engine) Clear() error {
 	e.mu.Lock()
 	e.blocks = map[uint64]Block{}
-	var ev any = []any{"AllBlocksCleared"}
-	if e.cfg.Form == Named {
-		ev = map[string]any{"type": "AllBlocksCleared"}
-	}
+	ev := e.encode(Event{Type: "AllBlocksCleared"})
 	e.mu.Unlock()
 	return e.publish([]any{ev})
 }
@@ -403,33 +400,91 @@ func (e *Engine) medium() any {
 }
 
 func (e *Engine) storedEvent(blocks []Block, parent uint64) any {
-	hashes := make([]any, len(blocks))
+	hashes := make([]uint64, len(blocks))
 	var toks []uint32
 	for i, b := range blocks {
-		hashes[i] = e.hashValue(b.Hash)
+		hashes[i] = b.Hash
 		toks = append(toks, b.Tokens...)
 	}
+	return e.encode(Event{Type: "BlockStored", BlockHashes: hashes, Parent: parent, HasParent: parent != 0, TokenIDs: toks})
+}
+
+// Event is one event to publish as given (see [Engine.Publish]).
+type Event struct {
+	Type        string // "BlockStored", "BlockRemoved", "AllBlocksCleared"
+	BlockHashes []uint64
+	HasParent   bool
+	Parent      uint64
+	TokenIDs    []uint32
+	BlockSize   int // 0: the engine's
+}
+
+// encode writes ev in the engine's form, hashes in a random encoding.
+func (e *Engine) encode(ev Event) any {
+	hashes := make([]any, len(ev.BlockHashes))
+	for i, h := range ev.BlockHashes {
+		hashes[i] = e.hashValue(h)
+	}
+	bs := ev.BlockSize
+	if bs == 0 {
+		bs = e.cfg.BlockSize
+	}
 	var par any
-	if parent != 0 {
-		par = e.hashValue(parent)
+	if ev.HasParent {
+		par = e.hashValue(ev.Parent)
 	}
-	if e.cfg.Form == Named {
+	switch {
+	case ev.Type == "BlockStored" && e.cfg.Form == Named:
 		return map[string]any{"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": par,
-			"token_ids": toks, "block_size": e.cfg.BlockSize, "lora_id": nil, "medium": e.medium(),
+			"token_ids": ev.TokenIDs, "block_size": bs, "lora_id": nil, "medium": e.medium(),
 			"lora_name": nil, "extra_keys": nil, "group_idx": 0, "locality": "LOCAL", "future_field": []any{1, "x"}}
+	case ev.Type == "BlockStored":
+		return []any{"BlockStored", hashes, par, ev.TokenIDs, bs, nil, e.medium(), nil, nil, 0, "full_attention", nil}
+	case ev.Type == "BlockRemoved" && e.cfg.Form == Named:
+		return map[string]any{"type": "BlockRemoved", "block_hashes": hashes, "medium": e.medium(), "group_idx": 0}
+	case ev.Type == "BlockRemoved":
+		return []any{"BlockRemoved", hashes, e.medium(), 0}
+	case e.cfg.Form == Named:
+		return map[string]any{"type": ev.Type}
 	}
-	return []any{"BlockStored", hashes, par, toks, e.cfg.BlockSize, nil, e.medium(), nil, nil, 0, "full_attention", nil}
+	return []any{ev.Type}
+}
+
+// Publish sends events as given in one batch, for callers that keep their
+// own ground truth (the demo's fleet); the engine's Truth is not updated.
+func (e *Engine) Publish(events ...Event) error {
+	e.mu.Lock()
+	enc := make([]any, len(events))
+	for i, ev := range events {
+		enc[i] = e.encode(ev)
+	}
+	e.mu.Unlock()
+	return e.publish(enc)
+}
+
+// HeartbeatEvery publishes an empty batch every d, as an idle vLLM engine
+// does every second, until stop is called.
+func (e *Engine) HeartbeatEvery(d time.Duration) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = e.Heartbeat()
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 func (e *Engine) removedEvent(hashes []uint64) any {
-	hs := make([]any, len(hashes))
-	for i, h := range hashes {
-		hs[i] = e.hashValue(h)
-	}
-	if e.cfg.Form == Named {
-		return map[string]any{"type": "BlockRemoved", "block_hashes": hs, "medium": e.medium(), "group_idx": 0}
-	}
-	return []any{"BlockRemoved", hs, e.medium(), 0}
+	return e.encode(Event{Type: "BlockRemoved", BlockHashes: hashes})
 }
 
 // Payload encodes a batch of events as the engine would.
