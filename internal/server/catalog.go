@@ -74,7 +74,7 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 		hs := p.hub.Stats()
 		e := catalogPool{Name: p.spec.Name, DCID: p.spec.DCID, Identity: identityJSON(p.handle.Identity()),
 			Hub:     catalogHub{Ready: hs.Ready, Sequence: hs.Sequence, Subscribers: hs.Subscribers},
-			Sources: s.sourceStatuses(p.spec.Name)}
+			Sources: s.SourceStatuses(p.spec.Name)}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		st, err := p.handle.Stats(ctx)
 		cancel()

@@ -91,8 +91,8 @@ func (ps *poolSources) all() []*runningSource {
 	return out
 }
 
-// sourceStatuses lists a pool's sources for the catalog.
-func (s *Server) sourceStatuses(pool string) []source.Status {
+// SourceStatuses reports the named pool's sources, as the catalog lists them.
+func (s *Server) SourceStatuses(pool string) []source.Status {
 	if s.sources == nil {
 		return nil
 	}

@@ -35,7 +35,7 @@ func TestServer_ZMQSourceFeedsPool(t *testing.T) {
 	require.Eventually(t, func() bool {
 		require.NoError(t, e.Heartbeat())
 		time.Sleep(5 * time.Millisecond)
-		sts := srv.sourceStatuses("dc-a")
+		sts := srv.SourceStatuses("dc-a")
 		require.Len(t, sts, 1)
 		st = sts[0]
 		return len(st.Ranks) == 1 && st.Ranks[0].Seq == e.Seq()

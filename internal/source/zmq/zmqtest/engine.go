@@ -462,6 +462,27 @@ func (e *Engine) Publish(events ...Event) error {
 	return e.publish(enc)
 }
 
+// EncodeBatch returns the payload of a batch of events, for callers that
+// publish it later with [Engine.PublishEncoded] (a benchmark's publisher
+// that must not spend its time encoding).
+func (e *Engine) EncodeBatch(events ...Event) ([]byte, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	enc := make([]any, len(events))
+	for i, ev := range events {
+		enc[i] = e.encode(ev)
+	}
+	return e.payload(enc)
+}
+
+// PublishEncoded publishes a payload from [Engine.EncodeBatch] as the next
+// batch. Like Publish, it leaves Truth alone.
+func (e *Engine) PublishEncoded(payload []byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.send(payload)
+}
+
 // HeartbeatEvery publishes an empty batch every d, as an idle vLLM engine
 // does every second, until stop is called.
 func (e *Engine) HeartbeatEvery(d time.Duration) (stop func()) {
@@ -514,6 +535,14 @@ func (e *Engine) publish(events []any) error {
 	p, err := e.payload(events)
 	if err != nil {
 		return err
+	}
+	return e.send(p)
+}
+
+// send publishes payload p as the next batch (e.mu held).
+func (e *Engine) send(p []byte) error {
+	if e.pub == nil {
+		return errors.New("zmqtest: engine closed")
 	}
 	seq := e.seq
 	e.seq++
