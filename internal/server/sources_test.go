@@ -103,3 +103,22 @@ func TestParseSourceFlag(t *testing.T) {
 	assert.Len(t, cfg.Pools[1].Sources, 1)
 	require.ErrorIs(t, cfg.AddSource("nope", spec), ErrInvalidConfig)
 }
+
+func FuzzParseSourceFlag(f *testing.F) {
+	f.Add("dc-a:engine=vllm,endpoint=tcp://h:5557,replay=tcp://h:5558,worker=7,block_size=16")
+	f.Add("dc-b:engine=sglang,bind=tcp://*:1,dp_ranks=3,source_timeout=1s,topic=x")
+	f.Fuzz(func(t *testing.T, s string) {
+		pool, spec, err := ParseSourceFlag(s)
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			return
+		}
+		require.NotEmpty(t, spec.Engine)
+		// A parsed spec either builds a source or is refused with a
+		// configuration error, never a panic.
+		if _, err := newSource(spec, nil); err != nil {
+			require.NotEmpty(t, err.Error())
+		}
+		_ = pool
+	})
+}
