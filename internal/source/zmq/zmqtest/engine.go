@@ -107,6 +107,10 @@ type Engine struct {
 
 var quiet = log.New(io.Discard, "", 0)
 
+// Pause points for tests: replayReceived runs when the replay server has a
+// request, replayStopping when a close waits for the server to stop.
+var replayReceived, replayStopping func()
+
 // Start binds (or connects) the engine's sockets.
 func Start(cfg Config) (*Engine, error) {
 	if cfg.BlockSize == 0 {
@@ -162,6 +166,9 @@ func (e *Engine) open() error {
 func (e *Engine) PubAddr() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.pub == nil {
+		return e.cfg.Endpoint
+	}
 	if a := e.pub.Addr(); a != nil {
 		return "tcp://" + a.String()
 	}
@@ -177,6 +184,9 @@ func (e *Engine) serveReplay(ctx context.Context, router zmq4.Socket, done chan 
 				return
 			}
 			continue // a client went away; keep serving, as vLLM does
+		}
+		if replayReceived != nil {
+			replayReceived()
 		}
 		if len(m.Frames) != 3 || len(m.Frames[2]) != 8 {
 			continue // as vLLM: an invalid request is ignored
@@ -214,22 +224,32 @@ func (e *Engine) replyMsg(id []byte, seq int64, payload []byte) zmq4.Msg {
 // Close closes the engine's sockets.
 func (e *Engine) Close() error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closeLocked()
+	finish := e.detachLocked()
+	e.mu.Unlock()
+	return finish()
 }
 
-func (e *Engine) closeLocked() error {
-	if e.pub == nil {
-		return nil
-	}
-	e.cancel()
-	err := e.pub.Close()
-	if e.router != nil {
-		err = errors.Join(err, e.router.Close())
-		<-e.done
-	}
+// detachLocked takes the sockets out of e (e.mu held) and returns what
+// closes them and waits for the replay server, to be called without e.mu:
+// the replay server takes e.mu to read the buffer.
+func (e *Engine) detachLocked() func() error {
+	pub, router, cancel, done := e.pub, e.router, e.cancel, e.done
 	e.pub, e.router = nil, nil
-	return err
+	return func() error {
+		if pub == nil {
+			return nil
+		}
+		cancel()
+		err := pub.Close()
+		if router != nil {
+			err = errors.Join(err, router.Close())
+			if replayStopping != nil {
+				replayStopping()
+			}
+			<-done
+		}
+		return err
+	}
 }
 
 // Restart simulates an engine process restart: sockets closed and bound
@@ -237,10 +257,13 @@ func (e *Engine) closeLocked() error {
 // empty, a new publisher id.
 func (e *Engine) Restart() error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	finish := e.detachLocked()
+	e.mu.Unlock()
 	// The library reports closing an already-closed connection as an
 	// error; a restart only needs the sockets gone.
-	_ = e.closeLocked()
+	_ = finish()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.seq, e.buf, e.blocks, e.drop, e.lastSent = 0, nil, map[uint64]Block{}, 0, nil
 	var err error
 	for range 50 { // the old listener's port may take a moment to free
@@ -361,7 +384,7 @@ func (e *Engine) Clear() error {
 func (e *Engine) Duplicate() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.lastSent == nil {
+	if e.lastSent == nil || e.pub == nil {
 		return nil
 	}
 	return e.pub.SendMulti(zmq4.NewMsgFrom(e.lastSent...))
@@ -372,6 +395,9 @@ func (e *Engine) Duplicate() error {
 func (e *Engine) SendRaw(frames ...[]byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.pub == nil {
+		return errors.New("zmqtest: engine closed")
+	}
 	return e.pub.SendMulti(zmq4.NewMsgFrom(frames...))
 }
 
