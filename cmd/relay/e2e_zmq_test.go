@@ -75,7 +75,7 @@ func TestE2E_ZMQEngineLifecycle(t *testing.T) {
 	require.NoError(t, e.Close())
 	require.Eventually(t, func() bool {
 		st, blocks := sourceOf(t, rl.base, "dc-a")
-		return blocks == 0 && st.Silences >= 1 && st.Ranks[0].State == "reset"
+		return blocks == 0 && st.Silences >= 1 && st.Ranks[0].State == "reset" && st.State == "connecting"
 	}, 20*time.Second, 20*time.Millisecond, "a dead engine's blocks are withdrawn")
 	require.Positive(t, metricValue(t, rl.base, `ckfrelay_source_silences_total{engine="vllm",pool="dc-a",source="vllm@`+pub+`"}`))
 }

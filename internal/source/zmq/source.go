@@ -55,6 +55,7 @@ type Source struct {
 	mu            sync.Mutex
 	st            source.Status
 	lastRejectLog time.Time
+	connected     int // sockets connected (bind: listening); guarded by mu
 }
 
 // rank is the per-DP-rank state of the stream.
@@ -130,8 +131,10 @@ func (s *Source) publishRanks() {
 	sortRanks(rs)
 	s.update(func(st *source.Status) {
 		st.Ranks = rs
-		if st.State != "connecting" || len(rs) > 0 {
+		if s.connected > 0 {
 			st.State = state
+		} else {
+			st.State = "connecting"
 		}
 	})
 }
@@ -219,6 +222,7 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 		}
 		s.log.Info("zmq source: connected", "endpoint", ep, "rank", rankIdx)
 		s.update(func(st *source.Status) {
+			s.connected++
 			if st.State == "connecting" {
 				st.State = "live"
 			}
@@ -231,6 +235,11 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 					s.log.Warn("zmq source: disconnected; redialling", "endpoint", ep, "err", err)
 					s.update(func(st *source.Status) { st.Reconnects++; st.LastError = err.Error() })
 				}
+				s.update(func(st *source.Status) {
+					if s.connected--; s.connected == 0 {
+						st.State = "connecting"
+					}
+				})
 				break
 			}
 			first := !healthy
@@ -268,7 +277,7 @@ func (s *Source) listenLoop(ctx context.Context, out chan<- inbound) {
 			continue
 		}
 		s.log.Info("zmq source: listening", "bind", s.cfg.Bind)
-		s.update(func(st *source.Status) { st.State = "live" })
+		s.update(func(st *source.Status) { s.connected++; st.State = "live" })
 		for ctx.Err() == nil {
 			msg, err := sub.Recv()
 			if err != nil {
