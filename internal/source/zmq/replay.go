@@ -13,6 +13,10 @@ import (
 // ErrReplay is wrapped by every replay failure.
 var ErrReplay = errors.New("zmq source: replay")
 
+// ErrReplayOverrun is returned when the engine's buffer no longer holds the
+// start sequence: its first reply is later than the one asked for.
+var ErrReplayOverrun = fmt.Errorf("%w: the buffer no longer holds the start", ErrReplay)
+
 // EndOfReplay is the sequence of the marker that ends a replay.
 const EndOfReplay int64 = -1
 
@@ -20,7 +24,9 @@ const EndOfReplay int64 = -1
 // batch from sequence start on and returns them in the order sent, up to the
 // end marker. It accepts both reply layouts engines have shipped: [seq,
 // payload] and [topic, seq, payload] (each after the DEALER's empty
-// delimiter). It gives up after timeout or beyond maxBatches replies.
+// delimiter). It gives up after timeout or beyond maxBatches replies, and
+// with [ErrReplayOverrun] as soon as the first reply is not start (an engine
+// answers with its whole buffer; there is no point receiving it).
 func Replay(ctx context.Context, ep string, start int64, timeout time.Duration, maxBatches int) ([]Message, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -46,6 +52,9 @@ func Replay(ctx context.Context, ep string, start int64, timeout time.Duration, 
 		}
 		if rep.Seq == EndOfReplay {
 			return out, nil
+		}
+		if len(out) == 0 && rep.Seq != start {
+			return nil, fmt.Errorf("%w: asked for %d, first reply %d", ErrReplayOverrun, start, rep.Seq)
 		}
 		if len(out) >= maxBatches {
 			return nil, fmt.Errorf("%w: more than %d batches", ErrReplay, maxBatches)

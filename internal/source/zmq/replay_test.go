@@ -30,3 +30,26 @@ func TestReplay_ManyClientsInARow(t *testing.T) {
 	}
 	require.Zero(t, fails)
 }
+
+func TestReplay_OverrunAndLayouts(t *testing.T) {
+	for _, layout := range []zmqtest.Layout{zmqtest.SeqPayload, zmqtest.TopicSeqPayload} {
+		pub, rep := endpoint(t, 1)
+		e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep, BufferSteps: 4, Layout: layout, Topic: "kv"})
+		for range 6 {
+			require.NoError(t, e.Heartbeat())
+		}
+		got, err := Replay(t.Context(), rep, 3, time.Second, 100)
+		require.NoError(t, err)
+		require.Len(t, got, 3)
+		for i, m := range got {
+			require.Equal(t, int64(3+i), m.Seq)
+		}
+		_, err = Replay(t.Context(), rep, 0, time.Second, 100)
+		require.ErrorIs(t, err, ErrReplayOverrun, "seqs 0 and 1 left the 4-batch buffer")
+		got, err = Replay(t.Context(), rep, 9, time.Second, 100)
+		require.NoError(t, err)
+		require.Empty(t, got, "nothing at or after 9 yet")
+		_, err = Replay(t.Context(), rep, 2, time.Second, 2)
+		require.ErrorIs(t, err, ErrReplay, "more than maxBatches")
+	}
+}

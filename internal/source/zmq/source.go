@@ -458,6 +458,9 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 		if from == msg.Seq && r.synced {
 			return s.apply(ctx, sink, r, msg, b) // nothing is missing
 		}
+		if errors.Is(err, ErrReplayOverrun) {
+			return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonOverrun)
+		}
 		return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonReplayErr)
 	}
 	if check {
