@@ -28,7 +28,9 @@ type poolSources struct {
 }
 
 // newSource builds the source a spec names. Each transport is one case.
-func newSource(spec SourceSpec, log *slog.Logger) (source.Source, error) {
+// The relay's batch limits bound what a source decodes, as they bound HTTP
+// posts (token ids: 256 per block at most).
+func newSource(spec SourceSpec, cfg Config, log *slog.Logger) (source.Source, error) {
 	switch spec.Engine {
 	case "vllm", "sglang", "trtllm":
 		if spec.URL != "" || spec.Subject != "" || spec.Stream != "" || spec.Durable != "" {
@@ -36,7 +38,8 @@ func newSource(spec SourceSpec, log *slog.Logger) (source.Source, error) {
 		}
 		return zmq.New(zmq.Config{Engine: spec.Engine, Endpoint: spec.Endpoint, Bind: spec.Bind, Replay: spec.Replay,
 			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: spec.BlockSize,
-			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log})
+			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log,
+			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	}
 	return nil, fmt.Errorf("unknown engine %q", spec.Engine)
 }
@@ -48,7 +51,7 @@ func (s *Server) startSources() error {
 	s.sources = &poolSources{cancel: cancel, byPool: map[string][]*runningSource{}}
 	for _, p := range s.order {
 		for i, spec := range p.spec.Sources {
-			src, err := newSource(spec, s.log.With("pool", p.spec.Name))
+			src, err := newSource(spec, s.cfg, s.log.With("pool", p.spec.Name))
 			if err != nil {
 				cancel()
 				return invalid("pool %q: source %d: %v", p.spec.Name, i, err)

@@ -116,7 +116,7 @@ func FuzzParseSourceFlag(f *testing.F) {
 		require.NotEmpty(t, spec.Engine)
 		// A parsed spec either builds a source or is refused with a
 		// configuration error, never a panic.
-		if _, err := newSource(spec, nil); err != nil {
+		if _, err := newSource(spec, Config{}.WithDefaults(), nil); err != nil {
 			require.NotEmpty(t, err.Error())
 		}
 		_ = pool
