@@ -162,7 +162,10 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 	if err != nil {
 		return nil, err
 	}
-	feeds := newFeeds(o)
+	feeds, err := newFeeds(o, stdout)
+	if err != nil {
+		return nil, err
+	}
 	defer closeFeeds(feeds)
 	relay, err := startDemoRelay(o, feeds)
 	if err != nil {

@@ -27,21 +27,39 @@ type dcFeed interface {
 	// Send delivers the events one served request emitted, in order. It
 	// returns when the relay admitted them (or, for a transport without an
 	// acknowledgement, when they were handed to it).
-	Send(ctx context.Context, evs []ckf.RouterEvent) error
+	Send(ctx context.Context, s *servedRequest) error
 	// Close releases the feed.
 	Close() error
 }
 
-// newFeeds returns one feed per data center. Every data center posts its
-// events to the relay's HTTP API; another transport is a new dcFeed chosen
-// here.
-func newFeeds(o demoOptions) []dcFeed {
+// servedRequest is what serving one request on a rank emitted: the events,
+// and the request's trace block ids and local hashes (a feed that speaks an
+// engine's wire format sends token ids, not hashes).
+type servedRequest struct {
+	rank        int // fleet rank index within the data center
+	ids, locals []uint64
+	evs         []ckf.RouterEvent
+}
+
+// newFeeds returns one feed per data center: data center zmqDemoDC hears its
+// engines over ZMQ as production does (demo_zmq.go), every other one posts
+// its events to the relay's HTTP API.
+func newFeeds(o demoOptions, stdout io.Writer) ([]dcFeed, error) {
 	feeds := make([]dcFeed, o.dataCenters)
 	httpc := &http.Client{Timeout: 10 * time.Second}
 	for d := range feeds {
+		if d == zmqDemoDC {
+			z, err := newZMQDemo(o, stdout)
+			if err != nil {
+				closeFeeds(feeds[:d])
+				return nil, err
+			}
+			feeds[d] = z
+			continue
+		}
 		feeds[d] = &httpFeed{client: httpc}
 	}
-	return feeds
+	return feeds, nil
 }
 
 // openFeeds opens every feed against the relay at base.
@@ -78,9 +96,9 @@ func (f *httpFeed) Open(_ context.Context, base string) error {
 	return nil
 }
 
-func (f *httpFeed) Send(ctx context.Context, evs []ckf.RouterEvent) error {
+func (f *httpFeed) Send(ctx context.Context, s *servedRequest) error {
 	var err error
-	if f.body, err = wire.AppendRouterEventsJSON(f.body[:0], evs); err != nil {
+	if f.body, err = wire.AppendRouterEventsJSON(f.body[:0], s.evs); err != nil {
 		return err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, bytes.NewReader(f.body))

@@ -134,7 +134,7 @@ func (l *demoLoop) place(ctx context.Context, req *workload.Request, at time.Dur
 	if len(l.evs) == 0 {
 		return nil
 	}
-	if err := l.feeds[pl.DC].Send(ctx, l.evs); err != nil {
+	if err := l.feeds[pl.DC].Send(ctx, &servedRequest{rank: pl.Rank, ids: req.HashIDs, locals: locals, evs: l.evs}); err != nil {
 		return err
 	}
 	for i := range l.evs {

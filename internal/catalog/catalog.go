@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
@@ -75,7 +76,9 @@ type Pool struct {
 	Identity  Identity `json:"identity"`
 	Hub       Hub      `json:"hub"`
 	Stats     *Stats   `json:"stats,omitempty"`
-	Error     string   `json:"error,omitempty"`
+	// Sources are the engine sources the pool subscribes to (docs/ingest.md).
+	Sources []SourceStatus `json:"sources,omitempty"`
+	Error   string         `json:"error,omitempty"`
 }
 
 // Identity is the pool's current producer identity (SPEC §2): with DCID it
@@ -224,4 +227,51 @@ func Mismatches(pools []Pool) []Mismatch {
 		out = append(out, Mismatch{Pool: p.Name, First: f.Name, Fields: why})
 	}
 	return out
+}
+
+// SourceStatus is an engine source's health as the catalog and metrics show it.
+type SourceStatus struct {
+	// Name identifies the source within its pool (e.g. "vllm@tcp://host:5557").
+	Name string `json:"name"`
+	// Engine is the configured engine kind ("vllm", "sglang", "trtllm", "dynamo").
+	Engine string `json:"engine"`
+	// State is "connecting", "live", "recovering", "degraded" or "stopped".
+	State string `json:"state"`
+	// Batches and Events count what was admitted.
+	Batches U64 `json:"batches"`
+	Events  U64 `json:"events"`
+	// Rejected counts batches or events dropped as malformed; Dropped counts
+	// events dropped on purpose (e.g. a block of the wrong size).
+	Rejected U64 `json:"rejected"`
+	Dropped  U64 `json:"dropped"`
+	// Gaps, Replays, Resets and Restarts count recovery transitions.
+	Gaps     U64 `json:"gaps"`
+	Replays  U64 `json:"replays"`
+	Resets   U64 `json:"resets"`
+	Restarts U64 `json:"restarts"`
+	// Degraded counts resets after a gap nothing could fill; Silences resets
+	// of a rank silent past its timeout; Duplicates batches received twice
+	// and skipped; Reconnects lost connections redialled.
+	Degraded   U64 `json:"degraded"`
+	Silences   U64 `json:"silences"`
+	Duplicates U64 `json:"duplicates"`
+	Reconnects U64 `json:"reconnects"`
+	// Ranks is the state of each data-parallel rank the source has heard.
+	Ranks []RankStatus `json:"ranks,omitempty"`
+	// LastEvent is when the source last heard anything (events or a heartbeat).
+	LastEvent time.Time `json:"last_event,omitzero"`
+	// LastError is the most recent failure, if any.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// RankStatus is one rank of a source: its state ("live", "degraded",
+// "reset"), the source epoch it is admitted at, the last sequence applied,
+// why it is not live, and the engine's publisher id (hex) when it sends one.
+type RankStatus struct {
+	DPRank    uint32 `json:"dp_rank"`
+	State     string `json:"state"`
+	Epoch     U64    `json:"epoch"`
+	Seq       int64  `json:"seq"`
+	Reason    string `json:"reason,omitempty"`
+	Publisher string `json:"publisher,omitempty"`
 }

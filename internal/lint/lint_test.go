@@ -85,9 +85,9 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/source/dynamonats", "producer", "wire",
+		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
-		tests: []string{"client", "consumer", "internal/natstest"},
+		tests: []string{"client", "consumer", "internal/natstest", "internal/source/zmq/zmqtest"},
 	},
 	"internal/workload": {
 		imports: []string{"ckf", "github.com/zeebo/xxh3"},
@@ -104,20 +104,26 @@ var graph = map[string]rule{
 		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
 	"internal/catalog":            {imports: []string{"ckf"}},
-	"internal/source":             {imports: []string{"ckf", "producer"}},
+	"internal/source":             {imports: []string{"ckf", "internal/catalog", "producer"}},
 	"internal/wasmbuild":          {},
 	"internal/cmd/benchsummary":   {},
 	"internal/replay/report":      {imports: []string{"internal/replay", "gonum.org/v1/plot"}},
 	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/conformance", "wasm/abi"}},
 	"internal/lint":               {},
+	"internal/source/zmq": {
+		imports: []string{"ckf", "internal/catalog", "internal/source", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
+		tests:   []string{"internal/source/zmq/zmqtest", "producer"},
+	},
+	"internal/source/zmq/zmqtest": {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},
 	"internal/natspub":            {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}},
 	"internal/natstest":           {imports: []string{"github.com/nats-io/nats-server/v2"}},
 	"internal/source/dynamonats": {
-		imports: []string{"ckf", "internal/source", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
+		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
 		tests:   []string{"internal/natstest", "producer"},
 	},
 	"cmd/relay": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/replay/report", "internal/server", "internal/workload", "wasm/host", "wire", "github.com/nats-io/nats-server/v2", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/replay/report", "internal/server", "internal/workload", "internal/source/zmq/zmqtest", "wasm/host", "wire", "github.com/nats-io/nats-server/v2", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
+		tests:   []string{"internal/source"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},

@@ -36,6 +36,7 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 	out := make([]catalogPool, 0, len(s.order))
 	for _, p := range s.order {
 		e := p.entry()
+		e.Sources = s.SourceStatuses(p.spec.Name)
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		st, err := p.handle.Stats(ctx)
 		cancel()

@@ -25,6 +25,7 @@ type Server struct {
 	stopping    atomic.Bool
 	ingestSlots chan struct{} // a token per ingest request in progress
 	nats        *natsOut      // nil unless cfg.NATS.URL is set
+	sources     *poolSources  // engine sources (sources.go)
 }
 
 // New validates cfg (after applying defaults), starts every pool's actor and
@@ -70,6 +71,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.m.reg.MustRegister(newPoolCollector(func() []*hostedPool { return s.order }))
+	if err := s.startSources(); err != nil {
+		s.stopPools(context.Background())
+		return nil, err
+	}
 	s.http = &http.Server{
 		TLSConfig:         tlsConfig,
 		Handler:           s.routes(),
@@ -128,7 +133,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) stopPools(ctx context.Context) error {
-	var first error
+	first := s.stopSources(ctx) // sources first: they admit into the pools
 	for _, p := range s.order {
 		if err := p.shutdown(ctx); err != nil && first == nil {
 			first = fmt.Errorf("server: pool %q: %w", p.spec.Name, err)

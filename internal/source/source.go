@@ -10,9 +10,9 @@ package source
 
 import (
 	"context"
-	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/producer"
 )
 
@@ -40,28 +40,10 @@ type Source interface {
 	Status() Status
 }
 
-// Status is a source's health as the catalog and metrics show it.
-type Status struct {
-	// Name identifies the source within its pool (e.g. "vllm@tcp://host:5557").
-	Name string `json:"name"`
-	// Engine is the configured engine kind ("vllm", "sglang", "trtllm", "dynamo").
-	Engine string `json:"engine"`
-	// State is "connecting", "live", "recovering", "degraded" or "stopped".
-	State string `json:"state"`
-	// Batches and Events count what was admitted.
-	Batches uint64 `json:"batches"`
-	Events  uint64 `json:"events"`
-	// Rejected counts batches or events dropped as malformed; Dropped counts
-	// events dropped on purpose (e.g. a block of the wrong size).
-	Rejected uint64 `json:"rejected"`
-	Dropped  uint64 `json:"dropped"`
-	// Gaps, Replays, Resets and Restarts count recovery transitions.
-	Gaps     uint64 `json:"gaps"`
-	Replays  uint64 `json:"replays"`
-	Resets   uint64 `json:"resets"`
-	Restarts uint64 `json:"restarts"`
-	// LastEvent is when the source last heard anything (events or a heartbeat).
-	LastEvent time.Time `json:"last_event,omitzero"`
-	// LastError is the most recent failure, if any.
-	LastError string `json:"last_error,omitempty"`
-}
+// Status is a source's health as the catalog and metrics show it; the
+// shape is the catalog's (internal/catalog), where every JSON shape of
+// GET /v1/pools lives.
+type Status = catalog.SourceStatus
+
+// RankStatus is one data-parallel rank of a source.
+type RankStatus = catalog.RankStatus

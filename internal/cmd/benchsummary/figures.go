@@ -109,6 +109,22 @@ var figures = []figure{
 	{Name: "relay_freshness_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkRelayLoad", Metric: "fresh-p50-ns", Unit: "ns"},
 	{Name: "relay_freshness_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkRelayLoad", Metric: "fresh-p99-ns", Unit: "ns"},
 
+	// ingest end to end through both doors of one relay, the same batches
+	// (64 Stored events × 4 blocks): an emulated vLLM engine's ZMQ PUB socket
+	// into the pool's ZMQ source, and HTTP POSTs of RouterEvent JSON; a
+	// subscribed consumer sees the blocks. Freshness is paced (one batch in
+	// flight). The source's own decode + convert cost is beside it.
+	{Name: "ingest_zmq_events_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Metric: "events/s", Unit: "events/s"},
+	{Name: "ingest_zmq_blocks_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ingest_zmq_freshness_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Metric: "fresh-p50-ns", Unit: "ns"},
+	{Name: "ingest_zmq_freshness_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Metric: "fresh-p99-ns", Unit: "ns"},
+	{Name: "ingest_http_events_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=http", Metric: "events/s", Unit: "events/s"},
+	{Name: "ingest_http_blocks_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=http", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ingest_http_freshness_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=http", Metric: "fresh-p50-ns", Unit: "ns"},
+	{Name: "ingest_http_freshness_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=http", Metric: "fresh-p99-ns", Unit: "ns"},
+	{Name: "ingest_zmq_vs_http_blocks_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Base: "BenchmarkIngest/transport=http", Metric: "blocks/s", Unit: "ratio"},
+	{Name: "ingest_zmq_decode_convert_blocks_per_s", Pkg: "./internal/source/zmq", Bench: "BenchmarkDecodeConvert/form=positional", Metric: "blocks/s", Unit: "blocks/s"},
+
 	// wasm/host: the consumer module under wazero against the native consumer
 	// through the same client.Lanes interface, in the same run (524,288
 	// buckets × 16 lanes, 16-token blocks, every lane holding the request).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/source"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -247,7 +248,7 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) erro
 		}
 		admitted++
 	}
-	s.update(func(st *source.Status) { st.Batches++; st.Events += admitted; st.LastEvent = now })
+	s.update(func(st *source.Status) { st.Batches++; st.Events += catalog.U64(admitted); st.LastEvent = now })
 	return nil
 }
 

@@ -1,0 +1,269 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+// BenchmarkIngest measures ingest end to end, the same batches through both
+// doors of one relay setup: transport=zmq publishes vLLM-format batches from
+// an emulated engine's PUB socket to the pool's ZMQ source (which decodes
+// them and hashes every block's 16 token ids); transport=http POSTs the same
+// events as Dynamo RouterEvent JSON. One op is one batch of 64 Stored events
+// × 4 new blocks. A subscribed native consumer reads the pool's stream:
+// throughput counts until it sees the last batch's block, freshness is from
+// sending a batch to the first frame after which the consumer holds its
+// first block.
+func BenchmarkIngest(b *testing.B) {
+	for _, transport := range []string{"zmq", "http"} {
+		b.Run("transport="+transport, func(b *testing.B) { benchIngest(b, transport) })
+	}
+}
+
+func benchIngest(b *testing.B, transport string) {
+	const eventsPerBatch, blocksPerEvent, blockSize = 64, 4, 16
+	base, err := zmqtest.FreePorts(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, rep := fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+1)
+	// A deep subscriber queue: the burst must not drop the consumer into
+	// re-snapshots, which would measure slow-subscriber recovery instead.
+	cfg := server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 22}}, SubscriberQueue: 1 << 16}
+	var eng *zmqtest.Engine
+	if transport == "zmq" {
+		eng, err = zmqtest.Start(zmqtest.Config{Endpoint: pub, Replay: rep, BlockSize: blockSize, BufferSteps: 1 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer eng.Close()
+		cfg.Pools[0].Sources = []server.SourceSpec{{Engine: "vllm", Endpoint: pub, Replay: rep, Worker: 1, BlockSize: blockSize}}
+	}
+	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	var wg sync.WaitGroup
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		wg.Wait()
+	}()
+	cfg = srv.Config()
+	format, err := cfg.Pools[0].Format()
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	// The subscriber: a native consumer applying every frame.
+	watch := make(chan uint64, 1)   // a key the reader reports once visible
+	seen := make(chan time.Time, 1) // when it became visible
+	ready := make(chan struct{}, 1)
+	c, err := consumer.New(func() consumer.Manifest {
+		m := consumer.Manifest{ConsumerInstance: 100, Domain: cfg.Domain(), Format: format, VerificationWindow: 2}
+		m.Lanes[0] = &ckf.PoolID{Domain: cfg.Domain(), DCID: 1}
+		return m
+	}())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var cmu sync.Mutex // guards c between the reader and the final check
+	resp, err := http.Get(url + "/v1/pools/p/stream?consumer=100&lane=0&epoch=1")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("subscribe: %v", err)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer resp.Body.Close()
+		fr := wire.NewReader(resp.Body, 0)
+		var f wire.Frame
+		var pending uint64
+		first := true
+		for {
+			if err := fr.ReadFrame(&f); err != nil {
+				return
+			}
+			cmu.Lock()
+			if first {
+				if err := c.Assign(f.Snapshot.Identity, f.Snapshot.Lease); err != nil {
+					cmu.Unlock()
+					b.Error(err)
+					return
+				}
+				first = false
+			}
+			if r := c.ApplyFrame(&f); r.Outcome == consumer.SnapshotInstalled {
+				ready <- struct{}{}
+			}
+			if pending == 0 {
+				select {
+				case pending = <-watch:
+				default:
+				}
+			}
+			if pending != 0 {
+				if mask, _ := c.Contains(pending); mask&1 != 0 {
+					seen <- time.Now()
+					pending = 0
+				}
+			}
+			cmu.Unlock()
+		}
+	}()
+	<-ready
+	visible := func(key uint64) bool {
+		cmu.Lock()
+		defer cmu.Unlock()
+		mask, _ := c.Contains(key)
+		return mask&1 != 0
+	}
+
+	// Batches: chained Stored events; tokens distinct per block.
+	var next uint32
+	type batch struct {
+		payload []byte // zmq
+		body    []byte // http
+		first   uint64 // canonical hash of the batch's first block
+	}
+	makeBatch := func() batch {
+		var bt batch
+		var evs []zmqtest.Event
+		var revs []ckf.RouterEvent
+		for i := range eventsPerBatch {
+			var ev zmqtest.Event
+			rev := ckf.RouterEvent{WorkerID: 1, EventID: uint64(next), Kind: ckf.EventStored}
+			var prev uint64
+			for j := range blocksPerEvent {
+				toks := make([]uint32, blockSize)
+				for k := range toks {
+					next++
+					toks[k] = next
+				}
+				local := ckf.LocalBlockHash(toks, ckf.BaseSalt)
+				canon := local
+				if j > 0 {
+					canon = ckf.ChainHash(prev, local)
+				}
+				if i == 0 && j == 0 {
+					bt.first = canon
+				}
+				prev = canon
+				h := uint64(next)<<8 | 1
+				ev.BlockHashes = append(ev.BlockHashes, h)
+				ev.TokenIDs = append(ev.TokenIDs, toks...)
+				rev.Blocks = append(rev.Blocks, ckf.StoredBlock{BlockHash: h, TokensHash: local})
+			}
+			ev.Type = "BlockStored"
+			evs = append(evs, ev)
+			revs = append(revs, rev)
+		}
+		if transport == "zmq" {
+			bt.payload, _ = eng.EncodeBatch(evs...)
+		} else {
+			bt.body, _ = wire.AppendRouterEventsJSON(nil, revs)
+		}
+		return bt
+	}
+	// Warm up: the source is connected and live before timing.
+	if transport == "zmq" {
+		w := makeBatch()
+		deadline := time.Now().Add(10 * time.Second)
+		for !visible(w.first) {
+			if time.Now().After(deadline) {
+				b.Fatal("the zmq source never delivered a batch")
+			}
+			if err := eng.PublishEncoded(w.payload); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	const paced = 200 // freshness samples, one batch in flight at a time
+	batches := make([]batch, b.N+paced)
+	for i := range batches {
+		batches[i] = makeBatch()
+	}
+	hc := &http.Client{}
+	send := func(bt *batch) {
+		if transport == "zmq" {
+			if err := eng.PublishEncoded(bt.payload); err != nil {
+				b.Fatal(err)
+			}
+		} else {
+			resp, err := hc.Post(url+"/v1/pools/p/events?source_epoch=1", "application/json", bytes.NewReader(bt.body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				b.Fatalf("events: %s", resp.Status)
+			}
+		}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		send(&batches[i])
+	}
+	last := batches[b.N-1].first
+	deadline := time.Now().Add(30 * time.Second)
+	for !visible(last) {
+		if time.Now().After(deadline) {
+			b.Fatal("the last batch never reached the consumer")
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*eventsPerBatch)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(b.N*eventsPerBatch*blocksPerEvent)/elapsed.Seconds(), "blocks/s")
+	// Freshness, paced: send one batch, wait until the consumer holds it.
+	var s []time.Duration
+	for i := b.N; i < b.N+paced; i++ {
+		watch <- batches[i].first
+		t0 := time.Now()
+		send(&batches[i])
+		select {
+		case at := <-seen:
+			s = append(s, at.Sub(t0))
+		case <-time.After(10 * time.Second):
+			b.Fatal("a paced batch never reached the consumer")
+		}
+	}
+	if len(s) > 0 {
+		slices.Sort(s)
+		b.ReportMetric(float64(s[len(s)/2].Nanoseconds()), "fresh-p50-ns")
+		b.ReportMetric(float64(s[min(len(s)-1, len(s)*99/100)].Nanoseconds()), "fresh-p99-ns")
+		b.ReportMetric(float64(len(s)), "fresh-samples")
+	}
+	if transport == "zmq" {
+		st := srv.SourceStatuses("p")
+		if st[0].Gaps+st[0].Rejected+st[0].Degraded > 0 {
+			b.Fatalf("the zmq source lost batches: %+v", st[0])
+		}
+	}
+}

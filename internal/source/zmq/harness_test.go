@@ -1,0 +1,177 @@
+package zmq
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/producer"
+)
+
+// harness runs a real source against a real producer actor and pool.
+type harness struct {
+	t      testing.TB
+	src    *Source
+	h      producer.Handle
+	pool   *ckf.Pool
+	cancel context.CancelFunc
+	runErr chan error
+	faults atomic.Int64
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{}
+
+func (testWriter) Write(p []byte) (int, error) {
+	if os.Getenv("ZMQ_TEST_LOG") != "" {
+		return os.Stderr.Write(p)
+	}
+	return len(p), nil
+}
+
+func newHarness(t testing.TB, cfg Config) *harness {
+	t.Helper()
+	pcfg := ckf.DefaultConfig()
+	pcfg.ExpectedBlocks = 1 << 14
+	pool, err := ckf.NewPool(pcfg)
+	require.NoError(t, err)
+	prod := producer.DefaultConfig()
+	prod.Logger = quietLogger()
+	h, faults, err := producer.Start(pool, producer.Scope{ProducerIncarnation: 1}, prod)
+	require.NoError(t, err)
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger()
+	}
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff, cfg.MaxBackoff = 5*time.Millisecond, 50*time.Millisecond
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	if cfg.Engine == "" {
+		cfg.Engine = "vllm"
+	}
+	src, err := New(cfg)
+	require.NoError(t, err)
+	hs := &harness{t: t, src: src, h: h, pool: pool, runErr: make(chan error, 1)}
+	go func() {
+		for f := range faults {
+			hs.faults.Add(1)
+			t.Logf("fault: %v", f)
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	hs.cancel = cancel
+	go func() { hs.runErr <- src.Run(ctx, h) }()
+	t.Cleanup(func() { hs.stop() })
+	return hs
+}
+
+// stop ends the source and the actor; the pool is safe to read afterwards.
+func (hs *harness) stop() {
+	if hs.cancel == nil {
+		return
+	}
+	hs.cancel()
+	hs.cancel = nil
+	require.NoError(hs.t, <-hs.runErr)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = hs.h.Shutdown(ctx)
+	<-hs.h.Done()
+}
+
+// rank returns rank dp's status, if the source has heard it.
+func rankOf(st source.Status, dp uint32) (source.RankStatus, bool) {
+	for _, r := range st.Ranks {
+		if r.DPRank == dp {
+			return r, true
+		}
+	}
+	return source.RankStatus{}, false
+}
+
+// waitSeq waits until the source has applied rank dp's stream up to seq.
+func (hs *harness) waitSeq(dp uint32, seq int64) source.RankStatus {
+	hs.t.Helper()
+	var last source.RankStatus
+	require.Eventually(hs.t, func() bool {
+		r, ok := rankOf(hs.src.Status(), dp)
+		last = r
+		return ok && r.Seq == seq && r.State != RankReset
+	}, 10*time.Second, 2*time.Millisecond, "rank %d never reached seq %d", dp, seq)
+	return last
+}
+
+// publishUntilSeen heartbeats until the source has applied the engine's
+// latest batch (a SUB's subscription reaches a PUB a moment after connecting,
+// and a gap is only noticed when a later batch arrives).
+func (hs *harness) publishUntilSeen(e *zmqtest.Engine, dp uint32) source.RankStatus {
+	hs.t.Helper()
+	var last source.RankStatus
+	require.Eventually(hs.t, func() bool {
+		require.NoError(hs.t, e.Heartbeat())
+		deadline := time.Now().Add(200 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			r, ok := rankOf(hs.src.Status(), dp)
+			last = r
+			if ok && r.Seq == e.Seq() && r.State != RankReset {
+				return true
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		return false
+	}, 15*time.Second, time.Millisecond, "rank %d never caught up with seq %d: %+v", dp, e.Seq(), last)
+	return last
+}
+
+// memberBlocks is the number of blocks the pool holds for m.
+func memberBlocks(pool *ckf.Pool, m ckf.Member) int {
+	for _, mc := range pool.MemberCounts() {
+		if mc.Member == m {
+			return mc.Blocks
+		}
+	}
+	return 0
+}
+
+// requireExact checks the pool holds exactly the engine's blocks for m.
+func requireExact(t testing.TB, pool *ckf.Pool, m ckf.Member, truth map[uint64]zmqtest.Block) {
+	t.Helper()
+	require.Equal(t, len(truth), memberBlocks(pool, m), "member %v block count", m)
+	for _, b := range truth {
+		owners, _ := pool.Owners(b.Canonical)
+		require.Equal(t, uint32(1), owners, "block %#x (canonical %#x) not held", b.Hash, b.Canonical)
+	}
+}
+
+// requireNoStale checks no block the engine no longer holds is advertised.
+func requireNoStale(t testing.TB, pool *ckf.Pool, ever map[uint64]uint64, truth map[uint64]zmqtest.Block) {
+	t.Helper()
+	for h, c := range ever {
+		if _, held := truth[h]; held {
+			continue
+		}
+		owners, _ := pool.Owners(c)
+		require.Zero(t, owners, "stale block %#x (canonical %#x) still owned", h, c)
+	}
+}
+
+func endpoint(t testing.TB, n int) (pub, replay string) {
+	t.Helper()
+	base, err := zmqtest.FreePorts(2 * n)
+	require.NoError(t, err)
+	return fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+n)
+}

@@ -1,0 +1,606 @@
+package zmq
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/zeebo/xxh3"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
+	"github.com/ckfrelay/ckfrelay/internal/source"
+)
+
+// Rank states, as [source.RankStatus] reports them.
+const (
+	RankLive     = "live"     // exact: every batch since the epoch began was applied
+	RankDegraded = "degraded" // reset after a gap nothing could fill; exact again after a Cleared or a restart
+	RankReset    = "reset"    // reset after silence; rebuilt from the replay buffer when the engine speaks again
+)
+
+// Transition reasons (log lines, RankStatus.Reason).
+const (
+	reasonJoined    = "joined mid-stream"
+	reasonGap       = "sequence gap"
+	reasonNoReplay  = "no replay endpoint"
+	reasonOverrun   = "replay buffer overrun"
+	reasonReplayErr = "replay failed"
+	reasonRestart   = "engine restart"
+	reasonSilent    = "silent past source_timeout"
+	reasonReconnect = "reconnected"
+)
+
+// recentBatches is how many applied batches' payload digests a rank keeps to
+// tell a duplicate from an engine restart.
+const recentBatches = 1024
+
+// Source is one ZMQ source. Create it with [New]; Run it once at a time.
+type Source struct {
+	cfg Config
+	log *slog.Logger
+	dec *Decoder
+	cv  Converter
+
+	// Owned by Run's goroutine.
+	ranks   map[uint32]*rank
+	eventID uint64
+
+	mu            sync.Mutex
+	st            source.Status
+	lastRejectLog time.Time
+	connected     int // sockets connected (bind: listening); guarded by mu
+}
+
+// rank is the per-DP-rank state of the stream.
+type rank struct {
+	member    ckf.Member
+	replayEP  string // "" when the engine has no replay socket
+	epoch     uint64 // source epoch of the member (1 on first contact)
+	synced    bool   // next is meaningful: the pool holds this rank's stream up to next-1
+	fresh     bool   // nothing admitted at epoch yet
+	next      int64
+	publisher []byte
+	lastHeard time.Time
+	state     string
+	reason    string
+	recent    [recentBatches]struct {
+		seq    int64
+		digest uint64
+	}
+	// known holds the block hashes admitted since a degraded reset, so a
+	// Stored event whose parent was lost is dropped instead of faulting the
+	// pool. nil while the rank is exact.
+	known map[uint64]struct{}
+}
+
+func (r *rank) remember(seq int64, payload []byte) {
+	e := &r.recent[uint64(seq)%recentBatches]
+	e.seq, e.digest = seq, xxh3.Hash(payload)
+}
+
+func (r *rank) isDuplicate(seq int64, payload []byte) bool {
+	e := r.recent[uint64(seq)%recentBatches]
+	return e.seq == seq && e.digest == xxh3.Hash(payload) && e.digest != 0
+}
+
+// New validates cfg and returns a source.
+func New(cfg Config) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Source{cfg: cfg, log: cfg.Logger.With("source", cfg.Name()), dec: NewDecoder(cfg.Limits),
+		cv: Converter{Worker: cfg.Worker, BlockSize: cfg.BlockSize}, ranks: map[uint32]*rank{}}
+	s.st = source.Status{Name: cfg.Name(), Engine: cfg.Engine, State: "connecting"}
+	return s, nil
+}
+
+// Status reports the source's health.
+func (s *Source) Status() source.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	st.Ranks = append([]source.RankStatus(nil), s.st.Ranks...)
+	return st
+}
+
+func (s *Source) update(f func(st *source.Status)) {
+	s.mu.Lock()
+	f(&s.st)
+	s.mu.Unlock()
+}
+
+// publishRanks copies the rank table into the status and derives the state.
+func (s *Source) publishRanks() {
+	rs := make([]source.RankStatus, 0, len(s.ranks))
+	state := "live"
+	for _, r := range s.ranks {
+		rs = append(rs, source.RankStatus{DPRank: r.member.DPRank, State: r.state, Epoch: catalog.U64(r.epoch),
+			Seq: r.next - 1, Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)})
+		if r.state != RankLive {
+			state = "degraded"
+		}
+	}
+	sortRanks(rs)
+	s.update(func(st *source.Status) {
+		st.Ranks = rs
+		if s.connected > 0 {
+			st.State = state
+		} else {
+			st.State = "connecting"
+		}
+	})
+}
+
+func sortRanks(rs []source.RankStatus) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j].DPRank < rs[j-1].DPRank; j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}
+
+// inbound is one message read by a socket goroutine.
+type inbound struct {
+	socket int // connect mode: the socket's rank; bind mode: -1
+	frames [][]byte
+	// first marks the first message of a (re)connection: the engine may
+	// have restarted meanwhile, so its continuity is checked.
+	first bool
+}
+
+// Run subscribes and drives sink until ctx ends (it returns nil then) or
+// the sink refuses events for good (it returns that error).
+func (s *Source) Run(ctx context.Context, sink source.Sink) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs := make(chan inbound, 4096)
+	var wg sync.WaitGroup
+	if s.cfg.Bind != "" {
+		wg.Go(func() { s.listenLoop(ctx, msgs) })
+	} else {
+		for i := range s.cfg.DPRanks {
+			ep, _ := RankEndpoint(s.cfg.Endpoint, i)
+			wg.Go(func() { s.dialLoop(ctx, i, ep, msgs) })
+		}
+	}
+	defer wg.Wait()
+	defer s.update(func(st *source.Status) { st.State = "stopped" })
+	tick := time.NewTicker(max(s.cfg.SourceTimeout/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			if err := s.handle(ctx, sink, m); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.update(func(st *source.Status) { st.LastError = err.Error() })
+				return err
+			}
+		case now := <-tick.C:
+			if err := s.checkSilence(ctx, sink, now); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+}
+
+// zmqLogger silences the library's own log lines; the source logs the
+// transitions that matter.
+var zmqLogger = log.New(io.Discard, "", 0)
+
+// dialLoop keeps one SUB socket connected to ep, redialling with
+// exponential backoff (reset by a connection that delivered a message).
+func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<- inbound) {
+	backoff := s.cfg.MinBackoff
+	for ctx.Err() == nil {
+		sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false),
+			zmq4.WithDialerTimeout(s.cfg.ReplayTimeout), zmq4.WithLogger(zmqLogger))
+		_ = sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
+		if err := sub.Dial(ep); err != nil {
+			_ = sub.Close()
+			s.update(func(st *source.Status) { st.LastError = err.Error() })
+			s.log.Debug("zmq source: dial failed; retrying", "endpoint", ep, "backoff", backoff, "err", err)
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, s.cfg.MaxBackoff)
+			continue
+		}
+		s.log.Info("zmq source: connected", "endpoint", ep, "rank", rankIdx)
+		s.update(func(st *source.Status) {
+			s.connected++
+			if st.State == "connecting" {
+				st.State = "live"
+			}
+		})
+		healthy := false
+		for {
+			msg, err := sub.Recv()
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("zmq source: disconnected; redialling", "endpoint", ep, "err", err)
+					s.update(func(st *source.Status) { st.Reconnects++; st.LastError = err.Error() })
+				}
+				s.update(func(st *source.Status) {
+					if s.connected--; s.connected == 0 {
+						st.State = "connecting"
+					}
+				})
+				break
+			}
+			first := !healthy
+			if !healthy {
+				healthy, backoff = true, s.cfg.MinBackoff
+			}
+			select {
+			case out <- inbound{socket: rankIdx, frames: msg.Frames, first: first}:
+			case <-ctx.Done():
+			}
+		}
+		_ = sub.Close()
+		if !sleep(ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, s.cfg.MaxBackoff)
+	}
+}
+
+// listenLoop binds one SUB socket that engines connect to; a peer's
+// disconnect is not an error of the socket.
+func (s *Source) listenLoop(ctx context.Context, out chan<- inbound) {
+	backoff := s.cfg.MinBackoff
+	for ctx.Err() == nil {
+		sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(zmqLogger))
+		_ = sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
+		if err := sub.Listen(s.cfg.Bind); err != nil {
+			_ = sub.Close()
+			s.update(func(st *source.Status) { st.LastError = err.Error() })
+			s.log.Warn("zmq source: bind failed; retrying", "bind", s.cfg.Bind, "backoff", backoff, "err", err)
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, s.cfg.MaxBackoff)
+			continue
+		}
+		s.log.Info("zmq source: listening", "bind", s.cfg.Bind)
+		s.update(func(st *source.Status) { s.connected++; st.State = "live" })
+		for ctx.Err() == nil {
+			msg, err := sub.Recv()
+			if err != nil {
+				continue // one engine went away; the socket keeps listening
+			}
+			select {
+			case out <- inbound{socket: -1, frames: msg.Frames}:
+			case <-ctx.Done():
+			}
+		}
+		_ = sub.Close()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// rejectLogEvery rate-limits rejection log lines per source.
+const rejectLogEvery = time.Second
+
+func (s *Source) reject(err error, seq int64) {
+	var de *DecodeError
+	reason := Reason("unknown")
+	if errors.As(err, &de) {
+		reason = de.Reason
+	}
+	s.mu.Lock()
+	s.st.Rejected++
+	s.st.LastError = err.Error()
+	logNow := time.Since(s.lastRejectLog) >= rejectLogEvery
+	if logNow {
+		s.lastRejectLog = time.Now()
+	}
+	s.mu.Unlock()
+	if logNow {
+		s.log.Warn("zmq source: rejected a batch", "reason", string(reason), "seq", seq, "err", err)
+	}
+}
+
+// handle processes one received message.
+func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error {
+	msg, err := ParseMessage(in.frames)
+	if err != nil {
+		s.reject(err, -1)
+		return nil
+	}
+	b, err := s.dec.DecodeBatch(msg.Payload)
+	if err != nil {
+		s.reject(err, msg.Seq)
+		return nil
+	}
+	dp := uint32(max(in.socket, 0))
+	if b.HasDPRank {
+		dp = b.DPRank
+	}
+	r := s.ranks[dp]
+	if r == nil {
+		r = &rank{member: ckf.Member{WorkerID: s.cfg.Worker, DPRank: dp}}
+		if s.cfg.Replay != "" {
+			// The replay socket sits at the same offset as the PUB socket
+			// the rank was heard on (bind mode: at the rank's offset).
+			r.replayEP, _ = RankEndpoint(s.cfg.Replay, int(dp))
+			if in.socket >= 0 {
+				r.replayEP, _ = RankEndpoint(s.cfg.Replay, in.socket)
+			}
+		}
+		s.ranks[dp] = r
+	}
+	r.lastHeard = time.Now()
+	s.update(func(st *source.Status) { st.LastEvent = r.lastHeard })
+	defer s.publishRanks()
+
+	restarted := false
+	if b.PublisherID != nil && r.publisher != nil && string(b.PublisherID) != string(r.publisher) {
+		restarted = true
+	} else if r.synced && msg.Seq < r.next {
+		if r.isDuplicate(msg.Seq, msg.Payload) {
+			s.update(func(st *source.Status) { st.Duplicates++ })
+			return nil
+		}
+		restarted = true
+	}
+	if b.PublisherID != nil {
+		r.publisher = append(r.publisher[:0], b.PublisherID...)
+	}
+	if restarted {
+		if err := s.restart(ctx, sink, r, msg.Seq); err != nil {
+			return err
+		}
+	}
+	switch {
+	case r.synced && msg.Seq == r.next && in.first && s.cfg.Replay != "" && r.next > 0:
+		// Reconnected exactly where we left off: prove it is the same
+		// publisher lifetime before applying.
+		return s.recover(ctx, sink, r, r.next, msg, b, reasonReconnect)
+	case r.synced && msg.Seq == r.next:
+		return s.apply(ctx, sink, r, msg, b)
+	case r.synced: // msg.Seq > r.next
+		s.update(func(st *source.Status) { st.Gaps++ })
+		s.log.Warn("zmq source: sequence gap", "rank", dp, "expected", r.next, "got", msg.Seq)
+		return s.recover(ctx, sink, r, r.next, msg, b, reasonGap)
+	case msg.Seq == 0: // first contact with a fresh engine
+		if err := s.begin(ctx, sink, r, false, ""); err != nil {
+			return err
+		}
+		return s.apply(ctx, sink, r, msg, b)
+	default: // first contact mid-stream, or speaking again after a reset
+		return s.recover(ctx, sink, r, 0, msg, b, reasonJoined)
+	}
+}
+
+// begin starts r over: a new epoch with the rank reset, unless the current
+// epoch has admitted nothing yet (then the pool holds nothing of it and the
+// epoch is reused). degraded resets are always sent, so the pool counts them.
+func (s *Source) begin(ctx context.Context, sink source.Sink, r *rank, degraded bool, reason string) error {
+	needReset := r.epoch > 0 && !r.fresh
+	if needReset || r.epoch == 0 {
+		r.epoch++
+	}
+	r.fresh = true
+	r.synced, r.next = true, 0
+	r.recent = [recentBatches]struct {
+		seq    int64
+		digest uint64
+	}{}
+	r.state, r.reason, r.known = RankLive, "", nil
+	if degraded {
+		r.state, r.reason, r.known = RankDegraded, reason, map[uint64]struct{}{}
+	}
+	if !needReset && !degraded {
+		return nil
+	}
+	if err := sink.ResetRank(ctx, r.epoch, r.member, degraded); err != nil {
+		return fmt.Errorf("zmq source: reset rank %d: %w", r.member.DPRank, err)
+	}
+	s.update(func(st *source.Status) { st.Resets++ })
+	return nil
+}
+
+// restart handles a publisher that started over: a new epoch, the rank
+// reset, and the stream taken up again as a first contact.
+func (s *Source) restart(ctx context.Context, sink source.Sink, r *rank, seq int64) error {
+	s.update(func(st *source.Status) { st.Restarts++ })
+	s.log.Warn("zmq source: engine restart; new source epoch", "rank", r.member.DPRank, "seq", seq, "epoch", r.epoch+1)
+	if err := s.begin(ctx, sink, r, false, ""); err != nil {
+		return err
+	}
+	r.synced = false // take the new stream up from its start
+	return nil
+}
+
+// recover fills [from, msg.Seq) from the engine's replay socket and applies
+// it, then msg; what it cannot fill resets the rank (degraded).
+func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from int64, msg Message, b Batch, why string) error {
+	replayEP := r.replayEP
+	if replayEP == "" {
+		return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonNoReplay)
+	}
+	s.update(func(st *source.Status) { st.Replays++; st.State = "recovering" })
+	// Ask for one batch we already hold (when we hold one): it proves the
+	// buffer belongs to the same publisher lifetime.
+	start := from
+	check := r.synced && from > 0 && r.recent[uint64(from-1)%recentBatches].seq == from-1
+	if check {
+		start = from - 1
+	}
+	replies, err := Replay(ctx, replayEP, start, s.cfg.ReplayTimeout, s.cfg.MaxReplayBatches)
+	if err != nil {
+		s.log.Warn("zmq source: replay failed", "rank", r.member.DPRank, "endpoint", replayEP, "from", start, "err", err)
+		if from == msg.Seq && r.synced {
+			return s.apply(ctx, sink, r, msg, b) // nothing is missing
+		}
+		if errors.Is(err, ErrReplayOverrun) {
+			return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonOverrun)
+		}
+		return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonReplayErr)
+	}
+	if check {
+		if len(replies) == 0 || replies[0].Seq != start {
+			if from == msg.Seq { // nothing is missing; continuity is merely unproven
+				s.log.Info("zmq source: could not verify continuity after reconnect", "rank", r.member.DPRank)
+				return s.apply(ctx, sink, r, msg, b)
+			}
+			return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonOverrun)
+		}
+		if !r.isDuplicate(start, replies[0].Payload) {
+			// Same sequence numbers, different batches: the engine restarted
+			// while we were not listening.
+			if err := s.restart(ctx, sink, r, msg.Seq); err != nil {
+				return err
+			}
+			return s.recover(ctx, sink, r, 0, msg, b, reasonRestart)
+		}
+		replies = replies[1:]
+	}
+	if len(replies) == 0 || replies[0].Seq != from {
+		return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonOverrun)
+	}
+	// Decode the whole cover before applying any of it.
+	type decoded struct {
+		msg Message
+		b   Batch
+	}
+	cover := make([]decoded, 0, len(replies))
+	for i, rep := range replies {
+		if rep.Seq != from+int64(i) || rep.Seq >= msg.Seq {
+			break
+		}
+		rb, err := s.dec.DecodeBatch(rep.Payload)
+		if err != nil {
+			s.reject(err, rep.Seq)
+			return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonReplayErr)
+		}
+		cover = append(cover, decoded{rep, rb})
+	}
+	if from+int64(len(cover)) != msg.Seq {
+		return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonOverrun)
+	}
+	if !r.synced {
+		if err := s.begin(ctx, sink, r, false, ""); err != nil {
+			return err
+		}
+	}
+	for _, c := range cover {
+		if err := s.apply(ctx, sink, r, c.msg, c.b); err != nil {
+			return err
+		}
+	}
+	s.log.Info("zmq source: gap filled from replay", "rank", r.member.DPRank, "from", from, "batches", len(cover), "why", why)
+	return s.apply(ctx, sink, r, msg, b)
+}
+
+// degrade resets the rank because history is lost, then applies msg: the
+// rank advertises only what it has heard since.
+func (s *Source) degrade(ctx context.Context, sink source.Sink, r *rank, msg Message, b Batch, why string) error {
+	s.log.Warn("zmq source: rank reset (degraded)", "rank", r.member.DPRank, "reason", why, "seq", msg.Seq, "epoch", r.epoch+1)
+	if err := s.begin(ctx, sink, r, true, why); err != nil {
+		return err
+	}
+	s.update(func(st *source.Status) { st.Degraded++ })
+	r.next = msg.Seq
+	return s.apply(ctx, sink, r, msg, b)
+}
+
+// apply admits one batch of r's stream (msg.Seq == r.next).
+func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Message, b Batch) error {
+	var events, dropped uint64
+	for i := range b.Events {
+		ev := &b.Events[i]
+		if r.known != nil && ev.Type == BlockStored && ev.HasParent {
+			if _, ok := r.known[ev.ParentHash]; !ok {
+				dropped += uint64(len(ev.BlockHashes))
+				continue
+			}
+		}
+		s.eventID++
+		out, ok, n, _ := s.cv.Convert(ev, r.member.DPRank, s.eventID)
+		dropped += uint64(n)
+		if !ok {
+			if ev.Type == Unknown {
+				dropped++
+			}
+			continue
+		}
+		if r.known != nil && out.StorageTier == ckf.TierDevice {
+			switch out.Kind {
+			case ckf.EventStored:
+				for _, bl := range out.Blocks {
+					r.known[bl.BlockHash] = struct{}{}
+				}
+			case ckf.EventRemoved:
+				for _, h := range out.BlockHashes {
+					delete(r.known, h)
+				}
+			case ckf.EventCleared:
+				// Everything before is gone: the rank is exact again.
+				r.known, r.state, r.reason = nil, RankLive, ""
+			}
+		} else if out.Kind == ckf.EventCleared && r.state != RankLive {
+			r.state, r.reason = RankLive, ""
+		}
+		if err := sink.AdmitEvent(ctx, r.epoch, out); err != nil {
+			return fmt.Errorf("zmq source: admit: %w", err)
+		}
+		r.fresh = false
+		events++
+	}
+	r.remember(msg.Seq, msg.Payload)
+	r.next = msg.Seq + 1
+	s.update(func(st *source.Status) {
+		st.Batches++
+		st.Events += catalog.U64(events)
+		st.Dropped += catalog.U64(dropped)
+	})
+	return nil
+}
+
+// checkSilence resets every rank heard nothing from for SourceTimeout.
+func (s *Source) checkSilence(ctx context.Context, sink source.Sink, now time.Time) error {
+	changed := false
+	for _, r := range s.ranks {
+		if !r.synced || now.Sub(r.lastHeard) < s.cfg.SourceTimeout {
+			continue
+		}
+		s.log.Warn("zmq source: rank silent; reset", "rank", r.member.DPRank, "silent_for", now.Sub(r.lastHeard).Round(time.Millisecond))
+		if err := s.begin(ctx, sink, r, false, ""); err != nil {
+			return err
+		}
+		r.synced, r.state, r.reason = false, RankReset, reasonSilent
+		s.update(func(st *source.Status) { st.Silences++ })
+		changed = true
+	}
+	if changed {
+		s.publishRanks()
+	}
+	return nil
+}

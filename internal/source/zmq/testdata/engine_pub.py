@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""An engine KV-event publisher written from the engines' own wire format
+(vLLM vllm/distributed/kv_events.py; SGLang's map-tagged events), sharing no
+code with the relay. Used by the relay's interop test.
+
+usage: engine_pub.py PUB_ENDPOINT REPLAY_ENDPOINT BLOCK_SIZE FORM LAYOUT
+  FORM   array (msgspec array_like, tag first) | map (tagged under "type")
+  LAYOUT old ([seq, payload] replies) | new ([topic, seq, payload] replies,
+         and a publisher_id as the batch's 4th element)
+stdin commands: "go" publishes the scenario (one batch is buffered for replay
+but not sent), "truth" prints the GPU blocks held as JSON, "quit" exits.
+"""
+import json
+import os
+import random
+import sys
+import threading
+import time
+
+import msgpack
+import zmq
+
+pub_ep, replay_ep, block_size, form, layout = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+topic = b"kv-events"
+ctx = zmq.Context.instance()
+pub = ctx.socket(zmq.PUB)
+pub.bind(pub_ep)
+router = ctx.socket(zmq.ROUTER)
+router.bind(replay_ep)
+lock = threading.Lock()
+seq = 0
+buffer = []  # (seq, payload)
+publisher_id = os.urandom(16)
+held = {}  # hash (unsigned) -> {"parent": int|None, "tokens": [...], "lora": str|None}
+rng = random.Random(7)
+running = True
+
+
+def batch(events):
+    b = [time.time(), events, 0]
+    if layout == "new":
+        b.append(publisher_id)
+    return msgpack.packb(b, use_bin_type=True)
+
+
+def publish(events, send=True):
+    global seq
+    with lock:
+        payload = batch(events)
+        buffer.append((seq, payload))
+        if send:
+            pub.send_multipart([topic, seq.to_bytes(8, "big"), payload])
+        seq += 1
+
+
+def as_wire(h, how):
+    """A block hash as an engine may send it."""
+    if how == "int":
+        return h
+    if how == "neg":
+        return h - (1 << 64) if h >= 1 << 63 else h
+    return os.urandom(24) + h.to_bytes(8, "big")  # a digest: its last 8 bytes
+
+
+def stored(hashes, parent, tokens, how, lora=None, medium="GPU", size=None):
+    size = size or block_size
+    hs = [as_wire(h, how) for h in hashes]
+    par = None if parent is None else as_wire(parent, how)
+    if form == "map":
+        return {"type": "BlockStored", "block_hashes": hs, "parent_block_hash": par, "token_ids": tokens,
+                "block_size": size, "lora_id": None, "medium": medium, "lora_name": lora,
+                "extra_keys": None, "group_idx": 0, "kv_cache_spec_kind": "full_attention"}
+    return ["BlockStored", hs, par, tokens, size, None, medium, lora, None, 0, "full_attention", None]
+
+
+def removed(hashes, how):
+    hs = [as_wire(h, how) for h in hashes]
+    if form == "map":
+        return {"type": "BlockRemoved", "block_hashes": hs, "medium": "GPU", "group_idx": 0}
+    return ["BlockRemoved", hs, "GPU", 0]
+
+
+def chain(n, parent, how, lora=None, medium="GPU", send=True, keep=True):
+    hashes = [rng.getrandbits(64) | (1 << 63 if how == "neg" else 1) for _ in range(n)]
+    tokens = [rng.randrange(100000) for _ in range(n * block_size)]
+    publish([stored(hashes, parent, tokens, how, lora, medium)], send)
+    if keep and medium == "GPU":
+        p = parent
+        for i, h in enumerate(hashes):
+            held[h] = {"parent": p, "tokens": tokens[i * block_size:(i + 1) * block_size], "lora": lora}
+            p = h
+    return hashes
+
+
+def scenario():
+    a = chain(3, None, "int")
+    b = chain(2, a[2], "bytes")
+    chain(2, None, "neg", send=False)  # lost on the wire: only the replay has it
+    chain(1, None, "int", lora="adapter-x")
+    chain(1, None, "int", medium="CPU")
+    # A block of another size is dropped by the relay.
+    publish([stored([rng.getrandbits(64)], None, [1] * (block_size * 2), "int", size=block_size * 2)])
+    publish([removed([b[1]], "bytes")])
+    del held[b[1]]
+
+
+def heartbeats():
+    while running:
+        publish([])
+        time.sleep(0.02)
+
+
+def serve_replay():
+    poller = zmq.Poller()
+    poller.register(router, zmq.POLLIN)
+    while running:
+        if not poller.poll(50):
+            continue
+        frames = router.recv_multipart()
+        if len(frames) != 3:
+            continue
+        client, _, start = frames
+        start = int.from_bytes(start, "big")
+        with lock:
+            items = [(s, p) for s, p in buffer if s >= start]
+        for s, p in items:
+            if layout == "new":
+                router.send_multipart([client, b"", topic, s.to_bytes(8, "big"), p])
+            else:
+                router.send_multipart([client, b"", s.to_bytes(8, "big"), p])
+        end = (-1).to_bytes(8, "big", signed=True)
+        if layout == "new":
+            router.send_multipart([client, b"", b"", end, b""])
+        else:
+            router.send_multipart([client, b"", end, b""])
+
+
+threading.Thread(target=serve_replay, daemon=True).start()
+threading.Thread(target=heartbeats, daemon=True).start()
+print("ready", flush=True)
+for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "go":
+        scenario()
+        print("done", seq, flush=True)
+    elif cmd == "truth":
+        print(json.dumps({str(h): v for h, v in held.items()}), flush=True)
+    elif cmd == "quit":
+        break
+running = False
+time.sleep(0.1)
+pub.close(linger=0)
+router.close(linger=0)
