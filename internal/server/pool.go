@@ -17,8 +17,9 @@ import (
 // lease on each pool's publisher.
 const hubConsumer uint64 = 0xC0FFEE
 
-// hubFeedBuffer is the least delta buffer of the hub's own lease.
-const hubFeedBuffer = 1024
+// hubFeedBuffer is the delta buffer of the hub's own lease. The hub drains
+// it at memory speed into its shared log, so it need not match the log.
+const hubFeedBuffer = 4096
 
 // Causes a hub is closed with; the stream handler maps them to close reasons.
 var (
@@ -53,17 +54,18 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 	}
 	pcfg := producer.DefaultConfig()
 	pcfg.PublicationDelay = time.Duration(spec.PublicationDelay)
-	// The hub's own lease drains at memory speed; give it at least a
-	// generous buffer so a small per-subscriber queue (a remote concern)
-	// cannot make the relay's mirror lag and re-snapshot every subscriber.
-	pcfg.SubscriberBuffer = max(cfg.SubscriberQueue, hubFeedBuffer)
+	// The hub's own lease drains at memory speed; a generous buffer keeps a
+	// burst from making the relay's mirror lag and re-snapshot every
+	// subscriber.
+	pcfg.SubscriberBuffer = hubFeedBuffer
 	pcfg.Logger = log
 	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: spec.DCID}, ProducerIncarnation: incarnation}
 	h, faults, err := producer.Start(pool, scope, pcfg)
 	if err != nil {
 		return nil, err
 	}
-	hb, err := hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords})
+	hb, err := hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, QueueBytes: cfg.SubscriberQueueBytes,
+		SnapshotGenerations: cfg.SnapshotGenerations, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords})
 	if err != nil {
 		return nil, err
 	}
