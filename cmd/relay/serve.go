@@ -43,6 +43,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	cert := fs.String("tls-cert", "", "TLS certificate file (env CKFRELAY_TLS_CERT)")
 	key := fs.String("tls-key", "", "TLS key file (env CKFRELAY_TLS_KEY)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	dataDir := fs.String("data-dir", "", "directory that keeps the pools' exact state across a crash (env CKFRELAY_DATA_DIR; off when unset)")
 	var pools poolFlags
 	fs.Var(&pools, "pool", "a pool: name:dc=ID[,expected=N][,seed=S][,cadence=N][,delay=D][,kicks=N] (repeatable; env CKFRELAY_POOLS, ';'-separated)")
 	if err := fs.Parse(args); err != nil {
@@ -64,6 +65,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	envStr(&cfg.AuthToken, "CKFRELAY_AUTH_TOKEN")
 	envStr(&cfg.TLSCertFile, "CKFRELAY_TLS_CERT")
 	envStr(&cfg.TLSKeyFile, "CKFRELAY_TLS_KEY")
+	envStr(&cfg.DataDir, "CKFRELAY_DATA_DIR")
 	if v := os.Getenv("CKFRELAY_MAX_SUBSCRIBERS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -78,7 +80,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 			}
 		}
 	}
-	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.AuthToken: *token, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key} {
+	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.AuthToken: *token, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key, &cfg.DataDir: *dataDir} {
 		if v != "" {
 			*dst = v
 		}

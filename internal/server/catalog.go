@@ -16,7 +16,10 @@ type catalogPool struct {
 	Identity catalogIdentity `json:"identity"`
 	Hub      catalogHub      `json:"hub"`
 	Stats    *catalogStats   `json:"stats,omitempty"`
-	Error    string          `json:"error,omitempty"`
+	// Persistence is set with a data dir: what was recovered at start and
+	// how far the journal has reached the disk.
+	Persistence *catalogPersistence `json:"persistence,omitempty"`
+	Error       string              `json:"error,omitempty"`
 }
 
 type catalogIdentity struct {
@@ -54,6 +57,36 @@ type catalogStats struct {
 	LastFault        string  `json:"last_fault,omitempty"`
 }
 
+type catalogPersistence struct {
+	// Recovered says the pool started from stored state; RecoveredAgeSeconds
+	// is how old that state was when the relay started (since its last
+	// write), StateWrittenAt when it was written.
+	Recovered           bool    `json:"recovered"`
+	StateWrittenAt      string  `json:"state_written_at,omitempty"`
+	RecoveredAgeSeconds float64 `json:"recovered_age_seconds,omitempty"`
+	RecoveredBlocks     int     `json:"recovered_checkpoint_blocks,omitempty"`
+	// JournalPosition counts the commands journalled, DurablePosition those
+	// on disk; CheckpointPosition is where the stored checkpoint stands.
+	JournalPosition    uint64 `json:"journal_position"`
+	DurablePosition    uint64 `json:"durable_position"`
+	CheckpointPosition uint64 `json:"checkpoint_position"`
+	WriteError         string `json:"write_error,omitempty"`
+}
+
+func persistenceJSON(p *hostedPool, started time.Time) *catalogPersistence {
+	if p.journal == nil {
+		return nil
+	}
+	st := p.journal.Stats()
+	c := &catalogPersistence{Recovered: st.Recovered, RecoveredBlocks: st.RecoveredBlocks,
+		JournalPosition: st.Position, DurablePosition: st.Durable, CheckpointPosition: st.Checkpoint, WriteError: st.WriteError}
+	if !st.RecoveredAt.IsZero() {
+		c.StateWrittenAt = st.RecoveredAt.UTC().Format(time.RFC3339Nano)
+		c.RecoveredAgeSeconds = max(0, started.Sub(st.RecoveredAt).Seconds())
+	}
+	return c
+}
+
 func identityJSON(id ckf.ProducerIdentity) catalogIdentity {
 	var c catalogIdentity
 	sem, scope := id.Pool.Domain.CacheSemantics, id.Pool.Domain.RoutingScope
@@ -71,7 +104,8 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 	for _, p := range s.order {
 		hs := p.hub.Stats()
 		e := catalogPool{Name: p.spec.Name, DCID: p.spec.DCID, Identity: identityJSON(p.handle.Identity()),
-			Hub: catalogHub{Ready: hs.Ready, Sequence: hs.Sequence, Subscribers: hs.Subscribers}}
+			Hub:         catalogHub{Ready: hs.Ready, Sequence: hs.Sequence, Subscribers: hs.Subscribers},
+			Persistence: persistenceJSON(p, time.Unix(0, int64(s.incarnation)))}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		st, err := p.handle.Stats(ctx)
 		cancel()

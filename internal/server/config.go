@@ -51,6 +51,9 @@ type Config struct {
 	// AuthToken, when set, is required as "Authorization: Bearer <token>" on
 	// every endpoint except /healthz.
 	AuthToken string `json:"auth_token,omitempty"`
+	// DataDir, when set, keeps every pool's exact state there (a Pebble
+	// database) so a relay killed without warning restarts with it.
+	DataDir string `json:"data_dir,omitempty"`
 	// CacheSemantics and RoutingScope name the routing domain; their digests
 	// are XXH3-128 of the strings, marked explicit when set and
 	// default-derived ("ckfrelay/default") otherwise.
