@@ -33,6 +33,23 @@ type Record struct {
 	Reps        []producer.RankReplacement // Replaced
 }
 
+// blocks returns how many blocks r names: what replaying it costs.
+func (r *Record) blocks() uint64 {
+	switch r.Kind {
+	case KindAdmitted:
+		return uint64(r.Event.BlockCount())
+	case KindReplaced:
+		var n uint64
+		for i := range r.Reps {
+			for j := range r.Reps[i].Events {
+				n += uint64(r.Reps[i].Events[j].BlockCount())
+			}
+		}
+		return max(n, 1)
+	}
+	return 1
+}
+
 // appendRecord encodes r: its kind, then varints, and events in the JSON
 // shape of package wire (one codec for events in the whole project).
 func appendRecord(b []byte, r *Record) ([]byte, error) {

@@ -39,9 +39,11 @@ type Options struct {
 	// MaxPending bounds the commands journalled but not yet committed; at
 	// the bound the actor waits for the writer. Default 65,536.
 	MaxPending int
-	// CheckpointEvery is how many journalled commands trigger a new
-	// checkpoint. Default 262,144.
-	CheckpointEvery uint64
+	// CheckpointEvery and CheckpointEveryBlocks are how many journalled
+	// commands, or blocks named by them, trigger a new checkpoint: they bound
+	// the journal a restart replays. Defaults 262,144 and 1,048,576.
+	CheckpointEvery       uint64
+	CheckpointEveryBlocks uint64
 	// Logger receives write errors; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -52,6 +54,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CheckpointEvery == 0 {
 		o.CheckpointEvery = 262144
+	}
+	if o.CheckpointEveryBlocks == 0 {
+		o.CheckpointEveryBlocks = 1 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -121,6 +126,7 @@ type PoolLog struct {
 	position   uint64 // commands journalled (the last one's position)
 	durable    uint64 // the last position committed
 	checkpoint uint64 // the position the stored checkpoint includes
+	blocks     uint64 // blocks named by the commands journalled since the last checkpoint export
 	ckRunning  bool
 	closing    bool
 	stopped    bool // the writer has exited
@@ -305,6 +311,7 @@ func (p *PoolLog) add(r Record) {
 	}
 	p.pending = append(p.pending, r)
 	p.position++
+	p.blocks += r.blocks()
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -343,9 +350,11 @@ func (p *PoolLog) write() {
 				p.durable = first + uint64(len(batch)) - 1
 				p.lastCommit = time.Now()
 			}
-			due := err == nil && !p.ckRunning && p.durable-p.checkpoint >= p.opt.CheckpointEvery && !p.closing
+			due := err == nil && !p.ckRunning && !p.closing &&
+				(p.durable-p.checkpoint >= p.opt.CheckpointEvery || p.blocks >= p.opt.CheckpointEveryBlocks)
 			if due {
 				p.ckRunning = true
+				p.blocks = 0
 			}
 			p.cond.Broadcast()
 			p.mu.Unlock()
