@@ -22,6 +22,7 @@ var allowed = map[string][]string{
 	"consumer":          {"ckf", "wire", "github.com/zeebo/xxh3"},
 	"producer":          {"ckf", "wire", "golang.org/x/sync"},
 	"internal/hub":      {"ckf"},
+	"internal/persist":  {"ckf", "wire", "producer", "github.com/cockroachdb/pebble/v2"},
 	"client":            {"ckf", "consumer", "wire"},
 	"internal/workload": {"ckf", "github.com/zeebo/xxh3"},
 	"wasm/abi":          {"ckf", "consumer", "wire"},

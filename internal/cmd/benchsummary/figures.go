@@ -130,6 +130,12 @@ var figures = []figure{
 	{Name: "wasm_native_delta_apply_images_per_s", Pkg: "./wasm/host", Bench: "BenchmarkDeltaApply/impl=native", Metric: "images/s", Unit: "images/s"},
 	{Name: "wasm_instantiate_configure_ms", Pkg: "./wasm/host", Bench: "BenchmarkInstantiateConfigure/impl=wasm", Metric: "ms/op", Unit: "ms"},
 	{Name: "wasm_query_parallel_pool2_vs_instance", Pkg: "./wasm/host", Bench: "BenchmarkQueryParallel/impl=pool2", Base: "BenchmarkQueryParallel/impl=instance", Metric: "ns/op", Unit: "ratio"},
+	// persist: a relay pool's restart with 1,048,576 tracked blocks (open
+	// the Pebble store, load, replay into a fresh actor), from a checkpoint
+	// and from a journal of 16,384 64-block events. One restart per
+	// iteration; the 1M-block setup runs outside the timer.
+	{Name: "persist_restart_1m_blocks_from_checkpoint_s", Pkg: "./internal/persist", Bench: "BenchmarkRestart/from=checkpoint/blocks=1M", Metric: "s/restart", Unit: "s"},
+	{Name: "persist_restart_1m_blocks_from_journal_s", Pkg: "./internal/persist", Bench: "BenchmarkRestart/from=journal/blocks=1M", Metric: "s/restart", Unit: "s"},
 	// replay: the whole embedded Mooncake synthetic trace (3,993 requests)
 	// through 3 and 16 data centers of 4 workers × 2 ranks × 2048 blocks,
 	// scored against exact ground truth (BenchmarkReplay, one trace per
