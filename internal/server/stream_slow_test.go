@@ -159,3 +159,51 @@ func TestStream_SlowLinkConvergesAfterItsSnapshot(t *testing.T) {
 	}
 	require.Equal(t, 32*perChunk, stored)
 }
+
+// TestStream_LaggedMidSnapshotStopsAtOnce: a subscriber closed lagged while
+// its snapshot is still being written gets the close frame next — not the
+// rest of a snapshot nobody can use — and its hold on the table goes at
+// once.
+func TestStream_LaggedMidSnapshotStopsAtOnce(t *testing.T) {
+	cfg := Config{
+		Pools:              []PoolSpec{{Name: "big", DCID: 1, ExpectedBlocks: 3_000_000, PublishEveryNEvents: 1}},
+		MaxFrameBytes:      256 << 10,
+		SubscriberQueue:    4,
+		HeartbeatInterval:  Duration(time.Hour),
+		StreamWriteTimeout: Duration(time.Hour),
+	}
+	s, ts := startTestServer(t, cfg)
+	p := s.pools["big"]
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest("GET", "/v1/pools/big/stream?consumer=5&lane=0&epoch=1", nil).WithContext(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Handler().ServeHTTP(&pipeWriter{header: http.Header{}, pw: pw}, req)
+		pw.Close()
+	}()
+	t.Cleanup(func() { cancel(); pr.Close(); <-done })
+	sr := &streamReader{t: t, r: wire.NewReader(pr, 0)}
+	require.Equal(t, wire.KindSnapshotChunk, sr.next())
+	require.Equal(t, uint32(0), sr.f.Snapshot.ChunkIndex)
+	seq := p.hub.Stats().Sequence
+	var evs []string
+	for i := range 8 {
+		evs = append(evs, strings.TrimSuffix(strings.TrimPrefix(storedBatchJSON(7, uint64(i+1), 1), "["), "]"))
+	}
+	code, body := post(t, ts.URL+"/v1/pools/big/events?source_epoch=1", "application/json", "["+strings.Join(evs, ",")+"]")
+	require.Equal(t, http.StatusAccepted, code, body)
+	waitSequence(t, p, seq+8)
+	require.Eventually(t, func() bool { return p.hub.Stats().SnapshotBytes == 0 }, 10*time.Second, time.Millisecond,
+		"the lagged subscriber still holds its snapshot")
+	// The chunk written before the end may still be in the pipe; the
+	// close comes right after it.
+	k := sr.next()
+	if k == wire.KindSnapshotChunk {
+		require.Equal(t, uint32(1), sr.f.Snapshot.ChunkIndex)
+		k = sr.next()
+	}
+	require.Equal(t, wire.KindClose, k)
+	require.Equal(t, wire.CloseLagged, sr.f.Close.Reason)
+}
