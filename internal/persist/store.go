@@ -134,6 +134,7 @@ type PoolLog struct {
 	lastCommit time.Time
 
 	handle    producer.Handle
+	ckDone    sync.WaitGroup // a checkpoint in flight
 	wake      chan struct{}
 	done      chan struct{}
 	recovered Recovered
@@ -355,6 +356,7 @@ func (p *PoolLog) write() {
 			if due {
 				p.ckRunning = true
 				p.blocks = 0
+				p.ckDone.Add(1)
 			}
 			p.cond.Broadcast()
 			p.mu.Unlock()
@@ -402,6 +404,7 @@ func (p *PoolLog) takeCheckpoint() {
 		p.mu.Lock()
 		p.ckRunning = false
 		p.mu.Unlock()
+		p.ckDone.Done()
 	}()
 	st, err := p.handle.ExportState(context.Background())
 	if err != nil {
@@ -479,6 +482,9 @@ func (p *PoolLog) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// A checkpoint in flight ends quickly now (the actor has stopped, or
+	// its journal is durable); the store must not close under it.
+	p.ckDone.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.writeErr
