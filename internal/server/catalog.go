@@ -42,6 +42,12 @@ type catalogHub struct {
 	Ready       bool   `json:"ready"`
 	Sequence    uint64 `json:"sequence"`
 	Subscribers int    `json:"subscribers"`
+	// Snapshot generations in flight and the shared delta log, within
+	// snapshot_generations and subscriber_queue(_bytes).
+	SnapshotGenerations int   `json:"snapshot_generations"`
+	SnapshotBytes       int64 `json:"snapshot_bytes"`
+	LogDeltas           int   `json:"log_deltas"`
+	LogBytes            int64 `json:"log_bytes"`
 }
 
 type catalogStats struct {
@@ -104,7 +110,8 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 	for _, p := range s.order {
 		hs := p.hub.Stats()
 		e := catalogPool{Name: p.spec.Name, DCID: p.spec.DCID, Identity: identityJSON(p.handle.Identity()),
-			Hub:         catalogHub{Ready: hs.Ready, Sequence: hs.Sequence, Subscribers: hs.Subscribers},
+			Hub: catalogHub{Ready: hs.Ready, Sequence: hs.Sequence, Subscribers: hs.Subscribers,
+				SnapshotGenerations: hs.SnapshotGenerations, SnapshotBytes: hs.SnapshotBytes, LogDeltas: hs.LogDeltas, LogBytes: hs.LogBytes},
 			Persistence: persistenceJSON(p, time.Unix(0, int64(s.incarnation)))}
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		st, err := p.handle.Stats(ctx)
