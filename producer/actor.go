@@ -17,7 +17,8 @@ const (
 	cmdFlush
 	cmdSubscribe
 	cmdStats
-	cmdPause // test only: see pause_test.go
+	cmdExport // see journal.go
+	cmdPause  // test only: see pause_test.go
 )
 
 // command is one mailbox entry. Apply commands carry no reply channel, so
@@ -39,6 +40,7 @@ type reply struct {
 	err   error
 	sub   *Subscription
 	stats ActorStats
+	state *ExactState
 }
 
 // pause parks the actor inside a command until release closes (tests).
@@ -184,6 +186,8 @@ func (a *actor) handle(c *command) bool {
 		c.reply <- reply{sub: sub, err: err}
 	case cmdStats:
 		c.reply <- reply{stats: a.statsNow()}
+	case cmdExport:
+		c.reply <- reply{state: a.exportState()}
 	case cmdPause:
 		close(c.pause.entered)
 		select {
@@ -227,11 +231,17 @@ func (a *actor) apply(c *command) bool {
 		a.diag.unchanged.Add(1)
 	}
 	if out.FirstError == nil {
+		if a.cfg.Journal != nil {
+			a.cfg.Journal.Admitted(c.epoch, &c.ev)
+		}
 		return true
 	}
 	d, _ := ckf.DispositionOf(ckf.FailurePointOf(out.FirstError))
 	cat, isFault := CategoryOf(d.Action)
 	if !isFault {
+		if a.cfg.Journal != nil {
+			a.cfg.Journal.Admitted(c.epoch, &c.ev)
+		}
 		// A capacity omission is a pre-commit, lossy-index omission: exact
 		// state is kept and a later store re-offers the block. Never a fault.
 		a.stats.CapacityOmissionEvents++
@@ -322,6 +332,9 @@ func (a *actor) replace(c *command) error {
 		a.epochs.set(r.Member, r.SourceEpoch)
 		a.epochs.settle(r.Member, a.pool.MemberBlocks(r.Member) > 0)
 	}
+	if a.cfg.Journal != nil {
+		a.cfg.Journal.Replaced(c.reps)
+	}
 	// The swap committed: a publication problem is the stream's (the
 	// publisher fences and the next subscriber's snapshot covers it), not
 	// the replacement's.
@@ -353,6 +366,9 @@ func (a *actor) reset(c *command) (ok bool, err error) {
 	}
 	a.epochs.set(c.member, c.epoch)
 	a.epochs.settle(c.member, false)
+	if a.cfg.Journal != nil {
+		a.cfg.Journal.Reset(c.epoch, c.member, c.degraded)
+	}
 	if c.degraded {
 		a.stats.DegradedResets++
 		if a.diag != nil {

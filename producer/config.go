@@ -53,6 +53,9 @@ type Config struct {
 	Diagnostics bool
 	// Logger receives rate-limited warnings; nil means slog.Default().
 	Logger *slog.Logger
+	// Journal, when set, receives every command that changed the exact
+	// state, in order (see [Journal]); nil journals nothing.
+	Journal Journal
 }
 
 // DefaultConfig returns the defaults of SPEC §7.

@@ -663,11 +663,11 @@ func TestE2E_SubscriberFloodIsBounded(t *testing.T) {
 		t.Skip("no /proc: RSS not measured")
 	}
 	growth := rss1 - rss0
-	// The bound per subscriber: its queue (pointers to shared deltas,
-	// allocated up front), its handler goroutine, connection and frame
-	// buffers. Snapshots share the hub's table, so the 4 MiB table is
-	// copied at most once for the whole flood (no deltas arrive during it).
-	perSub := int64(server.DefaultSubscriberQueue)*8 + 256<<10
+	// The bound per subscriber: its handler goroutine, connection and frame
+	// buffers (the delta log is shared). Snapshots share the hub's
+	// generations, so the 4 MiB table is copied at most once for the whole
+	// flood (no deltas arrive during it).
+	perSub := int64(288 << 10)
 	bound := max*perSub + int64(len(words))*8 + 32<<20
 	t.Logf("RSS %d MiB → %d MiB with %d subscribers: %d KiB each (snapshot %d KiB, bound %d KiB each)",
 		rss0>>20, rss1>>20, max, growth/max>>10, len(words)*8>>10, perSub>>10)

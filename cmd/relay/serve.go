@@ -45,6 +45,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	key := fs.String("tls-key", "", "TLS key file (env CKFRELAY_TLS_KEY)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	natsURL := fs.String("nats-url", "", "broadcast every pool's frames through this NATS JetStream server (env CKFRELAY_NATS_URL; off when unset)")
+	dataDir := fs.String("data-dir", "", "directory that keeps the pools' exact state across a crash (env CKFRELAY_DATA_DIR; off when unset)")
 	var pools poolFlags
 	fs.Var(&pools, "pool", "a pool: name:dc=ID[,expected=N][,seed=S][,cadence=N][,delay=D][,kicks=N] (repeatable; env CKFRELAY_POOLS, ';'-separated)")
 	var sources []string
@@ -79,6 +80,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	envStr(&cfg.TLSCertFile, "CKFRELAY_TLS_CERT")
 	envStr(&cfg.TLSKeyFile, "CKFRELAY_TLS_KEY")
 	envStr(&cfg.NATS.URL, "CKFRELAY_NATS_URL")
+	envStr(&cfg.DataDir, "CKFRELAY_DATA_DIR")
 	if v := os.Getenv("CKFRELAY_MAX_SUBSCRIBERS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -94,7 +96,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 		}
 	}
 	setToken(*token, *tokenFile)
-	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key, &cfg.NATS.URL: *natsURL} {
+	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key, &cfg.NATS.URL: *natsURL, &cfg.DataDir: *dataDir} {
 		if v != "" {
 			*dst = v
 		}

@@ -78,7 +78,10 @@ type Pool struct {
 	Stats     *Stats   `json:"stats,omitempty"`
 	// Sources are the engine sources the pool subscribes to (docs/ingest.md).
 	Sources []SourceStatus `json:"sources,omitempty"`
-	Error   string         `json:"error,omitempty"`
+	// Persistence is set with a data dir: what was recovered at start and
+	// how far the journal has reached the disk.
+	Persistence *Persistence `json:"persistence,omitempty"`
+	Error       string       `json:"error,omitempty"`
 }
 
 // Identity is the pool's current producer identity (SPEC §2): with DCID it
@@ -108,6 +111,12 @@ type Hub struct {
 	Ready       bool `json:"ready"`
 	Sequence    U64  `json:"sequence"`
 	Subscribers int  `json:"subscribers"`
+	// Snapshot generations in flight and the shared delta log, within
+	// snapshot_generations and subscriber_queue(_bytes).
+	SnapshotGenerations int `json:"snapshot_generations"`
+	SnapshotBytes       U64 `json:"snapshot_bytes"`
+	LogDeltas           int `json:"log_deltas"`
+	LogBytes            U64 `json:"log_bytes"`
 }
 
 // Stats is the pool's exact state, read from its actor.
@@ -274,4 +283,21 @@ type RankStatus struct {
 	Seq       int64  `json:"seq"`
 	Reason    string `json:"reason,omitempty"`
 	Publisher string `json:"publisher,omitempty"`
+}
+
+// Persistence is a pool's crash-recovery state (data_dir).
+type Persistence struct {
+	// Recovered says the pool started from stored state; RecoveredAgeSeconds
+	// is how old that state was when the relay started (since its last
+	// write), StateWrittenAt when it was written (RFC 3339).
+	Recovered           bool    `json:"recovered"`
+	StateWrittenAt      string  `json:"state_written_at,omitempty"`
+	RecoveredAgeSeconds float64 `json:"recovered_age_seconds,omitempty"`
+	RecoveredBlocks     int     `json:"recovered_checkpoint_blocks,omitempty"`
+	// JournalPosition counts the commands journalled, DurablePosition those
+	// on disk; CheckpointPosition is where the stored checkpoint stands.
+	JournalPosition    U64    `json:"journal_position"`
+	DurablePosition    U64    `json:"durable_position"`
+	CheckpointPosition U64    `json:"checkpoint_position"`
+	WriteError         string `json:"write_error,omitempty"`
 }

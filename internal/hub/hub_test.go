@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
+
+const testBuckets = 16
 
 var testIdentity = ckf.ProducerIdentity{
 	Pool:                ckf.PoolID{DCID: 7},
 	ProducerIncarnation: 1,
-	Format:              ckf.NewFormat(ckf.DefaultSeed, 16),
+	Format:              ckf.NewFormat(ckf.DefaultSeed, testBuckets),
 }
 
 func lease(consumer uint64, lane uint8, epoch uint64) ckf.LaneLease {
@@ -24,10 +27,8 @@ func lease(consumer uint64, lane uint8, epoch uint64) ckf.LaneLease {
 func newReadyHub(t *testing.T, cfg Config) *Hub {
 	t.Helper()
 	h, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.Install(ckf.Snapshot{Identity: testIdentity, Lease: lease(0, 0, 1), Sequence: 10, Words: make([]uint64, 16)})
+	require.NoError(t, err)
+	h.Install(ckf.Snapshot{Identity: testIdentity, Lease: lease(0, 0, 1), Sequence: 10, Words: make([]uint64, testBuckets)})
 	return h
 }
 
@@ -35,76 +36,75 @@ func delta(base uint64, images ...ckf.BucketImage) ckf.Delta {
 	return ckf.Delta{Identity: testIdentity, Lease: lease(0, 0, 1), BaseSequence: base, Sequence: base + 1, Images: images}
 }
 
-func TestHub_SubscribeBeforeInstallIsNotReady(t *testing.T) {
-	h, _ := New(DefaultConfig())
-	if _, _, err := h.Subscribe(lease(1, 0, 1)); !errors.Is(err, ErrNotReady) {
-		t.Fatalf("Subscribe before Install: err = %v, want ErrNotReady", err)
+func subscribe(t *testing.T, h *Hub, l ckf.LaneLease) *Subscription {
+	t.Helper()
+	s, err := h.Subscribe(l)
+	require.NoError(t, err)
+	return s
+}
+
+// readSnapshot reads s's whole snapshot, per words at a time.
+func readSnapshot(t *testing.T, s *Subscription, per int) []uint64 {
+	t.Helper()
+	words := make([]uint64, s.Snapshot().Identity.Format.BucketCount)
+	for off := 0; off < len(words); {
+		n, err := s.ReadSnapshot(off, words[off:min(off+per, len(words))])
+		require.NoError(t, err)
+		off += n
 	}
+	return words
+}
+
+func TestHub_SubscribeBeforeInstallIsNotReady(t *testing.T) {
+	h, err := New(DefaultConfig())
+	require.NoError(t, err)
+	_, err = h.Subscribe(lease(1, 0, 1))
+	require.ErrorIs(t, err, ErrNotReady)
 }
 
 func TestHub_SnapshotThenRestampedContinuation(t *testing.T) {
 	h := newReadyHub(t, DefaultConfig())
-	if err := h.Apply(delta(10, ckf.BucketImage{Bucket: 3, Word: 0xAB})); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, h.Apply(delta(10, ckf.BucketImage{Bucket: 3, Word: 0xAB})))
 	l := lease(42, 5, 9)
-	snap, sub, err := h.Subscribe(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if snap.Sequence != 11 || snap.Lease != l || snap.Identity != testIdentity || snap.Words[3] != 0xAB {
-		t.Fatalf("snapshot = seq %d lease %+v word[3] %#x; want seq 11, the subscriber's lease, word 0xAB", snap.Sequence, snap.Lease, snap.Words[3])
-	}
-	if err := h.Apply(delta(11, ckf.BucketImage{Bucket: 3, Word: 0}, ckf.BucketImage{Bucket: 4, Word: 1})); err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribe(t, h, l)
+	snap := sub.Snapshot()
+	assert.Equal(t, uint64(11), snap.Sequence)
+	assert.Equal(t, l, snap.Lease)
+	assert.Equal(t, testIdentity, snap.Identity)
+	assert.Nil(t, snap.Words, "the words are read with ReadSnapshot")
+	require.NoError(t, h.Apply(delta(11, ckf.BucketImage{Bucket: 3, Word: 0}, ckf.BucketImage{Bucket: 4, Word: 1})))
+	// The snapshot is the state at its sequence, whatever happened since.
+	words := readSnapshot(t, sub, 5)
+	assert.Equal(t, uint64(0xAB), words[3])
+	assert.Zero(t, words[4])
+	_, err := sub.ReadSnapshot(0, words)
+	require.ErrorIs(t, err, ErrSnapshotRead)
 	d, err := sub.Next(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.BaseSequence != 11 || d.Sequence != 12 || d.Lease != l || len(d.Images) != 2 {
-		t.Fatalf("delta = %d→%d lease %+v, %d images; want 11→12 under the subscriber's lease, 2 images", d.BaseSequence, d.Sequence, d.Lease, len(d.Images))
-	}
-	// The snapshot is the subscriber's own copy.
-	if snap.Words[3] != 0xAB {
-		t.Fatalf("snapshot word changed under the subscriber: %#x", snap.Words[3])
-	}
+	require.NoError(t, err)
+	assert.Equal(t, uint64(11), d.BaseSequence)
+	assert.Equal(t, uint64(12), d.Sequence)
+	assert.Equal(t, l, d.Lease)
+	assert.Len(t, d.Images, 2)
 }
 
 func TestHub_LaggedSubscriberIsClosedAndNeedsHigherEpoch(t *testing.T) {
 	h := newReadyHub(t, Config{QueueDeltas: 2, MaxSubscribers: 4})
-	_, slow, err := h.Subscribe(lease(1, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, fast, err := h.Subscribe(lease(2, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	slow := subscribe(t, h, lease(1, 0, 1))
+	fast := subscribe(t, h, lease(2, 0, 1))
+	readSnapshot(t, fast, testBuckets)
 	for seq := uint64(10); seq < 13; seq++ {
-		if err := h.Apply(delta(seq, ckf.BucketImage{Bucket: 1, Word: seq})); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fast.Next(context.Background()); err != nil {
-			t.Fatalf("fast subscriber: %v", err)
-		}
+		require.NoError(t, h.Apply(delta(seq, ckf.BucketImage{Bucket: 1, Word: seq})))
+		_, err := fast.Next(context.Background())
+		require.NoError(t, err, "fast subscriber")
 	}
-	if _, err := slow.Next(context.Background()); !errors.Is(err, ErrLagged) {
-		t.Fatalf("slow subscriber Next: err = %v, want ErrLagged (never a silent skip)", err)
-	}
-	if got := h.Stats().Subscribers; got != 1 {
-		t.Fatalf("subscribers after lag = %d, want 1 (slot freed)", got)
-	}
-	if _, _, err := h.Subscribe(lease(1, 0, 1)); !errors.Is(err, ErrStaleEpoch) {
-		t.Fatalf("resubscribe with the same epoch: err = %v, want ErrStaleEpoch", err)
-	}
-	snap, _, err := h.Subscribe(lease(1, 0, 2))
-	if err != nil {
-		t.Fatalf("resubscribe with a higher epoch: %v", err)
-	}
-	if snap.Sequence != 13 || snap.Words[1] != 12 {
-		t.Fatalf("fresh snapshot at %d word %d, want 13 and 12", snap.Sequence, snap.Words[1])
-	}
+	_, err := slow.Next(context.Background())
+	require.ErrorIs(t, err, ErrLagged, "never a silent skip")
+	assert.Equal(t, 1, h.Stats().Subscribers, "slot freed")
+	_, err = h.Subscribe(lease(1, 0, 1))
+	require.ErrorIs(t, err, ErrStaleEpoch)
+	again := subscribe(t, h, lease(1, 0, 2))
+	assert.Equal(t, uint64(13), again.Snapshot().Sequence)
+	assert.Equal(t, uint64(12), readSnapshot(t, again, 4)[1])
 }
 
 func TestHub_EndCausesDrainQueuedDeltasFirst(t *testing.T) {
@@ -115,69 +115,58 @@ func TestHub_EndCausesDrainQueuedDeltasFirst(t *testing.T) {
 	}{
 		{"close", func(h *Hub) { h.Close(nil) }, ErrClosed},
 		{"reinstall", func(h *Hub) {
-			h.Install(ckf.Snapshot{Identity: testIdentity, Sequence: 0, Words: make([]uint64, 16)})
+			h.Install(ckf.Snapshot{Identity: testIdentity, Sequence: 0, Words: make([]uint64, testBuckets)})
 		}, ErrProducerChanged},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			h := newReadyHub(t, DefaultConfig())
-			_, sub, _ := h.Subscribe(lease(1, 0, 1))
-			_ = h.Apply(delta(10, ckf.BucketImage{Bucket: 2, Word: 5}))
+			sub := subscribe(t, h, lease(1, 0, 1))
+			readSnapshot(t, sub, testBuckets)
+			require.NoError(t, h.Apply(delta(10, ckf.BucketImage{Bucket: 2, Word: 5})))
 			c.end(h)
 			d, err := sub.Next(context.Background())
-			if err != nil || d.Sequence != 11 {
-				t.Fatalf("first Next after end = (seq %d, %v), want the queued delta 11", d.Sequence, err)
-			}
-			if _, err := sub.Next(context.Background()); !errors.Is(err, c.want) {
-				t.Fatalf("second Next = %v, want %v", err, c.want)
-			}
+			require.NoError(t, err)
+			assert.Equal(t, uint64(11), d.Sequence, "the delta logged before the end")
+			_, err = sub.Next(context.Background())
+			require.ErrorIs(t, err, c.want)
 		})
 	}
 }
 
 func TestHub_BrokenStreamEndsSubscribersAndRefusesNew(t *testing.T) {
-	h := newReadyHub(t, DefaultConfig())
-	_, sub, _ := h.Subscribe(lease(1, 0, 1))
 	bad := []ckf.Delta{
 		delta(9),  // behind
 		delta(11), // gap
 		{Identity: testIdentity, BaseSequence: 10, Sequence: 12},
 		{Identity: ckf.ProducerIdentity{ProducerIncarnation: 2}, BaseSequence: 10, Sequence: 11},
-		delta(10, ckf.BucketImage{Bucket: 16, Word: 1}),
+		delta(10, ckf.BucketImage{Bucket: testBuckets, Word: 1}),
 	}
 	for i, d := range bad {
 		h := newReadyHub(t, DefaultConfig())
-		if err := h.Apply(d); !errors.Is(err, ErrBrokenStream) {
-			t.Errorf("case %d: Apply = %v, want ErrBrokenStream", i, err)
-		}
-		if _, _, err := h.Subscribe(lease(1, 0, 1)); !errors.Is(err, ErrNotReady) {
-			t.Errorf("case %d: Subscribe after break = %v, want ErrNotReady", i, err)
-		}
-	}
-	if err := h.Apply(delta(11)); !errors.Is(err, ErrBrokenStream) {
-		t.Fatalf("Apply gap = %v", err)
-	}
-	if _, err := sub.Next(context.Background()); !errors.Is(err, ErrBrokenStream) {
-		t.Fatalf("subscriber after break: %v, want ErrBrokenStream", err)
+		sub := subscribe(t, h, lease(1, 0, 1))
+		require.ErrorIs(t, h.Apply(d), ErrBrokenStream, "case %d", i)
+		_, err := h.Subscribe(lease(2, 0, 1))
+		require.ErrorIs(t, err, ErrNotReady, "case %d: subscribe after the break", i)
+		_, err = sub.Next(context.Background())
+		require.ErrorIs(t, err, ErrBrokenStream, "case %d: subscriber after the break", i)
 	}
 }
 
 func TestHub_MaxSubscribersAndCancel(t *testing.T) {
 	h := newReadyHub(t, Config{QueueDeltas: 1, MaxSubscribers: 2})
-	_, a, _ := h.Subscribe(lease(1, 0, 1))
-	_, _, _ = h.Subscribe(lease(2, 0, 1))
-	if _, _, err := h.Subscribe(lease(3, 0, 1)); !errors.Is(err, ErrTooManySubscribers) {
-		t.Fatalf("third subscriber: %v, want ErrTooManySubscribers", err)
-	}
+	a := subscribe(t, h, lease(1, 0, 1))
+	subscribe(t, h, lease(2, 0, 1))
+	_, err := h.Subscribe(lease(3, 0, 1))
+	require.ErrorIs(t, err, ErrTooManySubscribers)
 	a.Cancel()
-	if _, _, err := h.Subscribe(lease(3, 0, 1)); err != nil {
-		t.Fatalf("after cancel: %v", err)
-	}
+	subscribe(t, h, lease(3, 0, 1))
 }
 
-// TestHub_hammer feeds random deltas while subscribers join, read and apply
-// them to their own tables. After Close every subscriber that was not lagged
-// holds exactly the mirror's final words.
+// TestHub_hammer feeds random deltas while subscribers join, read their
+// snapshots a few words at a time and apply deltas to their own tables. After
+// Close every subscriber that was not lagged holds exactly the mirror's final
+// words.
 func TestHub_hammer(t *testing.T) {
 	const subscribers, deltas = 8, 2000
 	h := newReadyHub(t, Config{QueueDeltas: 64, MaxSubscribers: subscribers})
@@ -190,13 +179,21 @@ func TestHub_hammer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			snap, sub, err := h.Subscribe(lease(uint64(i), 0, 1))
+			sub, err := h.Subscribe(lease(uint64(i), 0, 1))
 			subscribed.Done()
-			if err != nil {
-				t.Errorf("subscribe: %v", err)
+			if !assert.NoError(t, err) {
 				return
 			}
-			words, seq := slices.Clone(snap.Words), snap.Sequence // snapshots are shared: copy to write
+			words, seq := make([]uint64, testBuckets), sub.Snapshot().Sequence
+			for off := 0; off < len(words); {
+				n, err := sub.ReadSnapshot(off, words[off:min(off+1+i, len(words))])
+				if err != nil {
+					assert.ErrorIs(t, err, ErrLagged)
+					results <- nil
+					return
+				}
+				off += n
+			}
 			for {
 				d, err := sub.Next(context.Background())
 				if errors.Is(err, ErrLagged) {
@@ -204,12 +201,11 @@ func TestHub_hammer(t *testing.T) {
 					return
 				}
 				if err != nil {
+					assert.ErrorIs(t, err, ErrClosed, "subscriber %d", i)
 					results <- words
 					return
 				}
-				if d.BaseSequence != seq {
-					t.Errorf("subscriber %d: delta base %d, held %d", i, d.BaseSequence, seq)
-				}
+				assert.Equal(t, seq, d.BaseSequence, "subscriber %d", i)
 				for _, im := range d.Images {
 					words[im.Bucket] = im.Word
 				}
@@ -219,63 +215,180 @@ func TestHub_hammer(t *testing.T) {
 	}
 	close(start)
 	rng := rand.New(rand.NewPCG(1, 2))
-	want := make([]uint64, 16)
+	want := make([]uint64, testBuckets)
 	for seq := uint64(10); seq < 10+deltas; seq++ {
-		im := ckf.BucketImage{Bucket: uint32(rng.IntN(16)), Word: rng.Uint64()}
+		im := ckf.BucketImage{Bucket: uint32(rng.IntN(testBuckets)), Word: rng.Uint64()}
 		want[im.Bucket] = im.Word
-		if err := h.Apply(delta(seq, im)); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, h.Apply(delta(seq, im)))
 	}
 	subscribed.Wait() // every subscriber joined somewhere in the stream
 	h.Close(nil)
 	wg.Wait()
 	close(results)
 	for words := range results {
-		if words != nil && !slices.Equal(words, want) {
-			t.Fatalf("a subscriber's table differs from the mirror")
+		if words != nil {
+			require.Equal(t, want, words, "a subscriber's table differs from the mirror")
 		}
 	}
 }
 
-// Snapshots share one table until the next delta, which copies it: a flood of
-// subscribers costs one copy, and a lent snapshot never changes under its
-// reader.
-func TestHub_SnapshotsShareTheTableCopyOnWrite(t *testing.T) {
-	h := newReadyHub(t, Config{QueueDeltas: 4, MaxSubscribers: 4})
-	s1, _, err := h.Subscribe(lease(1, 0, 1))
-	if err != nil {
-		t.Fatal(err)
+// Snapshots share immutable generations of the mirror: subscribers that
+// arrive while the log behind the newest generation is short start from it
+// (however many deltas came in between), a generation is freed when its last
+// reader has read it, and never more than SnapshotGenerations are live, so
+// slow readers cost at most that many tables, not one each (issue 12).
+func TestHub_SnapshotGenerationsAreSharedAndBounded(t *testing.T) {
+	h := newReadyHub(t, Config{QueueDeltas: 8, MaxSubscribers: 64, SnapshotGenerations: 2})
+	tableBytes := int64(8 * testBuckets)
+	seq := uint64(10)
+	apply := func() {
+		require.NoError(t, h.Apply(delta(seq, ckf.BucketImage{Bucket: uint32(seq % testBuckets), Word: seq})))
+		seq++
 	}
-	s2, _, err := h.Subscribe(lease(2, 0, 1))
-	if err != nil {
-		t.Fatal(err)
+	var subs []*Subscription
+	for i := range 40 { // a slow subscriber (it reads nothing) after every delta
+		subs = append(subs, subscribe(t, h, lease(uint64(i), 0, 1)))
+		apply()
+		st := h.Stats()
+		require.LessOrEqual(t, st.SnapshotGenerations, 2, "after %d slow subscribers", i+1)
+		require.LessOrEqual(t, st.SnapshotBytes, 2*tableBytes)
 	}
-	if &s1.Words[0] != &s2.Words[0] {
-		t.Error("two snapshots at one sequence hold two copies, want one shared table")
+	// Each snapshot is exactly the mirror at its own sequence: replay.
+	for _, s := range subs {
+		if s.Err() != nil {
+			require.ErrorIs(t, s.Err(), ErrLagged) // its generation's continuation left the log
+			continue
+		}
+		words := readSnapshot(t, s, 3)
+		at := s.Snapshot().Sequence
+		for b := range words {
+			// Bucket b was last written by delta base ≡ b (mod 16) at or before at.
+			want := uint64(0)
+			for q := uint64(10); q < at; q++ {
+				if q%testBuckets == uint64(b) {
+					want = q
+				}
+			}
+			require.Equal(t, want, words[b], "snapshot at %d, bucket %d", at, b)
+		}
 	}
-	before := slices.Clone(s1.Words)
-	if err := h.Apply(delta(s1.Sequence, ckf.BucketImage{Bucket: 3, Word: 0xfeed})); err != nil {
-		t.Fatal(err)
+	st := h.Stats()
+	assert.Zero(t, st.SnapshotGenerations, "every snapshot read or ended: no generation left")
+	assert.Zero(t, st.SnapshotBytes)
+	// Readers that took their snapshot go on from its sequence.
+	for _, s := range subs {
+		if s.Err() == nil {
+			d, err := s.Next(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, s.Snapshot().Sequence, d.BaseSequence)
+		}
 	}
-	if !slices.Equal(s1.Words, before) {
-		t.Error("a delta applied after the snapshot changed the lent words")
+}
+
+// A subscriber closed lagged in the middle of its snapshot must not keep it:
+// the generation goes at once, and reading on reports the end (the relay
+// stops writing to it).
+func TestHub_LaggedMidSnapshotReleasesItsGeneration(t *testing.T) {
+	h := newReadyHub(t, Config{QueueDeltas: 2, MaxSubscribers: 4})
+	sub := subscribe(t, h, lease(1, 0, 1))
+	buf := make([]uint64, 4)
+	_, err := sub.ReadSnapshot(0, buf)
+	require.NoError(t, err)
+	require.Equal(t, 1, h.Stats().SnapshotGenerations)
+	for seq := uint64(10); seq < 13; seq++ {
+		require.NoError(t, h.Apply(delta(seq, ckf.BucketImage{Bucket: 1, Word: seq})))
 	}
-	s3, sub3, err := h.Subscribe(lease(3, 0, 1))
-	if err != nil {
-		t.Fatal(err)
+	require.ErrorIs(t, sub.Err(), ErrLagged)
+	st := h.Stats()
+	assert.Zero(t, st.SnapshotGenerations)
+	assert.Zero(t, st.SnapshotBytes)
+	assert.Zero(t, st.LogDeltas, "nobody needs the log any more")
+	_, err = sub.ReadSnapshot(4, buf)
+	require.ErrorIs(t, err, ErrLagged)
+}
+
+// The log holds only what the furthest-behind subscriber needs, and nothing
+// without subscribers.
+func TestHub_LogKeepsOnlyWhatSubscribersNeed(t *testing.T) {
+	h := newReadyHub(t, Config{QueueDeltas: 100, MaxSubscribers: 4})
+	for seq := uint64(10); seq < 20; seq++ {
+		require.NoError(t, h.Apply(delta(seq, ckf.BucketImage{Bucket: 1, Word: seq})))
 	}
-	if s3.Words[3] != 0xfeed || &s3.Words[0] == &s1.Words[0] {
-		t.Errorf("snapshot after the delta: word 3 = %#x, shared with the old one %v; want 0xfeed in a new table", s3.Words[3], &s3.Words[0] == &s1.Words[0])
+	assert.Zero(t, h.Stats().LogDeltas)
+	sub := subscribe(t, h, lease(1, 0, 1))
+	readSnapshot(t, sub, testBuckets)
+	for seq := uint64(20); seq < 25; seq++ {
+		require.NoError(t, h.Apply(delta(seq, ckf.BucketImage{Bucket: 1, Word: seq})))
 	}
-	// The shared delta reaches each subscriber under its own lease.
-	if err := h.Apply(delta(s3.Sequence, ckf.BucketImage{Bucket: 4, Word: 1})); err != nil {
-		t.Fatal(err)
+	assert.Equal(t, 5, h.Stats().LogDeltas)
+	for range 3 {
+		_, err := sub.Next(context.Background())
+		require.NoError(t, err)
 	}
-	d, err := sub3.Next(context.Background())
-	if err != nil || d.Lease != lease(3, 0, 1) {
-		t.Errorf("Next = %+v, %v; want the delta under lease 3/0/1", d.Lease, err)
+	require.NoError(t, h.Apply(delta(25)))
+	st := h.Stats()
+	assert.Equal(t, 3, st.LogDeltas, "23→24, 24→25 and 25→26 are still unread")
+	assert.Positive(t, st.LogBytes)
+}
+
+// The shared log is bounded in bytes too: a burst of large deltas lags the
+// subscribers that fall behind it, whatever the delta count.
+func TestHub_LogBytesBound(t *testing.T) {
+	big := make([]ckf.BucketImage, 1000)
+	h := newReadyHub(t, Config{QueueDeltas: 1 << 20, QueueBytes: 64 << 10, MaxSubscribers: 4})
+	sub := subscribe(t, h, lease(1, 0, 1))
+	seq := uint64(10)
+	for ; sub.Err() == nil; seq++ {
+		require.NoError(t, h.Apply(delta(seq, big...)))
+		require.LessOrEqual(t, h.Stats().LogBytes, int64(64<<10))
 	}
+	require.ErrorIs(t, sub.Err(), ErrLagged)
+	assert.Equal(t, uint64(15), seq, "four 16 KB deltas fit in 64 KiB, the fifth (14→15) does not")
+}
+
+// TestHub_SlowSnapshotReaderCatchesUp: a reader that takes its snapshot a
+// word at a time while the pool publishes, here 40 deltas per word read
+// (640 over the snapshot, far more than a per-subscriber queue of 64 ever
+// held), finds every delta since in the shared log and converges to the
+// mirror. The interleaving is the test's own: no goroutines, no timing.
+func TestHub_SlowSnapshotReaderCatchesUp(t *testing.T) {
+	h := newReadyHub(t, Config{QueueDeltas: 1024, MaxSubscribers: 4})
+	sub := subscribe(t, h, lease(1, 0, 1))
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := make([]uint64, testBuckets)
+	seq := uint64(10)
+	publish := func(n int) {
+		for range n {
+			im := ckf.BucketImage{Bucket: uint32(rng.IntN(testBuckets)), Word: rng.Uint64()}
+			want[im.Bucket] = im.Word
+			require.NoError(t, h.Apply(delta(seq, im)))
+			seq++
+		}
+	}
+	words := make([]uint64, testBuckets)
+	for off := range testBuckets {
+		_, err := sub.ReadSnapshot(off, words[off:off+1])
+		require.NoError(t, err)
+		publish(40)
+	}
+	at := sub.Snapshot().Sequence
+	for {
+		d, ok, err := sub.Poll()
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		require.Equal(t, at, d.BaseSequence)
+		for _, im := range d.Images {
+			words[im.Bucket] = im.Word
+		}
+		at = d.Sequence
+		if at%7 == 0 {
+			publish(1) // the pool goes on while it catches up
+		}
+	}
+	assert.Equal(t, seq, at)
+	assert.Equal(t, want, words)
 }
 
 // A router whose idle timeout fired on a half-open connection resubscribes
@@ -283,71 +396,43 @@ func TestHub_SnapshotsShareTheTableCopyOnWrite(t *testing.T) {
 // once with ErrSuperseded and frees its slot; other lanes are untouched.
 func TestHub_HigherEpochSupersedesTheLaneStream(t *testing.T) {
 	h := newReadyHub(t, Config{QueueDeltas: 4, MaxSubscribers: 4})
-	_, old, err := h.Subscribe(lease(1, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, otherLane, _ := h.Subscribe(lease(1, 1, 1))
-	_, otherConsumer, _ := h.Subscribe(lease(2, 0, 1))
-	if err := h.Apply(delta(10, ckf.BucketImage{Bucket: 1, Word: 1})); err != nil {
-		t.Fatal(err)
-	}
-	snap, cur, err := h.Subscribe(lease(1, 0, 2))
-	if err != nil {
-		t.Fatalf("resubscribe under a higher epoch: %v", err)
-	}
+	old := subscribe(t, h, lease(1, 0, 1))
+	otherLane := subscribe(t, h, lease(1, 1, 1))
+	otherConsumer := subscribe(t, h, lease(2, 0, 1))
+	require.NoError(t, h.Apply(delta(10, ckf.BucketImage{Bucket: 1, Word: 1})))
+	cur := subscribe(t, h, lease(1, 0, 2))
 	select {
 	case <-old.Done():
 	default:
 		t.Fatal("the older stream of the lane is still live after a newer lease was granted")
 	}
-	if !errors.Is(old.Err(), ErrSuperseded) {
-		t.Fatalf("older stream ended with %v, want ErrSuperseded", old.Err())
-	}
-	// Its lease is fenced: the delta still queued is not handed out.
-	if _, err := old.Next(context.Background()); !errors.Is(err, ErrSuperseded) {
-		t.Fatalf("Next on the superseded stream = %v, want ErrSuperseded at once", err)
-	}
-	if got := h.Stats().Subscribers; got != 3 {
-		t.Fatalf("subscribers = %d, want 3 (the zombie's slot is freed)", got)
-	}
+	require.ErrorIs(t, old.Err(), ErrSuperseded)
+	// Its lease is fenced: the delta still logged is not handed out.
+	_, err := old.Next(context.Background())
+	require.ErrorIs(t, err, ErrSuperseded)
+	assert.Equal(t, 3, h.Stats().Subscribers, "the zombie's slot is freed")
 	for _, s := range []*Subscription{otherLane, otherConsumer} {
-		if s.Err() != nil {
-			t.Fatalf("lease %+v ended with %v; only the same (consumer, lane) is superseded", s.Lease(), s.Err())
-		}
+		require.NoError(t, s.Err(), "lease %+v: only the same (consumer, lane) is superseded", s.Lease())
 	}
-	if err := h.Apply(delta(11)); err != nil {
-		t.Fatal(err)
-	}
-	if d, err := cur.Next(context.Background()); err != nil || d.BaseSequence != snap.Sequence {
-		t.Fatalf("new stream Next = (%d→%d, %v), want the delta after its snapshot at %d", d.BaseSequence, d.Sequence, err, snap.Sequence)
-	}
+	require.NoError(t, h.Apply(delta(11)))
+	d, err := cur.Next(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, cur.Snapshot().Sequence, d.BaseSequence)
 	// A refused (stale) request supersedes nothing.
-	if _, _, err := h.Subscribe(lease(1, 0, 2)); !errors.Is(err, ErrStaleEpoch) {
-		t.Fatalf("same epoch again: %v, want ErrStaleEpoch", err)
-	}
-	if cur.Err() != nil {
-		t.Fatalf("a stale request ended the live stream: %v", cur.Err())
-	}
+	_, err = h.Subscribe(lease(1, 0, 2))
+	require.ErrorIs(t, err, ErrStaleEpoch)
+	require.NoError(t, cur.Err())
 }
 
 // At the subscriber limit, the lane's own zombie must not block its
 // replacement: its slot passes to the new lease.
 func TestHub_SupersedeAtTheSubscriberLimit(t *testing.T) {
 	h := newReadyHub(t, Config{QueueDeltas: 1, MaxSubscribers: 1})
-	_, old, err := h.Subscribe(lease(1, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := h.Subscribe(lease(2, 0, 1)); !errors.Is(err, ErrTooManySubscribers) {
-		t.Fatalf("another lane at the limit: %v, want ErrTooManySubscribers", err)
-	}
-	if _, _, err := h.Subscribe(lease(1, 0, 2)); err != nil {
-		t.Fatalf("the same lane under a higher epoch at the limit: %v, want its slot", err)
-	}
-	if !errors.Is(old.Err(), ErrSuperseded) {
-		t.Fatalf("older stream: %v, want ErrSuperseded", old.Err())
-	}
+	old := subscribe(t, h, lease(1, 0, 1))
+	_, err := h.Subscribe(lease(2, 0, 1))
+	require.ErrorIs(t, err, ErrTooManySubscribers)
+	subscribe(t, h, lease(1, 0, 2))
+	require.ErrorIs(t, old.Err(), ErrSuperseded)
 }
 
 // Lease records are keyed by client-chosen ids: subscribe-then-cancel under
@@ -357,48 +442,36 @@ func TestHub_SupersedeAtTheSubscriberLimit(t *testing.T) {
 func TestHub_LeaseRecordsAreBounded(t *testing.T) {
 	const maxRecords = 8
 	h := newReadyHub(t, Config{QueueDeltas: 1, MaxSubscribers: 2, MaxLeaseRecords: maxRecords})
-	_, live, err := h.Subscribe(lease(0, 0, 5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, idle, _ := h.Subscribe(lease(1, 0, 9))
-	idle.Cancel()
+	live := subscribe(t, h, lease(0, 0, 5))
+	subscribe(t, h, lease(1, 0, 9)).Cancel()
 	for c := uint64(100); c < 10_100; c++ {
-		_, s, err := h.Subscribe(lease(c, 3, 1))
-		if err != nil {
-			t.Fatalf("subscribe %d: %v", c, err)
-		}
-		s.Cancel()
-		if n := h.Stats().LeaseRecords; n > maxRecords {
-			t.Fatalf("after %d subscribe-then-cancel calls: %d lease records, want ≤ %d", c-99, n, maxRecords)
-		}
+		subscribe(t, h, lease(c, 3, 1)).Cancel()
+		require.LessOrEqual(t, h.Stats().LeaseRecords, maxRecords, "after %d subscribe-then-cancel calls", c-99)
 	}
-	if _, _, err := h.Subscribe(lease(0, 0, 5)); !errors.Is(err, ErrStaleEpoch) {
-		t.Fatalf("live lane's record lost: same epoch again = %v, want ErrStaleEpoch", err)
-	}
-	if _, _, err := h.Subscribe(lease(0, 0, 6)); err != nil || !errors.Is(live.Err(), ErrSuperseded) {
-		t.Fatalf("after pruning: higher epoch = %v, older stream %v; want a grant that supersedes it", err, live.Err())
-	}
+	_, err := h.Subscribe(lease(0, 0, 5))
+	require.ErrorIs(t, err, ErrStaleEpoch, "the live lane's record survives")
+	subscribe(t, h, lease(0, 0, 6))
+	require.ErrorIs(t, live.Err(), ErrSuperseded)
 	// The idle lane's epoch was forgotten: the hub grants a lower one (the
 	// consumer, which refuses non-increasing epochs itself, keeps the lane
 	// consistent).
-	if _, _, err := h.Subscribe(lease(1, 0, 1)); err != nil {
-		t.Fatalf("idle lane after pruning: %v, want its record forgotten", err)
-	}
+	subscribe(t, h, lease(1, 0, 1))
 }
 
-func TestConfig_MaxLeaseRecords(t *testing.T) {
-	if err := (Config{QueueDeltas: 1, MaxSubscribers: 4, MaxLeaseRecords: 3}).Validate(); err == nil {
-		t.Error("MaxLeaseRecords below MaxSubscribers validated")
-	}
-	if err := DefaultConfig().Validate(); err != nil {
-		t.Errorf("DefaultConfig: %v", err)
+func TestConfig_Validate(t *testing.T) {
+	require.NoError(t, DefaultConfig().Validate())
+	for name, c := range map[string]Config{
+		"lease records below subscribers": {QueueDeltas: 1, MaxSubscribers: 4, MaxLeaseRecords: 3},
+		"no queue":                        {MaxSubscribers: 1},
+		"negative bytes":                  {QueueDeltas: 1, QueueBytes: -1, MaxSubscribers: 1},
+		"negative generations":            {QueueDeltas: 1, SnapshotGenerations: -1, MaxSubscribers: 1},
+		"no subscribers":                  {QueueDeltas: 1},
+	} {
+		require.Error(t, c.Validate(), name)
 	}
 	h, err := New(Config{QueueDeltas: 1, MaxSubscribers: 1 << 17})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.cfg.MaxLeaseRecords != 1<<17 {
-		t.Errorf("zero MaxLeaseRecords: cap %d, want max(default, MaxSubscribers)", h.cfg.MaxLeaseRecords)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, 1<<17, h.cfg.MaxLeaseRecords, "zero MaxLeaseRecords: max(default, MaxSubscribers)")
+	assert.Equal(t, int64(DefaultQueueBytes), h.cfg.QueueBytes)
+	assert.Equal(t, DefaultSnapshotGenerations, h.cfg.SnapshotGenerations)
 }

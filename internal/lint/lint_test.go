@@ -85,7 +85,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
+		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
 		tests: []string{"client", "consumer", "internal/natstest", "internal/source/zmq/zmqtest"},
 	},
@@ -110,6 +110,7 @@ var graph = map[string]rule{
 	"internal/replay/report":      {imports: []string{"internal/replay", "gonum.org/v1/plot"}},
 	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/conformance", "wasm/abi"}},
 	"internal/lint":               {},
+	"internal/persist":            {imports: []string{"ckf", "producer", "wire", "github.com/cockroachdb/pebble/v2"}},
 	"internal/source/zmq": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
 		tests:   []string{"internal/source/zmq/zmqtest", "producer"},

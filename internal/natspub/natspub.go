@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -152,7 +153,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		}
 		p.epoch++
 		p.lease = ckf.LaneLease{ConsumerInstance: Consumer, AssignmentEpoch: p.epoch}
-		snap, sub, err := p.h.Subscribe(p.lease)
+		sub, err := p.h.Subscribe(p.lease)
 		switch {
 		case errors.Is(err, hub.ErrClosed):
 			return nil
@@ -167,7 +168,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			p.count(func(s *Stats) { s.Resubscribes++ })
 		}
 		backoff = 50 * time.Millisecond
-		err = p.session(ctx, snap, sub)
+		err = p.session(ctx, sub)
 		sub.Cancel()
 		if err == nil { // the hub closed and the end was published
 			return nil
@@ -243,10 +244,20 @@ func (p *Publisher) ensure(ctx context.Context) error {
 
 // session publishes one hub subscription: the snapshot first, then every
 // delta, heartbeats while idle and a refreshed snapshot every interval.
-func (p *Publisher) session(ctx context.Context, snap ckf.Snapshot, sub *hub.Subscription) error {
-	// The hub lends its table; the mirror advances with every delta.
+func (p *Publisher) session(ctx context.Context, sub *hub.Subscription) error {
+	// The hub shares an immutable snapshot generation, read a part at a
+	// time; the publisher keeps its own mirror, advanced by every delta.
+	snap := sub.Snapshot()
 	p.identity, p.seq = snap.Identity, snap.Sequence
-	p.words = append(p.words[:0], snap.Words...)
+	n := int(snap.Identity.Format.BucketCount)
+	p.words = slices.Grow(p.words[:0], n)[:n]
+	for off := 0; off < n; {
+		k, err := sub.ReadSnapshot(off, p.words[off:])
+		if err != nil {
+			return fmt.Errorf("%w: snapshot read: %v", errRestart, err)
+		}
+		off += k
+	}
 	if err := p.putSnapshot(ctx, sub); err != nil {
 		return err
 	}
@@ -255,14 +266,20 @@ func (p *Publisher) session(ctx context.Context, snap ckf.Snapshot, sub *hub.Sub
 	refresh := time.NewTicker(p.cfg.SnapshotInterval)
 	defer refresh.Stop()
 	for {
-		select {
-		case d := <-sub.Deltas():
+		wake := sub.Wait()
+		d, ok, err := sub.Poll()
+		if ok {
 			if err := p.delta(ctx, sub, d); err != nil {
 				return err
 			}
 			hb.Reset(p.cfg.Heartbeat)
-		case <-sub.Done():
+			continue
+		}
+		if err != nil {
 			return p.end(ctx, sub)
+		}
+		select {
+		case <-wake:
 		case <-hb.C:
 			if err := p.heartbeat(ctx, sub); err != nil {
 				return err
@@ -280,8 +297,7 @@ func (p *Publisher) session(ctx context.Context, snap ckf.Snapshot, sub *hub.Sub
 // delta applies d to the mirror and publishes it. A delta NATS refuses as
 // too large for its max_payload (a mass reset) is covered by an immediate
 // snapshot: readers see the gap and re-snapshot.
-func (p *Publisher) delta(ctx context.Context, sub *hub.Subscription, shared *ckf.Delta) error {
-	d := sub.Stamp(shared)
+func (p *Publisher) delta(ctx context.Context, sub *hub.Subscription, d ckf.Delta) error {
 	if d.Identity != p.identity || d.BaseSequence != p.seq {
 		return fmt.Errorf("%w: delta %d→%d after %d", errRestart, d.BaseSequence, d.Sequence, p.seq)
 	}
@@ -443,7 +459,7 @@ func (p *Publisher) end(ctx context.Context, sub *hub.Subscription) error {
 		if err != nil {
 			break
 		}
-		if err := p.delta(ctx, sub, &d); err != nil {
+		if err := p.delta(ctx, sub, d); err != nil {
 			return err
 		}
 	}

@@ -18,7 +18,9 @@ func (p *hostedPool) entry() catalogPool {
 	hs := p.hub.Stats()
 	return catalogPool{Name: p.spec.Name, DCID: catalog.U64(p.spec.DCID),
 		RouterKey: catalog.RouterKey(id.Pool.Domain, id.Format), Identity: catalog.FromIdentity(id),
-		Hub: catalog.Hub{Ready: hs.Ready, Sequence: catalog.U64(hs.Sequence), Subscribers: hs.Subscribers}}
+		Hub: catalog.Hub{Ready: hs.Ready, Sequence: catalog.U64(hs.Sequence), Subscribers: hs.Subscribers,
+			SnapshotGenerations: hs.SnapshotGenerations, SnapshotBytes: catalog.U64(hs.SnapshotBytes),
+			LogDeltas: hs.LogDeltas, LogBytes: catalog.U64(hs.LogBytes)}}
 }
 
 // RouterMismatches lists the pools that cannot share a router with the
@@ -32,11 +34,29 @@ func (s *Server) RouterMismatches() []catalog.Mismatch {
 	return catalog.Mismatches(pools)
 }
 
+// persistenceJSON is a pool's crash-recovery state, nil without a data dir;
+// started is when this relay started.
+func persistenceJSON(p *hostedPool, started time.Time) *catalog.Persistence {
+	if p.journal == nil {
+		return nil
+	}
+	st := p.journal.Stats()
+	c := &catalog.Persistence{Recovered: st.Recovered, RecoveredBlocks: st.RecoveredBlocks,
+		JournalPosition: catalog.U64(st.Position), DurablePosition: catalog.U64(st.Durable),
+		CheckpointPosition: catalog.U64(st.Checkpoint), WriteError: st.WriteError}
+	if !st.RecoveredAt.IsZero() {
+		c.StateWrittenAt = st.RecoveredAt.UTC().Format(time.RFC3339Nano)
+		c.RecoveredAgeSeconds = max(0, started.Sub(st.RecoveredAt).Seconds())
+	}
+	return c
+}
+
 func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 	out := make([]catalogPool, 0, len(s.order))
 	for _, p := range s.order {
 		e := p.entry()
 		e.Sources = s.SourceStatuses(p.spec.Name)
+		e.Persistence = persistenceJSON(p, time.Unix(0, int64(s.incarnation)))
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		st, err := p.handle.Stats(ctx)
 		cancel()

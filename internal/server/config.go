@@ -101,6 +101,9 @@ type Config struct {
 	// trimmed), so the token appears in no process list or config file.
 	// Exclusive with AuthToken; read by [Config.ResolveAuthToken].
 	AuthTokenFile string `json:"auth_token_file,omitempty"`
+	// DataDir, when set, keeps every pool's exact state there (a Pebble
+	// database) so a relay killed without warning restarts with it.
+	DataDir string `json:"data_dir,omitempty"`
 	// CacheSemantics and RoutingScope name the routing domain; their digests
 	// are XXH3-128 of the strings, marked explicit when set and
 	// default-derived ("ckfrelay/default") otherwise.
@@ -149,8 +152,15 @@ type Config struct {
 	// receive window stopped moving while frames were pending or sent).
 	// Default 30s.
 	StreamStallTimeout Duration `json:"stream_stall_timeout,omitempty"`
-	SubscriberQueue    int      `json:"subscriber_queue,omitempty"`   // deltas, default 4096
-	HeartbeatInterval  Duration `json:"heartbeat_interval,omitempty"` // default 1s
+	// SubscriberQueue and SubscriberQueueBytes bound each pool's delta log,
+	// which every subscriber shares: how far one may trail before it is
+	// closed lagged. Defaults 65,536 deltas and 64 MiB.
+	SubscriberQueue      int   `json:"subscriber_queue,omitempty"`
+	SubscriberQueueBytes int64 `json:"subscriber_queue_bytes,omitempty"`
+	// SnapshotGenerations bounds, per pool, the table copies snapshots in
+	// flight share (each costs one table). Default 2.
+	SnapshotGenerations int      `json:"snapshot_generations,omitempty"`
+	HeartbeatInterval   Duration `json:"heartbeat_interval,omitempty"` // default 1s
 	// StreamWriteTimeout bounds one write to a stream: a subscriber that
 	// stops reading is dropped after it, so it cannot pin a handler (or
 	// delay shutdown) forever. Default 10s.
@@ -191,7 +201,7 @@ const (
 	DefaultMaxEventsPerBatch = 4096
 	DefaultMaxBlocksPerEvent = 4096
 	DefaultMaxSubscribers    = 256
-	DefaultSubscriberQueue   = 4096
+	DefaultSubscriberQueue   = 65536
 	DefaultHeartbeat         = time.Second
 	DefaultStreamWrite       = 10 * time.Second
 	DefaultShutdownGrace     = 10 * time.Second
@@ -218,6 +228,8 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxSubscribers, DefaultMaxSubscribers)
 	setDefault(&c.MaxLeaseRecords, max(hub.DefaultMaxLeaseRecords, c.MaxSubscribers))
 	setDefault(&c.SubscriberQueue, DefaultSubscriberQueue)
+	setDefault(&c.SubscriberQueueBytes, hub.DefaultQueueBytes)
+	setDefault(&c.SnapshotGenerations, hub.DefaultSnapshotGenerations)
 	setDefault(&c.HeartbeatInterval, Duration(DefaultHeartbeat))
 	setDefault(&c.ShutdownGrace, Duration(DefaultShutdownGrace))
 	setDefault(&c.StreamWriteTimeout, Duration(DefaultStreamWrite))
@@ -268,7 +280,8 @@ func (c Config) Validate() error {
 		return invalid("max_frame_bytes %d < 65536", c.MaxFrameBytes)
 	case c.MaxRequestBytes < 1<<10:
 		return invalid("max_request_bytes %d < 1024", c.MaxRequestBytes)
-	case c.MaxEventsPerBatch < 1, c.MaxBlocksPerEvent < 1, c.MaxSubscribers < 1, c.SubscriberQueue < 1:
+	case c.MaxEventsPerBatch < 1, c.MaxBlocksPerEvent < 1, c.MaxSubscribers < 1, c.SubscriberQueue < 1,
+		c.SubscriberQueueBytes < 1, c.SnapshotGenerations < 1:
 		return invalid("limits must be ≥ 1")
 	case c.MaxLeaseRecords < c.MaxSubscribers:
 		return invalid("max_lease_records %d < max_subscribers %d", c.MaxLeaseRecords, c.MaxSubscribers)

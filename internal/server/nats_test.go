@@ -99,12 +99,21 @@ func startNATSRouterIn(t *testing.T, cfg Config, nc client.NATSConfig, consumerI
 // hubTable returns the pool's mirror table and sequence (what every
 // subscriber is served), taken under a throwaway lease.
 func hubTable(s *Server, pool string) (uint64, []uint64, error) {
-	snap, sub, err := s.pools[pool].hub.Subscribe(ckf.LaneLease{ConsumerInstance: 0xA0D17, AssignmentEpoch: auditEpoch.Add(1)})
+	sub, err := s.pools[pool].hub.Subscribe(ckf.LaneLease{ConsumerInstance: 0xA0D17, AssignmentEpoch: auditEpoch.Add(1)})
 	if err != nil {
 		return 0, nil, err
 	}
 	defer sub.Cancel()
-	return snap.Sequence, slices.Clone(snap.Words), nil
+	snap := sub.Snapshot()
+	words := make([]uint64, snap.Identity.Format.BucketCount)
+	for off := 0; off < len(words); {
+		n, err := sub.ReadSnapshot(off, words[off:])
+		if err != nil {
+			return 0, nil, err
+		}
+		off += n
+	}
+	return snap.Sequence, words, nil
 }
 
 var auditEpoch atomic.Uint64

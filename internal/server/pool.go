@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
+	"github.com/ckfrelay/ckfrelay/internal/persist"
 	"github.com/ckfrelay/ckfrelay/producer"
 )
 
@@ -17,8 +18,9 @@ import (
 // lease on each pool's publisher.
 const hubConsumer uint64 = 0xC0FFEE
 
-// hubFeedBuffer is the least delta buffer of the hub's own lease.
-const hubFeedBuffer = 1024
+// hubFeedBuffer is the delta buffer of the hub's own lease. The hub drains
+// it at memory speed into its shared log, so it need not match the log.
+const hubFeedBuffer = 4096
 
 // Causes a hub is closed with; the stream handler maps them to close reasons.
 var (
@@ -33,7 +35,9 @@ type hostedPool struct {
 	handle producer.Handle
 	hub    *hub.Hub
 	log    *slog.Logger
-	m      *metrics
+	// journal keeps the exact state on disk; nil without a data dir.
+	journal *persist.PoolLog
+	m       *metrics
 
 	feederDone chan struct{}
 	faultsDone chan struct{}
@@ -46,31 +50,55 @@ type hostedPool struct {
 	lastFault string
 }
 
-func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64, log *slog.Logger, m *metrics) (*hostedPool, error) {
+func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64, log *slog.Logger, m *metrics, store *persist.Store) (*hostedPool, error) {
 	pool, err := ckf.NewPool(spec.ckfConfig())
 	if err != nil {
 		return nil, err
 	}
+	var journal *persist.PoolLog
+	var recovered persist.Recovered
+	if store != nil {
+		journal = store.Pool(spec.Name, persist.Options{Logger: log.With("pool", spec.Name)})
+		if recovered, err = journal.Load(); err != nil {
+			return nil, err
+		}
+	}
 	pcfg := producer.DefaultConfig()
 	pcfg.PublicationDelay = time.Duration(spec.PublicationDelay)
-	// The hub's own lease drains at memory speed; give it at least a
-	// generous buffer so a small per-subscriber queue (a remote concern)
-	// cannot make the relay's mirror lag and re-snapshot every subscriber.
-	pcfg.SubscriberBuffer = max(cfg.SubscriberQueue, hubFeedBuffer)
+	// The hub's own lease drains at memory speed; a generous buffer keeps a
+	// burst from making the relay's mirror lag and re-snapshot every
+	// subscriber.
+	pcfg.SubscriberBuffer = hubFeedBuffer
 	pcfg.Logger = log
+	if journal != nil {
+		pcfg.Journal = journal
+	}
 	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: spec.DCID}, ProducerIncarnation: incarnation}
 	h, faults, err := producer.Start(pool, scope, pcfg)
 	if err != nil {
 		return nil, err
 	}
-	hb, err := hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords})
+	hb, err := hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, QueueBytes: cfg.SubscriberQueueBytes,
+		SnapshotGenerations: cfg.SnapshotGenerations, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords})
 	if err != nil {
 		return nil, err
 	}
-	p := &hostedPool{spec: spec, handle: h, hub: hb, log: log.With("pool", spec.Name), m: m,
+	p := &hostedPool{spec: spec, handle: h, hub: hb, log: log.With("pool", spec.Name), m: m, journal: journal,
 		feederDone: make(chan struct{}), faultsDone: make(chan struct{})}
 	p.admit = h.AdmitEvent
 	go p.drainFaults(faults)
+	if journal != nil {
+		// Replay what the last run admitted before anyone can subscribe:
+		// the recovered state is published as this incarnation's.
+		if err := journal.Restore(context.Background(), h, recovered); err != nil {
+			_ = h.Fence(context.Background())
+			return nil, err
+		}
+		if recovered.Found {
+			p.log.Info("recovered the pool's exact state", "blocks_in_checkpoint", recovered.Blocks,
+				"journalled_commands", len(recovered.Journal), "written_at", recovered.WrittenAt, "load", recovered.LoadTime)
+		}
+	}
 	if err := p.resubscribe(context.Background()); err != nil {
 		_ = h.Fence(context.Background())
 		return nil, err
@@ -162,6 +190,12 @@ func (p *hostedPool) shutdown(ctx context.Context) error {
 		case <-done:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+	if p.journal != nil {
+		// The actor has stopped: nothing more is journalled.
+		if jerr := p.journal.Close(ctx); jerr != nil && err == nil {
+			err = jerr
 		}
 	}
 	return err

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/ckfrelay/ckfrelay/internal/persist"
 )
 
 // Server hosts the configured pools behind the HTTP API. Create it with
@@ -19,7 +21,8 @@ type Server struct {
 	log         *slog.Logger
 	m           *metrics
 	pools       map[string]*hostedPool
-	order       []*hostedPool // configuration order, for the catalog
+	store       *persist.Store // nil without a data dir
+	order       []*hostedPool  // configuration order, for the catalog
 	incarnation uint64
 	http        *http.Server
 	stopping    atomic.Bool
@@ -56,9 +59,16 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
+	if cfg.DataDir != "" {
+		st, err := persist.Open(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		s.store = st
+	}
 	domain := cfg.Domain()
 	for _, spec := range cfg.Pools {
-		p, err := startPool(spec, cfg, domain, s.incarnation, log, s.m)
+		p, err := startPool(spec, cfg, domain, s.incarnation, log, s.m, s.store)
 		if err != nil {
 			s.stopPools(context.Background())
 			return nil, fmt.Errorf("server: pool %q: %w", spec.Name, err)
@@ -138,6 +148,12 @@ func (s *Server) stopPools(ctx context.Context) error {
 		if err := p.shutdown(ctx); err != nil && first == nil {
 			first = fmt.Errorf("server: pool %q: %w", p.spec.Name, err)
 		}
+	}
+	if s.store != nil {
+		if err := s.store.Close(); err != nil && first == nil {
+			first = fmt.Errorf("server: %w", err)
+		}
+		s.store = nil
 	}
 	return first
 }

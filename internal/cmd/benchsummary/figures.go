@@ -153,6 +153,12 @@ var figures = []figure{
 	{Name: "node_query_tokens_d1024_l16_p99_ns", Pkg: "./internal/conformance", Bench: "BenchmarkNodeQuery/impl=node", Metric: "p99-ns", Unit: "ns", Needs: "node"},
 	{Name: "node_query_tokens_d1024_l16_vs_wazero", Pkg: "./internal/conformance", Bench: "BenchmarkNodeQuery/impl=node", Base: "BenchmarkNodeQuery/impl=wazero", Metric: "p50-ns", Unit: "ratio", Needs: "node"},
 
+	// persist: a relay pool's restart with 1,048,576 tracked blocks (open
+	// the Pebble store, load, replay into a fresh actor), from a checkpoint
+	// and from a journal of 16,384 64-block events. One restart per
+	// iteration; the 1M-block setup runs outside the timer.
+	{Name: "persist_restart_1m_blocks_from_checkpoint_s", Pkg: "./internal/persist", Bench: "BenchmarkRestart/from=checkpoint/blocks=1M", Metric: "s/restart", Unit: "s"},
+	{Name: "persist_restart_1m_blocks_from_journal_s", Pkg: "./internal/persist", Bench: "BenchmarkRestart/from=journal/blocks=1M", Metric: "s/restart", Unit: "s"},
 	// replay: the whole embedded Mooncake synthetic trace (3,993 requests)
 	// through 3 and 16 data centers of 4 workers × 2 ranks × 2048 blocks,
 	// scored against exact ground truth (BenchmarkReplay, one trace per

@@ -1,0 +1,523 @@
+// Package persist keeps a relay's exact pool state on disk so a relay killed
+// without warning (kill -9, a crash, a lost host process) restarts with what
+// it had admitted instead of empty data centers (issue 12).
+//
+// Each pool has a checkpoint — every member's source epoch and lineage, from
+// [producer.Handle.ExportState] — and a journal of the commands the actor
+// applied after it, in the actor's order ([producer.Journal]). Both live in
+// one Pebble database per relay (data_dir). The actor only appends a pointer
+// to an in-memory queue; a writer goroutine encodes the queue and commits it
+// with an fsync (group commit), so the durable state trails the admitted one
+// by at most one commit (a few milliseconds; [PoolLog.Stats] shows the
+// backlog) and the actor blocks only when Options.MaxPending commands wait.
+// A new checkpoint is taken every Options.CheckpointEvery commands and the
+// journal before it deleted, so a restart replays a bounded journal.
+//
+// A restart loads the checkpoint and journal ([PoolLog.Load]) and replays
+// them into the fresh actor ([PoolLog.Restore]) before the relay serves: the
+// recovered state is published under the new incarnation like any other.
+package persist
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/producer"
+)
+
+// Options tune a pool's journal. Zero fields take the defaults.
+type Options struct {
+	// MaxPending bounds the commands journalled but not yet committed; at
+	// the bound the actor waits for the writer. Default 65,536.
+	MaxPending int
+	// CheckpointEvery and CheckpointEveryBlocks are how many journalled
+	// commands, or blocks named by them, trigger a new checkpoint: they bound
+	// the journal a restart replays. Defaults 262,144 and 1,048,576.
+	CheckpointEvery       uint64
+	CheckpointEveryBlocks uint64
+	// Logger receives write errors; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxPending <= 0 {
+		o.MaxPending = 65536
+	}
+	if o.CheckpointEvery == 0 {
+		o.CheckpointEvery = 262144
+	}
+	if o.CheckpointEveryBlocks == 0 {
+		o.CheckpointEveryBlocks = 1 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Store is a relay's Pebble database.
+type Store struct {
+	db *pebble.DB
+}
+
+// Open opens (creating if needed) the database in dir.
+func Open(dir string) (*Store, error) {
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{pebble.DefaultLogger}})
+	if err != nil {
+		return nil, fmt.Errorf("persist: open %s: %w", dir, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database; close every pool's journal first.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Key layout, under the pool's name and a 0 byte (pool names never hold one):
+// 'm' meta (JSON), 't' the time of the last commit (unix nanoseconds, 8 bytes
+// big endian), 'c'+worker(8)+rank(4) a checkpointed member, 'l'+position(8)
+// a journalled command; big-endian numbers keep the order.
+func poolKey(pool string, section byte, suffix ...byte) []byte {
+	k := make([]byte, 0, len(pool)+2+len(suffix))
+	k = append(k, pool...)
+	k = append(k, 0, section)
+	return append(k, suffix...)
+}
+
+func memberKey(pool string, m ckf.Member) []byte {
+	var s [12]byte
+	binary.BigEndian.PutUint64(s[:], m.WorkerID)
+	binary.BigEndian.PutUint32(s[8:], m.DPRank)
+	return poolKey(pool, 'c', s[:]...)
+}
+
+func logKey(pool string, pos uint64) []byte {
+	var s [8]byte
+	binary.BigEndian.PutUint64(s[:], pos)
+	return poolKey(pool, 'l', s[:]...)
+}
+
+type meta struct {
+	CheckpointPosition uint64 `json:"checkpoint_position"`
+	CheckpointUnixNano int64  `json:"checkpoint_unix_nano"`
+}
+
+// PoolLog is one pool's checkpoint and journal. It implements
+// [producer.Journal]; pass it in producer.Config.Journal. It starts paused
+// (journalling nothing) so [PoolLog.Restore] can replay without journalling
+// the replay again.
+type PoolLog struct {
+	store *Store
+	pool  string
+	opt   Options
+
+	mu         sync.Mutex
+	cond       *sync.Cond // pending shrank, durable grew, or closing
+	paused     bool
+	pending    []Record
+	position   uint64 // commands journalled (the last one's position)
+	durable    uint64 // the last position committed
+	checkpoint uint64 // the position the stored checkpoint includes
+	blocks     uint64 // blocks named by the commands journalled since the last checkpoint export
+	ckRunning  bool
+	closing    bool
+	stopped    bool // the writer has exited
+	writeErr   error
+	lastCommit time.Time
+
+	handle    producer.Handle
+	ckDone    sync.WaitGroup // a checkpoint in flight
+	wake      chan struct{}
+	done      chan struct{}
+	recovered Recovered
+}
+
+// Pool returns the journal of the named pool.
+func (s *Store) Pool(name string, opt Options) *PoolLog {
+	p := &PoolLog{store: s, pool: name, opt: opt.withDefaults(), paused: true,
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+// Recovered is what [PoolLog.Load] found.
+type Recovered struct {
+	Found     bool                // anything was stored
+	State     producer.ExactState // the checkpoint
+	Journal   []Record            // the commands after it, in order
+	Position  uint64              // the last journalled position
+	WrittenAt time.Time           // the last commit: how old the recovered state is
+	Blocks    int                 // lineage entries in the checkpoint
+	LoadTime  time.Duration       // reading and decoding
+}
+
+// Load reads the pool's checkpoint and journal. Call it once, before
+// Restore.
+func (p *PoolLog) Load() (Recovered, error) {
+	start := time.Now()
+	var rec Recovered
+	db := p.store.db
+	var m meta
+	if v, closer, err := db.Get(poolKey(p.pool, 'm')); err == nil {
+		err = json.Unmarshal(v, &m)
+		closer.Close()
+		if err != nil {
+			return rec, fmt.Errorf("%w: meta: %v", ErrCorrupt, err)
+		}
+		rec.Found = true
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return rec, err
+	}
+	if v, closer, err := db.Get(poolKey(p.pool, 't')); err == nil {
+		if len(v) == 8 {
+			rec.WrittenAt = time.Unix(0, int64(binary.BigEndian.Uint64(v)))
+		}
+		closer.Close()
+		rec.Found = true
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return rec, err
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: poolKey(p.pool, 'c'), UpperBound: poolKey(p.pool, 'd')})
+	if err != nil {
+		return rec, err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()[len(p.pool)+2:]
+		if len(k) != 12 {
+			it.Close()
+			return rec, fmt.Errorf("%w: member key", ErrCorrupt)
+		}
+		mb := ckf.Member{WorkerID: binary.BigEndian.Uint64(k), DPRank: binary.BigEndian.Uint32(k[8:])}
+		st, err := decodeMember(mb, it.Value())
+		if err != nil {
+			it.Close()
+			return rec, err
+		}
+		rec.Blocks += len(st.Lineage.Blocks)
+		rec.State.Members = append(rec.State.Members, st)
+	}
+	if err := it.Close(); err != nil {
+		return rec, err
+	}
+	rec.State.JournalPosition = m.CheckpointPosition
+	rec.Position = m.CheckpointPosition
+	it, err = db.NewIter(&pebble.IterOptions{LowerBound: logKey(p.pool, m.CheckpointPosition+1), UpperBound: poolKey(p.pool, 'm')})
+	if err != nil {
+		return rec, err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()[len(p.pool)+2:]
+		pos := binary.BigEndian.Uint64(k)
+		if pos != rec.Position+1 {
+			it.Close()
+			return rec, fmt.Errorf("%w: journal position %d after %d", ErrCorrupt, pos, rec.Position)
+		}
+		r, err := decodeRecord(it.Value())
+		if err != nil {
+			it.Close()
+			return rec, fmt.Errorf("journal position %d: %w", pos, err)
+		}
+		rec.Journal = append(rec.Journal, r)
+		rec.Position = pos
+	}
+	if err := it.Close(); err != nil {
+		return rec, err
+	}
+	p.mu.Lock()
+	p.position, p.durable, p.checkpoint = rec.Position, rec.Position, m.CheckpointPosition
+	p.mu.Unlock()
+	rec.LoadTime = time.Since(start)
+	return rec, nil
+}
+
+// Restore replays rec into h — the checkpoint as one rank replacement, then
+// the journal in order — waits until the actor has applied it all, and
+// starts journalling (and the writer). A replayed command the actor refuses
+// is logged and skipped: the rest still applies.
+func (p *PoolLog) Restore(ctx context.Context, h producer.Handle, rec Recovered) error {
+	p.handle = h
+	if len(rec.State.Members) > 0 {
+		if err := h.ReplaceRanks(ctx, rec.State.Replacements()); err != nil {
+			return fmt.Errorf("persist: restore checkpoint: %w", err)
+		}
+	}
+	for i := range rec.Journal {
+		r := &rec.Journal[i]
+		var err error
+		switch r.Kind {
+		case KindAdmitted:
+			err = h.AdmitEvent(ctx, r.SourceEpoch, r.Event)
+		case KindReplaced:
+			err = h.ReplaceRanks(ctx, r.Reps)
+		case KindReset:
+			err = h.ResetRank(ctx, r.SourceEpoch, r.Member, r.Degraded)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			p.opt.Logger.Warn("persist: a journalled command was refused on replay", "pool", p.pool, "kind", string(r.Kind), "err", err)
+		}
+	}
+	if err := h.Flush(ctx); err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// Flush is answered after every command above: the replay is applied.
+	p.mu.Lock()
+	p.paused = false
+	p.recovered = Recovered{Found: rec.Found, WrittenAt: rec.WrittenAt, Blocks: rec.Blocks, Position: rec.Position, LoadTime: rec.LoadTime}
+	p.mu.Unlock()
+	go p.write()
+	return nil
+}
+
+// Admitted implements [producer.Journal].
+func (p *PoolLog) Admitted(sourceEpoch uint64, ev *ckf.RouterEvent) {
+	p.add(Record{Kind: KindAdmitted, SourceEpoch: sourceEpoch, Event: *ev})
+}
+
+// Replaced implements [producer.Journal].
+func (p *PoolLog) Replaced(reps []producer.RankReplacement) {
+	p.add(Record{Kind: KindReplaced, Reps: reps})
+}
+
+// Reset implements [producer.Journal].
+func (p *PoolLog) Reset(sourceEpoch uint64, m ckf.Member, degraded bool) {
+	p.add(Record{Kind: KindReset, SourceEpoch: sourceEpoch, Member: m, Degraded: degraded})
+}
+
+// Position implements [producer.Journal].
+func (p *PoolLog) Position() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.position
+}
+
+func (p *PoolLog) add(r Record) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused || p.closing {
+		return
+	}
+	for len(p.pending) >= p.opt.MaxPending && !p.closing {
+		p.cond.Wait() // back-pressure: the disk is behind
+	}
+	p.pending = append(p.pending, r)
+	p.position++
+	p.blocks += r.blocks()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// write commits the pending commands, one group commit at a time, until
+// Close.
+func (p *PoolLog) write() {
+	defer func() {
+		p.mu.Lock()
+		p.stopped = true
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	for {
+		p.mu.Lock()
+		for len(p.pending) == 0 && !p.closing {
+			p.mu.Unlock()
+			<-p.wake
+			p.mu.Lock()
+		}
+		batch, closing := p.pending, p.closing
+		p.pending = nil
+		first := p.position - uint64(len(batch)) + 1
+		p.mu.Unlock()
+		if len(batch) > 0 {
+			err := p.commit(first, batch)
+			p.mu.Lock()
+			if err != nil && p.writeErr == nil {
+				p.writeErr = err
+				p.opt.Logger.Error("persist: journal write failed; the pool's state is no longer kept", "pool", p.pool, "err", err)
+			}
+			if err == nil {
+				p.durable = first + uint64(len(batch)) - 1
+				p.lastCommit = time.Now()
+			}
+			due := err == nil && !p.ckRunning && !p.closing &&
+				(p.durable-p.checkpoint >= p.opt.CheckpointEvery || p.blocks >= p.opt.CheckpointEveryBlocks)
+			if due {
+				p.ckRunning = true
+				p.blocks = 0
+				p.ckDone.Add(1)
+			}
+			p.cond.Broadcast()
+			p.mu.Unlock()
+			if due {
+				go p.takeCheckpoint()
+			}
+		}
+		if closing {
+			p.mu.Lock()
+			empty := len(p.pending) == 0
+			p.mu.Unlock()
+			if empty {
+				return
+			}
+		}
+	}
+}
+
+func (p *PoolLog) commit(first uint64, batch []Record) error {
+	b := p.store.db.NewBatch()
+	defer b.Close()
+	var buf []byte
+	for i := range batch {
+		var err error
+		if buf, err = appendRecord(buf[:0], &batch[i]); err != nil {
+			return err
+		}
+		if err := b.Set(logKey(p.pool, first+uint64(i)), buf, nil); err != nil {
+			return err
+		}
+	}
+	var t [8]byte
+	binary.BigEndian.PutUint64(t[:], uint64(time.Now().UnixNano()))
+	if err := b.Set(poolKey(p.pool, 't'), t[:], nil); err != nil {
+		return err
+	}
+	return b.Commit(pebble.Sync)
+}
+
+// takeCheckpoint exports the actor's state, waits until the journal up to it
+// is durable, then replaces the stored checkpoint and deletes the journal it
+// covers, in one atomic commit.
+func (p *PoolLog) takeCheckpoint() {
+	defer func() {
+		p.mu.Lock()
+		p.ckRunning = false
+		p.mu.Unlock()
+		p.ckDone.Done()
+	}()
+	st, err := p.handle.ExportState(context.Background())
+	if err != nil {
+		return // the actor stopped; the journal still holds everything
+	}
+	if err := p.WriteCheckpoint(st); err != nil {
+		p.opt.Logger.Error("persist: checkpoint failed; the journal keeps growing", "pool", p.pool, "err", err)
+	}
+}
+
+// WriteCheckpoint stores st (taken with [producer.Handle.ExportState] from
+// the actor this journal records) as the pool's checkpoint once the journal
+// up to st.JournalPosition is durable, and deletes that journal.
+func (p *PoolLog) WriteCheckpoint(st producer.ExactState) error {
+	p.mu.Lock()
+	for p.durable < st.JournalPosition && p.writeErr == nil && !p.stopped {
+		p.cond.Wait()
+	}
+	switch {
+	case p.writeErr != nil:
+		err := p.writeErr
+		p.mu.Unlock()
+		return err
+	case p.durable < st.JournalPosition:
+		p.mu.Unlock()
+		return errors.New("persist: journal closed before the checkpoint's commands were durable")
+	}
+	p.mu.Unlock()
+	b := p.store.db.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange(poolKey(p.pool, 'c'), poolKey(p.pool, 'd'), nil); err != nil {
+		return err
+	}
+	var buf []byte
+	for i := range st.Members {
+		m := &st.Members[i]
+		buf = appendMember(buf[:0], m)
+		if err := b.Set(memberKey(p.pool, m.Lineage.Member), buf, nil); err != nil {
+			return err
+		}
+	}
+	if err := b.DeleteRange(logKey(p.pool, 0), logKey(p.pool, st.JournalPosition+1), nil); err != nil {
+		return err
+	}
+	mv, _ := json.Marshal(meta{CheckpointPosition: st.JournalPosition, CheckpointUnixNano: time.Now().UnixNano()})
+	if err := b.Set(poolKey(p.pool, 'm'), mv, nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.checkpoint = max(p.checkpoint, st.JournalPosition)
+	p.mu.Unlock()
+	return nil
+}
+
+// Close commits what is pending and stops the writer. Call it after the
+// pool's actor has stopped (nothing is journalled after).
+func (p *PoolLog) Close(ctx context.Context) error {
+	p.mu.Lock()
+	started := !p.paused
+	p.closing = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	if !started {
+		return nil
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// A checkpoint in flight ends quickly now (the actor has stopped, or
+	// its journal is durable); the store must not close under it.
+	p.ckDone.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.writeErr
+}
+
+// Stats is a point-in-time view of a pool's journal.
+type Stats struct {
+	Position   uint64    // commands journalled
+	Durable    uint64    // commands committed to disk
+	Checkpoint uint64    // the position the stored checkpoint includes
+	LastCommit time.Time // zero before the first commit
+	WriteError string    // set once a write failed; journalling stopped
+	// Recovered describes the state loaded at start.
+	Recovered       bool
+	RecoveredBlocks int
+	RecoveredAt     time.Time // when that state was last written
+	RecoveredLoad   time.Duration
+}
+
+// Stats returns the journal's state.
+func (p *PoolLog) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Stats{Position: p.position, Durable: p.durable, Checkpoint: p.checkpoint, LastCommit: p.lastCommit,
+		Recovered: p.recovered.Found, RecoveredBlocks: p.recovered.Blocks, RecoveredAt: p.recovered.WrittenAt,
+		RecoveredLoad: p.recovered.LoadTime}
+	if p.writeErr != nil {
+		st.WriteError = p.writeErr.Error()
+	}
+	return st
+}
+
+// quietLogger keeps Pebble's informational chatter out of the relay's log.
+type quietLogger struct{ pebble.Logger }
+
+func (quietLogger) Infof(string, ...any) {}
