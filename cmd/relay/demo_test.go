@@ -244,7 +244,7 @@ func TestDemo_UserTraceEndsTheDemo(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "report")
 	rep, out := runDemoReport(t, "--duration", "1m", "--consumer", "native", "--rate", "0", "--probes", "20000", "--trace", path, "--report", dir)
 	checkSummary(t, rep, out, 3)
-	assert.Equal(t, uint64(60), rep.Requests, "all 60 requests")
+	assert.EqualValues(t, uint64(60), rep.Requests, "all 60 requests")
 	assert.Equal(t, traceBlocks(reqs), rep.RequestBlocks)
 	assert.Positive(t, rep.WarmRequests, "conversations must find their earlier turns")
 	assert.Positive(t, rep.HitBlocks)

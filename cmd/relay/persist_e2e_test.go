@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"slices"
@@ -10,37 +9,18 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/stretchr/testify/require"
 )
 
-// persistence is the catalog's persistence entry.
-type persistence struct {
-	Recovered           bool    `json:"recovered"`
-	StateWrittenAt      string  `json:"state_written_at"`
-	RecoveredAgeSeconds float64 `json:"recovered_age_seconds"`
-	JournalPosition     uint64  `json:"journal_position"`
-	DurablePosition     uint64  `json:"durable_position"`
-}
-
-func catalogPersistence(t *testing.T, base, pool string) *persistence {
+// catalogPersistence reads a pool's persistence entry from the catalog.
+func catalogPersistence(t *testing.T, base, pool string) *catalog.Persistence {
 	t.Helper()
-	resp, err := http.Get(base + "/v1/pools")
+	cat, err := catalog.Get(t.Context(), http.DefaultClient, base, "")
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	var c struct {
-		Pools []struct {
-			Name        string       `json:"name"`
-			Persistence *persistence `json:"persistence"`
-		} `json:"pools"`
-	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
-	for _, p := range c.Pools {
-		if p.Name == pool {
-			return p.Persistence
-		}
-	}
-	t.Fatalf("no pool %q in the catalog", pool)
-	return nil
+	p := cat.Pool(pool)
+	require.NotNil(t, p, "no pool %q in the catalog", pool)
+	return p.Persistence
 }
 
 // fingerprints returns the table's fingerprints, sorted: the same blocks give

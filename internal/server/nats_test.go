@@ -508,7 +508,7 @@ func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
 		return r.QuerySequenceHashes([]uint64{201}, &res2) == nil && res2.Depths[0] == 1 &&
 			r.QuerySequenceHashes(seq, &res) == nil && res.Depths[0] == 0
 	}, 10*time.Second, time.Millisecond, "old lifetime's chain at depth %d", res.Depths[0])
-	assert.Equal(t, uint64(1), src.Status().Resets)
+	assert.EqualValues(t, uint64(1), src.Status().Resets)
 	_, err = newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL()})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }

@@ -66,7 +66,7 @@ func TestDecode_EnvelopeAndLegacyJSON(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Envelope{Topic: "kv-events", PublisherID: 9, Sequence: 4, PublishedAt: 1, Payload: env.Payload, Enveloped: true}, env)
 	require.Len(t, evs, 1)
-	assert.Equal(t, uint64(5), evs[0].EventID)
+	assert.EqualValues(t, uint64(5), evs[0].EventID)
 
 	_, evs, err = Decode(envelope(t, 9, 5, stored(1, 6), stored(2, 7)), nil)
 	require.NoError(t, err)
@@ -156,9 +156,9 @@ func TestSource_CoreNATS(t *testing.T) {
 	assert.Regexp(t, `^admit w1 e\d+ id5$`, calls[6])
 	require.Eventually(t, func() bool { return s.Status().Rejected == 1 }, 5*time.Second, time.Millisecond)
 	st := s.Status()
-	assert.Equal(t, uint64(1), st.Dropped)
-	assert.Equal(t, uint64(1), st.Gaps)
-	assert.Equal(t, uint64(2), st.Resets)
+	assert.EqualValues(t, uint64(1), st.Dropped)
+	assert.EqualValues(t, uint64(1), st.Gaps)
+	assert.EqualValues(t, uint64(2), st.Resets)
 }
 
 // TestSource_EpochsGrowAcrossRestarts checks the epochs the sink sees with

@@ -113,7 +113,7 @@ func TestSource_GapFilledFromReplay(t *testing.T) {
 			storeSome(t, e) // 4 batches, the first 3 lost
 			r := hs.publishUntilSeen(e, 0)
 			st := hs.src.Status()
-			assert.Equal(t, uint64(1), st.Gaps)
+			assert.EqualValues(t, uint64(1), st.Gaps)
 			assert.GreaterOrEqual(t, st.Replays, uint64(1))
 			assert.Zero(t, st.Degraded)
 			assert.Equal(t, RankLive, r.State)
@@ -200,7 +200,7 @@ func TestSource_SilentEngineResetsThenRebuilds(t *testing.T) {
 	stats, err := hs.h.Stats(t.Context())
 	require.NoError(t, err)
 	assert.Zero(t, stats.Pool.UniqueBlocks, "a silent engine's blocks are withdrawn")
-	assert.Equal(t, uint64(1), hs.src.Status().Silences)
+	assert.EqualValues(t, uint64(1), hs.src.Status().Silences)
 	// It speaks again: the rank is rebuilt from the replay buffer.
 	_, err = e.Store(0, 1)
 	require.NoError(t, err)
@@ -230,8 +230,8 @@ func TestSource_DuplicatesAndGarbageAreSkipped(t *testing.T) {
 	}
 	hs.publishUntilSeen(e, 0)
 	st := hs.src.Status()
-	assert.Equal(t, uint64(2), st.Duplicates)
-	assert.Equal(t, uint64(4), st.Rejected)
+	assert.EqualValues(t, uint64(2), st.Duplicates)
+	assert.EqualValues(t, uint64(4), st.Rejected)
 	assert.Zero(t, st.Restarts)
 	hs.stop()
 	requireExact(t, hs.pool, ckf.Member{WorkerID: 1}, e.Truth())
