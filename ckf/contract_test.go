@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Tests pinning the pool decisions of issue 17 (SPEC §4) and the
-// exact-state bounds of issue 12 (SPEC §4.6).
+// Tests pinning the pool decisions of SPEC §4 (marked **Decision** there)
+// and the exact-state bounds of SPEC §4.6.
 
 // fullTinyPool returns a 2-bucket pool (8 slots, every key's candidates are
 // buckets 0 and 1) in which member mA stored keys 1..9 as one-block root
@@ -256,7 +256,7 @@ func TestPool_HasPendingPublicationMeansTouchedBuckets(t *testing.T) {
 // TestPool_ExactStateLimits: MaxMembers and MaxTrackedBlocks refuse a
 // Stored event whole, before anything commits, with a typed error that
 // matches ErrAllocationFailed (PrecommitAllocationFailure, a Resource
-// fault), and count it (SPEC §4.6, issue 12).
+// fault), and count it (SPEC §4.6).
 func TestPool_ExactStateLimits(t *testing.T) {
 	type step struct {
 		ev   *RouterEvent
@@ -364,7 +364,7 @@ func TestConfig_WithSizedLimits(t *testing.T) {
 	require.ErrorIs(t, c.Validate(), ErrInvalidConfig)
 }
 
-// TestPool_SizedLimitsBoundAFlood replays issue 12's finding at the pool: a
+// TestPool_SizedLimitsBoundAFlood replays a red-team finding at the pool: a
 // filter of 8,192 slots fed far more distinct blocks than it holds (the
 // relay saw 2.15 M tracked) keeps its exact state at the sized bound, and
 // the excess is refused and counted instead of tracked.

@@ -10,7 +10,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
-// Tests pinning the consumer decisions of issue 17 (SPEC §8.3, §9).
+// Tests pinning the consumer decisions (marked **Decision** in SPEC §8.3, §9).
 
 // TestConsumer_EveryChunkCarriesAWord: a chunk with no words is
 // MalformedChunk wherever it stands, including a final chunk at offset =

@@ -13,7 +13,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
-// Tests pinning the decisions of issue 17 (SPEC §7) on the actor.
+// Tests pinning the decisions (marked **Decision** in SPEC §7) on the actor.
 
 // corruptFilter zeroes every bucket word of pool behind its exact state, the
 // memory corruption an indexer invariant violation detects. No input can
@@ -113,7 +113,7 @@ func TestActor_InvariantViolationReportedAlikeByResetAndCleared(t *testing.T) {
 // TestActor_IdleSourceEpochRecordsAreBounded: records of members that hold
 // nothing are kept up to MaxIdleSourceEpochs, least recently idle pruned
 // first; a member holding blocks keeps its record whatever the churn
-// (issue 12). Before, 409,600 cleared events from distinct workers grew
+//. Before, 409,600 cleared events from distinct workers grew
 // the record map without bound.
 func TestActor_IdleSourceEpochRecordsAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -204,7 +204,7 @@ func TestActor_LateEventOfAnOlderIncarnation(t *testing.T) {
 
 // TestActor_ExactStateLimitIsAResourceFault: a Stored event refused by a
 // pool bound reaches the fault channel as a Resource fault carrying the
-// typed limit error, and is counted (SPEC §4.6, issue 12).
+// typed limit error, and is counted (SPEC §4.6).
 func TestActor_ExactStateLimitIsAResourceFault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pc := ckf.DefaultConfig()

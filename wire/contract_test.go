@@ -10,7 +10,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
-// TestDecodeFrame_FieldTypeDecisions pins SPEC §9's decision 9 (issue 17):
+// TestDecodeFrame_FieldTypeDecisions pins SPEC §9's decision 9:
 // unix_micros is an i64 of any sign, chunk_index and chunk_count are u32,
 // and close reasons are an open set on the wire (a decoder keeps an unknown
 // reason; the five defined ones are all a relay sends).

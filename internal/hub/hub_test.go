@@ -236,7 +236,7 @@ func TestHub_hammer(t *testing.T) {
 // arrive while the log behind the newest generation is short start from it
 // (however many deltas came in between), a generation is freed when its last
 // reader has read it, and never more than SnapshotGenerations are live, so
-// slow readers cost at most that many tables, not one each (issue 12).
+// slow readers cost at most that many tables, not one each.
 func TestHub_SnapshotGenerationsAreSharedAndBounded(t *testing.T) {
 	h := newReadyHub(t, Config{QueueDeltas: 8, MaxSubscribers: 64, SnapshotGenerations: 2})
 	tableBytes := int64(8 * testBuckets)

@@ -1,6 +1,6 @@
 // Package persist keeps a relay's exact pool state on disk so a relay killed
 // without warning (kill -9, a crash, a lost host process) restarts with what
-// it had admitted instead of empty data centers (issue 12).
+// it had admitted instead of empty data centers.
 //
 // Each pool has a checkpoint — every member's source epoch and lineage, from
 // [producer.Handle.ExportState] — and a journal of the commands the actor

@@ -16,7 +16,7 @@ import (
 // TestConfig_ExactStateBoundsDefaultToTheFilter: a pool's max_members and
 // max_tracked_blocks default to sizes derived from its filter and reach
 // the pool's ckf config; set values, JSON keys and flag keys are kept
-// (SPEC §4.6, issue 12).
+// (SPEC §4.6).
 func TestConfig_ExactStateBoundsDefaultToTheFilter(t *testing.T) {
 	c := Config{Pools: []PoolSpec{{Name: "a", DCID: 1}, {Name: "b", DCID: 2, ExpectedBlocks: 1000, MaxMembers: 3, MaxTrackedBlocks: 50}}}.WithDefaults()
 	require.NoError(t, c.Validate())

@@ -37,7 +37,7 @@ func waitSequence(t *testing.T, p *hostedPool, seq uint64) {
 
 // TestStream_SlowSubscribersDoNotPinATableEach: a dozen subscribers that
 // stop reading in the middle of their snapshots, each arriving after the
-// table changed, must not cost a table copy each (issue 12: 12 slow readers
+// table changed, must not cost a table copy each (12 slow readers
 // of a 64 MiB table took the relay to 1.73 GB). Snapshot memory stays within
 // a couple of tables whatever the number of slow readers.
 func TestStream_SlowSubscribersDoNotPinATableEach(t *testing.T) {
