@@ -112,8 +112,8 @@ func TestActor_InvariantViolationReportedAlikeByResetAndCleared(t *testing.T) {
 
 // TestActor_IdleSourceEpochRecordsAreBounded: records of members that hold
 // nothing are kept up to MaxIdleSourceEpochs, least recently idle pruned
-// first; a member holding blocks keeps its record whatever the churn
-// . Before, 409,600 cleared events from distinct workers grew
+// first; a member holding blocks keeps its record whatever the churn.
+// Before, 409,600 cleared events from distinct workers grew
 // the record map without bound.
 func TestActor_IdleSourceEpochRecordsAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
