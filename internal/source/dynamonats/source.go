@@ -185,6 +185,12 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 		cons, err = js.CreateOrUpdateConsumer(cctx, s.cfg.Stream, jetstream.ConsumerConfig{
 			Durable: s.cfg.Durable, FilterSubject: s.cfg.Subject, AckPolicy: jetstream.AckExplicitPolicy,
 			DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 4096,
+			// A message handed to a pull request of a source that just
+			// stopped (a relay restart) waits AckWait before redelivery;
+			// duplicates are dropped by envelope sequence, so a short wait
+			// costs little and a restarted relay resumes within seconds
+			// instead of JetStream's default 30 s.
+			AckWait: 5 * time.Second,
 		})
 		cancel()
 		if err == nil {
