@@ -12,7 +12,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
-	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/internal/producer"
 )
 
 // checkFaults compares the faults the actor reported with the model's.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
-	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/internal/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 

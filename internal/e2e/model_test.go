@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/internal/producer"
 )
 
 // block is one stored block of a member, as the model remembers it.

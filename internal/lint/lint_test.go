@@ -63,7 +63,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "wire"},
 		tests:   []string{"pgregory.net/rapid"},
 	},
-	"producer": {
+	"internal/producer": {
 		imports: []string{"ckf", "golang.org/x/sync"},
 	},
 	"client": {
@@ -85,7 +85,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
+		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "internal/producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
 		tests: []string{"client", "consumer", "internal/natstest", "internal/source/zmq/zmqtest"},
 	},
@@ -93,34 +93,34 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "github.com/zeebo/xxh3"},
 	},
 	"internal/replay": {
-		imports: []string{"ckf", "client", "consumer", "internal/workload", "producer", "wire"},
+		imports: []string{"ckf", "client", "consumer", "internal/workload", "internal/producer", "wire"},
 		tests:   []string{"wasm/host"},
 	},
 	"internal/conformance": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "producer", "wasm/abi", "wire"},
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/producer", "wasm/abi", "wire"},
 		tests:   []string{"wasm/host", "github.com/tetratelabs/wazero"},
 	},
 	"internal/e2e": {
-		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
+		tests: []string{"ckf", "consumer", "internal/producer", "wire", "pgregory.net/rapid"},
 	},
 	"internal/catalog":            {imports: []string{"ckf"}},
-	"internal/source":             {imports: []string{"ckf", "internal/catalog", "producer"}},
+	"internal/source":             {imports: []string{"ckf", "internal/catalog", "internal/producer"}},
 	"internal/wasmbuild":          {},
 	"internal/cmd/benchsummary":   {},
 	"internal/replay/report":      {imports: []string{"internal/replay", "gonum.org/v1/plot"}},
 	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/conformance", "wasm/abi"}},
 	"internal/lint":               {},
-	"internal/persist":            {imports: []string{"ckf", "producer", "wire", "github.com/cockroachdb/pebble/v2"}},
+	"internal/persist":            {imports: []string{"ckf", "internal/producer", "wire", "github.com/cockroachdb/pebble/v2"}},
 	"internal/source/zmq": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
-		tests:   []string{"internal/source/zmq/zmqtest", "producer"},
+		tests:   []string{"internal/source/zmq/zmqtest", "internal/producer"},
 	},
 	"internal/source/zmq/zmqtest": {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},
 	"internal/natspub":            {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}},
 	"internal/natstest":           {imports: []string{"github.com/nats-io/nats-server/v2"}},
 	"internal/source/dynamonats": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
-		tests:   []string{"internal/natstest", "producer"},
+		tests:   []string{"internal/natstest", "internal/producer"},
 	},
 	"cmd/relay": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/replay/report", "internal/server", "internal/workload", "internal/source/zmq/zmqtest", "wasm/host", "wire", "github.com/nats-io/nats-server/v2", "github.com/schollz/progressbar/v3", "golang.org/x/term"},

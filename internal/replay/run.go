@@ -12,7 +12,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/workload"
-	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/internal/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 

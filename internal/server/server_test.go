@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/internal/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 

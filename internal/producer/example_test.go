@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/internal/producer"
 )
 
 // A subscriber installs the snapshot, then applies each delta's absolute
