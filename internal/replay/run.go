@@ -11,8 +11,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
-	"github.com/ckfrelay/ckfrelay/internal/workload"
 	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/internal/workload"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 

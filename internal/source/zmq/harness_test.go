@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/producer"
 	"github.com/ckfrelay/ckfrelay/internal/source"
 	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
 )
 
 // harness runs a real source against a real producer actor and pool.
