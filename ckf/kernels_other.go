@@ -1,0 +1,12 @@
+//go:build !wasm
+
+package ckf
+
+// Off WebAssembly the kernels are the Go reference code: the compiler already
+// keeps it in registers and has a 128-bit multiply.
+
+func hashBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
+	hashBlocksGo(dst, tokens, blockSize, salt)
+}
+
+func chainInPlaceArch(h []uint64) { chainInPlaceGo(h) }

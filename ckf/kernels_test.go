@@ -1,0 +1,126 @@
+package ckf
+
+import (
+	"encoding/binary"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/zeebo/xxh3"
+	"pgregory.net/rapid"
+)
+
+// The batch kernels (kernels.go) must equal the per-item Go reference and
+// zeebo/xxh3 over the same bytes. On GOARCH=wasm these tests exercise the
+// hand-written WebAssembly: internal/cmd/wasirun's test builds this
+// package's tests for wasip1 and runs them under wazero.
+
+func TestKernels_Arch(t *testing.T) {
+	t.Logf("GOARCH=%s", runtime.GOARCH) // shows which kernels a run tested
+}
+
+func encodeTokens(tokens []uint32) []byte {
+	b := make([]byte, 0, 4*len(tokens))
+	for _, tok := range tokens {
+		b = binary.LittleEndian.AppendUint32(b, tok)
+	}
+	return b
+}
+
+// checkHashBlocks compares hashBlocks with the reference and with
+// xxh3.HashSeed of each block's little-endian bytes.
+func checkHashBlocks(t require.TestingT, tokens []uint32, blockSize int, salt uint64) {
+	n := len(tokens) / blockSize
+	got := make([]uint64, n)
+	hashBlocks(got, tokens, blockSize, salt)
+	ref := make([]uint64, n)
+	hashBlocksGo(ref, tokens, blockSize, salt)
+	require.Equal(t, ref, got, "blockSize %d salt %#x", blockSize, salt)
+	for i := range n {
+		want := xxh3.HashSeed(encodeTokens(tokens[i*blockSize:(i+1)*blockSize]), salt)
+		require.Equal(t, want, got[i], "block %d of %d tokens, salt %#x", i, blockSize, salt)
+	}
+}
+
+func TestHashBlocks_MatchesXXH3(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		// 1..72 tokens covers the kernel's 17..128-byte range, both edges
+		// and the Go fallback on either side.
+		blockSize := rapid.IntRange(1, 72).Draw(t, "blockSize")
+		n := rapid.IntRange(0, 9).Draw(t, "blocks")
+		extra := rapid.IntRange(0, blockSize-1).Draw(t, "partial")
+		tokens := rapid.SliceOfN(rapid.Uint32(), n*blockSize+extra, n*blockSize+extra).Draw(t, "tokens")
+		checkHashBlocks(t, tokens, blockSize, seedGen().Draw(t, "salt"))
+	})
+}
+
+// TestHashBlocks_EveryKernelLength checks every byte length of the kernel's
+// range (and one past each end) with fixed random tokens.
+func TestHashBlocks_EveryKernelLength(t *testing.T) {
+	tokens := make([]uint32, 3*40)
+	for i := range tokens {
+		tokens[i] = uint32(benchKeyLike(uint64(i)))
+	}
+	for blockSize := 4; blockSize <= 33; blockSize++ {
+		for _, salt := range []uint64{0, BaseSalt, ^uint64(0), 1 << 63} {
+			checkHashBlocks(t, tokens[:3*blockSize], blockSize, salt)
+		}
+	}
+}
+
+// benchKeyLike is a splitmix64 step: deterministic, well-mixed test words.
+func benchKeyLike(i uint64) uint64 {
+	z := i + 0x9E3779B97F4A7C15
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+func checkChain(t require.TestingT, locals []uint64) {
+	got := append([]uint64(nil), locals...)
+	chainInPlace(got)
+	ref := append([]uint64(nil), locals...)
+	chainInPlaceGo(ref)
+	require.Equal(t, ref, got)
+	for i := 1; i < len(locals); i++ {
+		buf := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, got[i-1]), locals[i])
+		require.Equal(t, xxh3.HashSeed(buf, sequenceSeed), got[i], "step %d", i)
+	}
+	if len(locals) > 0 {
+		require.Equal(t, locals[0], got[0])
+	}
+}
+
+func TestChainInPlace_MatchesXXH3(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		checkChain(t, rapid.SliceOfN(rapid.Uint64(), 0, 40).Draw(t, "locals"))
+	})
+}
+
+func TestAppendSequenceHashes_InPlace(t *testing.T) {
+	locals := []uint64{1, 2, 3, 0xFFFF_FFFF_FFFF_FFFF, 0}
+	want := AppendSequenceHashes(nil, locals)
+	got := AppendSequenceHashes(locals[:0], locals)
+	require.Equal(t, want, got)
+}
+
+// FuzzKernels feeds arbitrary bytes as tokens, block size and salt to
+// hashBlocks and as chain words to chainInPlace.
+func FuzzKernels(f *testing.F) {
+	f.Add([]byte("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"), uint8(16), uint64(BaseSalt))
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, uint8(5), uint64(0))
+	f.Add(make([]byte, 129), uint8(32), ^uint64(0))
+	f.Fuzz(func(t *testing.T, data []byte, bs uint8, salt uint64) {
+		blockSize := int(bs%64) + 1
+		tokens := make([]uint32, len(data)/4)
+		words := make([]uint64, len(data)/8)
+		for i := range tokens {
+			tokens[i] = binary.LittleEndian.Uint32(data[4*i:])
+		}
+		for i := range words {
+			words[i] = binary.LittleEndian.Uint64(data[8*i:])
+		}
+		checkHashBlocks(t, tokens, blockSize, salt)
+		checkChain(t, words)
+	})
+}

@@ -1,0 +1,228 @@
+// Hand-written WebAssembly kernels for ckf (declared in kernels_wasm.go,
+// reference code and rationale in kernels.go). R0..R15 are i64 locals of the
+// function; every value stays in them, memory is touched only for input and
+// output. Linear-memory addresses are i64 in Go and wrapped to i32 for loads.
+
+#include "textflag.h"
+
+// FOLD leaves hi ^ lo of the 128-bit product R11 × R12 on the stack (XXH3's
+// mul128_fold64), built from four 32×32→64 multiplies. It clobbers R11..R14.
+//   R13 = ll = aL·bL, R14 = lh = aL·bH, R11 = hh = aH·bH
+//   cross = aH·bL + (ll >> 32) + (lh & M)        (cannot overflow)
+//   hi = hh + (lh >> 32) + (cross >> 32), lo = cross << 32 | ll & M
+#define FOLD \
+	Get R11; I64Const $0xffffffff; I64And; Get R12; I64Const $0xffffffff; I64And; I64Mul; Set R13; \
+	Get R11; I64Const $0xffffffff; I64And; Get R12; I64Const $32; I64ShrU; I64Mul; Set R14; \
+	Get R11; I64Const $32; I64ShrU; Get R12; I64Const $0xffffffff; I64And; I64Mul; \
+	Get R11; I64Const $32; I64ShrU; Get R12; I64Const $32; I64ShrU; I64Mul; Set R11; \
+	Get R13; I64Const $32; I64ShrU; I64Add; Get R14; I64Const $0xffffffff; I64And; I64Add; Set R12; \
+	Get R11; Get R14; I64Const $32; I64ShrU; I64Add; Get R12; I64Const $32; I64ShrU; I64Add; \
+	Get R12; I64Const $32; I64Shl; Get R13; I64Const $0xffffffff; I64And; I64Or; \
+	I64Xor
+
+// MIX16 adds mix16B(input at P, keys at R10+K) to the accumulator R6.
+#define MIX16(P, K) \
+	Get P; I32WrapI64; I64Load $0; Get R10; I32WrapI64; I64Load $(K); I64Xor; Set R11; \
+	Get P; I32WrapI64; I64Load $8; Get R10; I32WrapI64; I64Load $(K+8); I64Xor; Set R12; \
+	FOLD; Get R6; I64Add; Set R6
+
+// XXH3_AVALANCHE replaces the stack top h with h ^= h >> 37; h *= M; h ^ h >> 32.
+// It uses R13.
+#define XXH3_AVALANCHE \
+	Tee R13; Get R13; I64Const $37; I64ShrU; I64Xor; \
+	I64Const $0x165667919E3779F9; I64Mul; \
+	Tee R13; Get R13; I64Const $32; I64ShrU; I64Xor
+
+// func xxh3Blocks17to128(dst *uint64, n int, src *byte, length int, keys *[16]uint64)
+//
+// Per block: acc = length × PRIME64_1; round r (r = 0 .. (length-1)/32) adds
+// mix16B(src + 16r, key 32r) and mix16B(src + length - 16(r+1), key 32r+16);
+// then the avalanche. This is XXH3's 17..128-byte path with the nested
+// length tests unrolled into a loop.
+TEXT ·xxh3Blocks17to128(SB), NOSPLIT, $0-40
+	I64Load dst+0(FP)
+	Set R0
+	I64Load n+8(FP)
+	Set R1
+	I64Load src+16(FP)
+	Set R2
+	I64Load length+24(FP)
+	Set R3
+	I64Load keys+32(FP)
+	Set R4
+
+	// R5 = rounds, R15 = length × PRIME64_1
+	Get R3
+	I64Const $1
+	I64Sub
+	I64Const $5
+	I64ShrU
+	I64Const $1
+	I64Add
+	Set R5
+	Get R3
+	I64Const $0x9E3779B185EBCA87
+	I64Mul
+	Set R15
+
+	Block
+		Get R1
+		I64Eqz
+		BrIf $0
+		Loop
+			Get R15
+			Set R6
+			Get R2
+			Set R8
+			Get R2
+			Get R3
+			I64Add
+			I64Const $16
+			I64Sub
+			Set R9
+			Get R4
+			Set R10
+			Get R5
+			Set R7
+			Loop
+				MIX16(R8, 0)
+				MIX16(R9, 16)
+				Get R8
+				I64Const $16
+				I64Add
+				Set R8
+				Get R9
+				I64Const $16
+				I64Sub
+				Set R9
+				Get R10
+				I64Const $32
+				I64Add
+				Set R10
+				Get R7
+				I64Const $1
+				I64Sub
+				Tee R7
+				I64Eqz
+				I32Eqz
+				BrIf $0
+			End
+
+			Get R0
+			I32WrapI64
+			Get R6
+			XXH3_AVALANCHE
+			I64Store $0
+
+			Get R0
+			I64Const $8
+			I64Add
+			Set R0
+			Get R2
+			Get R3
+			I64Add
+			Set R2
+			Get R1
+			I64Const $1
+			I64Sub
+			Tee R1
+			I64Eqz
+			I32Eqz
+			BrIf $0
+		End
+	End
+	RET
+
+// func chainWords(h *uint64, n int, lo, hi uint64)
+//
+// XXH3's 9..16-byte path for exactly 16 bytes, chained: with
+// a = prev ^ lo, b = h[i] ^ hi, h[i] = avalanche(16 + bswap64(a) + b +
+// fold(a, b)). bswap64 has no wasm instruction: two mask-and-shift swaps and
+// a 32-bit rotation.
+TEXT ·chainWords(SB), NOSPLIT, $0-32
+	I64Load h+0(FP)
+	Set R0
+	I64Load n+8(FP)
+	Set R1
+	I64Load lo+16(FP)
+	Set R2
+	I64Load hi+24(FP)
+	Set R3
+
+	Block
+		Get R1
+		I64Const $2
+		I64LtS
+		BrIf $0
+		Get R0
+		I32WrapI64
+		I64Load $0
+		Set R6
+		Loop
+			Get R0
+			I64Const $8
+			I64Add
+			Set R0
+
+			Get R6
+			Get R2
+			I64Xor
+			Set R11
+			Get R0
+			I32WrapI64
+			I64Load $0
+			Get R3
+			I64Xor
+			Set R12
+
+			// R15 = 16 + bswap64(R11) + R12
+			Get R11
+			I64Const $8
+			I64ShrU
+			I64Const $0x00FF00FF00FF00FF
+			I64And
+			Get R11
+			I64Const $0x00FF00FF00FF00FF
+			I64And
+			I64Const $8
+			I64Shl
+			I64Or
+			Set R13
+			Get R13
+			I64Const $16
+			I64ShrU
+			I64Const $0x0000FFFF0000FFFF
+			I64And
+			Get R13
+			I64Const $0x0000FFFF0000FFFF
+			I64And
+			I64Const $16
+			I64Shl
+			I64Or
+			I64Const $32
+			I64Rotl
+			Get R12
+			I64Add
+			I64Const $16
+			I64Add
+			Set R15
+
+			Get R0
+			I32WrapI64
+			FOLD
+			Get R15
+			I64Add
+			XXH3_AVALANCHE
+			Tee R6
+			I64Store $0
+
+			Get R1
+			I64Const $1
+			I64Sub
+			Tee R1
+			I64Const $1
+			I64GtS
+			BrIf $0
+		End
+	End
+	RET
