@@ -10,3 +10,7 @@ func hashBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 }
 
 func chainInPlaceArch(h []uint64) { chainInPlaceGo(h) }
+
+func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {
+	return laneRowHitsGo(ad, words, key)
+}

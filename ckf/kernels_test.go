@@ -124,3 +124,84 @@ func FuzzKernels(f *testing.F) {
 		checkChain(t, words)
 	})
 }
+
+// rowTable draws a small lane-minor table in which some keys' fingerprints
+// sit in some lanes' bucket a or b (so hits occur), with random other slots.
+func rowTable(t *rapid.T) (Addresser, []uint64, []uint64) {
+	buckets := uint64(1) << rapid.IntRange(1, 8).Draw(t, "logBuckets")
+	ad := NewAddresser(seedGen().Draw(t, "seed"), buckets)
+	words := make([]uint64, buckets*MaxLanes)
+	for i := range words {
+		if rapid.Bool().Draw(t, "randomWord") {
+			words[i] = rapid.Uint64().Draw(t, "word")
+		}
+	}
+	keys := rapid.SliceOfN(rapid.Uint64(), 1, 8).Draw(t, "keys")
+	for _, k := range keys {
+		a := ad.Address(k)
+		for l := range MaxLanes {
+			if rapid.Bool().Draw(t, "store") {
+				bk := a.A
+				if rapid.Bool().Draw(t, "inB") {
+					bk = a.B
+				}
+				slot := rapid.IntRange(0, 3).Draw(t, "slot")
+				words[bk*MaxLanes+uint64(l)] = uint64(Bucket(words[bk*MaxLanes+uint64(l)]).WithSlot(slot, a.Fingerprint))
+			}
+		}
+	}
+	return ad, words, keys
+}
+
+// rowHitsScalar is an independent reference: Address and the slot-by-slot
+// scan of every lane's two buckets.
+func rowHitsScalar(ad Addresser, words []uint64, key uint64) uint16 {
+	a := ad.Address(key)
+	var m uint16
+	for l := range uint64(MaxLanes) {
+		if Bucket(words[a.A*MaxLanes+l]).containsScalar(a.Fingerprint) || Bucket(words[a.B*MaxLanes+l]).containsScalar(a.Fingerprint) {
+			m |= 1 << l
+		}
+	}
+	return m
+}
+
+func TestLaneRowHits_MatchesReference(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ad, words, keys := rowTable(t)
+		keys = append(keys, rapid.Uint64().Draw(t, "other"))
+		for _, k := range keys {
+			want := rowHitsScalar(ad, words, k)
+			require.Equal(t, want, laneRowHitsGo(ad, words, k), "Go reference, key %#x", k)
+			require.Equal(t, want, ad.LaneRowHits(words, k), "LaneRowHits, key %#x", k)
+		}
+	})
+}
+
+func TestLaneRowHits_ShortTablePanics(t *testing.T) {
+	ad := NewAddresser(DefaultSeed, 8)
+	require.Panics(t, func() { ad.LaneRowHits(make([]uint64, 8*MaxLanes-1), 1) })
+	require.NotPanics(t, func() { ad.LaneRowHits(make([]uint64, 8*MaxLanes), 1) })
+}
+
+// FuzzLaneRowHits: arbitrary table bytes, seed and key.
+func FuzzLaneRowHits(f *testing.F) {
+	f.Add(make([]byte, 8*MaxLanes*2), uint64(DefaultSeed), uint64(1))
+	f.Add([]byte("\x01\x00\x01\x00\x01\x00\x01\x00 a table of two rows of sixteen lanes, all words, more of them ..............................................................................................................................................................."), uint64(0), ^uint64(0))
+	f.Fuzz(func(t *testing.T, data []byte, seed, key uint64) {
+		buckets := uint64(2)
+		for buckets*2*MaxLanes*8 <= uint64(len(data)) {
+			buckets *= 2
+		}
+		words := make([]uint64, buckets*MaxLanes)
+		for i := range words {
+			if 8*i+8 <= len(data) {
+				words[i] = binary.LittleEndian.Uint64(data[8*i:])
+			}
+		}
+		ad := NewAddresser(seed, buckets)
+		want := rowHitsScalar(ad, words, key)
+		require.Equal(t, want, laneRowHitsGo(ad, words, key))
+		require.Equal(t, want, ad.LaneRowHits(words, key))
+	})
+}

@@ -31,3 +31,14 @@ func hashBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 func chainInPlaceArch(h []uint64) {
 	chainWords(unsafe.SliceData(h), len(h), chainFlipLo, chainFlipHi)
 }
+
+// laneRowHits is LaneRowHits for rows at words (bucketCount = mask+1 rows of
+// 16 words, checked by the caller): the addressing of xxh3small.go, then
+// the SWAR zero-lane test of Bucket.Contains on all 32 words, branch-free.
+//
+//go:noescape
+func laneRowHits(words *uint64, key, keyFlip, dispFlip, mask uint64) uint64
+
+func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {
+	return uint16(laneRowHits(unsafe.SliceData(words), key, ad.keyFlip, ad.dispFlip, ad.mask))
+}

@@ -226,3 +226,168 @@ TEXT ·chainWords(SB), NOSPLIT, $0-32
 		End
 	End
 	RET
+
+// LANE tests lane word OFF/8 of rows R7 (bucket a) and R8 (bucket b) against
+// the broadcast fingerprint R6 and ORs bit OFF/8 into R9 on a match:
+// x has a zero 16-bit lane iff (x - 0x0001…) & ^x & 0x8000… ≠ 0.
+#define LANE(OFF, BIT) \
+	Get R7; I32WrapI64; I64Load $(OFF); Get R6; I64Xor; Tee R10; I64Const $0x0001000100010001; I64Sub; \
+	Get R10; I64Const $-1; I64Xor; I64And; \
+	Get R8; I32WrapI64; I64Load $(OFF); Get R6; I64Xor; Tee R10; I64Const $0x0001000100010001; I64Sub; \
+	Get R10; I64Const $-1; I64Xor; I64And; \
+	I64Or; I64Const $0x8000800080008000; I64And; I64Const $0; I64Ne; I64ExtendI32U; \
+	I64Const $(BIT); I64Shl; Get R9; I64Or; Set R9
+
+// func laneRowHits(words *uint64, key, keyFlip, dispFlip, mask uint64) uint64
+TEXT ·laneRowHits(SB), NOSPLIT, $0-48
+	I64Load words+0(FP)
+	Set R0
+	I64Load key+8(FP)
+	Set R1
+	I64Load keyFlip+16(FP)
+	Set R2
+	I64Load dispFlip+24(FP)
+	Set R3
+	I64Load mask+32(FP)
+	Set R4
+
+	// m = xxh3Hash8(key, keyFlip): rotate, flip, rrmxmx.
+	Get R1
+	I64Const $32
+	I64Rotl
+	Get R2
+	I64Xor
+	Tee R5
+	Get R5
+	I64Const $49
+	I64Rotl
+	I64Xor
+	Get R5
+	I64Const $24
+	I64Rotl
+	I64Xor
+	I64Const $0x9FB21C651E98DF25
+	I64Mul
+	Tee R5
+	Get R5
+	I64Const $35
+	I64ShrU
+	I64Const $8
+	I64Add
+	I64Xor
+	I64Const $0x9FB21C651E98DF25
+	I64Mul
+	Tee R5
+	Get R5
+	I64Const $28
+	I64ShrU
+	I64Xor
+	Set R5
+
+	// R6 = fp = m & 0xFFFF, or 1 when that is 0; R7 = a = (m >> 16) & mask
+	Get R5
+	I64Const $0xFFFF
+	I64And
+	Tee R6
+	Get R6
+	I64Eqz
+	I64ExtendI32U
+	I64Or
+	Set R6
+	Get R5
+	I64Const $16
+	I64ShrU
+	Get R4
+	I64And
+	Set R7
+
+	// d = xxh3Hash2(fp, dispFlip) & mask, or 1 when 0; R8 = b = a ^ d
+	Get R6
+	I64Const $0xFF
+	I64And
+	I64Const $16
+	I64Shl
+	Get R6
+	I64Const $8
+	I64ShrU
+	Tee R8
+	I64Const $24
+	I64Shl
+	I64Or
+	Get R8
+	I64Or
+	I64Const $0x200
+	I64Or
+	Get R3
+	I64Xor
+	Tee R8
+	Get R8
+	I64Const $33
+	I64ShrU
+	I64Xor
+	I64Const $0xC2B2AE3D27D4EB4F
+	I64Mul
+	Tee R8
+	Get R8
+	I64Const $29
+	I64ShrU
+	I64Xor
+	I64Const $0x165667B19E3779F9
+	I64Mul
+	Tee R8
+	Get R8
+	I64Const $32
+	I64ShrU
+	I64Xor
+	Get R4
+	I64And
+	Tee R8
+	Get R8
+	I64Eqz
+	I64ExtendI32U
+	I64Or
+	Get R7
+	I64Xor
+	Set R8
+
+	// Row addresses (16 words of 8 bytes per bucket) and the broadcast fp.
+	Get R7
+	I64Const $7
+	I64Shl
+	Get R0
+	I64Add
+	Set R7
+	Get R8
+	I64Const $7
+	I64Shl
+	Get R0
+	I64Add
+	Set R8
+	Get R6
+	I64Const $0x0001000100010001
+	I64Mul
+	Set R6
+
+	I64Const $0
+	Set R9
+	LANE(0, 0)
+	LANE(8, 1)
+	LANE(16, 2)
+	LANE(24, 3)
+	LANE(32, 4)
+	LANE(40, 5)
+	LANE(48, 6)
+	LANE(56, 7)
+	LANE(64, 8)
+	LANE(72, 9)
+	LANE(80, 10)
+	LANE(88, 11)
+	LANE(96, 12)
+	LANE(104, 13)
+	LANE(112, 14)
+	LANE(120, 15)
+
+	Get SP
+	Get R9
+	I64Store ret+40(FP)
+	RET

@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"math/bits"
-
-	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
 // querier holds the per-query scratch. It is reused across queries so that a
@@ -38,18 +36,11 @@ func (q *querier) prepare(n int) {
 	}
 }
 
-// rowHits returns, for the ready lanes, which hold fp in bucket a or b.
-// It reads one 16-word row per bucket: the same two buckets for every lane.
-func (c *Consumer) rowHits(ad ckf.Address, ready uint16) uint16 {
-	ra := c.words[ad.A*lanes : ad.A*lanes+lanes : ad.A*lanes+lanes]
-	rb := c.words[ad.B*lanes : ad.B*lanes+lanes : ad.B*lanes+lanes]
-	var m uint16
-	for l := range lanes {
-		if ckf.Bucket(ra[l]).Contains(ad.Fingerprint) || ckf.Bucket(rb[l]).Contains(ad.Fingerprint) {
-			m |= 1 << l
-		}
-	}
-	return m & ready
+// rowHits returns, for the ready lanes, which hold seqHash: one probe of the
+// same two rows (buckets a and b) for every lane, in one call
+// ([ckf.Addresser.LaneRowHits]: hand-written WebAssembly in wasm builds).
+func (c *Consumer) rowHits(seqHash uint64, ready uint16) uint16 {
+	return c.addresser.LaneRowHits(c.words, seqHash) & ready
 }
 
 // probe returns the hit mask of position p of the current query, probing the
@@ -60,7 +51,7 @@ func (c *Consumer) probe(p int, ready uint16) uint16 {
 		return q.memo[p]
 	}
 	q.probes++
-	m := c.rowHits(c.addresser.Address(q.seq[p]), ready)
+	m := c.rowHits(q.seq[p], ready)
 	q.memo[p] = m
 	q.stamp[p] = q.gen
 	return m
