@@ -22,6 +22,9 @@ func BenchmarkKernels(b *testing.B) {
 	}{
 		{"hashBlocks/impl=kernel", func() { hashBlocks(dst, tokens, blockSize, BaseSalt) }},
 		{"hashBlocks/impl=go", func() { hashBlocksGo(dst, tokens, blockSize, BaseSalt) }},
+		{"sequence/impl=kernel", func() { sequenceBlocks(dst, tokens, blockSize, BaseSalt) }},
+		{"sequence/impl=twokernels", func() { hashBlocks(dst, tokens, blockSize, BaseSalt); chainInPlace(dst) }},
+		{"sequence/impl=go", func() { sequenceBlocksGo(dst, tokens, blockSize, BaseSalt) }},
 		{"chain/impl=kernel", func() { chainInPlace(dst) }},
 		{"chain/impl=go", func() { chainInPlaceGo(dst) }},
 	} {

@@ -36,6 +36,20 @@ func checkHashBlocks(t require.TestingT, tokens []uint32, blockSize int, salt ui
 	ref := make([]uint64, n)
 	hashBlocksGo(ref, tokens, blockSize, salt)
 	require.Equal(t, ref, got, "blockSize %d salt %#x", blockSize, salt)
+	seq := make([]uint64, n)
+	sequenceBlocks(seq, tokens, blockSize, salt)
+	require.Equal(t, AppendSequenceHashes(make([]uint64, 0, n), ref), seq, "sequence, blockSize %d salt %#x", blockSize, salt)
+	require.Equal(t, append([]uint64{7}, seq...), AppendTokenSequenceHashes([]uint64{7}, tokens, blockSize, salt))
+	if n > 0 {
+		chained := xxh3.HashSeed(encodeTokens(tokens[:blockSize]), salt)
+		require.Equal(t, chained, seq[0])
+		for i := 1; i < n; i++ {
+			local := xxh3.HashSeed(encodeTokens(tokens[i*blockSize:(i+1)*blockSize]), salt)
+			pair := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, chained), local)
+			chained = xxh3.HashSeed(pair, sequenceSeed)
+			require.Equal(t, chained, seq[i], "sequence hash %d", i)
+		}
+	}
 	for i := range n {
 		want := xxh3.HashSeed(encodeTokens(tokens[i*blockSize:(i+1)*blockSize]), salt)
 		require.Equal(t, want, got[i], "block %d of %d tokens, salt %#x", i, blockSize, salt)

@@ -6,18 +6,19 @@
 #include "textflag.h"
 
 // FOLD leaves hi ^ lo of the 128-bit product R11 × R12 on the stack (XXH3's
-// mul128_fold64), built from four 32×32→64 multiplies. It clobbers R11..R14.
-//   R13 = ll = aL·bL, R14 = lh = aL·bH, R11 = hh = aH·bH
-//   cross = aH·bL + (ll >> 32) + (lh & M)        (cannot overflow)
-//   hi = hh + (lh >> 32) + (cross >> 32), lo = cross << 32 | ll & M
+// mul128_fold64). lo is the plain i64.mul; hi comes from three more 32×32→64
+// multiplies: with ll = aL·bL, lh = aL·bH, hl = aH·bL, hh = aH·bH,
+//   cross = hl + (ll >> 32) + (lh & M)        (cannot overflow)
+//   hi    = hh + (lh >> 32) + (cross >> 32)
+// It uses R13 and leaves R11, R12 intact.
 #define FOLD \
-	Get R11; I64Const $0xffffffff; I64And; Get R12; I64Const $0xffffffff; I64And; I64Mul; Set R13; \
-	Get R11; I64Const $0xffffffff; I64And; Get R12; I64Const $32; I64ShrU; I64Mul; Set R14; \
+	Get R11; Get R12; I64Mul; \
+	Get R11; I64Const $0xffffffff; I64And; Get R12; I64Const $32; I64ShrU; I64Mul; Set R13; \
 	Get R11; I64Const $32; I64ShrU; Get R12; I64Const $0xffffffff; I64And; I64Mul; \
-	Get R11; I64Const $32; I64ShrU; Get R12; I64Const $32; I64ShrU; I64Mul; Set R11; \
-	Get R13; I64Const $32; I64ShrU; I64Add; Get R14; I64Const $0xffffffff; I64And; I64Add; Set R12; \
-	Get R11; Get R14; I64Const $32; I64ShrU; I64Add; Get R12; I64Const $32; I64ShrU; I64Add; \
-	Get R12; I64Const $32; I64Shl; Get R13; I64Const $0xffffffff; I64And; I64Or; \
+	Get R11; I64Const $0xffffffff; I64And; Get R12; I64Const $0xffffffff; I64And; I64Mul; I64Const $32; I64ShrU; I64Add; \
+	Get R13; I64Const $0xffffffff; I64And; I64Add; I64Const $32; I64ShrU; \
+	Get R13; I64Const $32; I64ShrU; I64Add; \
+	Get R11; I64Const $32; I64ShrU; Get R12; I64Const $32; I64ShrU; I64Mul; I64Add; \
 	I64Xor
 
 // MIX16 adds mix16B(input at P, keys at R10+K) to the accumulator R6.
@@ -33,12 +34,47 @@
 	I64Const $0x165667919E3779F9; I64Mul; \
 	Tee R13; Get R13; I64Const $32; I64ShrU; I64Xor
 
-// func xxh3Blocks17to128(dst *uint64, n int, src *byte, length int, keys *[16]uint64)
-//
-// Per block: acc = length × PRIME64_1; round r (r = 0 .. (length-1)/32) adds
-// mix16B(src + 16r, key 32r) and mix16B(src + length - 16(r+1), key 32r+16);
-// then the avalanche. This is XXH3's 17..128-byte path with the nested
-// length tests unrolled into a loop.
+// HASH17TO128 pushes XXH3-64 of the R3 (17..128) bytes at R2, with the
+// keys block at R4 (see blockKeys in kernels_wasm.go: words 0..15 the seeded
+// secret, 18 = length × PRIME64_1, 19 = rounds). Round r adds
+// mix16B(src + 16r, key 32r) and mix16B(src + length - 16(r+1), key 32r+16):
+// XXH3's 17..128-byte path with its nested length tests as a loop. It uses
+// R6..R13.
+#define HASH17TO128 \
+	Get R4; I32WrapI64; I64Load $144; Set R6; \
+	Get R4; I32WrapI64; I64Load $152; Set R7; \
+	Get R2; Set R8; \
+	Get R2; Get R3; I64Add; I64Const $16; I64Sub; Set R9; \
+	Get R4; Set R10; \
+	Loop; \
+		MIX16(R8, 0); MIX16(R9, 16); \
+		Get R8; I64Const $16; I64Add; Set R8; \
+		Get R9; I64Const $16; I64Sub; Set R9; \
+		Get R10; I64Const $32; I64Add; Set R10; \
+		Get R7; I64Const $1; I64Sub; Tee R7; I64Eqz; I32Eqz; BrIf $0; \
+	End; \
+	Get R6; XXH3_AVALANCHE
+
+// BSWAP64 pushes R's bytes reversed (no wasm instruction: two mask-and-shift
+// swaps and a 32-bit rotation). It uses R13.
+#define BSWAP64(R) \
+	Get R; I64Const $8; I64ShrU; I64Const $0x00FF00FF00FF00FF; I64And; \
+	Get R; I64Const $0x00FF00FF00FF00FF; I64And; I64Const $8; I64Shl; I64Or; Set R13; \
+	Get R13; I64Const $16; I64ShrU; I64Const $0x0000FFFF0000FFFF; I64And; \
+	Get R13; I64Const $0x0000FFFF0000FFFF; I64And; I64Const $16; I64Shl; I64Or; \
+	I64Const $32; I64Rotl
+
+// CHAIN replaces the stack top (a local hash) with XXH3-64 of
+// LE8(PREV) ‖ LE8(local) given the seed terms LO, HI (xxh3Hash16): with
+// a = PREV ^ LO, b = local ^ HI, avalanche(16 + bswap64(a) + b + fold(a, b)).
+// It uses R11..R13.
+#define CHAIN(PREV, LO, HI) \
+	Get HI; I64Xor; Set R12; \
+	Get PREV; Get LO; I64Xor; Set R11; \
+	FOLD; BSWAP64(R11); I64Add; Get R12; I64Add; I64Const $16; I64Add; \
+	XXH3_AVALANCHE
+
+// func xxh3Blocks17to128(dst *uint64, n int, src *byte, length int, keys *[20]uint64)
 TEXT ·xxh3Blocks17to128(SB), NOSPLIT, $0-40
 	I64Load dst+0(FP)
 	Set R0
@@ -50,70 +86,15 @@ TEXT ·xxh3Blocks17to128(SB), NOSPLIT, $0-40
 	Set R3
 	I64Load keys+32(FP)
 	Set R4
-
-	// R5 = rounds, R15 = length × PRIME64_1
-	Get R3
-	I64Const $1
-	I64Sub
-	I64Const $5
-	I64ShrU
-	I64Const $1
-	I64Add
-	Set R5
-	Get R3
-	I64Const $0x9E3779B185EBCA87
-	I64Mul
-	Set R15
-
 	Block
 		Get R1
 		I64Eqz
 		BrIf $0
 		Loop
-			Get R15
-			Set R6
-			Get R2
-			Set R8
-			Get R2
-			Get R3
-			I64Add
-			I64Const $16
-			I64Sub
-			Set R9
-			Get R4
-			Set R10
-			Get R5
-			Set R7
-			Loop
-				MIX16(R8, 0)
-				MIX16(R9, 16)
-				Get R8
-				I64Const $16
-				I64Add
-				Set R8
-				Get R9
-				I64Const $16
-				I64Sub
-				Set R9
-				Get R10
-				I64Const $32
-				I64Add
-				Set R10
-				Get R7
-				I64Const $1
-				I64Sub
-				Tee R7
-				I64Eqz
-				I32Eqz
-				BrIf $0
-			End
-
 			Get R0
 			I32WrapI64
-			Get R6
-			XXH3_AVALANCHE
+			HASH17TO128
 			I64Store $0
-
 			Get R0
 			I64Const $8
 			I64Add
@@ -133,12 +114,68 @@ TEXT ·xxh3Blocks17to128(SB), NOSPLIT, $0-40
 	End
 	RET
 
+// func seqBlocks17to128(dst *uint64, n int, src *byte, length int, keys *[20]uint64)
+//
+// The canonical chain of the blocks' hashes in one pass: dst[0] is block 0's
+// hash, dst[i] = CHAIN(dst[i-1], hash of block i) with the chain seed terms
+// in keys words 16 and 17. Block i+1's hash does not depend on the chain,
+// so the CPU overlaps it with chain step i.
+TEXT ·seqBlocks17to128(SB), NOSPLIT, $0-40
+	I64Load dst+0(FP)
+	Set R0
+	I64Load n+8(FP)
+	Set R1
+	I64Load src+16(FP)
+	Set R2
+	I64Load length+24(FP)
+	Set R3
+	I64Load keys+32(FP)
+	Tee R4
+	I32WrapI64
+	I64Load $128
+	Set R14
+	Get R4
+	I32WrapI64
+	I64Load $136
+	Set R15
+	Block
+		Get R1
+		I64Eqz
+		BrIf $0
+		Get R0
+		I32WrapI64
+		HASH17TO128
+		Tee R5
+		I64Store $0
+		Loop
+			Get R1
+			I64Const $1
+			I64Sub
+			Tee R1
+			I64Eqz
+			BrIf $1
+			Get R0
+			I64Const $8
+			I64Add
+			Set R0
+			Get R2
+			Get R3
+			I64Add
+			Set R2
+			Get R0
+			I32WrapI64
+			HASH17TO128
+			CHAIN(R5, R14, R15)
+			Tee R5
+			I64Store $0
+			Br $0
+		End
+	End
+	RET
+
 // func chainWords(h *uint64, n int, lo, hi uint64)
 //
-// XXH3's 9..16-byte path for exactly 16 bytes, chained: with
-// a = prev ^ lo, b = h[i] ^ hi, h[i] = avalanche(16 + bswap64(a) + b +
-// fold(a, b)). bswap64 has no wasm instruction: two mask-and-shift swaps and
-// a 32-bit rotation.
+// h[i] = CHAIN(h[i-1], h[i]) for 1 ≤ i < n, in place.
 TEXT ·chainWords(SB), NOSPLIT, $0-32
 	I64Load h+0(FP)
 	Set R0
@@ -148,7 +185,6 @@ TEXT ·chainWords(SB), NOSPLIT, $0-32
 	Set R2
 	I64Load hi+24(FP)
 	Set R3
-
 	Block
 		Get R1
 		I64Const $2
@@ -163,59 +199,14 @@ TEXT ·chainWords(SB), NOSPLIT, $0-32
 			I64Const $8
 			I64Add
 			Set R0
-
-			Get R6
-			Get R2
-			I64Xor
-			Set R11
+			Get R0
+			I32WrapI64
 			Get R0
 			I32WrapI64
 			I64Load $0
-			Get R3
-			I64Xor
-			Set R12
-
-			// R15 = 16 + bswap64(R11) + R12
-			Get R11
-			I64Const $8
-			I64ShrU
-			I64Const $0x00FF00FF00FF00FF
-			I64And
-			Get R11
-			I64Const $0x00FF00FF00FF00FF
-			I64And
-			I64Const $8
-			I64Shl
-			I64Or
-			Set R13
-			Get R13
-			I64Const $16
-			I64ShrU
-			I64Const $0x0000FFFF0000FFFF
-			I64And
-			Get R13
-			I64Const $0x0000FFFF0000FFFF
-			I64And
-			I64Const $16
-			I64Shl
-			I64Or
-			I64Const $32
-			I64Rotl
-			Get R12
-			I64Add
-			I64Const $16
-			I64Add
-			Set R15
-
-			Get R0
-			I32WrapI64
-			FOLD
-			Get R15
-			I64Add
-			XXH3_AVALANCHE
+			CHAIN(R6, R2, R3)
 			Tee R6
 			I64Store $0
-
 			Get R1
 			I64Const $1
 			I64Sub
