@@ -57,73 +57,80 @@ func (c *Consumer) probe(p int, ready uint16) uint16 {
 	return m
 }
 
+// span is a group of lanes known to hit at a and to miss at z (or z = n).
+type span struct {
+	lanes uint16
+	a, z  int
+}
+
 // searchFast computes every ready lane's prefix depth over q.seq (SPEC §8.4):
-// probe position 0; gallop at 1, 2, 4, 8 … while a lane hits; grouped binary
-// search per level between each lane's last hit and first miss (lanes whose
-// midpoints coincide share one probe, and one probe serves all 16 lanes
-// anyway); then re-check the W positions below each tentative depth, lowering
-// the depth to the first miss, and rescan linearly from the last confirmed
-// hit when that miss sits at the window's left edge. For a lane whose
-// membership is monotone (a hit prefix, then only misses) the result equals
-// [Consumer.searchLinear]. Cost: at most len(q.seq) probes.
+// probe position 0; gallop at 1, 2, 4, 8 … while a lane hits; binary search
+// between each lane's last hit and first miss; then re-check the W positions
+// below each tentative depth, lowering the depth to the first miss, and
+// rescan linearly from the last confirmed hit when that miss sits at the
+// window's left edge. For a lane whose membership is monotone (a hit prefix,
+// then only misses) the result equals [Consumer.searchLinear]. Cost: at most
+// len(q.seq) probes.
+//
+// The binary search runs on groups of lanes, not on lanes: lanes that left
+// the gallop at the same step share an interval, one probe at its midpoint
+// serves the whole group (a probe reads all 16 lanes), and the group splits
+// only where its lanes' answers differ. Each probe then costs O(1)
+// bookkeeping instead of a pass over the lanes, which matters most in
+// WebAssembly (BENCHMARKS.md, "Wasm kernels"). Every lane still follows its
+// own binary-search path, so the positions probed (and the memo the window
+// pass reads) are the union of those paths, whatever the order: the table
+// does not change during a query.
 func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 	n := len(c.q.seq)
-	var lo, hi [lanes]int // lo: a known hit (or -1), hi: a known miss (or n)
-	active := c.probe(0, ready)
+	var lo [lanes]int // a known hit, or -1
 	for l := range lanes {
-		lo[l], hi[l] = -1, 0
+		lo[l] = -1
 	}
-	// Gallop: every active lane has hit every sampled position so far.
+	// Pending groups: disjoint and non-empty, so at most one per lane.
+	var stack [lanes]span
+	sp := 0
+	// Gallop: every active lane has hit every sampled position so far; the
+	// lanes that miss at p form the group (last, p).
+	active := c.probe(0, ready)
 	last := 0
-	for m := active; m != 0; m &= m - 1 {
-		l := bits.TrailingZeros16(m)
-		lo[l], hi[l] = 0, n
-	}
 	for p := 1; active != 0 && last < n-1; p *= 2 {
 		if p > n-1 {
 			p = n - 1
 		}
 		h := c.probe(p, ready)
-		for m := active &^ h; m != 0; m &= m - 1 {
-			l := bits.TrailingZeros16(m)
-			lo[l], hi[l] = last, p
+		if out := active &^ h; out != 0 {
+			stack[sp] = span{out, last, p}
+			sp++
 		}
 		active &= h
-		for m := active; m != 0; m &= m - 1 {
-			l := bits.TrailingZeros16(m)
-			lo[l] = p
-		}
 		last = p
 	}
-	// Grouped binary search: one probe per distinct midpoint per round.
-	var open uint16
-	for m := ready; m != 0; m &= m - 1 {
-		l := bits.TrailingZeros16(m)
-		if hi[l]-lo[l] > 1 {
-			open |= 1 << l
-		}
+	if active != 0 {
+		stack[sp] = span{active, last, n}
+		sp++
 	}
-	for open != 0 {
-		l0 := bits.TrailingZeros16(open)
-		mid := lo[l0] + (hi[l0]-lo[l0])/2
-		var group uint16
-		for m := open; m != 0; m &= m - 1 {
-			l := bits.TrailingZeros16(m)
-			if lo[l]+(hi[l]-lo[l])/2 == mid {
-				group |= 1 << l
+	// Grouped binary search.
+	for sp > 0 {
+		sp--
+		g := stack[sp]
+		for g.z-g.a > 1 {
+			mid := g.a + (g.z-g.a)/2
+			h := c.probe(mid, ready)
+			in, out := g.lanes&h, g.lanes&^h
+			switch {
+			case out == 0:
+				g.a = mid
+			case in == 0:
+				g.z = mid
+			default: // split: the missing lanes wait their turn
+				stack[sp] = span{out, g.a, mid}
+				sp++
+				g.lanes, g.a = in, mid
 			}
 		}
-		h := c.probe(mid, ready)
-		for m := group; m != 0; m &= m - 1 {
-			l := bits.TrailingZeros16(m)
-			if h&(1<<l) != 0 {
-				lo[l] = mid
-			} else {
-				hi[l] = mid
-			}
-			if hi[l]-lo[l] <= 1 {
-				open &^= 1 << l
-			}
+		for m := g.lanes; m != 0; m &= m - 1 {
+			lo[bits.TrailingZeros16(m)] = g.a
 		}
 	}
 	// Verification window and provenance fallback.
