@@ -44,12 +44,19 @@ func (c *Consumer) rowHits(seqHash uint64, ready uint16) uint16 {
 }
 
 // probe returns the hit mask of position p of the current query, probing the
-// table once per position and query.
+// table once per position and query. It is small enough to inline, so a memo
+// hit costs no call (a Go call is tens of nanoseconds in WebAssembly, and
+// the window pass asks every lane about the same few positions).
 func (c *Consumer) probe(p int, ready uint16) uint16 {
-	q := &c.q
-	if q.stamp[p] == q.gen {
-		return q.memo[p]
+	if c.q.stamp[p] == c.q.gen {
+		return c.q.memo[p]
 	}
+	return c.probeTable(p, ready)
+}
+
+// probeTable is probe's first visit of p.
+func (c *Consumer) probeTable(p int, ready uint16) uint16 {
+	q := &c.q
 	q.probes++
 	m := c.rowHits(q.seq[p], ready)
 	q.memo[p] = m
@@ -110,7 +117,9 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 		stack[sp] = span{active, last, n}
 		sp++
 	}
-	// Grouped binary search.
+	// Grouped binary search. groups counts the final groups; when there is
+	// one, every lane that hit position 0 has the same tentative depth.
+	groups, shared := 0, span{}
 	for sp > 0 {
 		sp--
 		g := stack[sp]
@@ -132,8 +141,14 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 		for m := g.lanes; m != 0; m &= m - 1 {
 			lo[bits.TrailingZeros16(m)] = g.a
 		}
+		groups++
+		shared = g
 	}
-	// Verification window and provenance fallback.
+	if groups == 1 {
+		c.verifyShared(shared, ready, depth)
+		return
+	}
+	// Verification window and provenance fallback, lane by lane.
 	w := c.window
 	for m := ready; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros16(m)
@@ -150,26 +165,61 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 				break
 			}
 		}
-		switch {
-		case miss < 0:
-		case miss == left && left > 0:
-			// The miss may extend below the window: rescan from the last
-			// position this query confirmed as a hit for the lane.
-			from := 0
-			for p := left - 1; p >= 0; p-- {
-				if c.q.stamp[p] == c.q.gen && c.q.memo[p]&(1<<l) != 0 {
-					from = p + 1
-					break
-				}
-			}
-			t = from
-			for t < miss && c.probe(t, ready)&(1<<l) != 0 {
-				t++
-			}
-		default:
-			t = miss
+		depth[l] = uint32(c.settle(l, t, left, miss, ready))
+	}
+}
+
+// verifyShared is the window pass when every lane that hit position 0 (the
+// lanes of g) has the same tentative depth g.a+1: one scan of the window
+// finds each lane's first miss in it, instead of one scan per lane. It is
+// exact: the window's positions are all ≥ its left edge and a fallback only
+// reads positions below it, so running the windows before the fallbacks
+// (still in lane order) leaves every fallback's input as it was. Lanes not
+// in g missed position 0 and keep depth 0.
+func (c *Consumer) verifyShared(g span, ready uint16, depth *[lanes]uint32) {
+	t := g.a + 1
+	left := max(0, t-c.window)
+	var miss [lanes]int
+	pending := g.lanes
+	for p := left; p < t && pending != 0; p++ {
+		h := c.probe(p, ready)
+		for m := pending &^ h; m != 0; m &= m - 1 {
+			miss[bits.TrailingZeros16(m)] = p
 		}
-		depth[l] = uint32(t)
+		pending &= h
+	}
+	for m := pending; m != 0; m &= m - 1 {
+		depth[bits.TrailingZeros16(m)] = uint32(t)
+	}
+	for m := g.lanes &^ pending; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros16(m)
+		depth[l] = uint32(c.settle(l, t, left, miss[l], ready))
+	}
+}
+
+// settle turns lane l's window result into its depth: t when the window
+// [left, t) held no miss (miss < 0), the miss otherwise, and when the miss
+// sits at the window's left edge (it may extend below the window) a linear
+// rescan from the last position this query confirmed as a hit for the lane.
+func (c *Consumer) settle(l, t, left, miss int, ready uint16) int {
+	switch {
+	case miss < 0:
+		return t
+	case miss == left && left > 0:
+		from := 0
+		for p := left - 1; p >= 0; p-- {
+			if c.q.stamp[p] == c.q.gen && c.q.memo[p]&(1<<l) != 0 {
+				from = p + 1
+				break
+			}
+		}
+		t = from
+		for t < miss && c.probe(t, ready)&(1<<l) != 0 {
+			t++
+		}
+		return t
+	default:
+		return miss
 	}
 }
 

@@ -130,7 +130,7 @@ func queryRounds(c *Consumer, seq []uint64, res *QueryResult) {
 }
 
 // TestSearch_GroupedEqualsRounds: on any membership, monotone or not, the
-// grouped binary search returns the same depths with the same number of
+// grouped binary search and the shared window pass return the same depths with the same number of
 // probes as the per-round search it replaced.
 func TestSearch_GroupedEqualsRounds(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
@@ -141,13 +141,18 @@ func TestSearch_GroupedEqualsRounds(t *testing.T) {
 			seq[i] = rapid.Uint64().Draw(rt, "hash") + uint64(i)*0x9E3779B97F4A7C15
 		}
 		ready := rapid.Uint16Range(1, 0xFFFF).Draw(rt, "ready")
+		// Lanes that agree on a depth take the shared window pass.
+		shared := rapid.IntRange(-1, n).Draw(rt, "sharedDepth") // -1: each lane draws its own
 		var member [lanes][]bool
 		for l := range lanes {
 			if ready&(1<<l) == 0 {
 				continue
 			}
 			member[l] = make([]bool, n)
-			d := rapid.IntRange(0, n).Draw(rt, fmt.Sprintf("depth%d", l))
+			d := shared
+			if d < 0 {
+				d = rapid.IntRange(0, n).Draw(rt, fmt.Sprintf("depth%d", l))
+			}
 			noise := rapid.IntRange(0, 30).Draw(rt, "noise") // % of flipped positions
 			for p := range n {
 				member[l][p] = (p < d) != (rapid.IntRange(0, 99).Draw(rt, "flip") < noise)
