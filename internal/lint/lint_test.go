@@ -104,6 +104,10 @@ var graph = map[string]rule{
 	"internal/source":           {imports: []string{"ckf", "producer"}},
 	"internal/wasmbuild":        {},
 	"internal/cmd/benchsummary": {},
+	"internal/cmd/wasirun": {
+		imports: []string{"github.com/tetratelabs/wazero"},
+		tests:   []string{"github.com/stretchr/testify"},
+	},
 	"internal/lint": {
 		tests: []string{"github.com/stretchr/testify"},
 	},
