@@ -59,21 +59,6 @@ func AppendLocalBlockHashes(dst []uint64, tokens []uint32, blockSize int, salt u
 	return dst[:len(dst)+n]
 }
 
-// AppendTokenSequenceHashes appends the canonical sequence hash of every
-// complete block of blockSize tokens to dst and returns it: the same as
-// AppendSequenceHashes of AppendLocalBlockHashes, in one pass without the
-// intermediate slice (one kernel call, kernels.go). A trailing partial
-// block is ignored; blockSize must be > 0.
-func AppendTokenSequenceHashes(dst []uint64, tokens []uint32, blockSize int, salt uint64) []uint64 {
-	if blockSize <= 0 {
-		return dst
-	}
-	n := len(tokens) / blockSize
-	dst = slices.Grow(dst, n)
-	sequenceBlocks(dst[len(dst):len(dst)+n], tokens, blockSize, salt)
-	return dst[:len(dst)+n]
-}
-
 // ChainHash returns the canonical hash of a block whose parent has canonical
 // hash parent: XXH3_64(LE8(parent) ‖ LE8(local), seed 1337).
 func ChainHash(parent, local uint64) uint64 {

@@ -50,22 +50,6 @@ func hashBlocksGo(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 	}
 }
 
-// sequenceBlocks sets dst to the canonical chain of the blocks' local hashes
-// (hashBlocks then chainInPlace, in one pass).
-func sequenceBlocks(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
-	if len(dst) == 0 {
-		return
-	}
-	_ = tokens[len(dst)*blockSize-1]
-	sequenceBlocksArch(dst, tokens, blockSize, salt)
-}
-
-// sequenceBlocksGo is the two-pass reference of sequenceBlocks.
-func sequenceBlocksGo(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
-	hashBlocksGo(dst, tokens, blockSize, salt)
-	chainInPlaceGo(dst)
-}
-
 // chainInPlace turns local hashes into the canonical chain in place:
 // h[i] = ChainHash(h[i-1], h[i]) for i ≥ 1.
 func chainInPlace(h []uint64) {

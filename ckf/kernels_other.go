@@ -9,10 +9,6 @@ func hashBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 	hashBlocksGo(dst, tokens, blockSize, salt)
 }
 
-func sequenceBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
-	sequenceBlocksGo(dst, tokens, blockSize, salt)
-}
-
 func chainInPlaceArch(h []uint64) { chainInPlaceGo(h) }
 
 func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {

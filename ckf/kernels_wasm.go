@@ -10,23 +10,16 @@ import "unsafe"
 // blockKeys(seed, length).
 //
 //go:noescape
-func xxh3Blocks17to128(dst *uint64, n int, src *byte, length int, keys *[20]uint64)
+func xxh3Blocks17to128(dst *uint64, n int, src *byte, length int, keys *[18]uint64)
 
-// seqBlocks17to128 is xxh3Blocks17to128 chained in the same pass: dst[0] is
-// block 0's hash, dst[i] = ChainHash(dst[i-1], hash of block i).
-//
-//go:noescape
-func seqBlocks17to128(dst *uint64, n int, src *byte, length int, keys *[20]uint64)
-
-// blockKeys lays out what the kernels read per call: the seeded secret
-// (words 0..15), the chain hash's seed terms (16, 17), length × PRIME64_1
-// (18) and the number of 32-byte rounds (19).
-func blockKeys(seed uint64, length int) (k [20]uint64) {
+// blockKeys lays out what xxh3Blocks17to128 reads per call: the seeded
+// secret (words 0..15), length × PRIME64_1 (16) and the number of 32-byte
+// rounds (17).
+func blockKeys(seed uint64, length int) (k [18]uint64) {
 	s := xxh3Keys17to128(seed)
 	copy(k[:], s[:])
-	k[16], k[17] = chainFlipLo, chainFlipHi
-	k[18] = uint64(length) * 0x9E3779B185EBCA87
-	k[19] = uint64(length-1)/32 + 1
+	k[16] = uint64(length) * 0x9E3779B185EBCA87
+	k[17] = uint64(length-1)/32 + 1
 	return k
 }
 
@@ -44,17 +37,6 @@ func hashBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 	keys := blockKeys(salt, length)
 	src := (*byte)(unsafe.Pointer(unsafe.SliceData(tokens)))
 	xxh3Blocks17to128(unsafe.SliceData(dst), len(dst), src, length, &keys)
-}
-
-func sequenceBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
-	length := 4 * blockSize
-	if length < 17 || length > 128 {
-		sequenceBlocksGo(dst, tokens, blockSize, salt)
-		return
-	}
-	keys := blockKeys(salt, length)
-	src := (*byte)(unsafe.Pointer(unsafe.SliceData(tokens)))
-	seqBlocks17to128(unsafe.SliceData(dst), len(dst), src, length, &keys)
 }
 
 func chainInPlaceArch(h []uint64) {

@@ -36,13 +36,13 @@
 
 // HASH17TO128 pushes XXH3-64 of the R3 (17..128) bytes at R2, with the
 // keys block at R4 (see blockKeys in kernels_wasm.go: words 0..15 the seeded
-// secret, 18 = length × PRIME64_1, 19 = rounds). Round r adds
+// secret, 16 = length × PRIME64_1, 17 = rounds). Round r adds
 // mix16B(src + 16r, key 32r) and mix16B(src + length - 16(r+1), key 32r+16):
 // XXH3's 17..128-byte path with its nested length tests as a loop. It uses
 // R6..R13.
 #define HASH17TO128 \
-	Get R4; I32WrapI64; I64Load $144; Set R6; \
-	Get R4; I32WrapI64; I64Load $152; Set R7; \
+	Get R4; I32WrapI64; I64Load $128; Set R6; \
+	Get R4; I32WrapI64; I64Load $136; Set R7; \
 	Get R2; Set R8; \
 	Get R2; Get R3; I64Add; I64Const $16; I64Sub; Set R9; \
 	Get R4; Set R10; \
@@ -74,7 +74,7 @@
 	FOLD; BSWAP64(R11); I64Add; Get R12; I64Add; I64Const $16; I64Add; \
 	XXH3_AVALANCHE
 
-// func xxh3Blocks17to128(dst *uint64, n int, src *byte, length int, keys *[20]uint64)
+// func xxh3Blocks17to128(dst *uint64, n int, src *byte, length int, keys *[18]uint64)
 TEXT ·xxh3Blocks17to128(SB), NOSPLIT, $0-40
 	I64Load dst+0(FP)
 	Set R0
@@ -110,65 +110,6 @@ TEXT ·xxh3Blocks17to128(SB), NOSPLIT, $0-40
 			I64Eqz
 			I32Eqz
 			BrIf $0
-		End
-	End
-	RET
-
-// func seqBlocks17to128(dst *uint64, n int, src *byte, length int, keys *[20]uint64)
-//
-// The canonical chain of the blocks' hashes in one pass: dst[0] is block 0's
-// hash, dst[i] = CHAIN(dst[i-1], hash of block i) with the chain seed terms
-// in keys words 16 and 17. Block i+1's hash does not depend on the chain,
-// so the CPU overlaps it with chain step i.
-TEXT ·seqBlocks17to128(SB), NOSPLIT, $0-40
-	I64Load dst+0(FP)
-	Set R0
-	I64Load n+8(FP)
-	Set R1
-	I64Load src+16(FP)
-	Set R2
-	I64Load length+24(FP)
-	Set R3
-	I64Load keys+32(FP)
-	Tee R4
-	I32WrapI64
-	I64Load $128
-	Set R14
-	Get R4
-	I32WrapI64
-	I64Load $136
-	Set R15
-	Block
-		Get R1
-		I64Eqz
-		BrIf $0
-		Get R0
-		I32WrapI64
-		HASH17TO128
-		Tee R5
-		I64Store $0
-		Loop
-			Get R1
-			I64Const $1
-			I64Sub
-			Tee R1
-			I64Eqz
-			BrIf $1
-			Get R0
-			I64Const $8
-			I64Add
-			Set R0
-			Get R2
-			Get R3
-			I64Add
-			Set R2
-			Get R0
-			I32WrapI64
-			HASH17TO128
-			CHAIN(R5, R14, R15)
-			Tee R5
-			I64Store $0
-			Br $0
 		End
 	End
 	RET

@@ -15,7 +15,7 @@ func BenchmarkSearch(b *testing.B) {
 	f := getBenchFixture(b)
 	f.setReady(b, lanes)
 	tokens := f.requests[1024]
-	seq := ckf.AppendTokenSequenceHashes(nil, tokens, benchBlockSize, ckf.BaseSalt)
+	seq := ckf.AppendSequenceHashes(nil, ckf.AppendLocalBlockHashes(nil, tokens, benchBlockSize, ckf.BaseSalt))
 	var res QueryResult
 	if err := f.c.QuerySequenceHashes(seq, &res); err != nil {
 		b.Fatal(err)
