@@ -59,6 +59,26 @@ func AppendLocalBlockHashes(dst []uint64, tokens []uint32, blockSize int, salt u
 	return dst[:len(dst)+n]
 }
 
+// AppendTokenSequenceHashes appends the canonical sequence hash of every
+// complete block of blockSize tokens to dst and returns it: what
+// AppendSequenceHashes of AppendLocalBlockHashes returns, without the
+// intermediate slice. A trailing partial block is ignored; blockSize must be
+// > 0. Natively one loop hashes and chains each block (the CPU overlaps the
+// next block's hash with the chain step); in WebAssembly it runs the two
+// batch kernels (kernels.go).
+func AppendTokenSequenceHashes(dst []uint64, tokens []uint32, blockSize int, salt uint64) []uint64 {
+	if blockSize <= 0 {
+		return dst
+	}
+	n := len(tokens) / blockSize
+	dst = slices.Grow(dst, n)
+	if n > 0 {
+		_ = tokens[n*blockSize-1]
+		tokenSequenceArch(dst[len(dst):len(dst)+n], tokens, blockSize, salt)
+	}
+	return dst[:len(dst)+n]
+}
+
 // ChainHash returns the canonical hash of a block whose parent has canonical
 // hash parent: XXH3_64(LE8(parent) ‖ LE8(local), seed 1337).
 func ChainHash(parent, local uint64) uint64 {

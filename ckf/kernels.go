@@ -50,6 +50,21 @@ func hashBlocksGo(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 	}
 }
 
+// tokenSequenceGo is AppendTokenSequenceHashes' one-loop Go body: dst[i] is
+// the sequence hash of block i.
+func tokenSequenceGo(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
+	var prev uint64
+	for i := range dst {
+		local := localBlockHash(tokens[i*blockSize:(i+1)*blockSize], salt)
+		if i == 0 {
+			prev = local
+		} else {
+			prev = ChainHash(prev, local)
+		}
+		dst[i] = prev
+	}
+}
+
 // chainInPlace turns local hashes into the canonical chain in place:
 // h[i] = ChainHash(h[i-1], h[i]) for i ≥ 1.
 func chainInPlace(h []uint64) {

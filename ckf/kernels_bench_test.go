@@ -34,8 +34,9 @@ func BenchmarkKernels(b *testing.B) {
 	}{
 		{"hashBlocks/impl=kernel", func() { hashBlocks(dst, tokens, blockSize, BaseSalt) }},
 		{"hashBlocks/impl=go", func() { hashBlocksGo(dst, tokens, blockSize, BaseSalt) }},
-		{"sequence/impl=kernel", func() { hashBlocks(dst, tokens, blockSize, BaseSalt); chainInPlace(dst) }},
-		{"sequence/impl=go", func() { hashBlocksGo(dst, tokens, blockSize, BaseSalt); chainInPlaceGo(dst) }},
+		{"sequence/impl=kernel", func() { AppendTokenSequenceHashes(dst[:0], tokens, blockSize, BaseSalt) }},
+		{"sequence/impl=go", func() { tokenSequenceGo(dst, tokens, blockSize, BaseSalt) }},
+		{"sequence/impl=gotwopass", func() { hashBlocksGo(dst, tokens, blockSize, BaseSalt); chainInPlaceGo(dst) }},
 		{"chain/impl=kernel", func() { chainInPlace(dst) }},
 		{"chain/impl=go", func() { chainInPlaceGo(dst) }},
 	} {

@@ -9,6 +9,10 @@ func hashBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 	hashBlocksGo(dst, tokens, blockSize, salt)
 }
 
+func tokenSequenceArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
+	tokenSequenceGo(dst, tokens, blockSize, salt)
+}
+
 func chainInPlaceArch(h []uint64) { chainInPlaceGo(h) }
 
 func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {

@@ -40,6 +40,10 @@ func checkHashBlocks(t require.TestingT, tokens []uint32, blockSize int, salt ui
 	seq := AppendLocalBlockHashes([]uint64{7}, tokens, blockSize, salt)
 	require.Equal(t, append([]uint64{7}, got...), seq)
 	seq = AppendSequenceHashes(seq[1:1], seq[1:])
+	require.Equal(t, append([]uint64{7}, seq...), AppendTokenSequenceHashes([]uint64{7}, tokens, blockSize, salt))
+	one := make([]uint64, n)
+	tokenSequenceGo(one, tokens, blockSize, salt)
+	require.Equal(t, seq, one)
 	if n > 0 {
 		chained := xxh3.HashSeed(encodeTokens(tokens[:blockSize]), salt)
 		require.Equal(t, chained, seq[0])

@@ -39,6 +39,15 @@ func hashBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 	xxh3Blocks17to128(unsafe.SliceData(dst), len(dst), src, length, &keys)
 }
 
+// tokenSequenceArch runs the two kernels: a fused kernel was measured at
+// only 1.13× over them (BENCHMARKS.md, "Wasm kernels").
+func tokenSequenceArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
+	hashBlocksArch(dst, tokens, blockSize, salt)
+	if len(dst) > 1 {
+		chainInPlaceArch(dst)
+	}
+}
+
 func chainInPlaceArch(h []uint64) {
 	chainWords(unsafe.SliceData(h), len(h), chainFlipLo, chainFlipHi)
 }

@@ -70,8 +70,7 @@ func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res 
 		return ErrInvalidQuery
 	}
 	q := &c.q
-	q.seq = ckf.AppendLocalBlockHashes(q.seq[:0], tokens, blockSize, salt)
-	q.seq = ckf.AppendSequenceHashes(q.seq[:0], q.seq) // chained in place
+	q.seq = ckf.AppendTokenSequenceHashes(q.seq[:0], tokens, blockSize, salt)
 	return c.run(res, false)
 }
 
