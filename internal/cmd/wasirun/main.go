@@ -1,8 +1,11 @@
 // Command wasirun runs a WASI (GOOS=wasip1) command module under wazero's
 // compiler engine, so `go test` can execute a package's test binary as
-// WebAssembly without an external runtime:
+// WebAssembly without an external runtime (build it natively first: under
+// GOOS=wasip1, `go run` would build it for wasm too):
 //
-//	GOOS=wasip1 GOARCH=wasm go test -exec "go run ./internal/cmd/wasirun" ./ckf
+//	go build -o /tmp/wasirun ./internal/cmd/wasirun
+//	GOOS=wasip1 GOARCH=wasm go test -exec /tmp/wasirun ./ckf
+//	GOOS=wasip1 GOARCH=wasm go test -exec /tmp/wasirun -run '^$' -bench Kernels ./ckf
 //
 // It mounts the host's root directory, passes the environment through (the
 // Go wasip1 runtime takes its working directory from PWD) and exits with the
