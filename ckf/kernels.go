@@ -32,6 +32,11 @@ func xxh3Keys17to128(seed uint64) (k [16]uint64) {
 	return k
 }
 
+// useSeq64 selects the wasm kernel specialised for 16-token (64-byte)
+// blocks; tests and benchmarks clear it to check and compare the generic
+// path. Other architectures ignore it.
+var useSeq64 = true
+
 // hashBlocks sets dst[i] to the local hash of tokens[i*blockSize :
 // (i+1)*blockSize] for every i < len(dst). tokens must hold at least
 // len(dst)*blockSize tokens; blockSize > 0.

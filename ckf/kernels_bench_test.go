@@ -35,6 +35,11 @@ func BenchmarkKernels(b *testing.B) {
 		{"hashBlocks/impl=kernel", func() { hashBlocks(dst, tokens, blockSize, BaseSalt) }},
 		{"hashBlocks/impl=go", func() { hashBlocksGo(dst, tokens, blockSize, BaseSalt) }},
 		{"sequence/impl=kernel", func() { AppendTokenSequenceHashes(dst[:0], tokens, blockSize, BaseSalt) }},
+		{"sequence/impl=twokernels", func() {
+			useSeq64 = false
+			AppendTokenSequenceHashes(dst[:0], tokens, blockSize, BaseSalt)
+			useSeq64 = true
+		}},
 		{"sequence/impl=go", func() { tokenSequenceGo(dst, tokens, blockSize, BaseSalt) }},
 		{"sequence/impl=gotwopass", func() { hashBlocksGo(dst, tokens, blockSize, BaseSalt); chainInPlaceGo(dst) }},
 		{"chain/impl=kernel", func() { chainInPlace(dst) }},

@@ -30,6 +30,14 @@ func encodeTokens(tokens []uint32) []byte {
 // checkHashBlocks compares hashBlocks with the reference and with
 // xxh3.HashSeed of each block's little-endian bytes.
 func checkHashBlocks(t require.TestingT, tokens []uint32, blockSize int, salt uint64) {
+	for _, special := range []bool{true, false} {
+		useSeq64 = special
+		checkHashBlocksOnce(t, tokens, blockSize, salt)
+	}
+	useSeq64 = true
+}
+
+func checkHashBlocksOnce(t require.TestingT, tokens []uint32, blockSize int, salt uint64) {
 	n := len(tokens) / blockSize
 	got := make([]uint64, n)
 	hashBlocks(got, tokens, blockSize, salt)

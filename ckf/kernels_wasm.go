@@ -23,6 +23,13 @@ func blockKeys(seed uint64, length int) (k [18]uint64) {
 	return k
 }
 
+// seqBlocks64 hashes n ≥ 1 blocks of 64 bytes and chains them in the same
+// pass: dst[0] is block 0's hash, dst[i] = ChainHash(dst[i-1], hash of
+// block i). The chain seed terms are constants in the kernel.
+//
+//go:noescape
+func seqBlocks64(dst *uint64, n int, src *byte, keys *[18]uint64)
+
 // chainWords sets h[i] = xxh3Hash16(h[i-1], h[i], lo, hi) for 1 ≤ i < n.
 //
 //go:noescape
@@ -39,9 +46,14 @@ func hashBlocksArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
 	xxh3Blocks17to128(unsafe.SliceData(dst), len(dst), src, length, &keys)
 }
 
-// tokenSequenceArch runs the two kernels: a fused kernel was measured at
-// only 1.13× over them (BENCHMARKS.md, "Wasm kernels").
+// tokenSequenceArch runs seqBlocks64 for 16-token blocks (the default) and
+// the two batch kernels otherwise (BENCHMARKS.md, "Wasm kernels").
 func tokenSequenceArch(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
+	if blockSize == 16 && useSeq64 {
+		keys := blockKeys(salt, 64)
+		seqBlocks64(unsafe.SliceData(dst), len(dst), (*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), &keys)
+		return
+	}
 	hashBlocksArch(dst, tokens, blockSize, salt)
 	if len(dst) > 1 {
 		chainInPlaceArch(dst)

@@ -114,6 +114,102 @@ TEXT ·xxh3Blocks17to128(SB), NOSPLIT, $0-40
 	End
 	RET
 
+// FOLDR is FOLD with the 32-bit halves computed once into R3..R6
+// (aL, aH, bL, bH): 18 instructions instead of 21. For kernels that keep
+// their keys in f64 locals and so have R3..R6 free. It uses R3..R6, R13.
+#define FOLDR \
+	Get R11; Get R12; I64Mul; \
+	Get R11; I64Const $0xffffffff; I64And; Set R3; Get R11; I64Const $32; I64ShrU; Set R4; \
+	Get R12; I64Const $0xffffffff; I64And; Set R5; Get R12; I64Const $32; I64ShrU; Set R6; \
+	Get R3; Get R6; I64Mul; Set R13; \
+	Get R4; Get R5; I64Mul; \
+	Get R3; Get R5; I64Mul; I64Const $32; I64ShrU; I64Add; \
+	Get R13; I64Const $0xffffffff; I64And; I64Add; I64Const $32; I64ShrU; \
+	Get R13; I64Const $32; I64ShrU; I64Add; \
+	Get R4; Get R6; I64Mul; I64Add; \
+	I64Xor
+
+// MIX16K adds mix16B(input at R2+OFF, keys KA, KB held in f64 locals as
+// raw bits) to the accumulator R14.
+#define MIX16K(OFF, KA, KB) \
+	Get R2; I32WrapI64; I64Load $(OFF); Get KA; I64ReinterpretF64; I64Xor; Set R11; \
+	Get R2; I32WrapI64; I64Load $(OFF+8); Get KB; I64ReinterpretF64; I64Xor; Set R12; \
+	FOLDR; Get R14; I64Add; Set R14
+
+// HASH64 pushes XXH3-64 of the 64 bytes at R2 (16 tokens, the default
+// block), unrolled, with the seeded secret's words 0..7 in F16..F23:
+// acc = 64 × PRIME64_1, then mix16B of bytes 0, 48 (keys 0..3) and 16, 32
+// (keys 4..7). It uses R3..R6, R11..R14.
+#define HASH64 \
+	I64Const $0x8dde6c617af2a1c0; Set R14; \
+	MIX16K(0, F16, F17); MIX16K(48, F18, F19); MIX16K(16, F20, F21); MIX16K(32, F22, F23); \
+	Get R14; XXH3_AVALANCHE
+
+// LOADKEYS64 loads the seeded secret's words 0..7 from keys (R15 at entry)
+// into F16..F23, as raw bits: the kernel's i64 locals are all taken.
+#define LOADKEYS64 \
+	Get R15; I32WrapI64; F64Load $0; Set F16; Get R15; I32WrapI64; F64Load $8; Set F17; \
+	Get R15; I32WrapI64; F64Load $16; Set F18; Get R15; I32WrapI64; F64Load $24; Set F19; \
+	Get R15; I32WrapI64; F64Load $32; Set F20; Get R15; I32WrapI64; F64Load $40; Set F21; \
+	Get R15; I32WrapI64; F64Load $48; Set F22; Get R15; I32WrapI64; F64Load $56; Set F23
+
+// CHAINK is CHAIN with the canonical chain hash's seed terms as constants:
+// chainFlipLo = 0x6782737bea423ef2, chainFlipHi = 0xaf56bc3b09964d01
+// (sequence seed 1337; kernels_test checks them through the results).
+#define CHAINK(PREV) \
+	I64Const $0xaf56bc3b09964d01; I64Xor; Set R12; \
+	Get PREV; I64Const $0x6782737bea423ef2; I64Xor; Set R11; \
+	FOLDR; BSWAP64(R11); I64Add; Get R12; I64Add; I64Const $16; I64Add; \
+	XXH3_AVALANCHE
+
+// func seqBlocks64(dst *uint64, n int, src *byte, keys *[18]uint64)
+//
+// The canonical chain of n ≥ 1 blocks of 64 bytes in one pass: dst[0] is
+// block 0's hash, dst[i] = CHAINK(dst[i-1], hash of block i). Block i+1's
+// hash does not depend on the chain, so the CPU overlaps it with chain
+// step i.
+TEXT ·seqBlocks64(SB), NOSPLIT, $0-32
+	I64Load dst+0(FP)
+	Set R0
+	I64Load n+8(FP)
+	Set R1
+	I64Load src+16(FP)
+	Set R2
+	I64Load keys+24(FP)
+	Set R15
+	LOADKEYS64
+	Get R0
+	I32WrapI64
+	HASH64
+	Tee R15
+	I64Store $0
+	Block
+		Loop
+			Get R1
+			I64Const $1
+			I64Sub
+			Tee R1
+			I64Eqz
+			BrIf $1
+			Get R0
+			I64Const $8
+			I64Add
+			Set R0
+			Get R2
+			I64Const $64
+			I64Add
+			Set R2
+			Get R0
+			I32WrapI64
+			HASH64
+			CHAINK(R15)
+			Tee R15
+			I64Store $0
+			Br $0
+		End
+	End
+	RET
+
 // func chainWords(h *uint64, n int, lo, hi uint64)
 //
 // h[i] = CHAIN(h[i-1], h[i]) for 1 ≤ i < n, in place.
