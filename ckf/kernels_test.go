@@ -231,3 +231,21 @@ func FuzzLaneRowHits(f *testing.F) {
 		require.Equal(t, want, ad.LaneRowHits(words, key))
 	})
 }
+
+// TestKernelConstants pins the constants the assembly spells out: the
+// secret words shared with xxh3small.go, the chain seed terms and
+// 64 × PRIME64_1 of the one-pass kernel (kernels_wasm.s, CHAINK and HASH64).
+func TestKernelConstants(t *testing.T) {
+	require.Equal(t, xxhSecret64At8, xxhSecretWords[1])
+	require.Equal(t, xxhSecret64At16, xxhSecretWords[2])
+	require.Equal(t, xxhSecret64At24, xxhSecretWords[3])
+	require.Equal(t, xxhSecret64At32, xxhSecretWords[4])
+	require.Equal(t, xxhSecret64At40, xxhSecretWords[5])
+	require.Equal(t, xxhSecret64At48, xxhSecretWords[6])
+	// Word 0's two 32-bit halves (xxh3small.go uses only their XOR).
+	require.Equal(t, xxhSecret32At0^xxhSecret32At4, xxhSecretWords[0]>>32^xxhSecretWords[0]&0xFFFFFFFF)
+	require.Equal(t, uint64(0x6782737bea423ef2), uint64(chainFlipLo))
+	require.Equal(t, uint64(0xaf56bc3b09964d01), uint64(chainFlipHi))
+	p1 := uint64(0x9E3779B185EBCA87)
+	require.Equal(t, uint64(0x8dde6c617af2a1c0), 64*p1)
+}
