@@ -2,6 +2,7 @@ package ckf
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 )
@@ -46,15 +47,36 @@ func localBlockHashEncoded(tokens []uint32, salt uint64) uint64 {
 
 // AppendLocalBlockHashes appends the local hash of every complete block of
 // blockSize tokens to dst and returns it. A trailing partial block is ignored.
-// blockSize must be > 0.
+// blockSize must be > 0. The whole batch is hashed in one kernel call
+// (kernels.go).
 func AppendLocalBlockHashes(dst []uint64, tokens []uint32, blockSize int, salt uint64) []uint64 {
 	if blockSize <= 0 {
 		return dst
 	}
-	for i := 0; i+blockSize <= len(tokens); i += blockSize {
-		dst = append(dst, LocalBlockHash(tokens[i:i+blockSize], salt))
+	n := len(tokens) / blockSize
+	dst = slices.Grow(dst, n)
+	hashBlocks(dst[len(dst):len(dst)+n], tokens, blockSize, salt)
+	return dst[:len(dst)+n]
+}
+
+// AppendTokenSequenceHashes appends the canonical sequence hash of every
+// complete block of blockSize tokens to dst and returns it: what
+// AppendSequenceHashes of AppendLocalBlockHashes returns, without the
+// intermediate slice. A trailing partial block is ignored; blockSize must be
+// > 0. Natively one loop hashes and chains each block (the CPU overlaps the
+// next block's hash with the chain step); in WebAssembly it runs the two
+// batch kernels (kernels.go).
+func AppendTokenSequenceHashes(dst []uint64, tokens []uint32, blockSize int, salt uint64) []uint64 {
+	if blockSize <= 0 {
+		return dst
 	}
-	return dst
+	n := len(tokens) / blockSize
+	dst = slices.Grow(dst, n)
+	if n > 0 {
+		_ = tokens[n*blockSize-1]
+		tokenSequenceArch(dst[len(dst):len(dst)+n], tokens, blockSize, salt)
+	}
+	return dst[:len(dst)+n]
 }
 
 // ChainHash returns the canonical hash of a block whose parent has canonical
@@ -71,16 +93,11 @@ const (
 )
 
 // AppendSequenceHashes appends the canonical chain of locals to dst: s0 =
-// locals[0], si = ChainHash(s(i-1), locals[i]).
+// locals[0], si = ChainHash(s(i-1), locals[i]). dst may be locals[:0]: the
+// chain is then computed in place.
 func AppendSequenceHashes(dst []uint64, locals []uint64) []uint64 {
-	var prev uint64
-	for i, l := range locals {
-		if i == 0 {
-			prev = l
-		} else {
-			prev = ChainHash(prev, l)
-		}
-		dst = append(dst, prev)
-	}
+	n := len(dst)
+	dst = append(dst, locals...)
+	chainInPlace(dst[n:])
 	return dst
 }

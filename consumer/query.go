@@ -70,17 +70,7 @@ func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res 
 		return ErrInvalidQuery
 	}
 	q := &c.q
-	q.seq = q.seq[:0]
-	var prev uint64
-	for i := 0; i+blockSize <= len(tokens); i += blockSize {
-		local := ckf.LocalBlockHash(tokens[i:i+blockSize], salt)
-		if i == 0 {
-			prev = local
-		} else {
-			prev = ckf.ChainHash(prev, local)
-		}
-		q.seq = append(q.seq, prev)
-	}
+	q.seq = ckf.AppendTokenSequenceHashes(q.seq[:0], tokens, blockSize, salt)
 	return c.run(res, false)
 }
 
@@ -117,5 +107,5 @@ func (c *Consumer) Contains(seqHash uint64) (uint16, error) {
 		return 0, ErrUnavailable
 	}
 	c.q.probes++
-	return c.rowHits(c.addresser.Address(seqHash), ready), nil
+	return c.rowHits(seqHash, ready), nil
 }

@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"math/bits"
-
-	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
 // querier holds the per-query scratch. It is reused across queries so that a
@@ -38,104 +36,119 @@ func (q *querier) prepare(n int) {
 	}
 }
 
-// rowHits returns, for the ready lanes, which hold fp in bucket a or b.
-// It reads one 16-word row per bucket: the same two buckets for every lane.
-func (c *Consumer) rowHits(ad ckf.Address, ready uint16) uint16 {
-	ra := c.words[ad.A*lanes : ad.A*lanes+lanes : ad.A*lanes+lanes]
-	rb := c.words[ad.B*lanes : ad.B*lanes+lanes : ad.B*lanes+lanes]
-	var m uint16
-	for l := range lanes {
-		if ckf.Bucket(ra[l]).Contains(ad.Fingerprint) || ckf.Bucket(rb[l]).Contains(ad.Fingerprint) {
-			m |= 1 << l
-		}
-	}
-	return m & ready
+// rowHits returns, for the ready lanes, which hold seqHash: one probe of the
+// same two rows (buckets a and b) for every lane, in one call
+// ([ckf.Addresser.LaneRowHits]: hand-written WebAssembly in wasm builds).
+func (c *Consumer) rowHits(seqHash uint64, ready uint16) uint16 {
+	return c.addresser.LaneRowHits(c.words, seqHash) & ready
 }
 
 // probe returns the hit mask of position p of the current query, probing the
-// table once per position and query.
+// table once per position and query. It is small enough to inline, so a memo
+// hit costs no call (a Go call is tens of nanoseconds in WebAssembly, and
+// the window pass asks every lane about the same few positions).
 func (c *Consumer) probe(p int, ready uint16) uint16 {
-	q := &c.q
-	if q.stamp[p] == q.gen {
-		return q.memo[p]
+	if c.q.stamp[p] == c.q.gen {
+		return c.q.memo[p]
 	}
+	return c.probeTable(p, ready)
+}
+
+// probeTable is probe's first visit of p.
+func (c *Consumer) probeTable(p int, ready uint16) uint16 {
+	q := &c.q
 	q.probes++
-	m := c.rowHits(c.addresser.Address(q.seq[p]), ready)
+	m := c.rowHits(q.seq[p], ready)
 	q.memo[p] = m
 	q.stamp[p] = q.gen
 	return m
 }
 
+// span is a group of lanes known to hit at a and to miss at z (or z = n).
+type span struct {
+	lanes uint16
+	a, z  int
+}
+
 // searchFast computes every ready lane's prefix depth over q.seq (SPEC §8.4):
-// probe position 0; gallop at 1, 2, 4, 8 … while a lane hits; grouped binary
-// search per level between each lane's last hit and first miss (lanes whose
-// midpoints coincide share one probe, and one probe serves all 16 lanes
-// anyway); then re-check the W positions below each tentative depth, lowering
-// the depth to the first miss, and rescan linearly from the last confirmed
-// hit when that miss sits at the window's left edge. For a lane whose
-// membership is monotone (a hit prefix, then only misses) the result equals
-// [Consumer.searchLinear]. Cost: at most len(q.seq) probes.
+// probe position 0; gallop at 1, 2, 4, 8 … while a lane hits; binary search
+// between each lane's last hit and first miss; then re-check the W positions
+// below each tentative depth, lowering the depth to the first miss, and
+// rescan linearly from the last confirmed hit when that miss sits at the
+// window's left edge. For a lane whose membership is monotone (a hit prefix,
+// then only misses) the result equals [Consumer.searchLinear]. Cost: at most
+// len(q.seq) probes.
+//
+// The binary search runs on groups of lanes, not on lanes: lanes that left
+// the gallop at the same step share an interval, one probe at its midpoint
+// serves the whole group (a probe reads all 16 lanes), and the group splits
+// only where its lanes' answers differ. Each probe then costs O(1)
+// bookkeeping instead of a pass over the lanes, which matters most in
+// WebAssembly (BENCHMARKS.md, "Wasm kernels"). Every lane still follows its
+// own binary-search path, so the positions probed (and the memo the window
+// pass reads) are the union of those paths, whatever the order: the table
+// does not change during a query.
 func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 	n := len(c.q.seq)
-	var lo, hi [lanes]int // lo: a known hit (or -1), hi: a known miss (or n)
-	active := c.probe(0, ready)
+	var lo [lanes]int // a known hit, or -1
 	for l := range lanes {
-		lo[l], hi[l] = -1, 0
+		lo[l] = -1
 	}
-	// Gallop: every active lane has hit every sampled position so far.
+	// Pending groups: disjoint and non-empty, so at most one per lane.
+	var stack [lanes]span
+	sp := 0
+	// Gallop: every active lane has hit every sampled position so far; the
+	// lanes that miss at p form the group (last, p).
+	active := c.probe(0, ready)
 	last := 0
-	for m := active; m != 0; m &= m - 1 {
-		l := bits.TrailingZeros16(m)
-		lo[l], hi[l] = 0, n
-	}
 	for p := 1; active != 0 && last < n-1; p *= 2 {
 		if p > n-1 {
 			p = n - 1
 		}
 		h := c.probe(p, ready)
-		for m := active &^ h; m != 0; m &= m - 1 {
-			l := bits.TrailingZeros16(m)
-			lo[l], hi[l] = last, p
+		if out := active &^ h; out != 0 {
+			stack[sp] = span{out, last, p}
+			sp++
 		}
 		active &= h
-		for m := active; m != 0; m &= m - 1 {
-			l := bits.TrailingZeros16(m)
-			lo[l] = p
-		}
 		last = p
 	}
-	// Grouped binary search: one probe per distinct midpoint per round.
-	var open uint16
-	for m := ready; m != 0; m &= m - 1 {
-		l := bits.TrailingZeros16(m)
-		if hi[l]-lo[l] > 1 {
-			open |= 1 << l
-		}
+	if active != 0 {
+		stack[sp] = span{active, last, n}
+		sp++
 	}
-	for open != 0 {
-		l0 := bits.TrailingZeros16(open)
-		mid := lo[l0] + (hi[l0]-lo[l0])/2
-		var group uint16
-		for m := open; m != 0; m &= m - 1 {
-			l := bits.TrailingZeros16(m)
-			if lo[l]+(hi[l]-lo[l])/2 == mid {
-				group |= 1 << l
+	// Grouped binary search. groups counts the final groups; when there is
+	// one, every lane that hit position 0 has the same tentative depth.
+	groups, shared := 0, span{}
+	for sp > 0 {
+		sp--
+		g := stack[sp]
+		for g.z-g.a > 1 {
+			mid := g.a + (g.z-g.a)/2
+			h := c.probe(mid, ready)
+			in, out := g.lanes&h, g.lanes&^h
+			switch {
+			case out == 0:
+				g.a = mid
+			case in == 0:
+				g.z = mid
+			default: // split: the missing lanes wait their turn
+				stack[sp] = span{out, g.a, mid}
+				sp++
+				g.lanes, g.a = in, mid
 			}
 		}
-		h := c.probe(mid, ready)
-		for m := group; m != 0; m &= m - 1 {
-			l := bits.TrailingZeros16(m)
-			if h&(1<<l) != 0 {
-				lo[l] = mid
-			} else {
-				hi[l] = mid
-			}
-			if hi[l]-lo[l] <= 1 {
-				open &^= 1 << l
-			}
+		for m := g.lanes; m != 0; m &= m - 1 {
+			lo[bits.TrailingZeros16(m)] = g.a
 		}
+		groups++
+		shared = g
 	}
-	// Verification window and provenance fallback.
+	if groups == 1 {
+		c.verifyShared(shared, ready, depth)
+		return
+	}
+	// Verification window and provenance fallback, lane by lane.
 	w := c.window
 	for m := ready; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros16(m)
@@ -152,26 +165,61 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 				break
 			}
 		}
-		switch {
-		case miss < 0:
-		case miss == left && left > 0:
-			// The miss may extend below the window: rescan from the last
-			// position this query confirmed as a hit for the lane.
-			from := 0
-			for p := left - 1; p >= 0; p-- {
-				if c.q.stamp[p] == c.q.gen && c.q.memo[p]&(1<<l) != 0 {
-					from = p + 1
-					break
-				}
-			}
-			t = from
-			for t < miss && c.probe(t, ready)&(1<<l) != 0 {
-				t++
-			}
-		default:
-			t = miss
+		depth[l] = uint32(c.settle(l, t, left, miss, ready))
+	}
+}
+
+// verifyShared is the window pass when every lane that hit position 0 (the
+// lanes of g) has the same tentative depth g.a+1: one scan of the window
+// finds each lane's first miss in it, instead of one scan per lane. It is
+// exact: the window's positions are all ≥ its left edge and a fallback only
+// reads positions below it, so running the windows before the fallbacks
+// (still in lane order) leaves every fallback's input as it was. Lanes not
+// in g missed position 0 and keep depth 0.
+func (c *Consumer) verifyShared(g span, ready uint16, depth *[lanes]uint32) {
+	t := g.a + 1
+	left := max(0, t-c.window)
+	var miss [lanes]int
+	pending := g.lanes
+	for p := left; p < t && pending != 0; p++ {
+		h := c.probe(p, ready)
+		for m := pending &^ h; m != 0; m &= m - 1 {
+			miss[bits.TrailingZeros16(m)] = p
 		}
-		depth[l] = uint32(t)
+		pending &= h
+	}
+	for m := pending; m != 0; m &= m - 1 {
+		depth[bits.TrailingZeros16(m)] = uint32(t)
+	}
+	for m := g.lanes &^ pending; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros16(m)
+		depth[l] = uint32(c.settle(l, t, left, miss[l], ready))
+	}
+}
+
+// settle turns lane l's window result into its depth: t when the window
+// [left, t) held no miss (miss < 0), the miss otherwise, and when the miss
+// sits at the window's left edge (it may extend below the window) a linear
+// rescan from the last position this query confirmed as a hit for the lane.
+func (c *Consumer) settle(l, t, left, miss int, ready uint16) int {
+	switch {
+	case miss < 0:
+		return t
+	case miss == left && left > 0:
+		from := 0
+		for p := left - 1; p >= 0; p-- {
+			if c.q.stamp[p] == c.q.gen && c.q.memo[p]&(1<<l) != 0 {
+				from = p + 1
+				break
+			}
+		}
+		t = from
+		for t < miss && c.probe(t, ready)&(1<<l) != 0 {
+			t++
+		}
+		return t
+	default:
+		return miss
 	}
 }
 

@@ -107,6 +107,7 @@ var graph = map[string]rule{
 	"internal/source":             {imports: []string{"ckf", "internal/catalog", "internal/producer"}},
 	"internal/wasmbuild":          {},
 	"internal/cmd/benchsummary":   {},
+	"internal/cmd/wasirun":        {imports: []string{"github.com/tetratelabs/wazero"}},
 	"internal/replay/report":      {imports: []string{"internal/replay", "gonum.org/v1/plot"}},
 	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/conformance", "wasm/abi"}},
 	"internal/lint":               {},

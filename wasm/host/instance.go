@@ -273,29 +273,17 @@ func (m *module) query(kind int, count, width int, fill func(b []byte), blockSiz
 
 // Query implements client.Lanes.
 func (in *Instance) Query(locals []uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QueryLocalHashes, len(locals), 8, func(b []byte) {
-		for i, h := range locals {
-			binary.LittleEndian.PutUint64(b[8*i:], h)
-		}
-	}, 0, 0, res)
+	return in.query(abi.QueryLocalHashes, len(locals), 8, func(b []byte) { putUint64s(b, locals) }, 0, 0, res)
 }
 
 // QuerySequenceHashes implements client.Lanes.
 func (in *Instance) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QuerySequenceHashes, len(seq), 8, func(b []byte) {
-		for i, h := range seq {
-			binary.LittleEndian.PutUint64(b[8*i:], h)
-		}
-	}, 0, 0, res)
+	return in.query(abi.QuerySequenceHashes, len(seq), 8, func(b []byte) { putUint64s(b, seq) }, 0, 0, res)
 }
 
 // QueryTokens implements client.Lanes.
 func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) {
-		for i, t := range tokens {
-			binary.LittleEndian.PutUint32(b[4*i:], t)
-		}
-	}, blockSize, salt, res)
+	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) { putUint32s(b, tokens) }, blockSize, salt, res)
 }
 
 // Contains implements client.Lanes.

@@ -1,0 +1,87 @@
+package ckf
+
+// Batch kernels. Each processes a whole batch per call: on GOARCH=wasm they
+// are hand-written WebAssembly (kernels_wasm.s), elsewhere plain Go
+// (kernels_other.go) that calls the same reference code the wasm versions are
+// tested against (kernels_test.go: equal to the per-item Go code and to
+// zeebo/xxh3 on random inputs, run under wazero by internal/cmd/wasirun).
+// Go's wasm code generation keeps values in linear memory between
+// operations and emulates the 64×64→128 multiply through bits.Mul64's
+// generic code; the kernels keep everything in wasm locals and amortise the
+// call over the batch (BENCHMARKS.md, "Wasm kernels").
+
+// xxhSecretWords are the first 128 bytes of the XXH3 default secret as
+// little-endian words: word i is bytes [8i, 8i+8).
+var xxhSecretWords = [16]uint64{
+	0xbe4ba423396cfeb8, 0x1cad21f72c81017c, 0xdb979083e96dd4de, 0x1f67b3b7a4a44072,
+	0x78e5c0cc4ee679cb, 0x2172ffcc7dd05a82, 0x8e2443f7744608b8, 0x4c263a81e69035e0,
+	0xcb00c391bb52283c, 0xa32e531b8b65d088, 0x4ef90da297486471, 0xd8acdea946ef1938,
+	0x3f349ce33f76faa8, 0x1d4f0bc7c7bbdcf9, 0x3159b4cd4be0518a, 0x647378d9c97e9fc8,
+}
+
+// xxh3Keys17to128 returns the seeded secret of the 17..128-byte XXH3 path:
+// even words plus the seed, odd words minus it.
+func xxh3Keys17to128(seed uint64) (k [16]uint64) {
+	for i, w := range xxhSecretWords {
+		if i%2 == 0 {
+			k[i] = w + seed
+		} else {
+			k[i] = w - seed
+		}
+	}
+	return k
+}
+
+// useSeq64 selects the wasm kernel specialised for 16-token (64-byte)
+// blocks; tests and benchmarks clear it to check and compare the generic
+// path. Other architectures ignore it.
+var useSeq64 = true
+
+// hashBlocks sets dst[i] to the local hash of tokens[i*blockSize :
+// (i+1)*blockSize] for every i < len(dst). tokens must hold at least
+// len(dst)*blockSize tokens; blockSize > 0.
+func hashBlocks(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
+	if len(dst) == 0 {
+		return
+	}
+	_ = tokens[len(dst)*blockSize-1] // one bounds check for the batch
+	hashBlocksArch(dst, tokens, blockSize, salt)
+}
+
+// hashBlocksGo is the per-block reference of hashBlocks.
+func hashBlocksGo(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
+	for i := range dst {
+		dst[i] = localBlockHash(tokens[i*blockSize:(i+1)*blockSize], salt)
+	}
+}
+
+// tokenSequenceGo is AppendTokenSequenceHashes' one-loop Go body: dst[i] is
+// the sequence hash of block i.
+func tokenSequenceGo(dst []uint64, tokens []uint32, blockSize int, salt uint64) {
+	var prev uint64
+	for i := range dst {
+		local := localBlockHash(tokens[i*blockSize:(i+1)*blockSize], salt)
+		if i == 0 {
+			prev = local
+		} else {
+			prev = ChainHash(prev, local)
+		}
+		dst[i] = prev
+	}
+}
+
+// chainInPlace turns local hashes into the canonical chain in place:
+// h[i] = ChainHash(h[i-1], h[i]) for i ≥ 1.
+func chainInPlace(h []uint64) {
+	if len(h) < 2 {
+		return
+	}
+	chainInPlaceArch(h)
+}
+
+// chainInPlaceGo is the per-step reference of chainInPlace.
+func chainInPlaceGo(h []uint64) {
+	for i := 1; i < len(h); i++ {
+		h[i] = ChainHash(h[i-1], h[i])
+	}
+}

@@ -1,0 +1,113 @@
+package ckf
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+var kernelSink uint64
+
+// reportP50 reports the median of the per-op durations in d, divided by
+// per, as p50-ns: on a shared machine the median of individually timed ops
+// is far steadier than the mean that ns/op reports.
+func reportP50(b *testing.B, d []time.Duration, per int) {
+	slices.Sort(d)
+	b.ReportMetric(float64(d[len(d)/2].Nanoseconds())/float64(per), "p50-ns")
+}
+
+// BenchmarkKernels compares each batch kernel (impl=kernel) with the
+// per-item Go reference it replaces (impl=go) over a 1024-block request of
+// 16-token blocks, side by side in one run; p50-ns is per block. Off wasm
+// both are Go; the ratio that decides whether a kernel stays is the wasm one
+// (BENCHMARKS.md, "Wasm kernels").
+func BenchmarkKernels(b *testing.B) {
+	const blocks, blockSize = 1024, 16
+	tokens := make([]uint32, blocks*blockSize)
+	for i := range tokens {
+		tokens[i] = uint32(benchKeyLike(uint64(i)))
+	}
+	dst := make([]uint64, blocks)
+	for _, k := range []struct {
+		name string
+		fn   func()
+	}{
+		{"hashBlocks/impl=kernel", func() { hashBlocks(dst, tokens, blockSize, BaseSalt) }},
+		{"hashBlocks/impl=go", func() { hashBlocksGo(dst, tokens, blockSize, BaseSalt) }},
+		{"sequence/impl=kernel", func() { AppendTokenSequenceHashes(dst[:0], tokens, blockSize, BaseSalt) }},
+		{"sequence/impl=twokernels", func() {
+			useSeq64 = false
+			AppendTokenSequenceHashes(dst[:0], tokens, blockSize, BaseSalt)
+			useSeq64 = true
+		}},
+		{"sequence/impl=go", func() { tokenSequenceGo(dst, tokens, blockSize, BaseSalt) }},
+		{"sequence/impl=gotwopass", func() { hashBlocksGo(dst, tokens, blockSize, BaseSalt); chainInPlaceGo(dst) }},
+		{"chain/impl=kernel", func() { chainInPlace(dst) }},
+		{"chain/impl=go", func() { chainInPlaceGo(dst) }},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			d := make([]time.Duration, 0, 1024)
+			for b.Loop() {
+				t0 := time.Now()
+				k.fn()
+				d = append(d, time.Since(t0))
+			}
+			kernelSink += dst[blocks-1]
+			reportP50(b, d, blocks)
+		})
+	}
+}
+
+// BenchmarkLaneRowHits: one 16-lane probe (address and row test) over keys
+// that differ every call, kernel against the Go reference, on a
+// cache-resident table (128 KiB) and on a 64 MiB one; p50-ns is per probe,
+// from batches of 64.
+func BenchmarkLaneRowHits(b *testing.B) {
+	for _, buckets := range []uint64{1 << 10, 1 << 19} {
+		words := make([]uint64, buckets*MaxLanes)
+		for i := range words {
+			words[i] = benchKeyLike(uint64(i))
+		}
+		ad := NewAddresser(DefaultSeed, buckets)
+		for _, k := range []struct {
+			name string
+			fn   func(Addresser, []uint64, uint64) uint16
+		}{{"kernel", Addresser.LaneRowHits}, {"go", laneRowHitsGo}} {
+			b.Run("table="+itoaKiB(buckets*MaxLanes*8)+"/impl="+k.name, func(b *testing.B) {
+				var sink uint16
+				i := uint64(0)
+				d := make([]time.Duration, 0, 1024)
+				for b.Loop() {
+					t0 := time.Now()
+					for range 64 {
+						i++
+						sink ^= k.fn(ad, words, benchKeyLike(i))
+					}
+					d = append(d, time.Since(t0))
+				}
+				kernelSink += uint64(sink)
+				reportP50(b, d, 64)
+			})
+		}
+	}
+}
+
+func itoaKiB(n uint64) string {
+	if n >= 1<<20 {
+		return fmtUint(n>>20) + "MiB"
+	}
+	return fmtUint(n>>10) + "KiB"
+}
+
+func fmtUint(v uint64) string {
+	var buf [20]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(buf[i:])
+		}
+	}
+}

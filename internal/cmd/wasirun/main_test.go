@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestGuestKernels builds the ckf and consumer tests for GOOS=wasip1
+// GOARCH=wasm and runs them under wazero through run, so the hand-written
+// WebAssembly kernels (ckf/kernels_wasm.s) and the search that calls them
+// are tested as the module runs them, against the pure-Go reference and
+// zeebo/xxh3 (kernels_test.go, search tests).
+func TestGuestKernels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs two wasm test binaries (≈ 30 s)")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go toolchain on PATH")
+	}
+	root, err := filepath.Abs("../../..")
+	require.NoError(t, err)
+	// want: a line only the intended tests print (ckf's names the GOARCH).
+	for _, pkg := range []struct{ dir, run, want string }{
+		{"ckf", "Kernel|HashBlocks|Chain|LaneRow|XXH3|Sequence|LocalBlockHash|Address", "GOARCH=wasm"},
+		{"consumer", "Search|Query|Contains", "--- PASS: TestSearch_GroupedEqualsRounds"},
+	} {
+		t.Run(pkg.dir, func(t *testing.T) {
+			bin := filepath.Join(t.TempDir(), pkg.dir+".wasm")
+			build := exec.Command(goBin, "test", "-c", "-o", bin, "./"+pkg.dir)
+			build.Dir = root
+			build.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+			out, err := build.CombinedOutput()
+			require.NoError(t, err, "build: %s", out)
+
+			var stdout, stderr bytes.Buffer
+			env := append(os.Environ(), "PWD="+filepath.Join(root, pkg.dir))
+			code, err := run(context.Background(), []string{bin, "-test.run", pkg.run, "-test.v"}, env, &stdout, &stderr)
+			require.NoError(t, err, "stderr: %s", stderr.String())
+			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+			require.Contains(t, stdout.String(), pkg.want, "the intended tests did not run in the guest")
+			require.NotContains(t, stdout.String(), "--- FAIL")
+		})
+	}
+}
