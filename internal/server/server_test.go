@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -32,9 +35,7 @@ func testConfig() Config {
 func startTestServer(t *testing.T, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
 	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	require.NoError(t, err, "New")
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -61,9 +62,7 @@ func chainJSON(w uint64, seed uint64, n int) (string, []uint64) {
 func post(t *testing.T, url, contentType, body string) (int, map[string]any) {
 	t.Helper()
 	resp, err := http.Post(url, contentType, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
@@ -88,9 +87,7 @@ type streamReader struct {
 func openStream(t *testing.T, base, pool string, consumer, lane, epoch uint64) (*streamReader, *http.Response) {
 	t.Helper()
 	resp, err := http.Get(fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d", base, pool, consumer, lane, epoch))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	return &streamReader{t: t, r: wire.NewReader(resp.Body, 0)}, resp
 }
@@ -98,9 +95,7 @@ func openStream(t *testing.T, base, pool string, consumer, lane, epoch uint64) (
 // next reads one frame, applying snapshot chunks and deltas to the table.
 func (s *streamReader) next() wire.Kind {
 	s.t.Helper()
-	if err := s.r.ReadFrame(&s.f); err != nil {
-		s.t.Fatalf("read frame: %v", err)
-	}
+	require.NoError(s.t, s.r.ReadFrame(&s.f), "read frame")
 	switch s.f.Kind {
 	case wire.KindSnapshotChunk:
 		c := s.f.Snapshot
@@ -110,9 +105,7 @@ func (s *streamReader) next() wire.Kind {
 		copy(s.words[c.BucketOffset:], c.Words)
 		s.seq = c.Sequence
 	case wire.KindDelta:
-		if s.f.Delta.BaseSequence != s.seq {
-			s.t.Fatalf("delta base %d, held %d", s.f.Delta.BaseSequence, s.seq)
-		}
+		require.Equal(s.t, s.seq, s.f.Delta.BaseSequence, "delta base sequence vs the held sequence")
 		for _, im := range s.f.Delta.Images {
 			s.words[im.Bucket] = im.Word
 		}
@@ -129,19 +122,15 @@ func (s *streamReader) contains(format ckf.Format, key uint64) bool {
 func TestServer_EventsReachRemoteSubscriber(t *testing.T) {
 	s, ts := startTestServer(t, testConfig())
 	sr, resp := openStream(t, ts.URL, "dc-a", 9, 0, 1)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != FramesContentType {
-		t.Fatalf("stream: status %d type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	if k := sr.next(); k != wire.KindSnapshotChunk {
-		t.Fatalf("first frame %v, want snapshot chunk", k)
-	}
+	require.Equal(t, http.StatusOK, resp.StatusCode, "stream status")
+	require.Equal(t, FramesContentType, resp.Header.Get("Content-Type"), "stream content type")
+	require.Equal(t, wire.KindSnapshotChunk, sr.next(), "first frame")
 	var chains [][]uint64
 	for i := range 3 {
 		ev, chain := chainJSON(uint64(i+1), uint64(i+1), 5)
 		chains = append(chains, chain)
-		if code, body := post(t, ts.URL+"/v1/pools/dc-a/events?source_epoch=1", "application/json", "["+ev+"]"); code != http.StatusAccepted {
-			t.Fatalf("post events: %d %v", code, body)
-		}
+		code, body := post(t, ts.URL+"/v1/pools/dc-a/events?source_epoch=1", "application/json", "["+ev+"]")
+		require.Equal(t, http.StatusAccepted, code, "post events: %v", body)
 	}
 	format := s.pools["dc-a"].handle.Identity().Format
 	deadline := time.Now().Add(5 * time.Second)
@@ -155,18 +144,14 @@ func TestServer_EventsReachRemoteSubscriber(t *testing.T) {
 		if all {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("remote subscriber never saw every stored block")
-		}
+		require.False(t, time.Now().After(deadline), "remote subscriber never saw every stored block")
 		sr.next()
 	}
 	occupied := 0
 	for _, w := range sr.words {
 		occupied += ckf.Bucket(w).Occupied()
 	}
-	if occupied != 15 {
-		t.Fatalf("remote table holds %d fingerprints, want 15", occupied)
-	}
+	assert.Equal(t, 15, occupied, "fingerprints in the remote table")
 }
 
 func TestServer_BadInputGetsClearErrorsAndChangesNothing(t *testing.T) {
@@ -201,63 +186,52 @@ func TestServer_BadInputGetsClearErrorsAndChangesNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			req, _ := http.NewRequest(c.method, ts.URL+c.path, strings.NewReader(c.body))
+			req, err := http.NewRequest(c.method, ts.URL+c.path, strings.NewReader(c.body))
+			require.NoError(t, err)
 			if c.ctype != "" {
 				req.Header.Set("Content-Type", c.ctype)
 			}
 			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer resp.Body.Close()
 			var body map[string]any
 			_ = json.NewDecoder(resp.Body).Decode(&body)
-			if resp.StatusCode != c.status || errCode(body) != c.code {
-				t.Fatalf("%s %s: %d %q, want %d %q (%v)", c.method, c.path, resp.StatusCode, errCode(body), c.status, c.code, body)
-			}
+			assert.Equal(t, c.status, resp.StatusCode, "%s %s status (%v)", c.method, c.path, body)
+			assert.Equal(t, c.code, errCode(body), "%s %s error code (%v)", c.method, c.path, body)
 		})
 	}
 	// Nothing above changed the pool.
 	resp, err := http.Get(ts.URL + "/v1/pools")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	var cat struct {
 		Pools []catalogPool `json:"pools"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&cat); err != nil {
-		t.Fatal(err)
-	}
-	if st := cat.Pools[0].Stats; st == nil || st.UniqueBlocks != 0 || st.Members != 0 {
-		t.Fatalf("pool changed by rejected requests: %+v", st)
-	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&cat))
+	require.NotEmpty(t, cat.Pools)
+	st := cat.Pools[0].Stats
+	require.NotNil(t, st, "catalog stats")
+	assert.Equal(t, 0, st.UniqueBlocks, "pool changed by rejected requests: unique blocks")
+	assert.Equal(t, 0, st.Members, "pool changed by rejected requests: members")
 }
 
 func TestServer_StaleEpochs(t *testing.T) {
 	_, ts := startTestServer(t, testConfig())
-	if code, body := post(t, ts.URL+"/v1/pools/dc-a/ranks/reset", "application/json", `{"worker_id": 1, "source_epoch": 5}`); code != 200 {
-		t.Fatalf("reset at epoch 5: %d %v", code, body)
-	}
-	code, body := post(t, ts.URL+"/v1/pools/dc-a/ranks/reset", "application/json", `{"worker_id": 1, "source_epoch": 3}`)
-	if code != http.StatusConflict || errCode(body) != CodeStaleEpoch {
-		t.Fatalf("reset at older epoch: %d %v, want 409 %s", code, body, CodeStaleEpoch)
-	}
+	code, body := post(t, ts.URL+"/v1/pools/dc-a/ranks/reset", "application/json", `{"worker_id": 1, "source_epoch": 5}`)
+	require.Equal(t, http.StatusOK, code, "reset at epoch 5: %v", body)
+	code, body = post(t, ts.URL+"/v1/pools/dc-a/ranks/reset", "application/json", `{"worker_id": 1, "source_epoch": 3}`)
+	assert.Equal(t, http.StatusConflict, code, "reset at older epoch: status (%v)", body)
+	assert.Equal(t, CodeStaleEpoch, errCode(body), "reset at older epoch: error code (%v)", body)
 	_, resp := openStream(t, ts.URL, "dc-a", 4, 2, 7)
-	if resp.StatusCode != 200 {
-		t.Fatalf("first stream: %d", resp.StatusCode)
-	}
+	require.Equal(t, http.StatusOK, resp.StatusCode, "first stream")
 	resp.Body.Close()
 	resp2, err := http.Get(ts.URL + "/v1/pools/dc-a/stream?consumer=4&lane=2&epoch=7")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp2.Body.Close()
 	var b map[string]any
 	_ = json.NewDecoder(resp2.Body).Decode(&b)
-	if resp2.StatusCode != http.StatusConflict || errCode(b) != CodeStaleLease {
-		t.Fatalf("same lease epoch again: %d %v, want 409 %s", resp2.StatusCode, b, CodeStaleLease)
-	}
+	assert.Equal(t, http.StatusConflict, resp2.StatusCode, "same lease epoch again: status (%v)", b)
+	assert.Equal(t, CodeStaleLease, errCode(b), "same lease epoch again: error code (%v)", b)
 }
 
 func TestServer_AuthOnEveryEndpointButHealth(t *testing.T) {
@@ -266,29 +240,21 @@ func TestServer_AuthOnEveryEndpointButHealth(t *testing.T) {
 	_, ts := startTestServer(t, cfg)
 	for _, path := range []string{"/v1/pools", "/metrics", "/readyz", "/v1/pools/dc-a/stream?consumer=1&lane=0&epoch=1"} {
 		resp, err := http.Get(ts.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("GET %s without token: %d, want 401", path, resp.StatusCode)
-		}
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "GET %s without token", path)
 	}
-	req, _ := http.NewRequest("GET", ts.URL+"/v1/pools", nil)
+	req, err := http.NewRequest("GET", ts.URL+"/v1/pools", nil)
+	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer s3cret")
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("with token: %d", resp.StatusCode)
-	}
-	resp, _ = http.Get(ts.URL + "/healthz")
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "with token")
+	resp, err = http.Get(ts.URL + "/healthz")
+	require.NoError(t, err)
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("healthz without token: %d", resp.StatusCode)
-	}
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "healthz without token")
 }
 
 func TestServer_ShutdownEndsStreamsWithDrainMarkerAndClose(t *testing.T) {
@@ -296,9 +262,8 @@ func TestServer_ShutdownEndsStreamsWithDrainMarkerAndClose(t *testing.T) {
 	sr, _ := openStream(t, ts.URL, "dc-b", 1, 0, 1)
 	sr.next() // snapshot
 	ev, _ := chainJSON(3, 3, 4)
-	if code, body := post(t, ts.URL+"/v1/pools/dc-b/events?source_epoch=1", "application/json", "["+ev+"]"); code != 202 {
-		t.Fatalf("post: %d %v", code, body)
-	}
+	code, body := post(t, ts.URL+"/v1/pools/dc-b/events?source_epoch=1", "application/json", "["+ev+"]")
+	require.Equal(t, http.StatusAccepted, code, "post: %v", body)
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -312,18 +277,11 @@ func TestServer_ShutdownEndsStreamsWithDrainMarkerAndClose(t *testing.T) {
 			m := sr.f.Drain
 			marker = &m
 		case wire.KindClose:
-			if sr.f.Close.Reason != wire.CloseShuttingDown {
-				t.Fatalf("close reason %q, want shutting_down", sr.f.Close.Reason)
-			}
-			if marker == nil || marker.ExpectedSequence != sr.seq {
-				t.Fatalf("drain marker %+v, held sequence %d", marker, sr.seq)
-			}
-			if sr.seq == 0 {
-				t.Fatal("the admitted event's tail was never published before close")
-			}
-			if err := <-done; err != nil {
-				t.Fatalf("Shutdown: %v", err)
-			}
+			require.Equal(t, wire.CloseShuttingDown, sr.f.Close.Reason, "close reason")
+			require.NotNil(t, marker, "no drain marker before the close frame")
+			assert.Equal(t, sr.seq, marker.ExpectedSequence, "drain marker's expected sequence vs the held sequence")
+			assert.NotZero(t, sr.seq, "the admitted event's tail was never published before close")
+			require.NoError(t, <-done, "Shutdown")
 			return
 		}
 	}
@@ -331,17 +289,19 @@ func TestServer_ShutdownEndsStreamsWithDrainMarkerAndClose(t *testing.T) {
 
 func TestParsePoolFlag(t *testing.T) {
 	p, err := ParsePoolFlag("east:dc=3,expected=1000,seed=0x10,cadence=4,delay=2ms,kicks=100")
-	if err != nil {
-		t.Fatal(err)
+	require.NoError(t, err)
+	assert.Equal(t, "east", p.Name, "Name")
+	assert.Equal(t, uint64(3), p.DCID, "DCID")
+	assert.Equal(t, uint64(1000), p.ExpectedBlocks, "ExpectedBlocks")
+	if assert.NotNil(t, p.Seed, "Seed") {
+		assert.Equal(t, uint64(16), *p.Seed, "Seed")
 	}
-	if p.Name != "east" || p.DCID != 3 || p.ExpectedBlocks != 1000 || *p.Seed != 16 || p.PublishEveryNEvents != 4 ||
-		time.Duration(p.PublicationDelay) != 2*time.Millisecond || p.MaxKicks != 100 {
-		t.Fatalf("parsed %+v", p)
-	}
+	assert.Equal(t, uint64(4), p.PublishEveryNEvents, "PublishEveryNEvents")
+	assert.Equal(t, 2*time.Millisecond, time.Duration(p.PublicationDelay), "PublicationDelay")
+	assert.Equal(t, 100, p.MaxKicks, "MaxKicks")
 	for _, bad := range []string{"east", "east:expected=1", "east:dc=x", "east:dc=1,color=red", "east:dc=1,seed"} {
-		if _, err := ParsePoolFlag(bad); err == nil {
-			t.Errorf("ParsePoolFlag(%q) accepted", bad)
-		}
+		_, err := ParsePoolFlag(bad)
+		assert.ErrorIs(t, err, ErrInvalidConfig, "ParsePoolFlag(%q)", bad)
 	}
 }
 
@@ -361,13 +321,9 @@ func TestConfig_Validate(t *testing.T) {
 		c := base
 		c.Pools = append([]PoolSpec(nil), base.Pools...)
 		mutate(&c)
-		if err := c.WithDefaults().Validate(); err == nil {
-			t.Errorf("%s: Validate accepted", name)
-		}
+		assert.ErrorIs(t, c.WithDefaults().Validate(), ErrInvalidConfig, name)
 	}
-	if err := base.WithDefaults().Validate(); err != nil {
-		t.Fatalf("base config: %v", err)
-	}
+	assert.NoError(t, base.WithDefaults().Validate(), "base config")
 }
 
 // Shutdown returns only after every pool's hub feeder and fault drainer
@@ -375,31 +331,23 @@ func TestConfig_Validate(t *testing.T) {
 func TestServer_ShutdownEndsPoolGoroutines(t *testing.T) {
 	cfg := testConfig()
 	s, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	sr, _ := openStream(t, ts.URL, "dc-a", 1, 0, 1)
-	if k := sr.next(); k != wire.KindSnapshotChunk {
-		t.Fatalf("first frame %v, want a snapshot chunk", k)
-	}
+	require.Equal(t, wire.KindSnapshotChunk, sr.next(), "first frame")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
+	require.NoError(t, s.Shutdown(ctx), "Shutdown")
 	for _, p := range s.order {
 		for name, done := range map[string]chan struct{}{"feeder": p.feederDone, "fault drainer": p.faultsDone} {
 			select {
 			case <-done:
 			default:
-				t.Errorf("pool %s: %s still running after Shutdown", p.spec.Name, name)
+				assert.Failf(t, "goroutine still running after Shutdown", "pool %s: %s", p.spec.Name, name)
 			}
 		}
-		if n := p.hub.Stats().Subscribers; n != 0 {
-			t.Errorf("pool %s: %d subscribers after Shutdown", p.spec.Name, n)
-		}
+		assert.Zero(t, p.hub.Stats().Subscribers, "pool %s: subscribers after Shutdown", p.spec.Name)
 	}
 }
 
@@ -423,17 +371,11 @@ func TestServer_PartialAdmissionSaysHowMany(t *testing.T) {
 		evs = append(evs, ev)
 	}
 	code, body := post(t, ts.URL+"/v1/pools/dc-a/events?source_epoch=1", "application/json", "["+strings.Join(evs, ",")+"]")
-	if code != http.StatusServiceUnavailable || errCode(body) != CodeShuttingDown || body["admitted"] != float64(2) {
-		t.Fatalf("got %d %v, want 503 shutting_down with admitted 2", code, body)
-	}
-	if err := p.handle.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	assert.Equal(t, http.StatusServiceUnavailable, code, "status (%v)", body)
+	assert.Equal(t, CodeShuttingDown, errCode(body), "error code (%v)", body)
+	assert.Equal(t, float64(2), body["admitted"], "admitted events (%v)", body)
+	require.NoError(t, p.handle.Flush(context.Background()))
 	st, err := p.handle.Stats(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Pool.UniqueBlocks != 4 {
-		t.Fatalf("pool holds %d blocks, want the 2 admitted events' 4", st.Pool.UniqueBlocks)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, 4, st.Pool.UniqueBlocks, "pool blocks: want the 2 admitted events' 4")
 }

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -40,64 +43,48 @@ func TestStream_OversizeDeltaClosesForResnapshot(t *testing.T) {
 	_, ts := startTestServer(t, cfg)
 	sr, _ := openStream(t, ts.URL, "big", 1, 0, 1)
 	for { // the initial snapshot: 256 KiB of words in 64 KiB frames
-		if k := sr.next(); k != wire.KindSnapshotChunk {
-			t.Fatalf("got %v before the snapshot's last chunk", k)
-		}
+		require.Equal(t, wire.KindSnapshotChunk, sr.next(), "frame before the snapshot's last chunk")
 		if sr.f.Snapshot.ChunkIndex+1 == sr.f.Snapshot.ChunkCount {
 			break
 		}
 	}
 	for seed := uint64(1); seed <= 4; seed++ { // 4 × 3,000 blocks, each event's delta fits
-		if code, body := post(t, ts.URL+"/v1/pools/big/events?source_epoch=1", "application/json", storedBatchJSON(7, seed, 3000)); code != http.StatusAccepted {
-			t.Fatalf("post: %d %v", code, body)
-		}
+		code, body := post(t, ts.URL+"/v1/pools/big/events?source_epoch=1", "application/json", storedBatchJSON(7, seed, 3000))
+		require.Equal(t, http.StatusAccepted, code, "post: %v", body)
 	}
 	// Resetting the rank removes 12,000 fingerprints in one delta: too big for one frame.
-	if code, body := post(t, ts.URL+"/v1/pools/big/ranks/reset", "application/json", `{"worker_id": 7, "source_epoch": 1}`); code != http.StatusOK {
-		t.Fatalf("reset: %d %v", code, body)
-	}
+	code, body := post(t, ts.URL+"/v1/pools/big/ranks/reset", "application/json", `{"worker_id": 7, "source_epoch": 1}`)
+	require.Equal(t, http.StatusOK, code, "reset: %v", body)
 	for {
 		k := sr.next()
 		if k == wire.KindDelta {
 			continue
 		}
-		if k != wire.KindClose {
-			t.Fatalf("got %v, want deltas then a close frame", k)
-		}
-		if sr.f.Close.Reason != wire.CloseLagged || !strings.Contains(sr.f.Close.Message, "frame limit") {
-			t.Fatalf("close %q %q, want lagged naming the frame limit", sr.f.Close.Reason, sr.f.Close.Message)
-		}
+		require.Equal(t, wire.KindClose, k, "want deltas then a close frame")
+		assert.Equal(t, wire.CloseLagged, sr.f.Close.Reason, "close reason")
+		assert.Contains(t, sr.f.Close.Message, "frame limit", "close message")
 		break
 	}
 	resp, err := http.Get(ts.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(metrics), `ckfrelay_stream_oversize_deltas_total{pool="big"} 1`) {
-		t.Fatalf("oversize delta not counted in /metrics")
-	}
+	require.NoError(t, err)
+	assert.Contains(t, string(metrics), `ckfrelay_stream_oversize_deltas_total{pool="big"} 1`, "oversize delta not counted in /metrics")
 	// A resubscription gets the reset table (chunked: 256 KiB of words > one 64 KiB frame).
 	sr2, _ := openStream(t, ts.URL, "big", 1, 0, 2)
 	chunks := 0
 	for {
-		if sr2.next() != wire.KindSnapshotChunk {
-			t.Fatalf("resubscription did not start with snapshot chunks")
-		}
+		require.Equal(t, wire.KindSnapshotChunk, sr2.next(), "resubscription did not start with snapshot chunks")
 		chunks++
 		if sr2.f.Snapshot.ChunkIndex+1 == sr2.f.Snapshot.ChunkCount {
 			break
 		}
 	}
 	for i, w := range sr2.words {
-		if w != 0 {
-			t.Fatalf("bucket %d = %#x after the reset, want 0", i, w)
-		}
+		require.Zero(t, w, "bucket %d after the reset", i)
 	}
-	if chunks < 2 {
-		t.Fatalf("snapshot came in %d chunk(s), want several", chunks)
-	}
+	assert.GreaterOrEqual(t, chunks, 2, "snapshot chunks: want several")
 }
 
 // TestStream_SlowReaderGetsWholeSnapshot: the write deadline bounds each
@@ -114,9 +101,7 @@ func TestStream_SlowReaderGetsWholeSnapshot(t *testing.T) {
 	}
 	_, ts := startTestServer(t, cfg)
 	resp, err := http.Get(ts.URL + "/v1/pools/big/stream?consumer=1&lane=0&epoch=1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	// About 12 MB/s: the 16 MiB snapshot takes ≈ 1.4 s, three write timeouts.
 	slow := readerFunc(func(p []byte) (int, error) {
@@ -127,19 +112,15 @@ func TestStream_SlowReaderGetsWholeSnapshot(t *testing.T) {
 	var f wire.Frame
 	start := time.Now()
 	for {
-		if err := r.ReadFrame(&f); err != nil {
-			t.Fatalf("after %v: %v (the stream was cut mid-snapshot)", time.Since(start), err)
-		}
-		if f.Kind != wire.KindSnapshotChunk {
-			t.Fatalf("got %v before the last chunk", f.Kind)
-		}
+		err := r.ReadFrame(&f)
+		require.NoError(t, err, "after %v (the stream was cut mid-snapshot)", time.Since(start))
+		require.Equal(t, wire.KindSnapshotChunk, f.Kind, "frame before the last chunk")
 		if f.Snapshot.ChunkIndex+1 == f.Snapshot.ChunkCount {
 			break
 		}
 	}
-	if took := time.Since(start); took < time.Duration(cfg.StreamWriteTimeout) {
-		t.Fatalf("snapshot took %v, less than one write timeout: the test proves nothing", took)
-	}
+	assert.GreaterOrEqual(t, time.Since(start), time.Duration(cfg.StreamWriteTimeout),
+		"the snapshot took less than one write timeout: the test proves nothing")
 }
 
 type readerFunc func([]byte) (int, error)
@@ -152,24 +133,18 @@ func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
 func TestStream_NewerLeaseFencesTheOldStream(t *testing.T) {
 	_, ts := startTestServer(t, testConfig())
 	old, _ := openStream(t, ts.URL, "dc-a", 5, 3, 1)
-	if old.next() != wire.KindSnapshotChunk {
-		t.Fatal("old stream: no snapshot")
-	}
+	require.Equal(t, wire.KindSnapshotChunk, old.next(), "old stream: no snapshot")
 	cur, _ := openStream(t, ts.URL, "dc-a", 5, 3, 2)
-	if cur.next() != wire.KindSnapshotChunk {
-		t.Fatal("new stream: no snapshot")
-	}
+	require.Equal(t, wire.KindSnapshotChunk, cur.next(), "new stream: no snapshot")
 	for {
 		switch old.next() {
 		case wire.KindHeartbeat:
 			continue
 		case wire.KindClose:
-			if old.f.Close.Reason != wire.CloseFenced {
-				t.Fatalf("old stream closed %q, want fenced", old.f.Close.Reason)
-			}
+			assert.Equal(t, wire.CloseFenced, old.f.Close.Reason, "old stream's close reason")
 			return
 		default:
-			t.Fatalf("old stream got %v, want a close frame", old.f.Kind)
+			require.Failf(t, "old stream got a frame other than heartbeat or close", "kind %v", old.f.Kind)
 		}
 	}
 }

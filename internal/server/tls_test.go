@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/big"
 	"net"
@@ -18,6 +19,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key to dir and
@@ -25,9 +29,7 @@ import (
 func selfSigned(t *testing.T, dir string) (certFile, keyFile string, roots *x509.CertPool) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
 		Subject:      pkix.Name{CommonName: "ckfrelay test"},
@@ -38,21 +40,14 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, roots *x509
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
 	roots = x509.NewCertPool()
 	roots.AddCert(cert)
 	return certFile, keyFile, roots
@@ -67,22 +62,16 @@ func TestServer_TLSAndAuth(t *testing.T) {
 	cfg.TLSCertFile, cfg.TLSKeyFile = certFile, keyFile
 	cfg.AuthToken = "tok"
 	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = s.Shutdown(ctx)
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
+		assert.NoError(t, <-done, "Serve")
 	})
 	base := "https://" + ln.Addr().String()
 	tlsClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
@@ -99,20 +88,20 @@ func TestServer_TLSAndAuth(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, nil
 	}
-	if code, err := get(tlsClient, base+"/v1/pools", "tok"); err != nil || code != http.StatusOK {
-		t.Fatalf("TLS with token: %d %v, want 200", code, err)
-	}
-	if code, err := get(tlsClient, base+"/v1/pools", ""); err != nil || code != http.StatusUnauthorized {
-		t.Fatalf("TLS without token: %d %v, want 401", code, err)
-	}
-	// A plain-HTTP request to the TLS port gets no API answer.
-	if code, err := get(&http.Client{Timeout: 5 * time.Second}, "http://"+ln.Addr().String()+"/v1/pools", "tok"); err == nil && code == http.StatusOK {
-		t.Fatalf("plain HTTP on the TLS port answered 200")
+	code, err := get(tlsClient, base+"/v1/pools", "tok")
+	require.NoError(t, err, "TLS with token")
+	assert.Equal(t, http.StatusOK, code, "TLS with token")
+	code, err = get(tlsClient, base+"/v1/pools", "")
+	require.NoError(t, err, "TLS without token")
+	assert.Equal(t, http.StatusUnauthorized, code, "TLS without token")
+	// A plain-HTTP request to the TLS port gets no API answer: an error, or
+	// any status but 200.
+	if code, err := get(&http.Client{Timeout: 5 * time.Second}, "http://"+ln.Addr().String()+"/v1/pools", "tok"); err == nil {
+		assert.NotEqual(t, http.StatusOK, code, "plain HTTP on the TLS port answered 200")
 	}
 	// A client that does not trust the certificate is refused.
-	if _, err := get(&http.Client{Timeout: 5 * time.Second}, base+"/healthz", ""); err == nil {
-		t.Fatalf("an untrusted certificate was accepted")
-	}
+	_, err = get(&http.Client{Timeout: 5 * time.Second}, base+"/healthz", "")
+	assert.Error(t, err, "an untrusted certificate was accepted")
 }
 
 // TestNew_BadTLSFilesFailBeforeServing: a missing key pair is New's error,
@@ -120,8 +109,9 @@ func TestServer_TLSAndAuth(t *testing.T) {
 func TestNew_BadTLSFilesFailBeforeServing(t *testing.T) {
 	cfg := testConfig()
 	cfg.TLSCertFile, cfg.TLSKeyFile = filepath.Join(t.TempDir(), "missing.pem"), filepath.Join(t.TempDir(), "missing.key")
-	if s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil {
+	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
 		_ = s.Shutdown(context.Background())
-		t.Fatal("New accepted a TLS configuration whose files do not exist")
 	}
+	require.ErrorIs(t, err, fs.ErrNotExist, "New accepted a TLS configuration whose files do not exist")
 }
