@@ -245,7 +245,7 @@ func replayMain(ctx context.Context, o replayOptions, args []string, stdout, std
 		reports = append(reports, r)
 	}
 	if o.report != "" {
-		page := report.Page{Title: "ckfrelay replay", Trace: name, Command: "relay " + strings.Join(args, " "),
+		page := report.Page{Title: "ckfrelay replay", Trace: name, Command: "relay replay " + strings.Join(args, " "),
 			Reports: reports, Sweep: replay.TradeOff(o.cfg.Latency, o.cfg.Routing, replay.DefaultSweepRTTs, replay.DefaultSweepPrompts)}
 		if err := report.Write(o.report, page); err != nil {
 			return err

@@ -132,6 +132,7 @@ func TestReplay_ReportWritesHTMLAndJSON(t *testing.T) {
 	assert.Equal(t, "cache-aware (exact)", page.Reports[1].Name())
 	assert.Len(t, page.Reports[0].TTFTCDFMs, 101)
 	assert.NotEmpty(t, page.Sweep.SavingMs)
+	assert.True(t, strings.HasPrefix(page.Command, "relay replay --trace "), "the page's reproduce command is runnable: %q", page.Command)
 	html, err := os.ReadFile(filepath.Join(dir, report.IndexFile))
 	require.NoError(t, err)
 	assert.Contains(t, string(html), "cache-aware (exact)")

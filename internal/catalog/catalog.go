@@ -49,6 +49,29 @@ func (u *U64) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// I64 is an int64 carried in JSON as a decimal string, like [U64].
+type I64 int64
+
+// MarshalJSON implements json.Marshaler.
+func (i I64) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, strconv.FormatInt(int64(i), 10)), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler; only a decimal string is
+// accepted, as for [U64].
+func (i *I64) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return fmt.Errorf("catalog: i64 must be a decimal string, got %s", b)
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("catalog: i64 %q: %w", s, err)
+	}
+	*i = I64(v)
+	return nil
+}
+
 // Catalog is the body of GET /v1/pools.
 type Catalog struct {
 	Pools []Pool `json:"pools"`
@@ -280,7 +303,7 @@ type RankStatus struct {
 	DPRank    uint32 `json:"dp_rank"`
 	State     string `json:"state"`
 	Epoch     U64    `json:"epoch"`
-	Seq       int64  `json:"seq"`
+	Seq       I64    `json:"seq"`
 	Reason    string `json:"reason,omitempty"`
 	Publisher string `json:"publisher,omitempty"`
 }

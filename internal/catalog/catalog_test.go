@@ -28,6 +28,22 @@ func TestU64_IsADecimalString(t *testing.T) {
 	}
 }
 
+func TestI64_IsADecimalString(t *testing.T) {
+	for _, v := range []int64{-1, 0, 1 << 53, 1<<53 + 1, math.MinInt64, math.MaxInt64} {
+		b, err := json.Marshal(catalog.I64(v))
+		require.NoError(t, err)
+		var s string
+		require.NoError(t, json.Unmarshal(b, &s), "%s is not a JSON string", b)
+		var back catalog.I64
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, v, int64(back))
+	}
+	var i catalog.I64
+	for _, bad := range []string{`12`, `"9223372036854775808"`, `"0x10"`, `null`} {
+		assert.Error(t, json.Unmarshal([]byte(bad), &i), bad)
+	}
+}
+
 func identity(seed, buckets uint64) ckf.ProducerIdentity {
 	d := ckf.Domain{RoutingScope: ckf.ScopedDigest{Digest: [16]byte{1}, Source: ckf.DigestExplicit}}
 	return ckf.ProducerIdentity{Pool: ckf.PoolID{Domain: d, DCID: 1}, ProducerIncarnation: math.MaxUint64 - 1,

@@ -38,7 +38,7 @@ func TestServer_ZMQSourceFeedsPool(t *testing.T) {
 		sts := srv.SourceStatuses("dc-a")
 		require.Len(t, sts, 1)
 		st = sts[0]
-		return len(st.Ranks) == 1 && st.Ranks[0].Seq == e.Seq()
+		return len(st.Ranks) == 1 && int64(st.Ranks[0].Seq) == e.Seq()
 	}, 10*time.Second, time.Millisecond)
 	blocks, err := e.Store(0, 3)
 	require.NoError(t, err)

@@ -110,7 +110,7 @@ func (hs *harness) waitSeq(dp uint32, seq int64) source.RankStatus {
 	require.Eventually(hs.t, func() bool {
 		r, ok := rankOf(hs.src.Status(), dp)
 		last = r
-		return ok && r.Seq == seq && r.State != RankReset
+		return ok && int64(r.Seq) == seq && r.State != RankReset
 	}, 10*time.Second, 2*time.Millisecond, "rank %d never reached seq %d", dp, seq)
 	return last
 }
@@ -127,7 +127,7 @@ func (hs *harness) publishUntilSeen(e *zmqtest.Engine, dp uint32) source.RankSta
 		for time.Now().Before(deadline) {
 			r, ok := rankOf(hs.src.Status(), dp)
 			last = r
-			if ok && r.Seq == e.Seq() && r.State != RankReset {
+			if ok && int64(r.Seq) == e.Seq() && r.State != RankReset {
 				return true
 			}
 			time.Sleep(2 * time.Millisecond)

@@ -64,7 +64,7 @@ func runPythonPublisher(t *testing.T, form, layout string) {
 	waitLive := func(seq int64) {
 		require.Eventually(t, func() bool {
 			r, ok := rankOf(hs.src.Status(), 0)
-			return ok && r.Seq >= seq && r.State == RankLive
+			return ok && int64(r.Seq) >= seq && r.State == RankLive
 		}, 10*time.Second, 2*time.Millisecond)
 	}
 	waitLive(0)

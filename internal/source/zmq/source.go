@@ -124,7 +124,7 @@ func (s *Source) publishRanks() {
 	state := "live"
 	for _, r := range s.ranks {
 		rs = append(rs, source.RankStatus{DPRank: r.member.DPRank, State: r.state, Epoch: catalog.U64(r.epoch),
-			Seq: r.next - 1, Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)})
+			Seq: catalog.I64(r.next - 1), Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)})
 		if r.state != RankLive {
 			state = "degraded"
 		}
