@@ -64,7 +64,8 @@ type Config struct {
 // Stats is a point-in-time view of a publisher.
 type Stats struct {
 	Deltas, Heartbeats, Snapshots uint64
-	// Retries counts failed publishes retried; Resubscribes hub
+	// Retries counts failed publishes retried and failed attempts to set
+	// up the stream and bucket (NATS unreachable); Resubscribes hub
 	// subscriptions after the first (a lag or a producer change).
 	Retries, Resubscribes uint64
 	// Sequence is the last delta sequence published; SnapshotSequence the
@@ -145,6 +146,8 @@ func (p *Publisher) Run(ctx context.Context) error {
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		if err := p.ensure(ctx); err != nil {
+			// An unreachable NATS is what an operator watches retries for.
+			p.count(func(s *Stats) { s.Retries++ })
 			p.fail(err)
 			if !sleep(ctx, &backoff) {
 				break

@@ -602,6 +602,8 @@ func TestNATS_ServerDownAtRelayStart(t *testing.T) {
 	}
 	w.flush(t)
 	assert.Zero(t, s.NATSStats()["dc-a"].Snapshots)
+	require.Eventually(t, func() bool { return s.NATSStats()["dc-a"].Retries > 0 }, 30*time.Second, 10*time.Millisecond,
+		"an unreachable NATS shows in the retries an operator watches (a setup attempt times out after 10 s)")
 
 	ns.Restart()
 	r := startNATSRouter(t, cfg, ns.URL(), 11)
