@@ -256,6 +256,9 @@ func (p *Publisher) session(ctx context.Context, sub *hub.Subscription) error {
 	p.words = slices.Grow(p.words[:0], n)[:n]
 	for off := 0; off < n; {
 		k, err := sub.ReadSnapshot(off, p.words[off:])
+		if err == nil && k == 0 {
+			err = fmt.Errorf("snapshot ends at word %d of %d", off, n)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: snapshot read: %v", errRestart, err)
 		}
