@@ -402,45 +402,64 @@ func ParsePoolFlag(s string) (PoolSpec, error) {
 	name, rest, _ := strings.Cut(s, ":")
 	p := PoolSpec{Name: name}
 	seenDC := false
-	if rest != "" {
-		for _, kv := range strings.Split(rest, ",") {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return PoolSpec{}, invalid("pool %q: %q is not key=value", name, kv)
-			}
-			var err error
-			switch k {
-			case "dc":
-				p.DCID, err = strconv.ParseUint(v, 0, 64)
-				seenDC = true
-			case "expected":
-				p.ExpectedBlocks, err = strconv.ParseUint(v, 0, 64)
-			case "seed":
-				var s uint64
-				s, err = strconv.ParseUint(v, 0, 64)
-				p.Seed = &s
-			case "cadence":
-				p.PublishEveryNEvents, err = strconv.ParseUint(v, 0, 64)
-			case "delay":
-				var d time.Duration
-				d, err = time.ParseDuration(v)
-				p.PublicationDelay = Duration(d)
-			case "kicks":
-				p.MaxKicks, err = strconv.Atoi(v)
-			case "members":
-				p.MaxMembers, err = strconv.Atoi(v)
-			case "tracked":
-				p.MaxTrackedBlocks, err = strconv.ParseUint(v, 0, 64)
-			default:
-				return PoolSpec{}, invalid("pool %q: unknown key %q", name, k)
-			}
-			if err != nil {
-				return PoolSpec{}, invalid("pool %q: %s: %v", name, k, err)
-			}
+	err := parseKeyValues(fmt.Sprintf("pool %q", name), rest, func(k, v string) (err error) {
+		switch k {
+		case "dc":
+			p.DCID, err = strconv.ParseUint(v, 0, 64)
+			seenDC = true
+		case "expected":
+			p.ExpectedBlocks, err = strconv.ParseUint(v, 0, 64)
+		case "seed":
+			var s uint64
+			s, err = strconv.ParseUint(v, 0, 64)
+			p.Seed = &s
+		case "cadence":
+			p.PublishEveryNEvents, err = strconv.ParseUint(v, 0, 64)
+		case "delay":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			p.PublicationDelay = Duration(d)
+		case "kicks":
+			p.MaxKicks, err = strconv.Atoi(v)
+		case "members":
+			p.MaxMembers, err = strconv.Atoi(v)
+		case "tracked":
+			p.MaxTrackedBlocks, err = strconv.ParseUint(v, 0, 64)
+		default:
+			return errUnknownKey
 		}
+		return err
+	})
+	if err != nil {
+		return PoolSpec{}, err
 	}
 	if !seenDC {
 		return PoolSpec{}, invalid("pool %q: dc=<id> is required", name)
 	}
 	return p, nil
+}
+
+// errUnknownKey is what a parseKeyValues setter returns for a key it does
+// not know.
+var errUnknownKey = errors.New("unknown key")
+
+// parseKeyValues parses the "k=v,k=v" tail of a --pool or --source flag
+// (empty is no pairs), calling set for each pair in order; what names the
+// flag in errors, which wrap [ErrInvalidConfig].
+func parseKeyValues(what, rest string, set func(k, v string) error) error {
+	if rest == "" {
+		return nil
+	}
+	for _, kv := range strings.Split(rest, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return invalid("%s: %q is not key=value", what, kv)
+		}
+		if err := set(k, v); errors.Is(err, errUnknownKey) {
+			return invalid("%s: unknown key %q", what, k)
+		} else if err != nil {
+			return invalid("%s: %s: %v", what, k, err)
+		}
+	}
+	return nil
 }

@@ -172,12 +172,7 @@ func ParseSourceFlag(s string) (string, SourceSpec, error) {
 		return "", SourceSpec{}, invalid("source %q: want pool:engine=…,endpoint=…", s)
 	}
 	var spec SourceSpec
-	for _, kv := range strings.Split(rest, ",") {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return "", SourceSpec{}, invalid("source %q: %q is not key=value", s, kv)
-		}
-		var err error
+	err := parseKeyValues(fmt.Sprintf("source %q", s), rest, func(k, v string) (err error) {
 		switch k {
 		case "engine":
 			spec.Engine = v
@@ -208,11 +203,12 @@ func ParseSourceFlag(s string) (string, SourceSpec, error) {
 			d, err = time.ParseDuration(v)
 			spec.SourceTimeout = Duration(d)
 		default:
-			return "", SourceSpec{}, invalid("source %q: unknown key %q", s, k)
+			return errUnknownKey
 		}
-		if err != nil {
-			return "", SourceSpec{}, invalid("source %q: %s: %v", s, k, err)
-		}
+		return err
+	})
+	if err != nil {
+		return "", SourceSpec{}, err
 	}
 	if spec.Engine == "" {
 		return "", SourceSpec{}, invalid("source %q: engine=<vllm|sglang|trtllm|dynamo> is required", s)
