@@ -2,11 +2,9 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -54,38 +52,15 @@ func benchIngest(b *testing.B, transport string) {
 		defer eng.Close()
 		cfg.Pools[0].Sources = []server.SourceSpec{{Engine: "vllm", Endpoint: pub, Replay: rep, Worker: 1, BlockSize: blockSize}}
 	}
-	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	url := "http://" + ln.Addr().String()
-	var wg sync.WaitGroup
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		wg.Wait()
-	}()
-	cfg = srv.Config()
-	format, err := cfg.Pools[0].Format()
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := startBenchRelay(b, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer r.stop()
+	url := r.url
 
 	// The subscriber: a native consumer applying every frame.
 	watch := make(chan uint64, 1)   // a key the reader reports once visible
 	seen := make(chan time.Time, 1) // when it became visible
 	ready := make(chan struct{}, 1)
-	c, err := consumer.New(func() consumer.Manifest {
-		m := consumer.Manifest{ConsumerInstance: 100, Domain: cfg.Domain(), Format: format, VerificationWindow: 2}
-		m.Lanes[0] = &ckf.PoolID{Domain: cfg.Domain(), DCID: 1}
-		return m
-	}())
+	c, err := consumer.New(r.m)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,9 +69,9 @@ func benchIngest(b *testing.B, transport string) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		b.Fatalf("subscribe: %v", err)
 	}
-	wg.Add(1)
+	r.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer r.wg.Done()
 		defer resp.Body.Close()
 		fr := wire.NewReader(resp.Body, 0)
 		var f wire.Frame
@@ -261,7 +236,7 @@ func benchIngest(b *testing.B, transport string) {
 		b.ReportMetric(float64(len(s)), "fresh-samples")
 	}
 	if transport == "zmq" {
-		st := srv.SourceStatuses("p")
+		st := r.srv.SourceStatuses("p")
 		if st[0].Gaps+st[0].Rejected+st[0].Degraded > 0 {
 			b.Fatalf("the zmq source lost batches: %+v", st[0])
 		}

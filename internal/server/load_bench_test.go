@@ -2,10 +2,8 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -32,28 +30,9 @@ type probe struct {
 func BenchmarkRelayLoad(b *testing.B) {
 	const subscribers, eventsPerBatch, blocksPerEvent = 16, 64, 4
 	cfg := server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 22}}}
-	srv, err := server.New(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	base := "http://" + ln.Addr().String()
-	var wg sync.WaitGroup
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		wg.Wait() // every stream ended with the shutdown
-	}()
-	cfg = srv.Config()
-	format, err := cfg.Pools[0].Format()
-	if err != nil {
-		b.Fatal(err)
-	}
+	r := startBenchRelay(b, cfg, nil)
+	defer r.stop() // every stream ends with the shutdown
+	base := r.url
 
 	probes := make(chan probe, 1)
 	var mu sync.Mutex
@@ -64,18 +43,16 @@ func BenchmarkRelayLoad(b *testing.B) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			b.Fatalf("subscriber %d: %v", i, err)
 		}
-		wg.Add(1)
+		r.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer r.wg.Done()
 			defer resp.Body.Close()
 			if i > 0 { // a plain subscriber: read and drop
 				ready <- struct{}{}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				return
 			}
-			m := consumer.Manifest{ConsumerInstance: 100, Domain: cfg.Domain(), Format: format, VerificationWindow: 2}
-			m.Lanes[0] = &ckf.PoolID{Domain: cfg.Domain(), DCID: 1}
-			c, err := consumer.New(m)
+			c, err := consumer.New(r.m)
 			if err != nil {
 				b.Error(err)
 				return
