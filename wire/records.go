@@ -67,6 +67,9 @@ func (d *Decoder) Uint(max uint64, field string) (uint64, error) {
 	return d.r.uint(max)
 }
 
+// Offset returns how many bytes of b the Decoder has consumed.
+func (d *Decoder) Offset() int { return d.r.off }
+
 // Nil consumes a nil and reports true, or consumes nothing.
 func (d *Decoder) Nil() bool { return d.r.isNil() }
 

@@ -80,3 +80,17 @@ func TestDecoder_ErrorsNameTheStandaloneField(t *testing.T) {
 	require.ErrorAs(t, err, &de)
 	assert.Equal(t, "lane", de.Field)
 }
+
+func TestDecoder_OffsetCountsConsumedBytes(t *testing.T) {
+	b := wire.AppendUint(wire.AppendUint(wire.AppendUint(nil, 7), 300), 1<<40) // 1 + 3 + 9 bytes
+	d := wire.NewDecoder(append(b, 0xc0))
+	assert.Zero(t, d.Offset())
+	for _, want := range []int{1, 4, 13} {
+		_, err := d.Uint(math.MaxUint64, "v")
+		require.NoError(t, err)
+		assert.Equal(t, want, d.Offset())
+	}
+	_, err := d.Uint(math.MaxUint64, "v")
+	require.Error(t, err, "nil is not an integer")
+	assert.Equal(t, 13, d.Offset(), "a failed read consumes nothing")
+}

@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 
+	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
@@ -141,9 +143,11 @@ const maxSkipDepth = 32
 // Decoder decodes engine payloads. It reuses its buffers across calls; it is
 // not safe for concurrent use.
 type Decoder struct {
-	limits Limits
-	rd     bytes.Reader
-	dec    *msgpack.Decoder
+	limits  Limits
+	payload []byte // the payload being decoded; rd reads it
+	rd      bytes.Reader
+	str     []byte // stringBytes' buffer
+	dec     *msgpack.Decoder
 }
 
 // NewDecoder returns a decoder enforcing limits (zero fields take
@@ -166,6 +170,7 @@ func NewDecoder(limits Limits) *Decoder {
 // DecodeBatch decodes one payload whole or rejects it with a [*DecodeError].
 // The returned batch owns its slices.
 func (d *Decoder) DecodeBatch(payload []byte) (Batch, error) {
+	d.payload = payload
 	d.rd.Reset(payload)
 	d.dec.Reset(&d.rd)
 	var b Batch
@@ -253,11 +258,11 @@ func (d *Decoder) positional() (Event, error) {
 	if n < 1 {
 		return Event{}, malformed(ReasonEvent, nil, "empty event array")
 	}
-	tag, err := d.dec.DecodeString()
+	tag, err := d.stringBytes()
 	if err != nil {
 		return Event{}, malformed(ReasonEvent, err, "tag is not a string")
 	}
-	ev := Event{Type: eventTags[tag]}
+	ev := Event{Type: eventTags[string(tag)]}
 	if ev.Type == 0 {
 		ev.Type = Unknown
 	}
@@ -299,28 +304,33 @@ func (d *Decoder) named() (Event, error) {
 	var ev Event
 	var seen uint16 // bit i: knownKeys[i] was read
 	for range n {
-		k, err := d.dec.DecodeString()
+		kb, err := d.stringBytes()
 		if err != nil {
 			return Event{}, malformed(ReasonEvent, err, "map key is not a string")
 		}
-		if i := slices.Index(knownKeys, k); i >= 0 {
-			if seen&(1<<i) != 0 {
-				return Event{}, malformed(ReasonField, nil, "duplicate key %q", k)
-			}
-			seen |= 1 << i
-		}
-		if k == "type" {
-			tag, err := d.dec.DecodeString()
-			if err != nil {
-				return Event{}, malformed(ReasonField, err, "type is not a string")
-			}
-			if ev.Type = eventTags[tag]; ev.Type == 0 {
-				ev.Type = Unknown
+		i := knownKey(kb)
+		if i < 0 {
+			if err := d.skip(0); err != nil {
+				return Event{}, err
 			}
 			continue
 		}
-		if err := d.field(&ev, k, false); err != nil {
-			return Event{}, err
+		if seen&(1<<i) != 0 {
+			return Event{}, malformed(ReasonField, nil, "duplicate key %q", kb)
+		}
+		seen |= 1 << i
+		if k := knownKeys[i]; k != "type" {
+			if err := d.field(&ev, k, false); err != nil {
+				return Event{}, err
+			}
+			continue
+		}
+		tag, err := d.stringBytes()
+		if err != nil {
+			return Event{}, malformed(ReasonField, err, "type is not a string")
+		}
+		if ev.Type = eventTags[string(tag)]; ev.Type == 0 {
+			ev.Type = Unknown
 		}
 	}
 	switch ev.Type {
@@ -380,10 +390,11 @@ func (d *Decoder) field(ev *Event, name string, positional bool) error {
 		if positional && name == "lora_name" && d.isMap() {
 			return d.skip(0) // older SGLang: metadata map in this slot
 		}
-		var s string
-		if s, err = d.dec.DecodeString(); err != nil {
+		var b []byte
+		if b, err = d.stringBytes(); err != nil {
 			return malformed(ReasonField, err, "%s is not nil or a string", name)
 		}
+		s := intern(b)
 		switch name {
 		case "medium":
 			ev.Medium = s
@@ -439,6 +450,12 @@ func (d *Decoder) hash() (uint64, error) {
 	return binary.BigEndian.Uint64(w[:]), nil
 }
 
+// tokens reads token_ids. The elements go through wire's msgpack reader
+// over the payload bytes, not msgpack/v5's value-by-value path: token ids
+// are most of an engine batch, and that path made this loop the source's
+// largest cost (docs/RATIONALE.md, "Why does the ZMQ source read token ids
+// with wire's reader?"). The array header and the rest of the batch still go
+// through msgpack/v5.
 func (d *Decoder) tokens() ([]uint32, error) {
 	n, err := d.arrayLen()
 	if err != nil || n < 0 {
@@ -447,20 +464,30 @@ func (d *Decoder) tokens() ([]uint32, error) {
 	if n > d.limits.MaxTokens {
 		return nil, malformed(ReasonLimit, nil, "%d token ids > limit %d", n, d.limits.MaxTokens)
 	}
-	out := make([]uint32, 0, min(n, d.rd.Len()+1))
-	for range n {
-		c, err := d.dec.PeekCode()
-		if err != nil || !isInt(c) {
-			return nil, malformed(ReasonField, err, "token id is not an integer")
-		}
-		v, err := d.dec.DecodeInt64()
-		if err != nil || v < 0 || v > math.MaxUint32 {
-			// DecodeInt64 reads a uint64 above MaxInt64 as negative.
-			return nil, malformed(ReasonField, err, "token id out of uint32 range")
-		}
-		out = append(out, uint32(v))
+	// The msgpack decoder reads d.rd without buffering (a *bytes.Reader is
+	// an io.ByteScanner), so the reader's position is the decoder's.
+	rest := d.payload[len(d.payload)-d.rd.Len():]
+	out, used, err := appendTokenIDs(make([]uint32, 0, min(n, len(rest))), rest, n)
+	if err != nil {
+		return nil, err
 	}
+	_, _ = d.rd.Seek(int64(used), io.SeekCurrent)
 	return out, nil
+}
+
+// appendTokenIDs appends the n msgpack integers at the start of b to dst and
+// returns how many bytes they took. Each must be an integer in uint32 range,
+// in any msgpack integer encoding.
+func appendTokenIDs(dst []uint32, b []byte, n int) ([]uint32, int, error) {
+	wd := wire.NewDecoder(b)
+	for range n {
+		v, err := wd.Uint(math.MaxUint32, "token_ids")
+		if err != nil {
+			return nil, 0, malformed(ReasonField, err, "token id is not an integer in uint32 range")
+		}
+		dst = append(dst, uint32(v))
+	}
+	return dst, wd.Offset(), nil
 }
 
 func (d *Decoder) number() (float64, error) {
@@ -491,6 +518,48 @@ func (d *Decoder) bytesOrString() ([]byte, error) {
 		return []byte(s), err
 	}
 	return d.dec.DecodeBytes()
+}
+
+// knownKey returns k's index in knownKeys, or -1.
+func knownKey(k []byte) int {
+	for i, known := range knownKeys {
+		if string(k) == known {
+			return i
+		}
+	}
+	return -1
+}
+
+// commonValues are the string field values engines send on every event; a
+// decoded value equal to one shares its string instead of allocating.
+var commonValues = []string{"GPU", "CPU", "CPU_TIER1", "CPU_TIER2", "STORAGE", "DISK", "LOCAL"}
+
+func intern(b []byte) string {
+	for _, v := range commonValues {
+		if string(b) == v {
+			return v
+		}
+	}
+	return string(b)
+}
+
+// stringBytes reads a string as msgpack/v5's DecodeString does (a str or
+// bin value; nil reads as empty) into the decoder's scratch buffer instead
+// of a new string: tags and keys are read once per field of every event. The
+// result is valid until the next call.
+func (d *Decoder) stringBytes() ([]byte, error) {
+	n, err := d.dec.DecodeBytesLen()
+	if err != nil {
+		return nil, err
+	}
+	if n > d.rd.Len() {
+		return nil, io.ErrUnexpectedEOF // before growing the buffer to a hostile length
+	}
+	d.str = slices.Grow(d.str[:0], max(n, 0))[:max(n, 0)]
+	if err := d.dec.ReadFull(d.str); err != nil {
+		return nil, err
+	}
+	return d.str, nil
 }
 
 func (d *Decoder) arrayLen() (int, error) {

@@ -1,13 +1,16 @@
 package zmq
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
+	"pgregory.net/rapid"
 )
 
 func mp(t testing.TB, v any) []byte {
@@ -228,5 +231,144 @@ func FuzzParseReplayReply(f *testing.F) {
 			return
 		}
 		require.Equal(t, frames[len(frames)-1], m.Payload)
+	})
+}
+
+// TestAppendTokenIDs_EqualsLibrary checks the hand-written token scan against
+// msgpack/v5 itself: any sequence of msgpack values (every integer encoding
+// at every width, plus non-integers) must be accepted exactly when the
+// library reads each as an integer in uint32 range, with the same values and
+// the same length consumed.
+func TestAppendTokenIDs_EqualsLibrary(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var buf bytes.Buffer
+		enc := msgpack.NewEncoder(&buf)
+		n := rapid.IntRange(0, 12).Draw(t, "n")
+		for i := range n {
+			switch rapid.IntRange(0, 9).Draw(t, "kind") {
+			case 0: // the compact form engines send
+				require.NoError(t, enc.EncodeUint(rapid.Uint64Range(0, math.MaxUint32+2).Draw(t, "u")))
+			case 1:
+				require.NoError(t, enc.EncodeInt(rapid.Int64Range(-300, math.MaxUint32+2).Draw(t, "i")))
+			case 2:
+				require.NoError(t, enc.EncodeUint8(rapid.Uint8().Draw(t, "u8")))
+			case 3:
+				require.NoError(t, enc.EncodeUint16(rapid.Uint16().Draw(t, "u16")))
+			case 4:
+				require.NoError(t, enc.EncodeUint32(rapid.Uint32().Draw(t, "u32")))
+			case 5:
+				require.NoError(t, enc.EncodeUint64(rapid.Uint64().Draw(t, "u64")))
+			case 6:
+				require.NoError(t, enc.EncodeInt8(rapid.Int8().Draw(t, "i8")))
+			case 7:
+				require.NoError(t, enc.EncodeInt16(rapid.Int16().Draw(t, "i16")))
+			case 8:
+				require.NoError(t, enc.EncodeInt32(rapid.Int32().Draw(t, "i32")))
+			default:
+				if rapid.Bool().Draw(t, "string") {
+					require.NoError(t, enc.EncodeString("x"))
+				} else {
+					require.NoError(t, enc.EncodeInt64(rapid.Int64().Draw(t, "i64")))
+				}
+			}
+			_ = i
+		}
+		b := buf.Bytes()
+		if cut := rapid.IntRange(0, 3).Draw(t, "cut"); cut > 0 && cut <= len(b) {
+			b = b[:len(b)-cut] // sometimes truncated
+		}
+
+		want, wantUsed, ok := libraryTokenIDs(b, n)
+		got, used, err := appendTokenIDs(nil, b, n)
+		if !ok {
+			require.Error(t, err)
+			require.ErrorIs(t, err, ErrMalformed)
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, want, append([]uint32(nil), got...))
+		require.Equal(t, wantUsed, used)
+	})
+}
+
+// libraryTokenIDs is the reference for appendTokenIDs: msgpack/v5 reading n
+// integers value by value, with the uint32 range check.
+func libraryTokenIDs(b []byte, n int) (ids []uint32, used int, ok bool) {
+	rd := bytes.NewReader(b)
+	dec := msgpack.NewDecoder(rd)
+	for range n {
+		c, err := dec.PeekCode()
+		if err != nil || !isInt(c) {
+			return nil, 0, false
+		}
+		v, err := dec.DecodeInt64()
+		if err != nil || v < 0 || v > math.MaxUint32 {
+			return nil, 0, false
+		}
+		ids = append(ids, uint32(v))
+	}
+	return ids, len(b) - rd.Len(), true
+}
+
+// FuzzAppendTokenIDs compares the token scan with the library on any bytes.
+func FuzzAppendTokenIDs(f *testing.F) {
+	f.Add([]byte{0x01, 0xcc, 0xff, 0xcd, 0x01, 0x00, 0xce, 0xff, 0xff, 0xff, 0xff}, uint8(4))
+	f.Add([]byte{0xd0, 0x80, 0xd3, 0, 0, 0, 0, 0, 0, 0, 1, 0xcf, 0, 0, 0, 1, 0, 0, 0, 0}, uint8(3))
+	f.Add([]byte{0xe0, 0xa1, 0x78, 0xc0}, uint8(1))
+	f.Fuzz(func(t *testing.T, b []byte, n uint8) {
+		want, wantUsed, ok := libraryTokenIDs(b, int(n))
+		got, used, err := appendTokenIDs(nil, b, int(n))
+		if !ok {
+			require.ErrorIs(t, err, ErrMalformed)
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, want, append([]uint32(nil), got...))
+		require.Equal(t, wantUsed, used)
+	})
+}
+
+// TestStringBytes_EqualsLibrary checks the in-place string read against
+// msgpack/v5's DecodeString: same acceptance, same bytes, same length used.
+func TestStringBytes_EqualsLibrary(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var buf bytes.Buffer
+		enc := msgpack.NewEncoder(&buf)
+		// Lengths on both sides of each header width (fixstr/str8, str8/str16,
+		// str16/str32).
+		n := rapid.OneOf(rapid.IntRange(0, 40), rapid.IntRange(250, 260), rapid.IntRange(65530, 65540)).Draw(t, "len")
+		s := strings.Repeat(string(rune('a'+n%26)), n)
+		switch rapid.IntRange(0, 4).Draw(t, "kind") {
+		case 0:
+			require.NoError(t, enc.EncodeString(s))
+		case 1:
+			require.NoError(t, enc.EncodeBytes([]byte(s)))
+		case 2:
+			require.NoError(t, enc.EncodeNil())
+		case 3: // a wide header for a short string
+			buf.WriteByte(0xdb)
+			require.NoError(t, binary.Write(&buf, binary.BigEndian, uint32(len(s))))
+			buf.WriteString(s)
+		default:
+			require.NoError(t, enc.EncodeInt(rapid.Int64().Draw(t, "i")))
+		}
+		b := buf.Bytes()
+		if cut := rapid.IntRange(0, 2).Draw(t, "cut"); cut > 0 && cut <= len(b) {
+			b = b[:len(b)-cut]
+		}
+		rd := bytes.NewReader(b)
+		want, wantErr := msgpack.NewDecoder(rd).DecodeString()
+
+		d := NewDecoder(Limits{})
+		d.payload = b
+		d.rd.Reset(b)
+		got, err := d.stringBytes()
+		if wantErr != nil {
+			require.Error(t, err)
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, want, string(got))
+		require.Equal(t, rd.Len(), d.rd.Len())
 	})
 }
