@@ -69,6 +69,8 @@ type Pool struct {
 
 	scratch struct {
 		canon []uint64
+		owned []bool // owned[i]: the member already holds block i (Stored)
+		fresh uint64 // blocks of the event the member does not hold yet
 		seen  map[uint64]struct{}
 		keys  []uint64
 	}
@@ -172,10 +174,15 @@ func (p *Pool) ApplyEvent(ev *RouterEvent) ApplyOutcome {
 }
 
 // canonicalize validates a Stored event and fills p.scratch.canon with the
-// canonical hash of each block. It commits nothing.
+// canonical hash of each block, p.scratch.owned with whether the member
+// already holds it and p.scratch.fresh with how many it does not (the one
+// lineage lookup per block admission and commit then share). It commits
+// nothing.
 func (p *Pool) canonicalize(ev *RouterEvent, ms *memberState) error {
 	m := ev.Member()
 	canon := p.scratch.canon[:0]
+	owned := p.scratch.owned[:0]
+	p.scratch.fresh = 0
 	var prev uint64
 	if ev.HasParent {
 		var ok bool
@@ -210,8 +217,10 @@ func (p *Pool) canonicalize(ev *RouterEvent, ms *memberState) error {
 		} else {
 			c = ChainHash(prev, b.TokensHash)
 		}
+		held := false
 		if ms != nil {
-			if old, ok := ms.lineage[b.BlockHash]; ok && old != c {
+			var old uint64
+			if old, held = ms.lineage[b.BlockHash]; held && old != c {
 				return &EventError{Kind: ErrInvalidBlockSequence, Member: m, BlockHash: b.BlockHash,
 					Detail: "external hash already maps to another canonical hash"}
 			}
@@ -233,9 +242,13 @@ func (p *Pool) canonicalize(ev *RouterEvent, ms *memberState) error {
 				Detail: "duplicate external hash within one event"}
 		}
 		canon = append(canon, c)
+		owned = append(owned, held)
+		if !held {
+			p.scratch.fresh++
+		}
 		prev = c
 	}
-	p.scratch.canon = canon
+	p.scratch.canon, p.scratch.owned = canon, owned
 	return nil
 }
 
@@ -263,7 +276,7 @@ func (p *Pool) applyStored(ev *RouterEvent) error {
 		c := p.scratch.canon[i]
 		st := p.blocks[c]
 		newBlock := st.owners == 0
-		if _, owned := ms.lineage[b.BlockHash]; !owned {
+		if !p.scratch.owned[i] {
 			if st.owners == math.MaxUint32 {
 				first = cmp.Or(first, error(&EventError{Kind: ErrOwnershipDegreeOverflow, Member: m, BlockHash: b.BlockHash}))
 				continue
@@ -295,15 +308,7 @@ func (p *Pool) admitLimits(ev *RouterEvent, ms *memberState) error {
 	if p.cfg.MaxTrackedBlocks == 0 {
 		return nil
 	}
-	added := uint64(len(ev.Blocks))
-	if ms != nil {
-		added = 0
-		for _, b := range ev.Blocks {
-			if _, owned := ms.lineage[b.BlockHash]; !owned {
-				added++
-			}
-		}
-	}
+	added := p.scratch.fresh
 	if p.contributions+added > p.cfg.MaxTrackedBlocks {
 		p.trackedBlockLimitRejections++
 		return &EventError{Kind: ErrTrackedBlockLimit, Member: ev.Member(),
