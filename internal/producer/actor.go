@@ -26,8 +26,8 @@ const (
 type command struct {
 	kind     commandKind
 	epoch    uint64
-	ev       ckf.RouterEvent
-	weight   int64 // payload permits held, returned after the command
+	evs      []ckf.RouterEvent // cmdApply: applied in order
+	weight   int64             // payload permits held, returned after the command
 	member   ckf.Member
 	degraded bool
 	reps     []RankReplacement
@@ -200,30 +200,41 @@ func (a *actor) handle(c *command) bool {
 }
 
 func (a *actor) apply(c *command) bool {
-	m := c.ev.Member()
+	// The permits cover the whole command; they return once it has run,
+	// whether every event applied or a fence stopped it part way.
+	defer a.permits.Release(c.weight)
+	for i := range c.evs {
+		if !a.applyEvent(c.epoch, &c.evs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// applyEvent applies one admitted event. It returns false when a fence
+// interrupted the delivery of its fault.
+func (a *actor) applyEvent(epoch uint64, ev *ckf.RouterEvent) bool {
+	m := ev.Member()
 	cur, known := a.epochs.get(m)
 	switch {
-	case known && c.epoch < cur:
-		a.permits.Release(c.weight)
+	case known && epoch < cur:
 		a.stats.StaleEventsDropped++
 		a.logs.stale.logf(a.log, "producer: dropping an event from a superseded source epoch",
-			memberAttrs(m, c.epoch, c.ev.EventID)...)
+			memberAttrs(m, epoch, ev.EventID)...)
 		return true
-	case known && c.epoch > cur:
-		a.permits.Release(c.weight)
+	case known && epoch > cur:
 		d, _ := ckf.DispositionOf(ckf.SourceProtocolFailure)
-		return a.fault(Fault{Member: m, SourceEpoch: c.epoch, EventID: c.ev.EventID,
+		return a.fault(Fault{Member: m, SourceEpoch: epoch, EventID: ev.EventID,
 			Category: FaultSourceProtocol, Disposition: d, Err: ErrUnannouncedSourceEpoch})
 	case !known:
-		a.epochs.set(m, c.epoch)
+		a.epochs.set(m, epoch)
 	}
-	out := a.pool.ApplyEvent(&c.ev)
-	a.permits.Release(c.weight)
+	out := a.pool.ApplyEvent(ev)
 	a.epochs.settle(m, a.pool.MemberBlocks(m) > 0)
 	if out.UnknownRemovals > 0 {
 		a.stats.UnknownRemovalEvents++
 		a.logs.unknown.logf(a.log, "producer: ignoring removals of blocks the member does not hold",
-			append(memberAttrs(m, c.epoch, c.ev.EventID), slog.Int("unknown_removals", out.UnknownRemovals))...)
+			append(memberAttrs(m, epoch, ev.EventID), slog.Int("unknown_removals", out.UnknownRemovals))...)
 	}
 	if out.Batch != nil {
 		a.publish(out.Batch)
@@ -232,7 +243,7 @@ func (a *actor) apply(c *command) bool {
 	}
 	if out.FirstError == nil {
 		if a.cfg.Journal != nil {
-			a.cfg.Journal.Admitted(c.epoch, &c.ev)
+			a.cfg.Journal.Admitted(epoch, ev)
 		}
 		return true
 	}
@@ -240,16 +251,16 @@ func (a *actor) apply(c *command) bool {
 	cat, isFault := CategoryOf(d.Action)
 	if !isFault {
 		if a.cfg.Journal != nil {
-			a.cfg.Journal.Admitted(c.epoch, &c.ev)
+			a.cfg.Journal.Admitted(epoch, ev)
 		}
 		// A capacity omission is a pre-commit, lossy-index omission: exact
 		// state is kept and a later store re-offers the block. Never a fault.
 		a.stats.CapacityOmissionEvents++
 		a.logs.capacity.logf(a.log, "producer: capacity omission; the block stays tracked as non-resident",
-			memberAttrs(m, c.epoch, c.ev.EventID)...)
+			memberAttrs(m, epoch, ev.EventID)...)
 		return true
 	}
-	return a.fault(Fault{Member: m, SourceEpoch: c.epoch, EventID: c.ev.EventID,
+	return a.fault(Fault{Member: m, SourceEpoch: epoch, EventID: ev.EventID,
 		Category: cat, Disposition: d, Err: out.FirstError})
 }
 

@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -556,4 +557,73 @@ func TestConfig_Validate(t *testing.T) {
 	}
 	_, _, err := Start(nil, testScope(), DefaultConfig())
 	require.ErrorIs(t, err, ErrInvalidConfig, "Start(nil pool)")
+}
+
+// TestActor_AdmitEventsAppliesEachEventAsIfAdmittedAlone admits the same
+// events one by one to one actor and as one AdmitEvents batch to another:
+// an unknown removal, a fault and a clear in the middle of the batch must not
+// stop or change the events after them.
+func TestActor_AdmitEventsAppliesEachEventAsIfAdmittedAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w2 := ckf.Member{WorkerID: 2}
+		orphan := stored(w2, 3, 30)
+		orphan.HasParent, orphan.ParentHash = true, 999 // a parent w2 never stored
+		evs := []ckf.RouterEvent{
+			stored(worker1, 1, 1, 2),
+			removed(worker1, 2, 77), // unknown removal: counted, not a fault
+			orphan,                  // a fault
+			stored(w2, 4, 40, 41),
+			stored(worker1, 5, 3),
+			{WorkerID: 2, EventID: 6, Kind: ckf.EventCleared},
+			stored(w2, 7, 50),
+		}
+		oneByOne, faultsA := startActor(t, actorOpts{})
+		batched, faultsB := startActor(t, actorOpts{})
+		for _, ev := range evs {
+			mustAdmit(t, oneByOne, 0, ev)
+		}
+		require.NoError(t, batched.AdmitEvents(t.Context(), 0, slices.Clone(evs)))
+		mustFlush(t, oneByOne)
+		mustFlush(t, batched)
+
+		a, b := mustStats(t, oneByOne), mustStats(t, batched)
+		assert.Equal(t, uint64(1), b.Faults, "the orphan faults")
+		assert.Equal(t, uint64(1), b.UnknownRemovalEvents)
+		assert.Equal(t, 4, b.Pool.UniqueBlocks, "1, 2 and 3 of worker 1; 50 of worker 2 after its clear")
+		a.Sequence, b.Sequence = 0, 0 // one publication per cadence either way; compare the state
+		assert.Equal(t, a, b)
+		fa, fb := <-faultsA, <-faultsB
+		assert.Equal(t, fa.EventID, fb.EventID)
+		assert.Equal(t, fa.Category, fb.Category)
+	})
+}
+
+// TestActor_AdmitEventsWeighsTheWholeBatch checks the permits of a batch: its
+// summed block count (capped at PayloadPermits, so a batch heavier than the
+// pool is still admitted), held until the whole batch ran.
+func TestActor_AdmitEventsWeighsTheWholeBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := startActor(t, actorOpts{mutate: func(c *Config) { c.PayloadPermits = 4 }})
+		release := pauseActor(t, h)
+		require.NoError(t, h.AdmitEvents(t.Context(), 0, []ckf.RouterEvent{stored(worker1, 1, 1), stored(worker1, 2, 2, 3)})) // weight 3 of 4
+		second := make(chan error, 1)
+		go func() {
+			second <- h.AdmitEvents(context.Background(), 0, []ckf.RouterEvent{stored(worker1, 3, 4), stored(worker1, 4, 5)})
+		}()
+		synctest.Wait()
+		select {
+		case err := <-second:
+			require.FailNow(t, "a batch of weight 2 returned with 1 permit free", "%v", err)
+		default:
+		}
+		release()
+		require.NoError(t, <-second)
+		// Heavier than every permit: capped, not refused.
+		require.NoError(t, h.AdmitEvents(t.Context(), 0, []ckf.RouterEvent{stored(worker1, 5, 6, 7, 8), stored(worker1, 6, 9, 10, 11)}))
+		require.NoError(t, h.AdmitEvents(t.Context(), 0, nil), "an empty batch is a no-op")
+		mustFlush(t, h)
+		assert.Equal(t, 11, mustStats(t, h).Pool.UniqueBlocks)
+		// Every permit came back: a full-weight admission does not wait.
+		require.NoError(t, h.AdmitEvents(t.Context(), 0, []ckf.RouterEvent{stored(worker1, 7, 12, 13, 14, 15)}))
+	})
 }

@@ -93,9 +93,10 @@ func startBenchActor(b *testing.B) (Handle, func()) {
 
 var benchSink ckf.ApplyOutcome
 
-// BenchmarkActorAdmit compares events/s and blocks/s through AdmitEvent (with
-// a draining subscriber; the timer stops once the actor has applied and
-// published everything) against direct Pool.ApplyEvent on the same events.
+// BenchmarkActorAdmit compares events/s and blocks/s through AdmitEvent and
+// through AdmitEvents in batches of 64 (an engine batch; with a draining
+// subscriber; the timer stops once the actor has applied and published
+// everything) against direct Pool.ApplyEvent on the same events.
 func BenchmarkActorAdmit(b *testing.B) {
 	evs, blocks := benchEvents()
 	perEvent := float64(blocks) / float64(len(evs))
@@ -131,6 +132,29 @@ func BenchmarkActorAdmit(b *testing.B) {
 			}
 		}
 		if err := h.Flush(ctx); err != nil { // everything admitted is applied and published
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		report(b)
+	})
+	b.Run("impl=actor-batch64", func(b *testing.B) {
+		const batch = 64
+		h, stop := startBenchActor(b)
+		defer stop()
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i += batch {
+			n := min(batch, b.N-i)
+			next := make([]ckf.RouterEvent, n)
+			for j := range next {
+				next[j] = evs[(i+j)%len(evs)]
+			}
+			if err := h.AdmitEvents(ctx, 0, next); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := h.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()

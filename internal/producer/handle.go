@@ -130,31 +130,47 @@ func (h Handle) Diagnostics() (d Diagnostics, ok bool) {
 	return h.a.diag.snapshot(), true
 }
 
-// AdmitEvent admits one event of the member ev.Member() at sourceEpoch. It
-// acquires payload permits weighted by the event's block count (min 1,
-// capped at [Config.PayloadPermits]), then queues the event and returns: it
-// never waits for the mutation. A full mailbox or exhausted permits
-// back-pressure the caller; nothing is dropped. After Shutdown or Fence it
-// returns [ErrShuttingDown].
-//
-// The actor takes ownership of ev's slices. Per-member order is the order
-// of AdmitEvent returns. An event from an older epoch than the member's is
-// later dropped silently; one from a newer epoch without a reset or
-// replacement is not applied and is reported as a fault.
+// AdmitEvent admits one event of the member ev.Member() at sourceEpoch: it
+// is [Handle.AdmitEvents] with that one event.
 func (h Handle) AdmitEvent(ctx context.Context, sourceEpoch uint64, ev ckf.RouterEvent) error {
+	return h.AdmitEvents(ctx, sourceEpoch, []ckf.RouterEvent{ev})
+}
+
+// AdmitEvents admits evs, in order, at sourceEpoch, as one command: a source
+// that hears events in batches (an engine's ZMQ batch) pays one mailbox
+// send and one permit acquisition per batch instead of one per event. It
+// acquires payload permits weighted by the events' block counts (min 1 each,
+// the sum capped at [Config.PayloadPermits]), then queues the events and
+// returns: it never waits for the mutation. A full mailbox or exhausted
+// permits back-pressure the caller; nothing is dropped. After Shutdown or
+// Fence it returns [ErrShuttingDown]; then none of evs was admitted.
+//
+// The actor takes ownership of evs and their slices. Per-member order is the
+// order of the events and of AdmitEvents returns. Each event is applied and
+// checked on its own, exactly as if admitted alone: an event from an older
+// epoch than the member's is later dropped silently; one from a newer epoch
+// without a reset or replacement is not applied and is reported as a fault.
+func (h Handle) AdmitEvents(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterEvent) error {
 	a := h.a
 	if a == nil {
 		return ErrNotStarted
+	}
+	if len(evs) == 0 {
+		return nil
 	}
 	var start time.Time
 	if a.diag != nil {
 		start = time.Now()
 	}
-	w := min(int64(ev.BlockCount()), a.cfg.PayloadPermits)
+	var w int64
+	for i := range evs {
+		w += int64(evs[i].BlockCount())
+	}
+	w = min(w, a.cfg.PayloadPermits)
 	if err := a.acquire(ctx, w); err != nil {
 		return err
 	}
-	c := command{kind: cmdApply, epoch: sourceEpoch, ev: ev, weight: w}
+	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, weight: w}
 	if err := a.send(ctx, &c); err != nil {
 		a.permits.Release(w)
 		return err

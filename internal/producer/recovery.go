@@ -86,9 +86,9 @@ func NewRecoveryTarget(h Handle, permit *RebuildPermit, expected []ckf.Member) *
 // Handle returns the actor handle the target feeds.
 func (t *RecoveryTarget) Handle() Handle { return t.h }
 
-// AdmitEvent is [Handle.AdmitEvent].
-func (t *RecoveryTarget) AdmitEvent(ctx context.Context, sourceEpoch uint64, ev ckf.RouterEvent) error {
-	return t.h.AdmitEvent(ctx, sourceEpoch, ev)
+// AdmitEvents is [Handle.AdmitEvents].
+func (t *RecoveryTarget) AdmitEvents(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterEvent) error {
+	return t.h.AdmitEvents(ctx, sourceEpoch, evs)
 }
 
 // ResetRank is [Handle.ResetRank].

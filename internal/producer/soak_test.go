@@ -249,7 +249,7 @@ func soakWorker(ctx context.Context, rng *rand.Rand, target *RecoveryTarget, ms 
 				ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: c, TokensHash: tok})
 				prev = c
 			}
-			if err := target.AdmitEvent(ctx, m.epoch, ev); err != nil {
+			if err := target.AdmitEvents(ctx, m.epoch, []ckf.RouterEvent{ev}); err != nil {
 				return err
 			}
 			for _, b := range ev.Blocks {
@@ -265,12 +265,12 @@ func soakWorker(ctx context.Context, rng *rand.Rand, target *RecoveryTarget, ms 
 				ev.BlockHashes = append(ev.BlockHashes, h)
 				delete(m.held, h)
 			}
-			if err := target.AdmitEvent(ctx, m.epoch, ev); err != nil {
+			if err := target.AdmitEvents(ctx, m.epoch, []ckf.RouterEvent{ev}); err != nil {
 				return err
 			}
 		case r < 92:
 			ev := ckf.RouterEvent{WorkerID: m.m.WorkerID, DPRank: m.m.DPRank, EventID: eventID, Kind: ckf.EventCleared}
-			if err := target.AdmitEvent(ctx, m.epoch, ev); err != nil {
+			if err := target.AdmitEvents(ctx, m.epoch, []ckf.RouterEvent{ev}); err != nil {
 				return err
 			}
 			clear(m.held)

@@ -19,8 +19,9 @@ import (
 // Sink is the part of a pool's producer a source drives; producer.Handle
 // implements it.
 type Sink interface {
-	// AdmitEvent queues one event of member ev.Member at sourceEpoch.
-	AdmitEvent(ctx context.Context, sourceEpoch uint64, ev ckf.RouterEvent) error
+	// AdmitEvents queues evs, in order, at sourceEpoch, as one unit: all of
+	// them or (on an error) none. The sink takes ownership of evs.
+	AdmitEvents(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterEvent) error
 	// ResetRank drops every block of m and records sourceEpoch as its epoch;
 	// degraded marks a reset caused by lost events.
 	ResetRank(ctx context.Context, sourceEpoch uint64, m ckf.Member, degraded bool) error

@@ -249,7 +249,8 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) erro
 		if !d.admit {
 			continue
 		}
-		if err := sink.AdmitEvent(ctx, d.epoch, *ev); err != nil {
+		// One event per call: s.evs is reused by the next message.
+		if err := sink.AdmitEvents(ctx, d.epoch, []ckf.RouterEvent{*ev}); err != nil {
 			return err
 		}
 		admitted++

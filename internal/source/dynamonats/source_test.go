@@ -28,8 +28,10 @@ func (r *recorder) add(s string) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) AdmitEvent(_ context.Context, epoch uint64, ev ckf.RouterEvent) error {
-	r.add(fmt.Sprintf("admit w%d e%d id%d", ev.WorkerID, epoch%1000, ev.EventID))
+func (r *recorder) AdmitEvents(_ context.Context, epoch uint64, evs []ckf.RouterEvent) error {
+	for _, ev := range evs {
+		r.add(fmt.Sprintf("admit w%d e%d id%d", ev.WorkerID, epoch%1000, ev.EventID))
+	}
 	return nil
 }
 
@@ -184,7 +186,7 @@ func TestSource_EpochsGrowAcrossRestarts(t *testing.T) {
 
 type epochSink struct{ f func(uint64) }
 
-func (e epochSink) AdmitEvent(_ context.Context, epoch uint64, _ ckf.RouterEvent) error {
+func (e epochSink) AdmitEvents(_ context.Context, epoch uint64, _ []ckf.RouterEvent) error {
 	e.f(epoch)
 	return nil
 }

@@ -533,7 +533,9 @@ func (s *Source) degrade(ctx context.Context, sink source.Sink, r *rank, msg Mes
 
 // apply admits one batch of r's stream (msg.Seq == r.next).
 func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Message, b Batch) error {
-	var events, dropped uint64
+	var dropped uint64
+	// The batch's events go to the pool as one command (one mailbox send).
+	evs := make([]ckf.RouterEvent, 0, len(b.Events))
 	for i := range b.Events {
 		ev := &b.Events[i]
 		if r.known != nil && ev.Type == BlockStored && ev.HasParent {
@@ -568,12 +570,15 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 		} else if out.Kind == ckf.EventCleared && r.state != RankLive {
 			r.state, r.reason = RankLive, ""
 		}
-		if err := sink.AdmitEvent(ctx, r.epoch, out); err != nil {
-			return fmt.Errorf("zmq source: admit: %w", err)
-		}
-		r.fresh = false
-		events++
+		evs = append(evs, out)
 	}
+	if err := sink.AdmitEvents(ctx, r.epoch, evs); err != nil {
+		return fmt.Errorf("zmq source: admit: %w", err)
+	}
+	if len(evs) > 0 {
+		r.fresh = false
+	}
+	events := uint64(len(evs))
 	r.remember(msg.Seq, msg.Payload)
 	r.next = msg.Seq + 1
 	s.update(func(st *source.Status) {
