@@ -113,7 +113,7 @@ var graph = map[string]rule{
 	"internal/lint":               {},
 	"internal/persist":            {imports: []string{"ckf", "internal/producer", "wire", "github.com/cockroachdb/pebble/v2"}},
 	"internal/source/zmq": {
-		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
+		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/go-zeromq/zmq4", "github.com/go-zeromq/zmq4/transport", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
 		tests:   []string{"internal/source/zmq/zmqtest", "internal/producer", "pgregory.net/rapid"},
 	},
 	"internal/source/zmq/zmqtest": {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},

@@ -211,7 +211,7 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 		sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false),
 			zmq4.WithDialerTimeout(s.cfg.ReplayTimeout), zmq4.WithLogger(zmqLogger))
 		_ = sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
-		if err := sub.Dial(ep); err != nil {
+		if err := sub.Dial(subEndpoint(ep)); err != nil {
 			_ = sub.Close()
 			s.update(func(st *source.Status) { st.LastError = err.Error() })
 			s.log.Debug("zmq source: dial failed; retrying", "endpoint", ep, "backoff", backoff, "err", err)
@@ -267,7 +267,7 @@ func (s *Source) listenLoop(ctx context.Context, out chan<- inbound) {
 	for ctx.Err() == nil {
 		sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(zmqLogger))
 		_ = sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
-		if err := sub.Listen(s.cfg.Bind); err != nil {
+		if err := sub.Listen(subEndpoint(s.cfg.Bind)); err != nil {
 			_ = sub.Close()
 			s.update(func(st *source.Status) { st.LastError = err.Error() })
 			s.log.Warn("zmq source: bind failed; retrying", "bind", s.cfg.Bind, "backoff", backoff, "err", err)
