@@ -194,7 +194,7 @@ func (g *guest) query(kind int32, in []byte, count int, blockSize int, salt uint
 	default:
 		return g.fail(abi.ErrBadArgument, fmt.Errorf("abi: unknown query kind %d", kind))
 	}
-	abi.PutQueryRecord(out, &g.res)
+	putQueryRecord(out, &g.res)
 	if err != nil {
 		return g.fail(abi.CodeOf(err), err)
 	}
