@@ -87,9 +87,16 @@ func (c *Consumer) run(res *QueryResult, linear bool) error {
 	}
 	before := c.q.probes
 	c.q.prepare(len(c.q.seq))
-	if linear {
+	switch {
+	case linear:
 		c.searchLinear(ready, &res.Depths)
-	} else {
+	case hasSearchKernel && useSearchKernel:
+		// searchFast's first step, one Go call less (BENCHMARKS.md,
+		// "Wasm kernels": every call counts in WebAssembly).
+		if !c.searchKernel(ready, &res.Depths) {
+			c.searchFast(ready, &res.Depths)
+		}
+	default:
 		c.searchFast(ready, &res.Depths)
 	}
 	res.Probes = int(c.q.probes - before)

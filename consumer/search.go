@@ -2,6 +2,9 @@ package consumer
 
 import (
 	"math/bits"
+	"runtime"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
 // querier holds the per-query scratch. It is reused across queries so that a
@@ -18,6 +21,8 @@ type querier struct {
 
 	probes  uint64 // lifetime probes
 	queries uint64 // lifetime queries
+
+	kernel ckf.PrefixSearch // the wasm search kernel's state, reused
 }
 
 // prepare sizes the scratch for n positions and starts a new memo generation.
@@ -89,6 +94,9 @@ type span struct {
 // pass reads) are the union of those paths, whatever the order: the table
 // does not change during a query.
 func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
+	if hasSearchKernel && useSearchKernel && c.searchKernel(ready, depth) {
+		return
+	}
 	n := len(c.q.seq)
 	var lo [lanes]int // a known hit, or -1
 	for l := range lanes {
@@ -148,9 +156,15 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 		c.verifyShared(shared, ready, depth)
 		return
 	}
-	// Verification window and provenance fallback, lane by lane.
+	c.verifyLanes(ready, &lo, ready, depth)
+}
+
+// verifyLanes is searchFast's verification window and provenance fallback,
+// lane by lane in lane order, for the lanes of m (lo: each lane's last hit
+// from the binary search, -1 for none).
+func (c *Consumer) verifyLanes(m uint16, lo *[lanes]int, ready uint16, depth *[lanes]uint32) {
 	w := c.window
-	for m := ready; m != 0; m &= m - 1 {
+	for ; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros16(m)
 		t := lo[l] + 1 // tentative depth
 		if t == 0 {
@@ -167,6 +181,42 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 		}
 		depth[l] = uint32(c.settle(l, t, left, miss, ready))
 	}
+}
+
+// hasSearchKernel: on GOARCH=wasm searchFast runs as one hand-written
+// WebAssembly call ([ckf.Addresser.SearchPrefix]); Go's wasm code spends
+// most of a sequence-hash query on the search's own bookkeeping
+// (BENCHMARKS.md, "Wasm kernels"). Natively the constant removes the branch.
+const hasSearchKernel = runtime.GOARCH == "wasm"
+
+// useSearchKernel lets tests run the Go search in wasm builds too.
+var useSearchKernel = true
+
+// searchKernel runs searchFast through the kernel and finishes what it
+// leaves to Go: the linear rescans of the provenance fallback (rare: a
+// window miss at the window's left edge), in the same lane order as
+// searchFast, so results and probes are the same. It reports false when
+// this architecture has no kernel.
+func (c *Consumer) searchKernel(ready uint16, depth *[lanes]uint32) bool {
+	s := &c.q.kernel
+	s.Seq, s.Memo, s.Stamp, s.Gen = c.q.seq, c.q.memo, c.q.stamp, c.q.gen
+	s.Ready, s.Window, s.Depth = ready, c.window, depth
+	ok := c.addresser.SearchPrefix(c.words, s)
+	s.Seq, s.Depth = nil, nil // not retained: seq may be the caller's
+	if !ok {
+		return false
+	}
+	c.q.probes += uint64(s.Probes)
+	switch {
+	case s.Fallback != 0:
+		for m := s.Fallback; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros16(m)
+			depth[l] = uint32(c.settle(l, s.T, s.Left, s.Left, ready))
+		}
+	case s.Resume >= 0:
+		c.verifyLanes(ready&^(1<<s.Resume-1), &s.Lo, ready, depth)
+	}
+	return true
 }
 
 // verifyShared is the window pass when every lane that hit position 0 (the
