@@ -37,6 +37,9 @@ func (c *Consumer) Query(locals []uint64, res *QueryResult) error {
 // QuerySequenceHashes is [Consumer.Query] for hashes that are already the
 // canonical chain. seq is only read and not retained.
 func (c *Consumer) QuerySequenceHashes(seq []uint64, res *QueryResult) error {
+	if hasSearchKernel && useSearchKernel {
+		return c.runKernel(seq, res)
+	}
 	return c.runOn(seq, res, false)
 }
 
@@ -76,6 +79,9 @@ func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res 
 
 // run searches c.q.seq over the ready lanes captured once here.
 func (c *Consumer) run(res *QueryResult, linear bool) error {
+	if hasSearchKernel && useSearchKernel && !linear {
+		return c.runKernel(c.q.seq, res)
+	}
 	ready := c.ready
 	*res = QueryResult{Mask: ready, Blocks: len(c.q.seq)}
 	c.q.queries++
@@ -87,16 +93,9 @@ func (c *Consumer) run(res *QueryResult, linear bool) error {
 	}
 	before := c.q.probes
 	c.q.prepare(len(c.q.seq))
-	switch {
-	case linear:
+	if linear {
 		c.searchLinear(ready, &res.Depths)
-	case hasSearchKernel && useSearchKernel:
-		// searchFast's first step, one Go call less (BENCHMARKS.md,
-		// "Wasm kernels": every call counts in WebAssembly).
-		if !c.searchKernel(ready, &res.Depths) {
-			c.searchFast(ready, &res.Depths)
-		}
-	default:
+	} else {
 		c.searchFast(ready, &res.Depths)
 	}
 	res.Probes = int(c.q.probes - before)

@@ -94,9 +94,6 @@ type span struct {
 // pass reads) are the union of those paths, whatever the order: the table
 // does not change during a query.
 func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
-	if hasSearchKernel && useSearchKernel && c.searchKernel(ready, depth) {
-		return
-	}
 	n := len(c.q.seq)
 	var lo [lanes]int // a known hit, or -1
 	for l := range lanes {
@@ -192,31 +189,58 @@ const hasSearchKernel = runtime.GOARCH == "wasm"
 // useSearchKernel lets tests run the Go search in wasm builds too.
 var useSearchKernel = true
 
-// searchKernel runs searchFast through the kernel and finishes what it
-// leaves to Go: the linear rescans of the provenance fallback (rare: a
-// window miss at the window's left edge), in the same lane order as
-// searchFast, so results and probes are the same. It reports false when
-// this architecture has no kernel.
-func (c *Consumer) searchKernel(ready uint16, depth *[lanes]uint32) bool {
-	s := &c.q.kernel
-	s.Seq, s.Memo, s.Stamp, s.Gen = c.q.seq, c.q.memo, c.q.stamp, c.q.gen
-	s.Ready, s.Window, s.Depth = ready, c.window, depth
-	ok := c.addresser.SearchPrefix(c.words, s)
-	s.Seq, s.Depth = nil, nil // not retained: seq may be the caller's
-	if !ok {
-		return false
+// runKernel is runOn(seq, res, false) with searchFast run by the kernel,
+// flattened into one function: in WebAssembly each Go call on the query
+// path costs tens of nanoseconds (BENCHMARKS.md, "Wasm kernels"). It
+// finishes in Go what the kernel leaves: the linear rescans of the
+// provenance fallback (rare: a window miss at the window's left edge), in
+// searchFast's lane order, so results and probes are the same.
+func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
+	if res == nil {
+		return ErrInvalidQuery
 	}
-	c.q.probes += uint64(s.Probes)
-	switch {
-	case s.Fallback != 0:
+	ready := c.ready
+	*res = QueryResult{Mask: ready, Blocks: len(seq)}
+	q := &c.q
+	q.queries++
+	if ready == 0 {
+		return ErrUnavailable
+	}
+	if len(seq) == 0 {
+		return nil
+	}
+	q.prepare(len(seq))
+	before := q.probes
+	s := &q.kernel
+	s.Seq, s.Memo, s.Stamp, s.Gen = seq, q.memo, q.stamp, q.gen
+	s.Ready, s.Window, s.Depth = ready, c.window, &res.Depths
+	if !c.addresser.SearchPrefix(c.words, s) {
+		panic("consumer: no search kernel on this architecture")
+	}
+	s.Seq, s.Depth = nil, nil // not retained: seq is the caller's
+	q.probes += uint64(s.Probes)
+	if s.Fallback != 0 || s.Resume >= 0 {
+		saved := q.seq
+		q.seq = seq
+		c.finishKernel(ready, &res.Depths)
+		q.seq = saved
+	}
+	res.Probes = int(q.probes - before)
+	return nil
+}
+
+// finishKernel runs the fallbacks the kernel left to Go (q.seq is the
+// query's).
+func (c *Consumer) finishKernel(ready uint16, depth *[lanes]uint32) {
+	s := &c.q.kernel
+	if s.Fallback != 0 {
 		for m := s.Fallback; m != 0; m &= m - 1 {
 			l := bits.TrailingZeros16(m)
 			depth[l] = uint32(c.settle(l, s.T, s.Left, s.Left, ready))
 		}
-	case s.Resume >= 0:
-		c.verifyLanes(ready&^(1<<s.Resume-1), &s.Lo, ready, depth)
+		return
 	}
-	return true
+	c.verifyLanes(ready&^(1<<s.Resume-1), &s.Lo, ready, depth)
 }
 
 // verifyShared is the window pass when every lane that hit position 0 (the

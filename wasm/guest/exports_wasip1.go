@@ -165,6 +165,9 @@ func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, 
 	if !ok {
 		return int32(g.fail(abi.ErrBadArgument, nil))
 	}
+	if kind == abi.QuerySequenceHashes {
+		return int32(g.querySequenceHashes(src, int(count), dst))
+	}
 	if kind > abi.QueryTokens {
 		return int32(g.fail(abi.ErrBadArgument, nil))
 	}
