@@ -196,6 +196,9 @@ var useSearchKernel = true
 // provenance fallback (rare: a window miss at the window's left edge), in
 // searchFast's lane order, so results and probes are the same.
 func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
+	if !useSearchKernel {
+		return c.runOn(seq, res, false)
+	}
 	if res == nil {
 		return ErrInvalidQuery
 	}

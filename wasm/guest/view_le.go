@@ -15,13 +15,10 @@ import (
 // *scratch. A view of an unaligned payload would be invalid Go, hence the
 // check; buffers from the guest's own alloc export are always aligned.
 func uint64s(b []byte, scratch *[]uint64) []uint64 {
-	if len(b) == 0 {
-		return (*scratch)[:0]
-	}
-	if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 == 0 {
+	if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 == 0 { // nil or empty: an empty view
 		return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
 	}
-	return decodeUint64s(b, scratch)
+	return decodeUint64s(b, scratch) // small enough to inline the fast path
 }
 
 // uint32s is uint64s for 4-byte values.
