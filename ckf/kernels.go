@@ -85,3 +85,59 @@ func chainInPlaceGo(h []uint64) {
 		h[i] = ChainHash(h[i-1], h[i])
 	}
 }
+
+// PrefixSearch is the input and output of [Addresser.SearchPrefix]: package
+// consumer's prefix search (SPEC §8.4; consumer's searchFast is the
+// reference and documents the algorithm) over one query, run as one
+// hand-written WebAssembly call. The search is the consumer's, but the
+// kernel lives here because it inlines the row probe of
+// [Addresser.LaneRowHits] (Go's assembler cannot name a symbol of a package
+// whose path holds a dot, so the probe cannot be called from elsewhere).
+type PrefixSearch struct {
+	// Seq holds the query's sequence hashes; Memo and Stamp (at least
+	// len(Seq) long) memoize each position's hit mask: Memo[p] is valid when
+	// Stamp[p] == Gen. The kernel reads and extends the memo.
+	Seq   []uint64
+	Memo  []uint16
+	Stamp []uint32
+	Gen   uint32
+	// Ready is the lanes the query answers for; Window the verification
+	// window (≥ 0).
+	Ready  uint16
+	Window int
+	// Lo (output) is each lane's last hit found by the gallop and binary
+	// search, -1 for none; Depth (output) each lane's depth where the kernel
+	// settled it.
+	Lo    [MaxLanes]int
+	Depth *[MaxLanes]uint32
+	// Probes (output) is the number of table probes made.
+	Probes int
+	// Fallback (output): lanes whose depth needs the caller's linear
+	// rescan (a window miss at the window's left edge) after a shared
+	// window pass with tentative depth T and window start Left; Resume: the
+	// lane at which the caller must continue the lane-by-lane window pass
+	// (for the same reason), or -1 when every lane was settled.
+	Fallback uint16
+	T, Left  int
+	Resume   int
+
+	// The kernel's scratch: pending groups (lanes, a, z), their count, the
+	// number of final groups and the last group's lanes.
+	stack      [3 * MaxLanes]int
+	sp, groups int
+	arg        int
+}
+
+// SearchPrefix runs s on the lane-minor table words (as for
+// [Addresser.LaneRowHits]) and reports true, on GOARCH=wasm; elsewhere it
+// does nothing and reports false, and the caller runs its Go search (which
+// the compiler already keeps in registers). len(s.Seq) must be ≥ 1, Memo and
+// Stamp at least as long and Depth non-nil; it panics otherwise, like an
+// index out of range. It is small enough to inline: in WebAssembly every Go
+// call on the query path costs tens of nanoseconds.
+func (ad Addresser) SearchPrefix(words []uint64, s *PrefixSearch) bool {
+	_ = words[(ad.mask+1)*MaxLanes-1] // every row the mask can reach
+	n := len(s.Seq)
+	_, _, _ = s.Memo[n-1], s.Stamp[n-1], s.Depth[0]
+	return searchPrefixArch(&ad, words, s)
+}

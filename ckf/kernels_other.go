@@ -18,3 +18,5 @@ func chainInPlaceArch(h []uint64) { chainInPlaceGo(h) }
 func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {
 	return laneRowHitsGo(ad, words, key)
 }
+
+func searchPrefixArch(*Addresser, []uint64, *PrefixSearch) bool { return false }

@@ -74,3 +74,14 @@ func laneRowHits(words *uint64, key, keyFlip, dispFlip, mask uint64) uint64
 func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {
 	return uint16(laneRowHits(unsafe.SliceData(words), key, ad.keyFlip, ad.dispFlip, ad.mask))
 }
+
+// prefixSearch runs s (PrefixSearch's and Addresser's fields at go_asm.h's
+// offsets) on the table at words.
+//
+//go:noescape
+func prefixSearch(s *PrefixSearch, ad *Addresser, words *uint64)
+
+func searchPrefixArch(ad *Addresser, words []uint64, s *PrefixSearch) bool {
+	prefixSearch(s, ad, unsafe.SliceData(words))
+	return true
+}

@@ -3,6 +3,7 @@
 // function; every value stays in them, memory is touched only for input and
 // output. Linear-memory addresses are i64 in Go and wrapped to i32 for loads.
 
+#include "go_asm.h"
 #include "textflag.h"
 
 // FOLD leaves hi ^ lo of the 128-bit product R11 × R12 on the stack (XXH3's
@@ -256,15 +257,151 @@ TEXT ·chainWords(SB), NOSPLIT, $0-32
 	RET
 
 // LANE tests lane word OFF/8 of rows R7 (bucket a) and R8 (bucket b) against
-// the broadcast fingerprint R6 and ORs bit OFF/8 into R9 on a match:
-// x has a zero 16-bit lane iff (x - 0x0001…) & ^x & 0x8000… ≠ 0.
+// the broadcast fingerprint R6 and ORs the result into R9: x has a zero
+// 16-bit lane iff (x - 0x0001…) & ^x & 0x8000… ≠ 0, and those high bits,
+// shifted right by 15 - OFF/8, land on bits OFF/8 + 16k, distinct for every
+// lane; ROWHITS folds the four 16-bit groups once at the end (two fewer
+// operations per lane than a compare and shift per lane).
 #define LANE(OFF, BIT) \
 	Get R7; I32WrapI64; I64Load $(OFF); Get R6; I64Xor; Tee R10; I64Const $0x0001000100010001; I64Sub; \
 	Get R10; I64Const $-1; I64Xor; I64And; \
 	Get R8; I32WrapI64; I64Load $(OFF); Get R6; I64Xor; Tee R10; I64Const $0x0001000100010001; I64Sub; \
 	Get R10; I64Const $-1; I64Xor; I64And; \
-	I64Or; I64Const $0x8000800080008000; I64And; I64Const $0; I64Ne; I64ExtendI32U; \
-	I64Const $(BIT); I64Shl; Get R9; I64Or; Set R9
+	I64Or; I64Const $0x8000800080008000; I64And; I64Const $(15-BIT); I64ShrU; Get R9; I64Or; Set R9
+
+// ROWHITS sets R9 to the lane hit mask of key R1 (the body of laneRowHits):
+// table at R0, keyFlip R2, dispFlip R3, mask R4. It uses R5..R10 and keeps
+// R0..R4 and R11..R15.
+#define ROWHITS \
+	Get R1; \
+	I64Const $32; \
+	I64Rotl; \
+	Get R2; \
+	I64Xor; \
+	Tee R5; \
+	Get R5; \
+	I64Const $49; \
+	I64Rotl; \
+	I64Xor; \
+	Get R5; \
+	I64Const $24; \
+	I64Rotl; \
+	I64Xor; \
+	I64Const $0x9FB21C651E98DF25; \
+	I64Mul; \
+	Tee R5; \
+	Get R5; \
+	I64Const $35; \
+	I64ShrU; \
+	I64Const $8; \
+	I64Add; \
+	I64Xor; \
+	I64Const $0x9FB21C651E98DF25; \
+	I64Mul; \
+	Tee R5; \
+	Get R5; \
+	I64Const $28; \
+	I64ShrU; \
+	I64Xor; \
+	Set R5; \
+	Get R5; \
+	I64Const $0xFFFF; \
+	I64And; \
+	Tee R6; \
+	Get R6; \
+	I64Eqz; \
+	I64ExtendI32U; \
+	I64Or; \
+	Set R6; \
+	Get R5; \
+	I64Const $16; \
+	I64ShrU; \
+	Get R4; \
+	I64And; \
+	Set R7; \
+	Get R6; \
+	I64Const $0xFF; \
+	I64And; \
+	I64Const $16; \
+	I64Shl; \
+	Get R6; \
+	I64Const $8; \
+	I64ShrU; \
+	Tee R8; \
+	I64Const $24; \
+	I64Shl; \
+	I64Or; \
+	Get R8; \
+	I64Or; \
+	I64Const $0x200; \
+	I64Or; \
+	Get R3; \
+	I64Xor; \
+	Tee R8; \
+	Get R8; \
+	I64Const $33; \
+	I64ShrU; \
+	I64Xor; \
+	I64Const $0xC2B2AE3D27D4EB4F; \
+	I64Mul; \
+	Tee R8; \
+	Get R8; \
+	I64Const $29; \
+	I64ShrU; \
+	I64Xor; \
+	I64Const $0x165667B19E3779F9; \
+	I64Mul; \
+	Tee R8; \
+	Get R8; \
+	I64Const $32; \
+	I64ShrU; \
+	I64Xor; \
+	Get R4; \
+	I64And; \
+	Tee R8; \
+	Get R8; \
+	I64Eqz; \
+	I64ExtendI32U; \
+	I64Or; \
+	Get R7; \
+	I64Xor; \
+	Set R8; \
+	Get R7; \
+	I64Const $7; \
+	I64Shl; \
+	Get R0; \
+	I64Add; \
+	Set R7; \
+	Get R8; \
+	I64Const $7; \
+	I64Shl; \
+	Get R0; \
+	I64Add; \
+	Set R8; \
+	Get R6; \
+	I64Const $0x0001000100010001; \
+	I64Mul; \
+	Set R6; \
+	I64Const $0; \
+	Set R9; \
+	LANE(0, 0); \
+	LANE(8, 1); \
+	LANE(16, 2); \
+	LANE(24, 3); \
+	LANE(32, 4); \
+	LANE(40, 5); \
+	LANE(48, 6); \
+	LANE(56, 7); \
+	LANE(64, 8); \
+	LANE(72, 9); \
+	LANE(80, 10); \
+	LANE(88, 11); \
+	LANE(96, 12); \
+	LANE(104, 13); \
+	LANE(112, 14); \
+	LANE(120, 15); \
+	Get R9; Get R9; I64Const $32; I64ShrU; I64Or; Tee R9; \
+	Get R9; I64Const $16; I64ShrU; I64Or; I64Const $0xFFFF; I64And; Set R9
 
 // func laneRowHits(words *uint64, key, keyFlip, dispFlip, mask uint64) uint64
 TEXT ·laneRowHits(SB), NOSPLIT, $0-48
@@ -278,144 +415,229 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 	Set R3
 	I64Load mask+32(FP)
 	Set R4
-
-	// m = xxh3Hash8(key, keyFlip): rotate, flip, rrmxmx.
-	Get R1
-	I64Const $32
-	I64Rotl
-	Get R2
-	I64Xor
-	Tee R5
-	Get R5
-	I64Const $49
-	I64Rotl
-	I64Xor
-	Get R5
-	I64Const $24
-	I64Rotl
-	I64Xor
-	I64Const $0x9FB21C651E98DF25
-	I64Mul
-	Tee R5
-	Get R5
-	I64Const $35
-	I64ShrU
-	I64Const $8
-	I64Add
-	I64Xor
-	I64Const $0x9FB21C651E98DF25
-	I64Mul
-	Tee R5
-	Get R5
-	I64Const $28
-	I64ShrU
-	I64Xor
-	Set R5
-
-	// R6 = fp = m & 0xFFFF, or 1 when that is 0; R7 = a = (m >> 16) & mask
-	Get R5
-	I64Const $0xFFFF
-	I64And
-	Tee R6
-	Get R6
-	I64Eqz
-	I64ExtendI32U
-	I64Or
-	Set R6
-	Get R5
-	I64Const $16
-	I64ShrU
-	Get R4
-	I64And
-	Set R7
-
-	// d = xxh3Hash2(fp, dispFlip) & mask, or 1 when 0; R8 = b = a ^ d
-	Get R6
-	I64Const $0xFF
-	I64And
-	I64Const $16
-	I64Shl
-	Get R6
-	I64Const $8
-	I64ShrU
-	Tee R8
-	I64Const $24
-	I64Shl
-	I64Or
-	Get R8
-	I64Or
-	I64Const $0x200
-	I64Or
-	Get R3
-	I64Xor
-	Tee R8
-	Get R8
-	I64Const $33
-	I64ShrU
-	I64Xor
-	I64Const $0xC2B2AE3D27D4EB4F
-	I64Mul
-	Tee R8
-	Get R8
-	I64Const $29
-	I64ShrU
-	I64Xor
-	I64Const $0x165667B19E3779F9
-	I64Mul
-	Tee R8
-	Get R8
-	I64Const $32
-	I64ShrU
-	I64Xor
-	Get R4
-	I64And
-	Tee R8
-	Get R8
-	I64Eqz
-	I64ExtendI32U
-	I64Or
-	Get R7
-	I64Xor
-	Set R8
-
-	// Row addresses (16 words of 8 bytes per bucket) and the broadcast fp.
-	Get R7
-	I64Const $7
-	I64Shl
-	Get R0
-	I64Add
-	Set R7
-	Get R8
-	I64Const $7
-	I64Shl
-	Get R0
-	I64Add
-	Set R8
-	Get R6
-	I64Const $0x0001000100010001
-	I64Mul
-	Set R6
-
-	I64Const $0
-	Set R9
-	LANE(0, 0)
-	LANE(8, 1)
-	LANE(16, 2)
-	LANE(24, 3)
-	LANE(32, 4)
-	LANE(40, 5)
-	LANE(48, 6)
-	LANE(56, 7)
-	LANE(64, 8)
-	LANE(72, 9)
-	LANE(80, 10)
-	LANE(88, 11)
-	LANE(96, 12)
-	LANE(104, 13)
-	LANE(112, 14)
-	LANE(120, 15)
-
+	ROWHITS
 	Get SP
 	Get R9
 	I64Store ret+40(FP)
+	RET
+
+// Prefix search (prefixSearch): the PrefixSearch at R11 (field offsets from
+// go_asm.h). R0, R2..R4 hold the probe constants, R12 the position probed,
+// R13..R15 the search state; ROWHITS uses R1 and R5..R10.
+#define S_SEQ $PrefixSearch_Seq
+#define S_N $(PrefixSearch_Seq+8)
+#define S_MEMO $PrefixSearch_Memo
+#define S_STAMP $PrefixSearch_Stamp
+#define S_GEN $PrefixSearch_Gen
+#define S_READY $PrefixSearch_Ready
+#define S_WINDOW $PrefixSearch_Window
+#define S_DEPTH $PrefixSearch_Depth
+#define S_LO $PrefixSearch_Lo
+#define S_STACK $PrefixSearch_stack
+#define S_PROBES $PrefixSearch_Probes
+#define S_FALLBACK $PrefixSearch_Fallback
+#define S_RESUME $PrefixSearch_Resume
+#define S_ARG $PrefixSearch_arg
+#define S_T $PrefixSearch_T
+#define S_SP $PrefixSearch_sp
+#define S_GROUPS $PrefixSearch_groups
+#define S_LEFT $PrefixSearch_Left
+
+// LOADS pushes the state field at OFF.
+#define LOADS(OFF) Get R11; I32WrapI64; I64Load OFF
+// STORES stores the stack top (pushed by the instructions V) into field OFF.
+#define STORES(OFF, V) Get R11; I32WrapI64; V; I64Store OFF
+
+// PROBE sets R9 to the hit mask of position R12 over the ready lanes,
+// probing the table only on the position's first visit in the query (the
+// memo: Memo[p] valid when Stamp[p] == Gen), like consumer's probe.
+#define PROBE \
+	LOADS(S_STAMP); Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
+	Get R11; I32WrapI64; I32Load S_GEN; I32Eq; \
+	If; \
+		LOADS(S_MEMO); Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R9; \
+	Else; \
+		LOADS(S_SEQ); Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
+		ROWHITS; \
+		Get R9; Get R11; I32WrapI64; I64Load16U S_READY; I64And; Set R9; \
+		LOADS(S_MEMO); Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
+		LOADS(S_STAMP); Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; Get R11; I32WrapI64; I32Load S_GEN; I32Store $0; \
+		STORES(S_PROBES, LOADS(S_PROBES); I64Const $1; I64Add); \
+	End
+
+// PUSH pushes the group (lanes L, a A, z Z) on the pending stack. Uses R1.
+#define PUSH(L, A, Z) \
+	Get R11; I64Const S_STACK; I64Add; LOADS(S_SP); I64Const $24; I64Mul; I64Add; Set R1; \
+	Get R1; I32WrapI64; Get L; I64Store $0; \
+	Get R1; I32WrapI64; Get A; I64Store $8; \
+	Get R1; I32WrapI64; Get Z; I64Store $16; \
+	STORES(S_SP, LOADS(S_SP); I64Const $1; I64Add)
+
+// FORLANES runs BODY for every set bit of mask local M (consumed), with
+// the bit's index in R1.
+#define FORLANES(M, BODY) \
+	Block; Loop; \
+		Get M; I64Eqz; BrIf $1; \
+		Get M; I64Ctz; Set R1; \
+		BODY; \
+		Get M; Get M; I64Const $1; I64Sub; I64And; Set M; \
+		Br $0; \
+	End; End
+
+// SETDEPTH stores the value pushed by V as lane R1's depth (u32).
+#define SETDEPTH(V) LOADS(S_DEPTH); Get R1; I64Const $2; I64Shl; I64Add; I32WrapI64; V; I64Store32 $0
+// SETLO stores local A as lane R1's lo (i64).
+#define SETLO(A) Get R11; I64Const S_LO; I64Add; Get R1; I64Const $3; I64Shl; I64Add; I32WrapI64; Get A; I64Store $0
+
+// func prefixSearch(s *PrefixSearch, ad *Addresser, words *uint64)
+TEXT ·prefixSearch(SB), NOSPLIT, $0-24
+	I64Load s+0(FP); Set R11
+	I64Load ad+8(FP); Set R1
+	I64Load words+16(FP); Set R0
+	Get R1; I32WrapI64; I64Load $Addresser_keyFlip; Set R2
+	Get R1; I32WrapI64; I64Load $Addresser_dispFlip; Set R3
+	Get R1; I32WrapI64; I64Load $Addresser_mask; Set R4
+	STORES(S_PROBES, I64Const $0)
+	STORES(S_RESUME, I64Const $-1)
+	STORES(S_ARG, I64Const $0)
+	STORES(S_SP, I64Const $0)
+	STORES(S_GROUPS, I64Const $0)
+	Get R11; I32WrapI64; I64Const $0; I64Store16 S_FALLBACK
+	// lo[l] = -1 for every lane
+	I64Const $-1; Set R6
+	I64Const $0xFFFF; Set R5
+	FORLANES(R5, SETLO(R6))
+
+	// Gallop: R13 active, R14 last, R15 p.
+	I64Const $0; Set R12
+	PROBE
+	Get R9; Set R13
+	I64Const $0; Set R14
+	I64Const $1; Set R15
+	Block; Loop
+		Get R13; I64Eqz; BrIf $1
+		Get R14; LOADS(S_N); I64Const $1; I64Sub; I64GeS; BrIf $1
+		Get R15; LOADS(S_N); I64Const $1; I64Sub; I64GtS
+		If; LOADS(S_N); I64Const $1; I64Sub; Set R15; End
+		Get R15; Set R12
+		PROBE
+		Get R13; Get R9; I64Const $-1; I64Xor; I64And; Tee R10
+		I64Eqz; I32Eqz
+		If; PUSH(R10, R14, R15); End
+		Get R13; Get R9; I64And; Set R13
+		Get R15; Set R14
+		Get R15; I64Const $1; I64Shl; Set R15
+		Br $0
+	End; End
+	Get R13; I64Eqz; I32Eqz
+	If; LOADS(S_N); Set R10; PUSH(R13, R14, R10); End
+
+	// Grouped binary search: R13 lanes, R14 a, R15 z of the popped group.
+	Block; Loop
+		LOADS(S_SP); I64Eqz; BrIf $1
+		STORES(S_SP, LOADS(S_SP); I64Const $1; I64Sub)
+		Get R11; I64Const S_STACK; I64Add; LOADS(S_SP); I64Const $24; I64Mul; I64Add; Set R1
+		Get R1; I32WrapI64; I64Load $0; Set R13
+		Get R1; I32WrapI64; I64Load $8; Set R14
+		Get R1; I32WrapI64; I64Load $16; Set R15
+		Block; Loop
+			Get R15; Get R14; I64Sub; I64Const $1; I64LeS; BrIf $1
+			Get R14; Get R15; Get R14; I64Sub; I64Const $1; I64ShrU; I64Add; Set R12
+			PROBE
+			Get R13; Get R9; I64And; Set R5
+			Get R13; Get R9; I64Const $-1; I64Xor; I64And; Set R6
+			Get R6; I64Eqz
+			If
+				Get R12; Set R14
+			Else
+				Get R5; I64Eqz
+				If
+					Get R12; Set R15
+				Else
+					PUSH(R6, R14, R12)
+					Get R5; Set R13
+					Get R12; Set R14
+				End
+			End
+			Br $0
+		End; End
+		STORES(S_ARG, Get R13)
+		STORES(S_T, Get R14; I64Const $1; I64Add)
+		Get R13; Set R5
+		FORLANES(R5, SETLO(R14))
+		STORES(S_GROUPS, LOADS(S_GROUPS); I64Const $1; I64Add)
+		Br $0
+	End; End
+
+	LOADS(S_GROUPS); I64Const $1; I64Eq
+	If
+		// Shared window: R13 pending lanes, R14 t, R15 left, R12 p.
+		LOADS(S_ARG); Set R13
+		STORES(S_ARG, I64Const $0)
+		LOADS(S_T); Set R14
+		Get R14; LOADS(S_WINDOW); I64Sub; Tee R15
+		I64Const $0; I64LtS
+		If; I64Const $0; Set R15; End
+		STORES(S_LEFT, Get R15)
+		Get R15; Set R12
+		Block; Loop
+			Get R12; Get R14; I64GeS; BrIf $1
+			Get R13; I64Eqz; BrIf $1
+			PROBE
+			// R5: lanes missing at p; a miss at the window's left edge
+			// (left > 0) goes to the caller's fallback, any other is the depth.
+			Get R13; Get R9; I64Const $-1; I64Xor; I64And; Set R5
+			Get R12; Get R15; I64Eq; Get R15; I64Const $0; I64GtS; I32And
+			If
+				STORES(S_ARG, LOADS(S_ARG); Get R5; I64Or)
+			Else
+				FORLANES(R5, SETDEPTH(Get R12))
+			End
+			Get R13; Get R9; I64And; Set R13
+			Get R12; I64Const $1; I64Add; Set R12
+			Br $0
+		End; End
+		FORLANES(R13, SETDEPTH(Get R14))
+		Get R11; I32WrapI64; LOADS(S_ARG); I64Store16 S_FALLBACK
+		RET
+	End
+
+	// Lane by lane: R13 lanes left, R14 lane, R15 t, R12 p; left in S_LEFT.
+	Get R11; I32WrapI64; I64Load16U S_READY; Set R13
+	Block; Loop
+		Get R13; I64Eqz; BrIf $1
+		Get R13; I64Ctz; Set R14
+		Get R11; I32WrapI64; Get R14; I32WrapI64; I32Const $3; I32Shl; I32Add; I64Load S_LO; I64Const $1; I64Add; Set R15
+		Get R14; Set R1
+		Get R15; I64Eqz
+		If
+			SETDEPTH(I64Const $0)
+		Else
+			Get R15; LOADS(S_WINDOW); I64Sub; Tee R12
+			I64Const $0; I64LtS
+			If; I64Const $0; Set R12; End
+			STORES(S_LEFT, Get R12)
+			Block; Loop
+				Get R12; Get R15; I64GeS; BrIf $1
+				PROBE
+				Get R9; Get R14; I64ShrU; I64Const $1; I64And; I64Eqz; BrIf $1
+				Get R12; I64Const $1; I64Add; Set R12
+				Br $0
+			End; End
+			Get R14; Set R1
+			Get R12; Get R15; I64Eq
+			If
+				SETDEPTH(Get R15)
+			Else
+				Get R12; LOADS(S_LEFT); I64Eq; Get R12; I64Const $0; I64GtS; I32And
+				If
+					STORES(S_RESUME, Get R14)
+					RET
+				End
+				SETDEPTH(Get R12)
+			End
+		End
+		Get R13; Get R13; I64Const $1; I64Sub; I64And; Set R13
+		Br $0
+	End; End
 	RET

@@ -37,6 +37,9 @@ func (c *Consumer) Query(locals []uint64, res *QueryResult) error {
 // QuerySequenceHashes is [Consumer.Query] for hashes that are already the
 // canonical chain. seq is only read and not retained.
 func (c *Consumer) QuerySequenceHashes(seq []uint64, res *QueryResult) error {
+	if hasSearchKernel { // a constant: this inlines into the caller either way
+		return c.runKernel(seq, res)
+	}
 	return c.runOn(seq, res, false)
 }
 
@@ -76,6 +79,9 @@ func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res 
 
 // run searches c.q.seq over the ready lanes captured once here.
 func (c *Consumer) run(res *QueryResult, linear bool) error {
+	if hasSearchKernel && useSearchKernel && !linear {
+		return c.runKernel(c.q.seq, res)
+	}
 	ready := c.ready
 	*res = QueryResult{Mask: ready, Blocks: len(c.q.seq)}
 	c.q.queries++

@@ -2,6 +2,9 @@ package consumer
 
 import (
 	"math/bits"
+	"runtime"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
 // querier holds the per-query scratch. It is reused across queries so that a
@@ -18,6 +21,8 @@ type querier struct {
 
 	probes  uint64 // lifetime probes
 	queries uint64 // lifetime queries
+
+	kernel ckf.PrefixSearch // the wasm search kernel's state, reused
 }
 
 // prepare sizes the scratch for n positions and starts a new memo generation.
@@ -148,9 +153,15 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 		c.verifyShared(shared, ready, depth)
 		return
 	}
-	// Verification window and provenance fallback, lane by lane.
+	c.verifyLanes(ready, &lo, ready, depth)
+}
+
+// verifyLanes is searchFast's verification window and provenance fallback,
+// lane by lane in lane order, for the lanes of m (lo: each lane's last hit
+// from the binary search, -1 for none).
+func (c *Consumer) verifyLanes(m uint16, lo *[lanes]int, ready uint16, depth *[lanes]uint32) {
 	w := c.window
-	for m := ready; m != 0; m &= m - 1 {
+	for ; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros16(m)
 		t := lo[l] + 1 // tentative depth
 		if t == 0 {
@@ -167,6 +178,72 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 		}
 		depth[l] = uint32(c.settle(l, t, left, miss, ready))
 	}
+}
+
+// hasSearchKernel: on GOARCH=wasm searchFast runs as one hand-written
+// WebAssembly call ([ckf.Addresser.SearchPrefix]); Go's wasm code spends
+// most of a sequence-hash query on the search's own bookkeeping
+// (BENCHMARKS.md, "Wasm kernels"). Natively the constant removes the branch.
+const hasSearchKernel = runtime.GOARCH == "wasm"
+
+// useSearchKernel lets tests run the Go search in wasm builds too.
+var useSearchKernel = true
+
+// runKernel is runOn(seq, res, false) with searchFast run by the kernel,
+// flattened into one function: in WebAssembly each Go call on the query
+// path costs tens of nanoseconds (BENCHMARKS.md, "Wasm kernels"). It
+// finishes in Go what the kernel leaves: the linear rescans of the
+// provenance fallback (rare: a window miss at the window's left edge), in
+// searchFast's lane order, so results and probes are the same.
+func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
+	if !useSearchKernel {
+		return c.runOn(seq, res, false)
+	}
+	if res == nil {
+		return ErrInvalidQuery
+	}
+	ready := c.ready
+	*res = QueryResult{Mask: ready, Blocks: len(seq)}
+	q := &c.q
+	q.queries++
+	if ready == 0 {
+		return ErrUnavailable
+	}
+	if len(seq) == 0 {
+		return nil
+	}
+	q.prepare(len(seq))
+	before := q.probes
+	s := &q.kernel
+	s.Seq, s.Memo, s.Stamp, s.Gen = seq, q.memo, q.stamp, q.gen
+	s.Ready, s.Window, s.Depth = ready, c.window, &res.Depths
+	if !c.addresser.SearchPrefix(c.words, s) {
+		panic("consumer: no search kernel on this architecture")
+	}
+	s.Seq, s.Depth = nil, nil // not retained: seq is the caller's
+	q.probes += uint64(s.Probes)
+	if s.Fallback != 0 || s.Resume >= 0 {
+		saved := q.seq
+		q.seq = seq
+		c.finishKernel(ready, &res.Depths)
+		q.seq = saved
+	}
+	res.Probes = int(q.probes - before)
+	return nil
+}
+
+// finishKernel runs the fallbacks the kernel left to Go (q.seq is the
+// query's).
+func (c *Consumer) finishKernel(ready uint16, depth *[lanes]uint32) {
+	s := &c.q.kernel
+	if s.Fallback != 0 {
+		for m := s.Fallback; m != 0; m &= m - 1 {
+			l := bits.TrailingZeros16(m)
+			depth[l] = uint32(c.settle(l, s.T, s.Left, s.Left, ready))
+		}
+		return
+	}
+	c.verifyLanes(ready&^(1<<s.Resume-1), &s.Lo, ready, depth)
 }
 
 // verifyShared is the window pass when every lane that hit position 0 (the

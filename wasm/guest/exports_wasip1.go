@@ -26,9 +26,14 @@ var (
 // recovered turns a panic into ErrInternal with its message in last_error.
 func recovered(code *int32) {
 	if r := recover(); r != nil {
-		g.lastErr = fmt.Sprint("abi: internal panic: ", r)
-		*code = int32(abi.ErrInternal)
+		*code = panicked(r)
 	}
+}
+
+// panicked records a recovered panic's message and returns ErrInternal.
+func panicked(r any) int32 {
+	g.lastErr = fmt.Sprint("abi: internal panic: ", r)
+	return int32(abi.ErrInternal)
 }
 
 func view(p unsafe.Pointer, n uint64) ([]byte, bool) { return heap.view(uintptr(p), n) }
@@ -152,7 +157,18 @@ func exportLastError(out unsafe.Pointer, capacity uint32) (code int32) {
 
 //go:wasmexport query
 func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, salt uint64, out unsafe.Pointer) (code int32) {
-	defer recovered(&code)
+	defer func() {
+		if r := recover(); r != nil {
+			code = panicked(r)
+		}
+	}()
+	if kind == abi.QuerySequenceHashes { // the routers' query: fewest calls
+		src, dst, ok := heap.viewPair(uintptr(in), 8*uint64(count), uintptr(out), abi.QueryRecordSize)
+		if !ok {
+			return int32(g.fail(abi.ErrBadArgument, nil))
+		}
+		return int32(g.querySequenceHashes(src, int(count), dst))
+	}
 	width := uint64(8)
 	if kind == abi.QueryTokens {
 		width = 4

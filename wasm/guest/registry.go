@@ -15,6 +15,11 @@ import (
 // memory would trap, and one inside Go's heap would corrupt it).
 type registry struct {
 	bufs [][]byte // sorted by base address; never empty slices
+	// recent are the buffers the last two views found (cleared by free):
+	// hosts pass the same input and record buffers on every query, and a
+	// search of bufs costs ≈ 65 ns in WebAssembly (BENCHMARKS.md, "Wasm
+	// kernels").
+	recent [2][]byte
 }
 
 func base(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
@@ -39,6 +44,7 @@ func (r *registry) free(p uintptr) bool {
 	}
 	r.bufs[i] = nil
 	r.bufs = slices.Delete(r.bufs, i, i+1)
+	r.recent = [2][]byte{}
 	return true
 }
 
@@ -48,6 +54,11 @@ func (r *registry) view(p uintptr, n uint64) ([]byte, bool) {
 	if n == 0 {
 		return []byte{}, true
 	}
+	for _, b := range r.recent {
+		if v, ok := within(b, p, n); ok {
+			return v, true
+		}
+	}
 	// The last buffer whose base is ≤ p.
 	i, ok := slices.BinarySearchFunc(r.bufs, p, func(e []byte, p uintptr) int { return cmpPtr(base(e), p) })
 	if !ok {
@@ -56,7 +67,29 @@ func (r *registry) view(p uintptr, n uint64) ([]byte, bool) {
 	if i < 0 {
 		return nil, false
 	}
-	b := r.bufs[i]
+	v, ok := within(r.bufs[i], p, n)
+	if ok {
+		r.recent[0], r.recent[1] = r.bufs[i], r.recent[0]
+	}
+	return v, ok
+}
+
+// viewPair is view of (p, n) and of (q, m) in one call, for the query
+// export: in WebAssembly each Go call on that path costs ≈ 40 ns
+// (BENCHMARKS.md, "Wasm kernels").
+func (r *registry) viewPair(p uintptr, n uint64, q uintptr, m uint64) (a, b []byte, ok bool) {
+	if a, ok = r.view(p, n); !ok {
+		return nil, nil, false
+	}
+	b, ok = r.view(q, m)
+	return a, b, ok
+}
+
+// within returns the n bytes at p when they lie inside b.
+func within(b []byte, p uintptr, n uint64) ([]byte, bool) {
+	if len(b) == 0 || p < base(b) {
+		return nil, false
+	}
 	off := uint64(p - base(b))
 	if off >= uint64(len(b)) || n > uint64(len(b))-off {
 		return nil, false

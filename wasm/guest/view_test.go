@@ -5,6 +5,11 @@ import (
 	"slices"
 	"testing"
 	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wasm/abi"
 )
 
 // TestViews_AlignedAndUnalignedAgree checks the typed views of query input
@@ -40,4 +45,24 @@ func TestViews_AlignedAndUnalignedAgree(t *testing.T) {
 // asBytes views w's memory as bytes (8-aligned at offset 0).
 func asBytes(w []uint64) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), 8*len(w))
+}
+
+// TestPutQueryRecord_EqualsABI checks the struct store against the ABI's
+// field-by-field encoding, at every alignment and over stale bytes.
+func TestPutQueryRecord_EqualsABI(t *testing.T) {
+	r := consumer.QueryResult{Mask: 0xA5C3, Blocks: 1024, Probes: 13}
+	for l := range r.Depths {
+		r.Depths[l] = uint32(l*l*977 + 1)
+	}
+	backing := make([]uint64, 16)
+	for off := range 8 {
+		got := asBytes(backing)[off : off+abi.QueryRecordSize]
+		for i := range got {
+			got[i] = 0xEE
+		}
+		putQueryRecord(got, &r)
+		want := make([]byte, abi.QueryRecordSize)
+		abi.PutQueryRecord(want, &r)
+		require.Equal(t, want, got, "offset %d", off)
+	}
 }

@@ -1,0 +1,143 @@
+package consumer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// kernelPaths counts how often a kernel run left the provenance fallback to
+// Go (shared window, lane by lane), so the tests can show they reached it.
+var kernelPaths struct{ fallback, resume int }
+
+// searchBoth runs the query through the wasm search kernel and through the
+// Go search on the same consumer and requires the same result, the same
+// probes and the same memo afterwards.
+func searchBoth(t tb, c *Consumer, seq []uint64) {
+	t.Helper()
+	var got, want QueryResult
+	require.NoError(t, c.QuerySequenceHashes(seq, &got))
+	memo, stamp := append([]uint16(nil), c.q.memo...), append([]uint32(nil), c.q.stamp...)
+	gen := c.q.gen
+	if c.q.kernel.Fallback != 0 {
+		kernelPaths.fallback++
+	}
+	if c.q.kernel.Resume >= 0 {
+		kernelPaths.resume++
+	}
+	useSearchKernel = false
+	defer func() { useSearchKernel = true }()
+	require.NoError(t, c.QuerySequenceHashes(seq, &want))
+	require.Equal(t, want, got, "kernel result vs Go")
+	for p := range seq { // same positions probed, same masks
+		require.Equal(t, c.q.stamp[p] == c.q.gen, stamp[p] == gen, "position %d probed", p)
+		if stamp[p] == gen {
+			require.Equal(t, c.q.memo[p], memo[p], "position %d mask", p)
+		}
+	}
+}
+
+// TestSearch_KernelEqualsGo: the hand-written WebAssembly search
+// (ckf.Addresser.SearchPrefix) returns what searchFast's Go code returns,
+// with the same probes, on monotone and non-monotone lanes, lanes sharing a
+// depth, every window. It runs inside the guest (internal/cmd/wasirun
+// TestGuestKernels); natively there is no kernel to compare.
+func TestSearch_KernelEqualsGo(t *testing.T) {
+	if !hasSearchKernel {
+		t.Skip("no search kernel on " + "this architecture: run under GOARCH=wasm (internal/cmd/wasirun)")
+	}
+	// Both fallbacks, by construction: lanes hit 0..39 except 38, so the
+	// binary search settles at 40 and the window [38, 40) misses at its left
+	// edge. All lanes alike take the shared window; with lane 1 at depth 10
+	// the pass goes lane by lane.
+	const n = 64
+	seq := make([]uint64, n)
+	for i := range seq {
+		seq[i] = uint64(i+1) * 0x9E3779B97F4A7C15
+	}
+	holed := make([]bool, n)
+	for p := range 40 {
+		holed[p] = p != 38
+	}
+	short := make([]bool, n)
+	for p := range 10 {
+		short[p] = true
+	}
+	kernelPaths.fallback, kernelPaths.resume = 0, 0
+	c, _ := buildLanes(t, 2, seq, [lanes][]bool{0: holed, 1: holed, 5: holed})
+	searchBoth(t, c, seq)
+	c, _ = buildLanes(t, 2, seq, [lanes][]bool{0: holed, 1: short, 2: holed})
+	searchBoth(t, c, seq)
+	require.Equal(t, 1, kernelPaths.fallback, "the shared-window fallback")
+	require.Equal(t, 1, kernelPaths.resume, "the lane-by-lane fallback")
+
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 300).Draw(rt, "n")
+		window := rapid.IntRange(1, MaxVerificationWindow).Draw(rt, "window")
+		seq := make([]uint64, n)
+		for i := range seq {
+			seq[i] = rapid.Uint64().Draw(rt, "hash") + uint64(i)*0x9E3779B97F4A7C15
+		}
+		ready := rapid.Uint16Range(1, 0xFFFF).Draw(rt, "ready")
+		shared := rapid.IntRange(-1, n).Draw(rt, "sharedDepth") // -1: each lane draws its own
+		var member [lanes][]bool
+		for l := range lanes {
+			if ready&(1<<l) == 0 {
+				continue
+			}
+			member[l] = make([]bool, n)
+			d := shared
+			if d < 0 {
+				d = rapid.IntRange(0, n).Draw(rt, fmt.Sprintf("depth%d", l))
+			}
+			noise := rapid.IntRange(0, 30).Draw(rt, "noise") // % of flipped positions
+			for p := range n {
+				member[l][p] = (p < d) != (rapid.IntRange(0, 99).Draw(rt, "flip") < noise)
+			}
+		}
+		c, _ := buildLanes(rt, window, seq, member)
+		if c.ReadyMask() == 0 {
+			return
+		}
+		searchBoth(rt, c, seq)
+	})
+	t.Logf("kernel runs that left a fallback to Go: shared %d, lane by lane %d", kernelPaths.fallback, kernelPaths.resume)
+}
+
+// FuzzSearchKernel: the kernel against the Go search on memberships built
+// from the input (2 bytes of membership bits per position and lane group).
+func FuzzSearchKernel(f *testing.F) {
+	f.Add(uint8(2), uint16(0xFFFF), []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0xf0, 0x00, 0xff})
+	f.Add(uint8(1), uint16(0x8001), []byte{1, 0, 0, 0, 3, 0, 1, 0, 0x81, 0x80})
+	f.Add(uint8(0), uint16(3), []byte{3})
+	f.Fuzz(func(t *testing.T, window uint8, ready uint16, data []byte) {
+		if !hasSearchKernel {
+			t.Skip("no search kernel on this architecture")
+		}
+		n := len(data) / 2
+		if n == 0 || ready == 0 || n > 512 {
+			return
+		}
+		seq := make([]uint64, n)
+		var member [lanes][]bool
+		for l := range lanes {
+			if ready&(1<<l) != 0 {
+				member[l] = make([]bool, n)
+			}
+		}
+		for p := range n {
+			seq[p] = uint64(p+1) * 0x9E3779B97F4A7C15
+			bits := binary.LittleEndian.Uint16(data[2*p:])
+			for l := range lanes {
+				if member[l] != nil {
+					member[l][p] = bits&(1<<l) != 0
+				}
+			}
+		}
+		c, _ := buildLanes(t, 1+int(window)%MaxVerificationWindow, seq, member)
+		searchBoth(t, c, seq)
+	})
+}
