@@ -98,6 +98,8 @@ var figures = []figure{
 	{Name: "producer_actor_events_per_s", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor", Metric: "events/s", Unit: "events/s"},
 	{Name: "producer_actor_blocks_per_s", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor", Metric: "blocks/s", Unit: "blocks/s"},
 	{Name: "producer_pool_events_per_s", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=pool", Metric: "events/s", Unit: "events/s"},
+	{Name: "producer_actor_batch64_events_per_s", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Metric: "events/s", Unit: "events/s"},
+	{Name: "producer_actor_batch64_vs_actor", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=actor", Metric: "ns/op", Unit: "ratio"},
 	{Name: "producer_admit_p50_ns", Pkg: "./internal/producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p50-ns", Unit: "ns"},
 	{Name: "producer_admit_p99_ns", Pkg: "./internal/producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p99-ns", Unit: "ns"},
 
