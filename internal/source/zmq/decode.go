@@ -429,16 +429,30 @@ func (d *Decoder) hashes() ([]uint64, error) {
 }
 
 // hash reads a uint64, an int64 (its two's-complement bits) or a byte/str
-// hash (its last 8 bytes, big-endian).
+// hash (its last 8 bytes, big-endian). Unsigned integers, what engines send by
+// default, are read by wire's reader over the payload as token ids are; byte
+// and string hashes are read into the decoder's buffer, not a new slice.
 func (d *Decoder) hash() (uint64, error) {
 	c, err := d.dec.PeekCode()
 	if err != nil {
 		return 0, err
 	}
-	if isInt(c) {
+	switch {
+	case c <= msgpcode.PosFixedNumHigh || c >= msgpcode.Uint8 && c <= msgpcode.Uint64:
+		rest := d.payload[len(d.payload)-d.rd.Len():]
+		wd := wire.NewDecoder(rest)
+		v, err := wd.Uint(math.MaxUint64, "block_hashes")
+		if err != nil {
+			return 0, err
+		}
+		_, _ = d.rd.Seek(int64(wd.Offset()), io.SeekCurrent)
+		return v, nil
+	case isInt(c):
 		return d.dec.DecodeUint64()
+	case !msgpcode.IsBin(c) && !msgpcode.IsString(c):
+		return 0, fmt.Errorf("code %#x is neither an integer, bytes nor a string", c)
 	}
-	b, err := d.bytesOrString()
+	b, err := d.stringBytes()
 	if err != nil {
 		return 0, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"pgregory.net/rapid"
 )
 
@@ -373,6 +374,70 @@ func TestStringBytes_EqualsLibrary(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.Equal(t, want, string(got))
+		require.Equal(t, rd.Len(), d.rd.Len())
+	})
+}
+
+// TestHash_EqualsLibrary checks the block-hash read against msgpack/v5 read
+// value by value (integers as their uint64 bits, bytes and strings by their
+// last 8 bytes): same acceptance, same value, same length used.
+func TestHash_EqualsLibrary(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var buf bytes.Buffer
+		enc := msgpack.NewEncoder(&buf)
+		switch rapid.IntRange(0, 7).Draw(t, "kind") {
+		case 0:
+			require.NoError(t, enc.EncodeUint(rapid.Uint64().Draw(t, "u")))
+		case 1: // a full-width hash, as engines send
+			require.NoError(t, enc.EncodeUint64(rapid.Uint64Range(math.MaxUint32, math.MaxUint64).Draw(t, "u64")))
+		case 2:
+			require.NoError(t, enc.EncodeInt(rapid.Int64Range(math.MinInt64, -1).Draw(t, "neg")))
+		case 3:
+			require.NoError(t, enc.EncodeInt8(rapid.Int8().Draw(t, "i8")))
+		case 4:
+			require.NoError(t, enc.EncodeBytes(rapid.SliceOfN(rapid.Byte(), 0, 40).Draw(t, "bin")))
+		case 5:
+			require.NoError(t, enc.EncodeString(rapid.StringN(0, 40, -1).Draw(t, "str")))
+		case 6:
+			require.NoError(t, enc.EncodeNil())
+		default:
+			require.NoError(t, enc.EncodeFloat64(1.5))
+		}
+		b := buf.Bytes()
+		if cut := rapid.IntRange(0, 2).Draw(t, "cut"); cut > 0 && cut <= len(b) {
+			b = b[:len(b)-cut]
+		}
+
+		// The reference: the library.
+		rd := bytes.NewReader(b)
+		lib := msgpack.NewDecoder(rd)
+		want, ok := uint64(0), false
+		if c, err := lib.PeekCode(); err == nil {
+			switch {
+			case isInt(c):
+				var err error
+				want, err = lib.DecodeUint64()
+				ok = err == nil
+			case msgpcode.IsBin(c) || msgpcode.IsString(c):
+				raw, err := lib.DecodeBytes()
+				if ok = err == nil && len(raw) > 0; ok {
+					var w [8]byte
+					copy(w[max(0, 8-len(raw)):], raw[max(0, len(raw)-8):])
+					want = binary.BigEndian.Uint64(w[:])
+				}
+			}
+		}
+
+		d := NewDecoder(Limits{})
+		d.payload = b
+		d.rd.Reset(b)
+		got, err := d.hash()
+		if !ok {
+			require.Error(t, err)
+			return
+		}
+		require.NoError(t, err)
+		require.Equal(t, want, got)
 		require.Equal(t, rd.Len(), d.rd.Len())
 	})
 }
