@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +19,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/internal/streamprobe"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -93,66 +94,23 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 	}()
 
 	// Freshness: a native consumer applying every frame of one stream.
-	type probe struct {
-		key uint64
-		t0  time.Time
-	}
-	probes := make(chan probe, 1)
-	var fmu sync.Mutex
-	var fresh []time.Duration
-	ready := make(chan struct{})
+	m := consumer.Manifest{ConsumerInstance: 1, Domain: cfg.Domain(), Format: format, VerificationWindow: 2}
+	m.Lanes[0] = &ckf.PoolID{Domain: cfg.Domain(), DCID: 1}
+	c, err := consumer.New(m)
+	require.NoError(t, err)
+	probe := streamprobe.New(c)
+	req, _ := http.NewRequestWithContext(ctx, "GET", rl.base+"/v1/pools/p/stream?consumer=1&lane=0&epoch=1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	require.True(t, assertOK(t, err, resp), "the measuring consumer's stream")
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		req, _ := http.NewRequestWithContext(ctx, "GET", rl.base+"/v1/pools/p/stream?consumer=1&lane=0&epoch=1", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if !assertOK(t, err, resp) {
-			close(ready)
-			return
-		}
 		defer resp.Body.Close()
-		m := consumer.Manifest{ConsumerInstance: 1, Domain: cfg.Domain(), Format: format, VerificationWindow: 2}
-		m.Lanes[0] = &ckf.PoolID{Domain: cfg.Domain(), DCID: 1}
-		c, err := consumer.New(m)
-		require.NoError(t, err)
-		fr := wire.NewReader(resp.Body, 0)
-		var f wire.Frame
-		var pending *probe
-		first, once := true, sync.OnceFunc(func() { close(ready) })
-		defer once()
-		for fr.ReadFrame(&f) == nil {
-			if first {
-				if err := c.Assign(f.Snapshot.Identity, f.Snapshot.Lease); err != nil {
-					t.Error(err)
-					return
-				}
-				first = false
-			}
-			if r := c.ApplyFrame(&f); r.Outcome == consumer.SnapshotInstalled {
-				once()
-			}
-			if f.Kind == wire.KindClose {
-				t.Errorf("the measuring consumer was closed: %+v", f.Close)
-				return
-			}
-			if pending == nil {
-				select {
-				case p := <-probes:
-					pending = &p
-				default:
-				}
-			}
-			if pending != nil {
-				if mask, _ := c.Contains(pending.key); mask&1 != 0 {
-					fmu.Lock()
-					fresh = append(fresh, time.Since(pending.t0))
-					fmu.Unlock()
-					pending = nil
-				}
-			}
+		if err := probe.Run(resp.Body); errors.Is(err, streamprobe.ErrClosed) {
+			t.Errorf("the measuring consumer was closed: %v", err)
 		}
 	}()
-	<-ready
+	<-probe.Ready()
 
 	// Normal load: two posters, each its own workers; a block stored is
 	// removed 4,096 events later.
@@ -200,11 +158,8 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 					return
 				}
 				events.Add(64)
-				if g == 0 {
-					select {
-					case probes <- probe{key: ckf.AppendSequenceHashes(nil, []uint64{firstLocal})[0], t0: time.Now()}:
-					default:
-					}
+				if g == 0 { // one probe in flight at a time
+					probe.Probe(ckf.AppendSequenceHashes(nil, []uint64{firstLocal})[0], time.Now())
 				}
 			}
 		}()
@@ -318,13 +273,9 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 	wg.Wait()
 	peakRSS := max(hwm, peak.Load())
 	require.NotZero(t, peakRSS, "no /proc: RSS not measured")
-	fmu.Lock()
-	s := slices.Clone(fresh)
-	fmu.Unlock()
+	s, p50, p99 := probe.Freshness()
 	require.NotEmpty(t, s, "no freshness sample")
-	slices.Sort(s)
 	rate := float64(events.Load()) / elapsed.Seconds()
-	p50, p99 := s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
 	cat := getCatalog(t, rl.base)["p"]
 	t.Logf("soak %v: %d events, %d hostile requests, %d slow resubscribes, %d freshness samples, %d blocks tracked at the end",
 		elapsed.Round(time.Second), events.Load(), hostile.Load(), resubscribes.Load(), len(s), cat.Stats.UniqueBlocks)

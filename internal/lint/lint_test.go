@@ -87,7 +87,7 @@ var graph = map[string]rule{
 	"internal/server": {
 		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "internal/producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
-		tests: []string{"client", "consumer", "internal/natstest", "internal/source/zmq/zmqtest"},
+		tests: []string{"client", "consumer", "internal/natstest", "internal/source/zmq/zmqtest", "internal/streamprobe"},
 	},
 	"internal/workload": {
 		imports: []string{"ckf", "github.com/zeebo/xxh3"},
@@ -104,6 +104,7 @@ var graph = map[string]rule{
 		tests: []string{"ckf", "consumer", "internal/producer", "wire", "pgregory.net/rapid"},
 	},
 	"internal/catalog":            {imports: []string{"ckf"}},
+	"internal/streamprobe":        {imports: []string{"consumer", "wire"}, tests: []string{"internal/conformance"}},
 	"internal/source":             {imports: []string{"ckf", "internal/catalog", "internal/producer"}},
 	"internal/wasmbuild":          {},
 	"internal/cmd/benchsummary":   {},
@@ -125,7 +126,7 @@ var graph = map[string]rule{
 	},
 	"cmd/relay": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/replay/report", "internal/server", "internal/workload", "internal/source/zmq/zmqtest", "wasm/host", "wire", "github.com/nats-io/nats-server/v2", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
-		tests:   []string{"internal/source"},
+		tests:   []string{"internal/source", "internal/streamprobe"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},

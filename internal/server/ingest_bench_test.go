@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/internal/streamprobe"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -58,14 +57,11 @@ func benchIngest(b *testing.B, transport string) {
 	url := r.url
 
 	// The subscriber: a native consumer applying every frame.
-	watch := make(chan uint64, 1)   // a key the reader reports once visible
-	seen := make(chan time.Time, 1) // when it became visible
-	ready := make(chan struct{}, 1)
 	c, err := consumer.New(r.m)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var cmu sync.Mutex // guards c between the reader and the final check
+	probe := streamprobe.New(c)
 	resp, err := http.Get(url + "/v1/pools/p/stream?consumer=100&lane=0&epoch=1")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		b.Fatalf("subscribe: %v", err)
@@ -74,48 +70,10 @@ func benchIngest(b *testing.B, transport string) {
 	go func() {
 		defer r.wg.Done()
 		defer resp.Body.Close()
-		fr := wire.NewReader(resp.Body, 0)
-		var f wire.Frame
-		var pending uint64
-		first := true
-		for {
-			if err := fr.ReadFrame(&f); err != nil {
-				return
-			}
-			cmu.Lock()
-			if first {
-				if err := c.Assign(f.Snapshot.Identity, f.Snapshot.Lease); err != nil {
-					cmu.Unlock()
-					b.Error(err)
-					return
-				}
-				first = false
-			}
-			if r := c.ApplyFrame(&f); r.Outcome == consumer.SnapshotInstalled {
-				ready <- struct{}{}
-			}
-			if pending == 0 {
-				select {
-				case pending = <-watch:
-				default:
-				}
-			}
-			if pending != 0 {
-				if mask, _ := c.Contains(pending); mask&1 != 0 {
-					seen <- time.Now()
-					pending = 0
-				}
-			}
-			cmu.Unlock()
-		}
+		_ = probe.Run(resp.Body) // ends with the relay's shutdown
 	}()
-	<-ready
-	visible := func(key uint64) bool {
-		cmu.Lock()
-		defer cmu.Unlock()
-		mask, _ := c.Contains(key)
-		return mask&1 != 0
-	}
+	<-probe.Ready()
+	visible := probe.Visible
 
 	// Batches: chained Stored events; tokens distinct per block.
 	var next uint32
@@ -231,22 +189,23 @@ func benchIngest(b *testing.B, transport string) {
 	b.ReportMetric(float64(b.N*eventsPerBatch)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(b.N*eventsPerBatch*blocksPerEvent)/elapsed.Seconds(), "blocks/s")
 	// Freshness, paced: send one batch, wait until the consumer holds it.
-	var s []time.Duration
 	for i := warmup + b.N; i < len(batches); i++ {
-		watch <- batches[i].first
-		t0 := time.Now()
+		measured := probe.Measured()
+		if !probe.Probe(batches[i].first, time.Now()) {
+			b.Fatal("a probe was still pending")
+		}
 		send(&batches[i])
-		select {
-		case at := <-seen:
-			s = append(s, at.Sub(t0))
-		case <-time.After(10 * time.Second):
-			b.Fatal("a paced batch never reached the consumer")
+		deadline := time.Now().Add(10 * time.Second)
+		for probe.Measured() == measured {
+			if time.Now().After(deadline) {
+				b.Fatal("a paced batch never reached the consumer")
+			}
+			time.Sleep(20 * time.Microsecond) // the reader takes the time, not this loop
 		}
 	}
-	if len(s) > 0 {
-		slices.Sort(s)
-		b.ReportMetric(float64(s[len(s)/2].Nanoseconds()), "fresh-p50-ns")
-		b.ReportMetric(float64(s[min(len(s)-1, len(s)*99/100)].Nanoseconds()), "fresh-p99-ns")
+	if s, p50, p99 := probe.Freshness(); len(s) > 0 {
+		b.ReportMetric(float64(p50.Nanoseconds()), "fresh-p50-ns")
+		b.ReportMetric(float64(p99.Nanoseconds()), "fresh-p99-ns")
 		b.ReportMetric(float64(len(s)), "fresh-samples")
 	}
 	if transport == "zmq" {

@@ -5,22 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/internal/streamprobe"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
-
-// probe asks the remote consumer to report when key becomes visible.
-type probe struct {
-	key uint64
-	t0  time.Time
-}
 
 // BenchmarkRelayLoad posts batches of Stored events (64 events × 4 new blocks)
 // over loopback HTTP into one relay pool while 16 remote subscribers read the
@@ -34,9 +27,11 @@ func BenchmarkRelayLoad(b *testing.B) {
 	defer r.stop() // every stream ends with the shutdown
 	base := r.url
 
-	probes := make(chan probe, 1)
-	var mu sync.Mutex
-	var fresh []time.Duration
+	c, err := consumer.New(r.m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	probe := streamprobe.New(c)
 	ready := make(chan struct{}, subscribers)
 	for i := range subscribers {
 		resp, err := http.Get(fmt.Sprintf("%s/v1/pools/p/stream?consumer=%d&lane=0&epoch=1", base, 100+i))
@@ -52,45 +47,8 @@ func BenchmarkRelayLoad(b *testing.B) {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				return
 			}
-			c, err := consumer.New(r.m)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			fr := wire.NewReader(resp.Body, 0)
-			var f wire.Frame
-			var pending *probe
-			first := true
-			for {
-				if err := fr.ReadFrame(&f); err != nil {
-					return
-				}
-				if first {
-					if err := c.Assign(f.Snapshot.Identity, f.Snapshot.Lease); err != nil {
-						b.Error(err)
-						return
-					}
-					first = false
-				}
-				if r := c.ApplyFrame(&f); r.Outcome == consumer.SnapshotInstalled {
-					ready <- struct{}{}
-				}
-				if pending == nil {
-					select {
-					case p := <-probes:
-						pending = &p
-					default:
-					}
-				}
-				if pending != nil {
-					if mask, _ := c.Contains(pending.key); mask&1 != 0 {
-						mu.Lock()
-						fresh = append(fresh, time.Since(pending.t0))
-						mu.Unlock()
-						pending = nil
-					}
-				}
-			}
+			go func() { <-probe.Ready(); ready <- struct{}{} }()
+			_ = probe.Run(resp.Body) // ends with the relay's shutdown
 		}()
 	}
 	for range subscribers {
@@ -127,10 +85,7 @@ func BenchmarkRelayLoad(b *testing.B) {
 		if resp.StatusCode != http.StatusAccepted {
 			b.Fatalf("events: %s", resp.Status)
 		}
-		select { // one probe in flight at a time
-		case probes <- probe{key: ckf.AppendSequenceHashes(nil, []uint64{firstLocal})[0], t0: time.Now()}:
-		default:
-		}
+		probe.Probe(ckf.AppendSequenceHashes(nil, []uint64{firstLocal})[0], time.Now()) // one in flight at a time
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
@@ -138,16 +93,12 @@ func BenchmarkRelayLoad(b *testing.B) {
 	b.ReportMetric(float64(b.N*eventsPerBatch*blocksPerEvent)/elapsed.Seconds(), "blocks/s")
 	// Let the last probe land before reading the samples.
 	deadline := time.Now().Add(5 * time.Second)
-	for len(probes) > 0 && time.Now().Before(deadline) {
+	for !probe.Idle() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	mu.Lock()
-	s := slices.Clone(fresh)
-	mu.Unlock()
-	if len(s) > 0 {
-		slices.Sort(s)
-		b.ReportMetric(float64(s[len(s)/2].Nanoseconds()), "fresh-p50-ns")
-		b.ReportMetric(float64(s[min(len(s)-1, len(s)*99/100)].Nanoseconds()), "fresh-p99-ns")
+	if s, p50, p99 := probe.Freshness(); len(s) > 0 {
+		b.ReportMetric(float64(p50.Nanoseconds()), "fresh-p50-ns")
+		b.ReportMetric(float64(p99.Nanoseconds()), "fresh-p99-ns")
 		b.ReportMetric(float64(len(s)), "fresh-samples")
 	}
 }
