@@ -215,6 +215,29 @@ func (w *workload) requireNoFalseNegatives(t *testing.T, r *natsRouter, lane int
 	}
 }
 
+// poolJetStream connects to the NATS server at url (closed when the test
+// ends) and returns its JetStream and pool's layout.
+func poolJetStream(t *testing.T, url, pool string) (jetstream.JetStream, natsjs.Layout) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	layout, err := natsjs.For("", pool)
+	require.NoError(t, err)
+	return js, layout
+}
+
+// run applies steps random operations, then flushes.
+func (w *workload) run(t *testing.T, steps int) {
+	t.Helper()
+	for range steps {
+		w.step(t)
+	}
+	w.flush(t)
+}
+
 // flush publishes the pool's tail and waits until its hub mirrors it, so
 // that a converged router holds every event admitted so far.
 func (w *workload) flush(t *testing.T) {
@@ -241,10 +264,7 @@ func TestNATS_EndToEnd(t *testing.T) {
 	}
 	for round := range rounds {
 		for lane, w := range loads {
-			for range 50 {
-				w.step(t)
-			}
-			w.flush(t)
+			w.run(t, 50)
 			requireConverged(t, s, r, cfg.Pools[lane].Name, lane)
 			w.requireNoFalseNegatives(t, r, lane)
 			if round == 0 {
@@ -278,22 +298,13 @@ func TestNATS_ServerRestart(t *testing.T) {
 	s := startNATSRelay(t, cfg)
 	r := startNATSRouter(t, cfg, ns.URL(), 11)
 	w := newWorkload(3, s.pools["dc-a"])
-	for range 30 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 30)
 	requireConverged(t, s, r, "dc-a", 0)
 
 	ns.Shutdown()
-	for range 30 { // events while NATS is down
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 30) // events while NATS is down
 	ns.Restart()
-	for range 30 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 30)
 	requireConverged(t, s, r, "dc-a", 0)
 	w.requireNoFalseNegatives(t, r, 0)
 	requireConverged(t, s, r, "dc-b", 1)
@@ -307,10 +318,7 @@ func TestNATS_RelayRestart(t *testing.T) {
 	s1 := startNATSRelay(t, cfg)
 	r := startNATSRouter(t, cfg, ns.URL(), 11)
 	w := newWorkload(4, s1.pools["dc-a"])
-	for range 40 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 40)
 	requireConverged(t, s1, r, "dc-a", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -319,10 +327,7 @@ func TestNATS_RelayRestart(t *testing.T) {
 	s2 := startNATSRelay(t, cfg)
 	require.NotEqual(t, s1.incarnation, s2.incarnation)
 	w2 := newWorkload(5, s2.pools["dc-a"])
-	for range 40 {
-		w2.step(t)
-	}
-	w2.flush(t)
+	w2.run(t, 40)
 	requireConverged(t, s2, r, "dc-a", 0)
 	w2.requireNoFalseNegatives(t, r, 0)
 	// The old incarnation's chains are gone from the new relay: a lane that
@@ -338,19 +343,10 @@ func TestNATS_DuplicatesAreIgnored(t *testing.T) {
 	s := startNATSRelay(t, cfg)
 	r := startNATSRouter(t, cfg, ns.URL(), 11)
 	w := newWorkload(6, s.pools["dc-a"])
-	for range 20 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 20)
 	requireConverged(t, s, r, "dc-a", 0)
 
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	layout, err := natsjs.For("", "dc-a")
-	require.NoError(t, err)
+	js, layout := poolJetStream(t, ns.URL(), "dc-a")
 	ctx := context.Background()
 	st, err := js.Stream(ctx, layout.Stream)
 	require.NoError(t, err)
@@ -375,10 +371,7 @@ func TestNATS_DuplicatesAreIgnored(t *testing.T) {
 	_, err = js.Publish(ctx, layout.Subject, delta.Data)
 	require.NoError(t, err)
 
-	for range 20 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 20)
 	requireConverged(t, s, r, "dc-a", 0)
 	assert.Zero(t, r.Lane(0).Resubscribes, "%+v", r.Lane(0))
 }
@@ -392,27 +385,15 @@ func TestNATS_LateRouterAfterRetentionResnapshots(t *testing.T) {
 	cfg := natsTestConfig(ns.URL(), 2*time.Second)
 	s := startNATSRelay(t, cfg)
 	w := newWorkload(7, s.pools["dc-a"])
-	for range 20 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 20)
 	require.Eventually(t, func() bool { return s.NATSStats()["dc-a"].Deltas > 0 }, 10*time.Second, 5*time.Millisecond)
 	snapsBefore := s.NATSStats()["dc-a"].Snapshots
 
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	layout, err := natsjs.For("", "dc-a")
-	require.NoError(t, err)
+	js, layout := poolJetStream(t, ns.URL(), "dc-a")
 	st, err := js.Stream(context.Background(), layout.Stream)
 	require.NoError(t, err)
 	require.NoError(t, st.Purge(context.Background()))
-	for range 20 { // deltas after the hole
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 20) // deltas after the hole
 
 	r := startNATSRouter(t, cfg, ns.URL(), 11)
 	requireConverged(t, s, r, "dc-a", 0)
@@ -430,10 +411,7 @@ func TestNATS_ExternalServer(t *testing.T) {
 	s := startNATSRelay(t, cfg)
 	r := startNATSRouter(t, cfg, url, 11)
 	w := newWorkload(8, s.pools["dc-a"])
-	for range 40 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 40)
 	requireConverged(t, s, r, "dc-a", 0)
 	w.requireNoFalseNegatives(t, r, 0)
 }
@@ -449,10 +427,7 @@ func TestNATS_TwoRegions(t *testing.T) {
 	r := startNATSRouterIn(t, cfg, client.NATSConfig{URL: b.URL(), Domain: "region-a"}, 11)
 	w := newWorkload(9, s.pools["dc-a"])
 	for range 3 {
-		for range 30 {
-			w.step(t)
-		}
-		w.flush(t)
+		w.run(t, 30)
 		requireConverged(t, s, r, "dc-a", 0)
 	}
 	w.requireNoFalseNegatives(t, r, 0)
@@ -523,27 +498,15 @@ func TestNATS_DeletedStreamAndBucketAreRecreated(t *testing.T) {
 	s := startNATSRelay(t, cfg)
 	r := startNATSRouter(t, cfg, ns.URL(), 11)
 	w := newWorkload(10, s.pools["dc-a"])
-	for range 20 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 20)
 	requireConverged(t, s, r, "dc-a", 0)
 
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	layout, err := natsjs.For("", "dc-a")
-	require.NoError(t, err)
+	js, layout := poolJetStream(t, ns.URL(), "dc-a")
 	ctx := context.Background()
 	require.NoError(t, js.DeleteStream(ctx, layout.Stream))
 	require.NoError(t, js.DeleteObjectStore(ctx, layout.Bucket))
 	snaps := s.NATSStats()["dc-a"].Snapshots
-	for range 20 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 20)
 	requireConverged(t, s, r, "dc-a", 0)
 	w.requireNoFalseNegatives(t, r, 0)
 	assert.Greater(t, s.NATSStats()["dc-a"].Snapshots, snaps, "a new snapshot names the recreated stream")
@@ -597,20 +560,14 @@ func TestNATS_ServerDownAtRelayStart(t *testing.T) {
 		_ = s.Shutdown(ctx)
 	})
 	w := newWorkload(12, s.pools["dc-a"])
-	for range 10 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 10)
 	assert.Zero(t, s.NATSStats()["dc-a"].Snapshots)
 	require.Eventually(t, func() bool { return s.NATSStats()["dc-a"].Retries > 0 }, 30*time.Second, 10*time.Millisecond,
 		"an unreachable NATS shows in the retries an operator watches (a setup attempt times out after 10 s)")
 
 	ns.Restart()
 	r := startNATSRouter(t, cfg, ns.URL(), 11)
-	for range 10 {
-		w.step(t)
-	}
-	w.flush(t)
+	w.run(t, 10)
 	requireConverged(t, s, r, "dc-a", 0)
 	w.requireNoFalseNegatives(t, r, 0)
 }
