@@ -106,18 +106,7 @@ func TestStream_SlowLinkConvergesAfterItsSnapshot(t *testing.T) {
 	}
 	s, ts := startTestServer(t, cfg)
 	p := s.pools["big"]
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	req := httptest.NewRequest("GET", "/v1/pools/big/stream?consumer=5&lane=0&epoch=1", nil).WithContext(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Handler().ServeHTTP(&pipeWriter{header: http.Header{}, pw: pw}, req)
-		pw.Close()
-	}()
-	t.Cleanup(func() { cancel(); pr.Close(); <-done })
-
-	sr := &streamReader{t: t, r: wire.NewReader(pr, 0)}
+	sr := pipeStream(t, s, "/v1/pools/big/stream?consumer=5&lane=0&epoch=1")
 	const perChunk = 160
 	seed := uint64(1)
 	publish := func() {
@@ -174,17 +163,7 @@ func TestStream_LaggedMidSnapshotStopsAtOnce(t *testing.T) {
 	}
 	s, ts := startTestServer(t, cfg)
 	p := s.pools["big"]
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	req := httptest.NewRequest("GET", "/v1/pools/big/stream?consumer=5&lane=0&epoch=1", nil).WithContext(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Handler().ServeHTTP(&pipeWriter{header: http.Header{}, pw: pw}, req)
-		pw.Close()
-	}()
-	t.Cleanup(func() { cancel(); pr.Close(); <-done })
-	sr := &streamReader{t: t, r: wire.NewReader(pr, 0)}
+	sr := pipeStream(t, s, "/v1/pools/big/stream?consumer=5&lane=0&epoch=1")
 	require.Equal(t, wire.KindSnapshotChunk, sr.next())
 	require.Equal(t, uint32(0), sr.f.Snapshot.ChunkIndex)
 	seq := p.hub.Stats().Sequence
@@ -206,4 +185,22 @@ func TestStream_LaggedMidSnapshotStopsAtOnce(t *testing.T) {
 	}
 	require.Equal(t, wire.KindClose, k)
 	require.Equal(t, wire.CloseLagged, sr.f.Close.Reason)
+}
+
+// pipeStream serves a stream request through a pipe the test reads at its
+// own pace (the relay's writes block until then); the request ends with the
+// test.
+func pipeStream(t *testing.T, s *Server, target string) *streamReader {
+	t.Helper()
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest("GET", target, nil).WithContext(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Handler().ServeHTTP(&pipeWriter{header: http.Header{}, pw: pw}, req)
+		pw.Close()
+	}()
+	t.Cleanup(func() { cancel(); pr.Close(); <-done })
+	return &streamReader{t: t, r: wire.NewReader(pr, 0)}
 }
