@@ -25,10 +25,16 @@ func (l *demoLoop) report(ctx context.Context) *replay.Report {
 		BlocksPerRank: o.blocksPerRank, ExpectedBlocks: l.relay.expected, BucketCount: l.relay.format.BucketCount,
 		Events: l.events, EventBlocks: l.eventBlocks, WallSeconds: l.wall.Seconds(),
 		// Behind HTTP the demo sees neither the pools' exact state and
-		// memory nor the deltas' publication.
+		// memory nor the deltas' publication (delivery is timed from the
+		// relay taking the events instead, deliveryLanes).
 		Unmeasured: []string{"deltas", "images", "frame_bytes", "trace_seconds", "capacity_omissions",
-			"freshness_p50_ms", "freshness_p99_ms", "delivery_p50_ns", "delivery_p99_ns",
+			"freshness_p50_ms", "freshness_p99_ms",
 			"producer_bytes_per_block", "exact_state_bytes_per_block", "producer_bytes"}}
+	if n, p50, p99 := l.router.delivery.percentiles(); n > 0 {
+		rep.DeliveryP50Ns, rep.DeliveryP99Ns = p50.Nanoseconds(), p99.Nanoseconds()
+	} else {
+		rep.Unmeasured = append(rep.Unmeasured, "delivery_p50_ns", "delivery_p99_ns")
+	}
 	loads := make([]float64, o.dataCenters)
 	fprOK := true
 	for d := range o.dataCenters {

@@ -20,6 +20,7 @@ const demoConsumerInstance = 77
 type demoRouter struct {
 	*client.Router
 	lanes    client.Lanes
+	delivery *deliveryLanes // wraps lanes for the client
 	dcs      int
 	laneInfo []client.LaneInfo // each lane's state when the router stopped
 
@@ -48,13 +49,14 @@ func startDemoRouter(ctx context.Context, o demoOptions, relay *demoRelay) (*dem
 	if relay.nats != nil {
 		rcfg.RelayURL, rcfg.NATS = "", relay.nats
 	}
-	cr, err := client.New(rcfg, lanes)
+	delivery := &deliveryLanes{Lanes: lanes}
+	cr, err := client.New(rcfg, delivery)
 	if err != nil {
 		closeLanes()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &demoRouter{Router: cr, lanes: lanes, dcs: o.dataCenters, closeLanes: closeLanes, cancel: cancel, done: make(chan struct{})}
+	r := &demoRouter{Router: cr, lanes: lanes, delivery: delivery, dcs: o.dataCenters, closeLanes: closeLanes, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		_ = cr.Run(rctx)

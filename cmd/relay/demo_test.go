@@ -68,7 +68,10 @@ func checkSummary(t *testing.T, rep *replay.Report, out string, dcs int) {
 	if rep.FPRProbes != 20_000 || rep.FPRBound <= 0 || rep.FilterLoad <= 0 {
 		t.Errorf("got %d FPR probes, bound %v at load %v; want 20000 probes at a measured load", rep.FPRProbes, rep.FPRBound, rep.FilterLoad)
 	}
-	for _, row := range []string{"best-DC agreement", "over-reports (lanes, blocks)", "under-reports (lanes, blocks)", "false-positive rate"} {
+	if rep.DeliveryP50Ns <= 0 || rep.DeliveryP99Ns < rep.DeliveryP50Ns {
+		t.Errorf("got delivery p50 %d ns, p99 %d ns; want a measured delivery time", rep.DeliveryP50Ns, rep.DeliveryP99Ns)
+	}
+	for _, row := range []string{"best-DC agreement", "over-reports (lanes, blocks)", "under-reports (lanes, blocks)", "false-positive rate", "delivery p50 / p99 (wall)"} {
 		i := strings.Index(out, "\n"+row)
 		if i < 0 {
 			t.Errorf("summary lacks the %q row:\n%s", row, out)

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
+	"github.com/ckfrelay/ckfrelay/consumer"
+)
+
+// deliveryLanes measures the demo's delivery time: from a data center's
+// relay taking a request's events (its HTTP 202, or the engine's ZMQ publish
+// for the ZMQ data center) to the first frame after which the router's lane
+// for that data center holds the request's last block. It wraps the
+// router's consumer; client.Router serializes every call into it, so the
+// check after each frame reads the consumer safely. One probe per lane is
+// pending at a time.
+type deliveryLanes struct {
+	client.Lanes
+
+	mu      sync.Mutex // guards pending and took
+	pending [ckf.MaxLanes]deliveryProbe
+	took    []time.Duration
+}
+
+type deliveryProbe struct {
+	key uint64
+	t0  time.Time
+	set bool
+}
+
+// ApplyFrame applies frame and times every pending probe it made visible.
+func (d *deliveryLanes) ApplyFrame(frame []byte) (consumer.Result, error) {
+	res, err := d.Lanes.ApplyFrame(frame)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for lane := range d.pending {
+		p := &d.pending[lane]
+		if !p.set {
+			continue
+		}
+		if mask, _ := d.Lanes.Contains(p.key); mask&(1<<lane) != 0 {
+			d.took = append(d.took, time.Since(p.t0))
+			p.set = false
+		}
+	}
+	return res, err
+}
+
+// probe times the arrival of key in lane from t0, unless a probe of the
+// lane is pending or router's lane already holds key (a block stored before
+// says nothing about this delivery).
+func (d *deliveryLanes) probe(router *client.Router, lane int, key uint64, t0 time.Time) {
+	d.mu.Lock()
+	busy := d.pending[lane].set
+	d.mu.Unlock()
+	if busy {
+		return
+	}
+	if mask, err := router.Contains(key); err != nil || mask&(1<<lane) != 0 {
+		return
+	}
+	d.mu.Lock()
+	d.pending[lane] = deliveryProbe{key: key, t0: t0, set: true}
+	d.mu.Unlock()
+}
+
+// percentiles returns the samples' count, median and 99th percentile.
+func (d *deliveryLanes) percentiles() (n int, p50, p99 time.Duration) {
+	d.mu.Lock()
+	s := slices.Clone(d.took)
+	d.mu.Unlock()
+	if len(s) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(s)
+	return len(s), s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
+}
