@@ -147,6 +147,9 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 				body, _ = wire.AppendRouterEventsJSON(body[:0], evs)
 				req, _ := http.NewRequestWithContext(ctx, "POST", rl.base+"/v1/pools/p/events?source_epoch=1", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
+				if g == 0 { // probed before sending: the deltas may beat the 202; one in flight at a time
+					probe.Probe(ckf.AppendSequenceHashes(nil, []uint64{firstLocal})[0], time.Now())
+				}
 				resp, err := hc.Do(req)
 				if err != nil {
 					return // the soak ended
@@ -158,9 +161,6 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 					return
 				}
 				events.Add(64)
-				if g == 0 { // one probe in flight at a time
-					probe.Probe(ckf.AppendSequenceHashes(nil, []uint64{firstLocal})[0], time.Now())
-				}
 			}
 		}()
 	}
