@@ -10,10 +10,10 @@ import (
 	"github.com/ckfrelay/ckfrelay/consumer"
 )
 
-// deliveryLanes measures the demo's delivery time: from a data center's
-// relay taking a request's events (its HTTP 202, or the engine's ZMQ publish
-// for the ZMQ data center) to the first frame after which the router's lane
-// for that data center holds the request's last block. It wraps the
+// deliveryLanes measures the demo's delivery time: from sending a request's
+// events to its data center's relay (the HTTP POST, or the engine's ZMQ
+// publish for the ZMQ data center) to the first frame after which the
+// router's lane for that data center holds the request's last block. It wraps the
 // router's consumer; client.Router serializes every call into it, so the
 // check after each frame reads the consumer safely. One probe per lane is
 // pending at a time.

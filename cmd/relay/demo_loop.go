@@ -134,10 +134,11 @@ func (l *demoLoop) place(ctx context.Context, req *workload.Request, at time.Dur
 	if len(l.evs) == 0 {
 		return nil
 	}
+	// Probed before sending: the relay may publish before Send returns.
+	l.router.delivery.probe(l.router.Router, pl.DC, chain[len(chain)-1], time.Now())
 	if err := l.feeds[pl.DC].Send(ctx, &servedRequest{rank: pl.Rank, ids: req.HashIDs, locals: locals, evs: l.evs}); err != nil {
 		return err
 	}
-	l.router.delivery.probe(l.router.Router, pl.DC, chain[len(chain)-1], time.Now())
 	for i := range l.evs {
 		l.events++
 		l.eventBlocks += uint64(l.evs[i].BlockCount())

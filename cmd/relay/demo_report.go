@@ -25,8 +25,8 @@ func (l *demoLoop) report(ctx context.Context) *replay.Report {
 		BlocksPerRank: o.blocksPerRank, ExpectedBlocks: l.relay.expected, BucketCount: l.relay.format.BucketCount,
 		Events: l.events, EventBlocks: l.eventBlocks, WallSeconds: l.wall.Seconds(),
 		// Behind HTTP the demo sees neither the pools' exact state and
-		// memory nor the deltas' publication (delivery is timed from the
-		// relay taking the events instead, deliveryLanes).
+		// memory nor the deltas' publication (delivery is timed from
+		// sending the events instead, deliveryLanes).
 		Unmeasured: []string{"deltas", "images", "frame_bytes", "trace_seconds", "capacity_omissions",
 			"freshness_p50_ms", "freshness_p99_ms",
 			"producer_bytes_per_block", "exact_state_bytes_per_block", "producer_bytes"}}

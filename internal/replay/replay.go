@@ -308,9 +308,9 @@ type Report struct {
 	// publication to the consumer having applied it: encode, decode and
 	// apply when Lag is 0; with a lag it also includes the wall time the
 	// replay spent reaching the delta's visibility time on the trace clock.
-	// The demo (relay serve's demo, behind real relays) times delivery from
-	// a relay taking a request's events (HTTP 202, or the engine's ZMQ
-	// publish) to the router's lane holding the request's last block.
+	// The demo (relay demo, behind real relays) times delivery from sending
+	// a request's events (the HTTP POST, or the engine's ZMQ publish) to the
+	// router's lane holding the request's last block.
 	FreshnessP50Ms float64 `json:"freshness_p50_ms"`
 	FreshnessP99Ms float64 `json:"freshness_p99_ms"`
 	DeliveryP50Ns  int64   `json:"delivery_p50_ns"`
