@@ -199,6 +199,8 @@ func (a *actor) handle(c *command) bool {
 	return true
 }
 
+// apply runs an Apply command: its events in order, each as if admitted
+// alone. It returns false when a fence interrupted it.
 func (a *actor) apply(c *command) bool {
 	// The permits cover the whole command; they return once it has run,
 	// whether every event applied or a fence stopped it part way.
