@@ -109,13 +109,13 @@ func TestTailFrames_JSONLinesWithHexWords(t *testing.T) {
 	if ws := fmt.Sprint(got[0]["words"]); ws != "[0000000000000000 00000000deadbeef 8000000000000000 000000000000002a]" {
 		t.Errorf("snapshot words %s, want 16-digit hex", ws)
 	}
-	if got[0]["sequence"] != 7.0 || fmt.Sprint(got[0]["lease"]) != "map[consumer:5 epoch:11 lane:2]" {
+	if got[0]["sequence"] != "7" || fmt.Sprint(got[0]["lease"]) != "map[consumer:5 epoch:11 lane:2]" {
 		t.Errorf("snapshot line %v, want sequence 7 under lease 5/2/11", got[0])
 	}
 	if im := fmt.Sprint(got[1]["images"]); im != "[map[bucket:1 word:0000000000000abc]]" {
 		t.Errorf("delta images %s, want bucket 1 word in hex", im)
 	}
-	if got[3]["expected_sequence"] != 8.0 || got[4]["reason"] != "shutting_down" {
+	if got[3]["expected_sequence"] != "8" || got[4]["reason"] != "shutting_down" {
 		t.Errorf("drain %v / close %v, want expected 8 and reason shutting_down", got[3], got[4])
 	}
 
