@@ -157,17 +157,31 @@ func exportLastError(out unsafe.Pointer, capacity uint32) (code int32) {
 
 //go:wasmexport query
 func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, salt uint64, out unsafe.Pointer) (code int32) {
+	// The sequence-hash path (the routers' query) is written for the
+	// fewest Go calls, each tens of nanoseconds in WebAssembly
+	// (BENCHMARKS.md, "Wasm kernels"): its buffers are checked inline
+	// against the last query's, and the deferred recovery calls recover
+	// only when that path did not finish (any panic before done is set).
+	done := false
 	defer func() {
-		if r := recover(); r != nil {
-			code = panicked(r)
+		if !done {
+			if r := recover(); r != nil {
+				code = panicked(r)
+			}
 		}
 	}()
-	if kind == abi.QuerySequenceHashes { // the routers' query: fewest calls
-		src, dst, ok := heap.viewPair(uintptr(in), 8*uint64(count), uintptr(out), abi.QueryRecordSize)
-		if !ok {
-			return int32(g.fail(abi.ErrBadArgument, nil))
+	if kind == abi.QuerySequenceHashes {
+		src, ok1 := within(heap.queryIn, uintptr(in), 8*uint64(count))
+		dst, ok2 := within(heap.queryOut, uintptr(out), abi.QueryRecordSize)
+		if !ok1 || !ok2 {
+			var ok bool
+			if src, dst, ok = heap.queryViews(uintptr(in), 8*uint64(count), uintptr(out), abi.QueryRecordSize); !ok {
+				return int32(g.fail(abi.ErrBadArgument, nil))
+			}
 		}
-		return int32(g.querySequenceHashes(src, int(count), dst))
+		code = int32(g.querySequenceHashes(src, int(count), dst))
+		done = true
+		return code
 	}
 	width := uint64(8)
 	if kind == abi.QueryTokens {
