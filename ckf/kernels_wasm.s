@@ -257,16 +257,17 @@ TEXT ·chainWords(SB), NOSPLIT, $0-32
 	RET
 
 // LANE tests lane word OFF/8 of rows R7 (bucket a) and R8 (bucket b) against
-// the broadcast fingerprint R6 and ORs the result into R9: x has a zero
-// 16-bit lane iff (x - 0x0001…) & ^x & 0x8000… ≠ 0, and those high bits,
+// the broadcast fingerprint R6 and ORs the result into R9: x = word ^ R6 has a
+// zero 16-bit lane iff (x - 0x0001…) & ^x & 0x8000… ≠ 0, with ^x computed as
+// word ^ R5 (R5 = ^R6), one operation fewer than x ^ -1; those high bits,
 // shifted right by 15 - OFF/8, land on bits OFF/8 + 16k, distinct for every
 // lane; ROWHITS folds the four 16-bit groups once at the end (two fewer
 // operations per lane than a compare and shift per lane).
 #define LANE(OFF, BIT) \
-	Get R7; I32WrapI64; I64Load $(OFF); Get R6; I64Xor; Tee R10; I64Const $0x0001000100010001; I64Sub; \
-	Get R10; I64Const $-1; I64Xor; I64And; \
-	Get R8; I32WrapI64; I64Load $(OFF); Get R6; I64Xor; Tee R10; I64Const $0x0001000100010001; I64Sub; \
-	Get R10; I64Const $-1; I64Xor; I64And; \
+	Get R7; I32WrapI64; I64Load $(OFF); Tee R10; Get R6; I64Xor; I64Const $0x0001000100010001; I64Sub; \
+	Get R10; Get R5; I64Xor; I64And; \
+	Get R8; I32WrapI64; I64Load $(OFF); Tee R10; Get R6; I64Xor; I64Const $0x0001000100010001; I64Sub; \
+	Get R10; Get R5; I64Xor; I64And; \
 	I64Or; I64Const $0x8000800080008000; I64And; I64Const $(15-BIT); I64ShrU; Get R9; I64Or; Set R9
 
 // ROWHITS sets R9 to the lane hit mask of key R1 (the body of laneRowHits):
@@ -381,7 +382,10 @@ TEXT ·chainWords(SB), NOSPLIT, $0-32
 	Get R6; \
 	I64Const $0x0001000100010001; \
 	I64Mul; \
-	Set R6; \
+	Tee R6; \
+	I64Const $-1; \
+	I64Xor; \
+	Set R5; \
 	I64Const $0; \
 	Set R9; \
 	LANE(0, 0); \
