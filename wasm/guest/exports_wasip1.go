@@ -157,11 +157,11 @@ func exportLastError(out unsafe.Pointer, capacity uint32) (code int32) {
 
 //go:wasmexport query
 func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, salt uint64, out unsafe.Pointer) (code int32) {
-	// The sequence-hash path (the routers' query) is written for the
-	// fewest Go calls, each tens of nanoseconds in WebAssembly
-	// (BENCHMARKS.md, "Wasm kernels"): its buffers are checked inline
-	// against the last query's, and the deferred recovery calls recover
-	// only when that path did not finish (any panic before done is set).
+	// Written for the fewest Go calls, each tens of nanoseconds in
+	// WebAssembly, and a small frame (BENCHMARKS.md, "Wasm kernels"): the
+	// buffers are checked inline against the last query's (queryViews
+	// otherwise), and the deferred recovery calls recover only when the
+	// query did not finish (a panic before done is set).
 	done := false
 	defer func() {
 		if !done {
@@ -170,30 +170,38 @@ func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, 
 			}
 		}
 	}()
-	if kind == abi.QuerySequenceHashes {
-		src, ok1 := within(heap.queryIn, uintptr(in), 8*uint64(count))
-		dst, ok2 := within(heap.queryOut, uintptr(out), abi.QueryRecordSize)
-		if !ok1 || !ok2 {
-			var ok bool
-			if src, dst, ok = heap.queryViews(uintptr(in), 8*uint64(count), uintptr(out), abi.QueryRecordSize); !ok {
-				return int32(g.fail(abi.ErrBadArgument, nil))
-			}
-		}
-		code = int32(g.querySequenceHashes(src, int(count), dst))
+	if kind != abi.QuerySequenceHashes { // the routers' query stays in this frame
+		code = queryOther(kind, in, count, blockSize, salt, out)
 		done = true
 		return code
 	}
+	src, ok1 := within(heap.queryIn, uintptr(in), 8*uint64(count))
+	dst, ok2 := within(heap.queryOut, uintptr(out), abi.QueryRecordSize)
+	if !ok1 || !ok2 {
+		var ok bool
+		if src, dst, ok = heap.queryViews(uintptr(in), 8*uint64(count), uintptr(out), abi.QueryRecordSize); !ok {
+			return int32(g.fail(abi.ErrBadArgument, nil))
+		}
+	}
+	code = int32(g.querySequenceHashes(src, int(count), dst))
+	done = true
+	return code
+}
+
+// queryOther is exportQuery for every kind but sequence hashes (under its
+// recovery).
+func queryOther(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, salt uint64, out unsafe.Pointer) int32 {
 	width := uint64(8)
 	if kind == abi.QueryTokens {
 		width = 4
 	}
-	src, ok := view(in, width*uint64(count))
-	if !ok {
-		return int32(g.fail(abi.ErrBadArgument, nil))
-	}
-	dst, ok := view(out, abi.QueryRecordSize)
-	if !ok {
-		return int32(g.fail(abi.ErrBadArgument, nil))
+	src, ok1 := within(heap.queryIn, uintptr(in), width*uint64(count))
+	dst, ok2 := within(heap.queryOut, uintptr(out), abi.QueryRecordSize)
+	if !ok1 || !ok2 {
+		var ok bool
+		if src, dst, ok = heap.queryViews(uintptr(in), width*uint64(count), uintptr(out), abi.QueryRecordSize); !ok {
+			return int32(g.fail(abi.ErrBadArgument, nil))
+		}
 	}
 	if kind > abi.QueryTokens {
 		return int32(g.fail(abi.ErrBadArgument, nil))
