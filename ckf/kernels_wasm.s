@@ -512,12 +512,13 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-24
 	I64Const $0xFFFF; Set R5
 	FORLANES(R5, SETLO(R6))
 
-	// Gallop: R13 active, R14 last, R15 p.
-	I64Const $0; Set R12
-	PROBE
-	Get R9; Set R13
-	I64Const $0; Set R14
-	I64Const $1; Set R15
+	// Gallop: R13 active, R14 last (-1 before position 0), R15 p. The loop
+	// probes position 0 too (one inlined probe fewer, so less code to fetch
+	// on each call): there every lane is active and a miss pushes no group
+	// (the lane's lo stays -1).
+	I64Const $-1; Set R13
+	I64Const $-1; Set R14
+	I64Const $0; Set R15
 	Block; Loop
 		Get R13; I64Eqz; BrIf $1
 		Get R14; LOADS(S_N); I64Const $1; I64Sub; I64GeS; BrIf $1
@@ -526,11 +527,11 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-24
 		Get R15; Set R12
 		PROBE
 		Get R13; Get R9; I64Const $-1; I64Xor; I64And; Tee R10
-		I64Eqz; I32Eqz
+		I64Eqz; I32Eqz; Get R14; I64Const $0; I64GeS; I32And
 		If; PUSH(R10, R14, R15); End
 		Get R13; Get R9; I64And; Set R13
 		Get R15; Set R14
-		Get R15; I64Const $1; I64Shl; Set R15
+		Get R15; I64Const $1; I64Shl; Get R15; I64Eqz; I64ExtendI32U; I64Or; Set R15
 		Br $0
 	End; End
 	Get R13; I64Eqz; I32Eqz
