@@ -160,8 +160,10 @@ func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, 
 	// Written for the fewest Go calls, each tens of nanoseconds in
 	// WebAssembly, and a small frame (BENCHMARKS.md, "Wasm kernels"): the
 	// buffers are checked inline against the last query's (queryViews
-	// otherwise), and the deferred recovery calls recover only when the
-	// query did not finish (a panic before done is set).
+	// otherwise), the sequence-hash query (the routers' query) runs here
+	// rather than in a guest method, and the deferred recovery calls
+	// recover only when the query did not finish (a panic before done is
+	// set). The views are exact: src is 8×count bytes, dst one record.
 	done := false
 	defer func() {
 		if !done {
@@ -183,7 +185,19 @@ func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, 
 			return int32(g.fail(abi.ErrBadArgument, nil))
 		}
 	}
-	code = int32(g.querySequenceHashes(src, int(count), dst))
+	c, n := g.c, int(count)
+	if c == nil {
+		code = int32(g.query(abi.QuerySequenceHashes, src, n, 0, 0, dst))
+		done = true
+		return code
+	}
+	err := c.QuerySequenceHashes(uint64s(src, &g.hashes), &g.res)
+	putQueryRecord(dst, &g.res)
+	if err != nil {
+		code = int32(g.fail(abi.CodeOf(err), err))
+	} else {
+		code = int32(g.res.Mask)
+	}
 	done = true
 	return code
 }
