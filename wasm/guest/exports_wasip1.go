@@ -192,7 +192,11 @@ func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, 
 		return code
 	}
 	err := c.QuerySequenceHashes(uint64s(src, &g.hashes), &g.res)
-	putQueryRecord(dst, &g.res)
+	if uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%8 == 0 { // putQueryRecord with no Go call
+		storeRecord((*[abi.QueryRecordSize / 8]uint64)(unsafe.Pointer(unsafe.SliceData(dst))), &g.res)
+	} else {
+		putQueryRecord(dst, &g.res)
+	}
 	if err != nil {
 		code = int32(g.fail(abi.CodeOf(err), err))
 	} else {
