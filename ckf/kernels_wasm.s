@@ -431,6 +431,8 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 #define S_SEQ $PrefixSearch_Seq
 #define S_N $(PrefixSearch_Seq+8)
 #define S_MEMO $PrefixSearch_Memo
+#define S_MEMOLEN $(PrefixSearch_Memo+8)
+#define S_STAMPLEN $(PrefixSearch_Stamp+8)
 #define S_STAMP $PrefixSearch_Stamp
 #define S_GEN $PrefixSearch_Gen
 #define S_READY $PrefixSearch_Ready
@@ -493,14 +495,28 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 // SETLO stores local A as lane R1's lo (i64).
 #define SETLO(A) Get R11; I64Const S_LO; I64Add; Get R1; I64Const $3; I64Shl; I64Add; I32WrapI64; Get A; I64Store $0
 
-// func prefixSearch(s *PrefixSearch, ad *Addresser, words *uint64)
-TEXT ·prefixSearch(SB), NOSPLIT, $0-24
+// func prefixSearch(s *PrefixSearch, keyFlip, dispFlip, mask uint64, words *uint64, nwords int) bool
+TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	I64Load s+0(FP); Set R11
-	I64Load ad+8(FP); Set R1
-	I64Load words+16(FP); Set R0
-	Get R1; I32WrapI64; I64Load $Addresser_keyFlip; Set R2
-	Get R1; I32WrapI64; I64Load $Addresser_dispFlip; Set R3
-	Get R1; I32WrapI64; I64Load $Addresser_mask; Set R4
+	I64Load keyFlip+8(FP); Set R2
+	I64Load dispFlip+16(FP); Set R3
+	I64Load mask+24(FP); Set R4
+	I64Load words+32(FP); Set R0
+	// The contract (SearchPrefix): n = len(Seq) ≥ 1, len(Memo) ≥ n,
+	// len(Stamp) ≥ n, Depth ≠ nil, and (mask+1)·16 - 1 < nwords, wrapping
+	// like the Go index expression it replaces. Otherwise report false.
+	Get SP; I64Const $0; I64Store8 ret+48(FP)
+	Block
+		LOADS(S_N); I64Eqz; BrIf $0
+		LOADS(S_MEMOLEN); LOADS(S_N); I64LtU; BrIf $0
+		LOADS(S_STAMPLEN); LOADS(S_N); I64LtU; BrIf $0
+		LOADS(S_DEPTH); I64Eqz; BrIf $0
+		Get R4; I64Const $1; I64Add; I64Const $4; I64Shl; I64Const $1; I64Sub
+		I64Load nwords+40(FP); I64GeU; BrIf $0
+		Get SP; I64Const $1; I64Store8 ret+48(FP)
+	End
+	Get SP; I64Load8U ret+48(FP); I64Eqz
+	If; RET; End
 	STORES(S_PROBES, I64Const $0)
 	STORES(S_RESUME, I64Const $-1)
 	STORES(S_ARG, I64Const $0)
