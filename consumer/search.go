@@ -224,7 +224,7 @@ func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
 	s.Seq, s.Memo, s.Stamp, s.Gen = seq, q.memo, q.stamp, q.gen
 	s.Ready, s.Window, s.Depth = ready, c.window, &res.Depths
 	if !c.addresser.SearchPrefix(c.words, s) {
-		panic("consumer: no search kernel on this architecture")
+		panic("consumer: search kernel missing or refused its input")
 	}
 	s.Seq, s.Depth = nil, nil // not retained: seq is the caller's
 	q.probes += uint64(s.Probes)
