@@ -457,17 +457,28 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 // PROBE sets R9 to the hit mask of position R12 over the ready lanes,
 // probing the table only on the position's first visit in the query (the
 // memo: Memo[p] valid when Stamp[p] == Gen), like consumer's probe.
+// The state fields PROBE and the gallop read on every step, cached as raw
+// bits in f64 locals by prefixSearch's prologue (the i64 locals are all
+// taken): a local read is one instruction where a field load is a
+// bounds-checked memory access. The kernel never changes them.
+#define STAMP_P Get F16; I64ReinterpretF64
+#define GEN32 Get F17; I64ReinterpretF64; I32WrapI64
+#define MEMO_P Get F18; I64ReinterpretF64
+#define SEQ_P Get F19; I64ReinterpretF64
+#define READY64 Get F20; I64ReinterpretF64
+#define N64 Get F22; I64ReinterpretF64
+
 #define PROBE \
-	LOADS(S_STAMP); Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
-	Get R11; I32WrapI64; I32Load S_GEN; I32Eq; \
+	STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
+	GEN32; I32Eq; \
 	If; \
-		LOADS(S_MEMO); Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R9; \
+		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R9; \
 	Else; \
-		LOADS(S_SEQ); Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
+		SEQ_P; Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
 		ROWHITS; \
-		Get R9; Get R11; I32WrapI64; I64Load16U S_READY; I64And; Set R9; \
-		LOADS(S_MEMO); Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
-		LOADS(S_STAMP); Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; Get R11; I32WrapI64; I32Load S_GEN; I32Store $0; \
+		Get R9; READY64; I64And; Set R9; \
+		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
+		STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; GEN32; I32Store $0; \
 		STORES(S_PROBES, LOADS(S_PROBES); I64Const $1; I64Add); \
 	End
 
@@ -517,6 +528,12 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	End
 	Get SP; I64Load8U ret+48(FP); I64Eqz
 	If; RET; End
+	Get R11; I32WrapI64; F64Load S_STAMP; Set F16
+	Get R11; I32WrapI64; I64Load32U S_GEN; F64ReinterpretI64; Set F17
+	Get R11; I32WrapI64; F64Load S_MEMO; Set F18
+	Get R11; I32WrapI64; F64Load S_SEQ; Set F19
+	Get R11; I32WrapI64; I64Load16U S_READY; F64ReinterpretI64; Set F20
+	Get R11; I32WrapI64; F64Load S_N; Set F22
 	STORES(S_PROBES, I64Const $0)
 	STORES(S_RESUME, I64Const $-1)
 	STORES(S_ARG, I64Const $0)
@@ -537,9 +554,9 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	I64Const $0; Set R15
 	Block; Loop
 		Get R13; I64Eqz; BrIf $1
-		Get R14; LOADS(S_N); I64Const $1; I64Sub; I64GeS; BrIf $1
-		Get R15; LOADS(S_N); I64Const $1; I64Sub; I64GtS
-		If; LOADS(S_N); I64Const $1; I64Sub; Set R15; End
+		Get R14; N64; I64Const $1; I64Sub; I64GeS; BrIf $1
+		Get R15; N64; I64Const $1; I64Sub; I64GtS
+		If; N64; I64Const $1; I64Sub; Set R15; End
 		Get R15; Set R12
 		PROBE
 		Get R13; Get R9; I64Const $-1; I64Xor; I64And; Tee R10
@@ -551,7 +568,7 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 		Br $0
 	End; End
 	Get R13; I64Eqz; I32Eqz
-	If; LOADS(S_N); Set R10; PUSH(R13, R14, R10); End
+	If; N64; Set R10; PUSH(R13, R14, R10); End
 
 	// Grouped binary search: R13 lanes, R14 a, R15 z of the popped group.
 	Block; Loop
