@@ -131,13 +131,12 @@ type PrefixSearch struct {
 // SearchPrefix runs s on the lane-minor table words (as for
 // [Addresser.LaneRowHits]) and reports true, on GOARCH=wasm; elsewhere it
 // does nothing and reports false, and the caller runs its Go search (which
-// the compiler already keeps in registers). len(s.Seq) must be ≥ 1, Memo and
-// Stamp at least as long and Depth non-nil; it panics otherwise, like an
-// index out of range. It is small enough to inline: in WebAssembly every Go
-// call on the query path costs tens of nanoseconds.
+// the compiler already keeps in registers). It also does nothing and
+// reports false when s breaks its contract: len(s.Seq) ≥ 1, Memo and Stamp
+// at least as long, Depth non-nil and words holding every row the
+// addressing can reach (the kernel checks this itself, so the call inlines:
+// in WebAssembly every Go call on the query path costs tens of
+// nanoseconds).
 func (ad Addresser) SearchPrefix(words []uint64, s *PrefixSearch) bool {
-	_ = words[(ad.mask+1)*MaxLanes-1] // every row the mask can reach
-	n := len(s.Seq)
-	_, _, _ = s.Memo[n-1], s.Stamp[n-1], s.Depth[0]
-	return searchPrefixArch(&ad, words, s)
+	return searchPrefixArch(ad.keyFlip, ad.dispFlip, ad.mask, words, s)
 }

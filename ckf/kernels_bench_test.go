@@ -1,6 +1,7 @@
 package ckf
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -109,5 +110,47 @@ func fmtUint(v uint64) string {
 		if v == 0 {
 			return string(buf[i:])
 		}
+	}
+}
+
+// BenchmarkSearchPrefix: the search kernel alone on the wasm query
+// benchmark's shape (wasm/host BenchmarkQuery by sequence hashes): 1,024
+// keys held by all 16 lanes of a 64 MiB table, window 2, so 13 probes
+// (gallop to the end, one window probe); p50-ns per search from batches of
+// 16. It skips off wasm, where there is no kernel.
+func BenchmarkSearchPrefix(b *testing.B) {
+	const buckets = 1 << 19
+	words := make([]uint64, buckets*MaxLanes)
+	ad := NewAddresser(DefaultSeed, buckets)
+	rng := rand.New(rand.NewPCG(1, 2))
+	seq := make([]uint64, 1024)
+	for i := range seq {
+		seq[i] = rng.Uint64()
+		a := ad.Address(seq[i])
+		for l := range MaxLanes {
+			w := &words[a.A*MaxLanes+uint64(l)]
+			for s := 0; s < 4; s++ {
+				if (*w>>(16*s))&0xFFFF == 0 {
+					*w |= uint64(a.Fingerprint) << (16 * s)
+					break
+				}
+			}
+		}
+	}
+	s := &PrefixSearch{Seq: seq, Memo: make([]uint16, 1024), Stamp: make([]uint32, 1024), Ready: 0xFFFF, Window: 2, Depth: new([MaxLanes]uint32)}
+	d := make([]time.Duration, 0, 4096)
+	for b.Loop() {
+		t0 := time.Now()
+		for range 16 {
+			s.Gen++
+			if !ad.SearchPrefix(words, s) {
+				b.Skip("no kernel")
+			}
+		}
+		d = append(d, time.Since(t0))
+	}
+	reportP50(b, d, 16)
+	if s.Depth[15] != 1024 || s.Probes != 13 {
+		b.Fatalf("depth %d probes %d", s.Depth[15], s.Probes)
 	}
 }

@@ -19,4 +19,4 @@ func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {
 	return laneRowHitsGo(ad, words, key)
 }
 
-func searchPrefixArch(*Addresser, []uint64, *PrefixSearch) bool { return false }
+func searchPrefixArch(uint64, uint64, uint64, []uint64, *PrefixSearch) bool { return false }

@@ -249,3 +249,42 @@ func TestKernelConstants(t *testing.T) {
 	p1 := uint64(0x9E3779B185EBCA87)
 	require.Equal(t, uint64(0x8dde6c617af2a1c0), 64*p1)
 }
+
+// TestKernel_SearchPrefixRefusesBrokenContract: SearchPrefix checks its
+// contract in the kernel (so the call inlines) and reports false, touching
+// nothing, for each way to break it; a valid call reports true on wasm (the
+// only architecture with the kernel) and false elsewhere.
+func TestKernel_SearchPrefixRefusesBrokenContract(t *testing.T) {
+	const buckets = 16
+	ad := NewAddresser(DefaultSeed, buckets)
+	words := make([]uint64, buckets*MaxLanes)
+	valid := func() *PrefixSearch {
+		return &PrefixSearch{Seq: []uint64{1, 2, 3}, Memo: make([]uint16, 3), Stamp: make([]uint32, 3), Gen: 1,
+			Ready: 0xFFFF, Window: 2, Depth: &[MaxLanes]uint32{7, 7, 7}}
+	}
+	for _, tc := range []struct {
+		name  string
+		words []uint64
+		edit  func(*PrefixSearch)
+	}{
+		{"empty query", words, func(s *PrefixSearch) { s.Seq = s.Seq[:0] }},
+		{"short memo", words, func(s *PrefixSearch) { s.Memo = s.Memo[:2] }},
+		{"short stamp", words, func(s *PrefixSearch) { s.Stamp = s.Stamp[:2] }},
+		{"nil depth", words, func(s *PrefixSearch) { s.Depth = nil }},
+		{"short table", words[:len(words)-1], func(*PrefixSearch) {}},
+		{"nil table", nil, func(*PrefixSearch) {}},
+	} {
+		s := valid()
+		tc.edit(s)
+		require.False(t, ad.SearchPrefix(tc.words, s), tc.name)
+		require.Zero(t, s.Probes, "%s: probes", tc.name)
+		if s.Depth != nil {
+			require.Equal(t, uint32(7), s.Depth[0], "%s: depth untouched", tc.name)
+		}
+	}
+	s := valid()
+	require.Equal(t, runtime.GOARCH == "wasm", ad.SearchPrefix(words, s), "valid call")
+	if runtime.GOARCH == "wasm" {
+		require.Equal(t, 1, s.Probes, "valid call: one probe (an empty table misses at position 0)")
+	}
+}

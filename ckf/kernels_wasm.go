@@ -75,13 +75,14 @@ func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {
 	return uint16(laneRowHits(unsafe.SliceData(words), key, ad.keyFlip, ad.dispFlip, ad.mask))
 }
 
-// prefixSearch runs s (PrefixSearch's and Addresser's fields at go_asm.h's
-// offsets) on the table at words.
+// prefixSearch runs s (PrefixSearch's fields at go_asm.h's offsets) on the
+// table at words (nwords words) with the addressing's keyFlip, dispFlip and
+// mask, and reports true; it reports false, doing nothing, when s or the
+// table breaks SearchPrefix's contract.
 //
 //go:noescape
-func prefixSearch(s *PrefixSearch, ad *Addresser, words *uint64)
+func prefixSearch(s *PrefixSearch, keyFlip, dispFlip, mask uint64, words *uint64, nwords int) bool
 
-func searchPrefixArch(ad *Addresser, words []uint64, s *PrefixSearch) bool {
-	prefixSearch(s, ad, unsafe.SliceData(words))
-	return true
+func searchPrefixArch(keyFlip, dispFlip, mask uint64, words []uint64, s *PrefixSearch) bool {
+	return prefixSearch(s, keyFlip, dispFlip, mask, unsafe.SliceData(words), len(words))
 }

@@ -257,16 +257,17 @@ TEXT ·chainWords(SB), NOSPLIT, $0-32
 	RET
 
 // LANE tests lane word OFF/8 of rows R7 (bucket a) and R8 (bucket b) against
-// the broadcast fingerprint R6 and ORs the result into R9: x has a zero
-// 16-bit lane iff (x - 0x0001…) & ^x & 0x8000… ≠ 0, and those high bits,
+// the broadcast fingerprint R6 and ORs the result into R9: x = word ^ R6 has a
+// zero 16-bit lane iff (x - 0x0001…) & ^x & 0x8000… ≠ 0, with ^x computed as
+// word ^ R5 (R5 = ^R6), one operation fewer than x ^ -1; those high bits,
 // shifted right by 15 - OFF/8, land on bits OFF/8 + 16k, distinct for every
 // lane; ROWHITS folds the four 16-bit groups once at the end (two fewer
 // operations per lane than a compare and shift per lane).
 #define LANE(OFF, BIT) \
-	Get R7; I32WrapI64; I64Load $(OFF); Get R6; I64Xor; Tee R10; I64Const $0x0001000100010001; I64Sub; \
-	Get R10; I64Const $-1; I64Xor; I64And; \
-	Get R8; I32WrapI64; I64Load $(OFF); Get R6; I64Xor; Tee R10; I64Const $0x0001000100010001; I64Sub; \
-	Get R10; I64Const $-1; I64Xor; I64And; \
+	Get R7; I32WrapI64; I64Load $(OFF); Tee R10; Get R6; I64Xor; I64Const $0x0001000100010001; I64Sub; \
+	Get R10; Get R5; I64Xor; I64And; \
+	Get R8; I32WrapI64; I64Load $(OFF); Tee R10; Get R6; I64Xor; I64Const $0x0001000100010001; I64Sub; \
+	Get R10; Get R5; I64Xor; I64And; \
 	I64Or; I64Const $0x8000800080008000; I64And; I64Const $(15-BIT); I64ShrU; Get R9; I64Or; Set R9
 
 // ROWHITS sets R9 to the lane hit mask of key R1 (the body of laneRowHits):
@@ -381,7 +382,10 @@ TEXT ·chainWords(SB), NOSPLIT, $0-32
 	Get R6; \
 	I64Const $0x0001000100010001; \
 	I64Mul; \
-	Set R6; \
+	Tee R6; \
+	I64Const $-1; \
+	I64Xor; \
+	Set R5; \
 	I64Const $0; \
 	Set R9; \
 	LANE(0, 0); \
@@ -427,6 +431,8 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 #define S_SEQ $PrefixSearch_Seq
 #define S_N $(PrefixSearch_Seq+8)
 #define S_MEMO $PrefixSearch_Memo
+#define S_MEMOLEN $(PrefixSearch_Memo+8)
+#define S_STAMPLEN $(PrefixSearch_Stamp+8)
 #define S_STAMP $PrefixSearch_Stamp
 #define S_GEN $PrefixSearch_Gen
 #define S_READY $PrefixSearch_Ready
@@ -451,17 +457,28 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 // PROBE sets R9 to the hit mask of position R12 over the ready lanes,
 // probing the table only on the position's first visit in the query (the
 // memo: Memo[p] valid when Stamp[p] == Gen), like consumer's probe.
+// The state fields PROBE and the gallop read on every step, cached as raw
+// bits in f64 locals by prefixSearch's prologue (the i64 locals are all
+// taken): a local read is one instruction where a field load is a
+// bounds-checked memory access. The kernel never changes them.
+#define STAMP_P Get F16; I64ReinterpretF64
+#define GEN32 Get F17; I64ReinterpretF64; I32WrapI64
+#define MEMO_P Get F18; I64ReinterpretF64
+#define SEQ_P Get F19; I64ReinterpretF64
+#define READY64 Get F20; I64ReinterpretF64
+#define N64 Get F22; I64ReinterpretF64
+
 #define PROBE \
-	LOADS(S_STAMP); Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
-	Get R11; I32WrapI64; I32Load S_GEN; I32Eq; \
+	STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
+	GEN32; I32Eq; \
 	If; \
-		LOADS(S_MEMO); Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R9; \
+		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R9; \
 	Else; \
-		LOADS(S_SEQ); Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
+		SEQ_P; Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
 		ROWHITS; \
-		Get R9; Get R11; I32WrapI64; I64Load16U S_READY; I64And; Set R9; \
-		LOADS(S_MEMO); Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
-		LOADS(S_STAMP); Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; Get R11; I32WrapI64; I32Load S_GEN; I32Store $0; \
+		Get R9; READY64; I64And; Set R9; \
+		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
+		STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; GEN32; I32Store $0; \
 		STORES(S_PROBES, LOADS(S_PROBES); I64Const $1; I64Add); \
 	End
 
@@ -489,14 +506,34 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 // SETLO stores local A as lane R1's lo (i64).
 #define SETLO(A) Get R11; I64Const S_LO; I64Add; Get R1; I64Const $3; I64Shl; I64Add; I32WrapI64; Get A; I64Store $0
 
-// func prefixSearch(s *PrefixSearch, ad *Addresser, words *uint64)
-TEXT ·prefixSearch(SB), NOSPLIT, $0-24
+// func prefixSearch(s *PrefixSearch, keyFlip, dispFlip, mask uint64, words *uint64, nwords int) bool
+TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	I64Load s+0(FP); Set R11
-	I64Load ad+8(FP); Set R1
-	I64Load words+16(FP); Set R0
-	Get R1; I32WrapI64; I64Load $Addresser_keyFlip; Set R2
-	Get R1; I32WrapI64; I64Load $Addresser_dispFlip; Set R3
-	Get R1; I32WrapI64; I64Load $Addresser_mask; Set R4
+	I64Load keyFlip+8(FP); Set R2
+	I64Load dispFlip+16(FP); Set R3
+	I64Load mask+24(FP); Set R4
+	I64Load words+32(FP); Set R0
+	// The contract (SearchPrefix): n = len(Seq) ≥ 1, len(Memo) ≥ n,
+	// len(Stamp) ≥ n, Depth ≠ nil, and (mask+1)·16 - 1 < nwords, wrapping
+	// like the Go index expression it replaces. Otherwise report false.
+	Get SP; I64Const $0; I64Store8 ret+48(FP)
+	Block
+		LOADS(S_N); I64Eqz; BrIf $0
+		LOADS(S_MEMOLEN); LOADS(S_N); I64LtU; BrIf $0
+		LOADS(S_STAMPLEN); LOADS(S_N); I64LtU; BrIf $0
+		LOADS(S_DEPTH); I64Eqz; BrIf $0
+		Get R4; I64Const $1; I64Add; I64Const $4; I64Shl; I64Const $1; I64Sub
+		I64Load nwords+40(FP); I64GeU; BrIf $0
+		Get SP; I64Const $1; I64Store8 ret+48(FP)
+	End
+	Get SP; I64Load8U ret+48(FP); I64Eqz
+	If; RET; End
+	Get R11; I32WrapI64; F64Load S_STAMP; Set F16
+	Get R11; I32WrapI64; I64Load32U S_GEN; F64ReinterpretI64; Set F17
+	Get R11; I32WrapI64; F64Load S_MEMO; Set F18
+	Get R11; I32WrapI64; F64Load S_SEQ; Set F19
+	Get R11; I32WrapI64; I64Load16U S_READY; F64ReinterpretI64; Set F20
+	Get R11; I32WrapI64; F64Load S_N; Set F22
 	STORES(S_PROBES, I64Const $0)
 	STORES(S_RESUME, I64Const $-1)
 	STORES(S_ARG, I64Const $0)
@@ -508,29 +545,30 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-24
 	I64Const $0xFFFF; Set R5
 	FORLANES(R5, SETLO(R6))
 
-	// Gallop: R13 active, R14 last, R15 p.
-	I64Const $0; Set R12
-	PROBE
-	Get R9; Set R13
-	I64Const $0; Set R14
-	I64Const $1; Set R15
+	// Gallop: R13 active, R14 last (-1 before position 0), R15 p. The loop
+	// probes position 0 too (one inlined probe fewer, so less code to fetch
+	// on each call): there every lane is active and a miss pushes no group
+	// (the lane's lo stays -1).
+	I64Const $-1; Set R13
+	I64Const $-1; Set R14
+	I64Const $0; Set R15
 	Block; Loop
 		Get R13; I64Eqz; BrIf $1
-		Get R14; LOADS(S_N); I64Const $1; I64Sub; I64GeS; BrIf $1
-		Get R15; LOADS(S_N); I64Const $1; I64Sub; I64GtS
-		If; LOADS(S_N); I64Const $1; I64Sub; Set R15; End
+		Get R14; N64; I64Const $1; I64Sub; I64GeS; BrIf $1
+		Get R15; N64; I64Const $1; I64Sub; I64GtS
+		If; N64; I64Const $1; I64Sub; Set R15; End
 		Get R15; Set R12
 		PROBE
 		Get R13; Get R9; I64Const $-1; I64Xor; I64And; Tee R10
-		I64Eqz; I32Eqz
+		I64Eqz; I32Eqz; Get R14; I64Const $0; I64GeS; I32And
 		If; PUSH(R10, R14, R15); End
 		Get R13; Get R9; I64And; Set R13
 		Get R15; Set R14
-		Get R15; I64Const $1; I64Shl; Set R15
+		Get R15; I64Const $1; I64Shl; Get R15; I64Eqz; I64ExtendI32U; I64Or; Set R15
 		Br $0
 	End; End
 	Get R13; I64Eqz; I32Eqz
-	If; LOADS(S_N); Set R10; PUSH(R13, R14, R10); End
+	If; N64; Set R10; PUSH(R13, R14, R10); End
 
 	// Grouped binary search: R13 lanes, R14 a, R15 z of the popped group.
 	Block; Loop

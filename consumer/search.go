@@ -203,7 +203,13 @@ func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
 		return ErrInvalidQuery
 	}
 	ready := c.ready
-	*res = QueryResult{Mask: ready, Blocks: len(seq)}
+	// *res = QueryResult{Mask: ready, Blocks: len(seq)} in stores of at
+	// most 32 bytes: Go's wasm code zeroes anything larger with
+	// memory.fill, which wazero runs as a loop of memmove calls
+	// (BENCHMARKS.md, "Wasm kernels").
+	*(*[lanes / 2]uint32)(res.Depths[:lanes/2]) = [lanes / 2]uint32{}
+	*(*[lanes / 2]uint32)(res.Depths[lanes/2:]) = [lanes / 2]uint32{}
+	res.Mask, res.Blocks, res.Probes = ready, len(seq), 0
 	q := &c.q
 	q.queries++
 	if ready == 0 {
@@ -218,7 +224,7 @@ func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
 	s.Seq, s.Memo, s.Stamp, s.Gen = seq, q.memo, q.stamp, q.gen
 	s.Ready, s.Window, s.Depth = ready, c.window, &res.Depths
 	if !c.addresser.SearchPrefix(c.words, s) {
-		panic("consumer: no search kernel on this architecture")
+		panic("consumer: search kernel missing or refused its input")
 	}
 	s.Seq, s.Depth = nil, nil // not retained: seq is the caller's
 	q.probes += uint64(s.Probes)

@@ -157,29 +157,69 @@ func exportLastError(out unsafe.Pointer, capacity uint32) (code int32) {
 
 //go:wasmexport query
 func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, salt uint64, out unsafe.Pointer) (code int32) {
+	// Written for the fewest Go calls, each tens of nanoseconds in
+	// WebAssembly, and a small frame (BENCHMARKS.md, "Wasm kernels"): the
+	// buffers are checked inline against the last query's (queryViews
+	// otherwise), the sequence-hash query (the routers' query) runs here
+	// rather than in a guest method, and the deferred recovery calls
+	// recover only when the query did not finish (a panic before done is
+	// set). The views are exact: src is 8×count bytes, dst one record.
+	done := false
 	defer func() {
-		if r := recover(); r != nil {
-			code = panicked(r)
+		if !done {
+			if r := recover(); r != nil {
+				code = panicked(r)
+			}
 		}
 	}()
-	if kind == abi.QuerySequenceHashes { // the routers' query: fewest calls
-		src, dst, ok := heap.viewPair(uintptr(in), 8*uint64(count), uintptr(out), abi.QueryRecordSize)
-		if !ok {
+	if kind != abi.QuerySequenceHashes { // the routers' query stays in this frame
+		code = queryOther(kind, in, count, blockSize, salt, out)
+		done = true
+		return code
+	}
+	src, ok1 := within(heap.queryIn, uintptr(in), 8*uint64(count))
+	dst, ok2 := within(heap.queryOut, uintptr(out), abi.QueryRecordSize)
+	if !ok1 || !ok2 {
+		var ok bool
+		if src, dst, ok = heap.queryViews(uintptr(in), 8*uint64(count), uintptr(out), abi.QueryRecordSize); !ok {
 			return int32(g.fail(abi.ErrBadArgument, nil))
 		}
-		return int32(g.querySequenceHashes(src, int(count), dst))
 	}
+	c, n := g.c, int(count)
+	if c == nil {
+		code = int32(g.query(abi.QuerySequenceHashes, src, n, 0, 0, dst))
+		done = true
+		return code
+	}
+	err := c.QuerySequenceHashes(uint64s(src, &g.hashes), &g.res)
+	if uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%8 == 0 { // putQueryRecord with no Go call
+		storeRecord((*[abi.QueryRecordSize / 8]uint64)(unsafe.Pointer(unsafe.SliceData(dst))), &g.res)
+	} else {
+		putQueryRecord(dst, &g.res)
+	}
+	if err != nil {
+		code = int32(g.fail(abi.CodeOf(err), err))
+	} else {
+		code = int32(g.res.Mask)
+	}
+	done = true
+	return code
+}
+
+// queryOther is exportQuery for every kind but sequence hashes (under its
+// recovery).
+func queryOther(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, salt uint64, out unsafe.Pointer) int32 {
 	width := uint64(8)
 	if kind == abi.QueryTokens {
 		width = 4
 	}
-	src, ok := view(in, width*uint64(count))
-	if !ok {
-		return int32(g.fail(abi.ErrBadArgument, nil))
-	}
-	dst, ok := view(out, abi.QueryRecordSize)
-	if !ok {
-		return int32(g.fail(abi.ErrBadArgument, nil))
+	src, ok1 := within(heap.queryIn, uintptr(in), width*uint64(count))
+	dst, ok2 := within(heap.queryOut, uintptr(out), abi.QueryRecordSize)
+	if !ok1 || !ok2 {
+		var ok bool
+		if src, dst, ok = heap.queryViews(uintptr(in), width*uint64(count), uintptr(out), abi.QueryRecordSize); !ok {
+			return int32(g.fail(abi.ErrBadArgument, nil))
+		}
 	}
 	if kind > abi.QueryTokens {
 		return int32(g.fail(abi.ErrBadArgument, nil))

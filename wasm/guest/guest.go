@@ -201,24 +201,6 @@ func (g *guest) query(kind int32, in []byte, count int, blockSize int, salt uint
 	return abi.Code(g.res.Mask)
 }
 
-// querySequenceHashes is query for kind QuerySequenceHashes (the routers'
-// query) with as few Go calls as possible: in WebAssembly a Go function
-// with many call sites compiles to slow code, and this path's Go code cost
-// more than its table probes (BENCHMARKS.md, "Wasm kernels"). Anything
-// unusual takes query's path.
-func (g *guest) querySequenceHashes(in []byte, count int, out []byte) abi.Code {
-	c := g.c
-	if c == nil || len(out) < abi.QueryRecordSize || count < 0 || len(in) < 8*count {
-		return g.query(abi.QuerySequenceHashes, in, count, 0, 0, out)
-	}
-	err := c.QuerySequenceHashes(uint64s(in[:8*count], &g.hashes), &g.res)
-	putQueryRecord(out, &g.res)
-	if err != nil {
-		return g.fail(abi.CodeOf(err), err)
-	}
-	return abi.Code(g.res.Mask)
-}
-
 func (g *guest) contains(h uint64) abi.Code {
 	if g.c == nil {
 		return g.fail(abi.ErrNotConfigured, nil)

@@ -161,3 +161,48 @@ func TestGuest_QueryArguments(t *testing.T) {
 		t.Errorf("lane words short buffer: got %v, want BufferTooSmall", c)
 	}
 }
+
+// TestRegistry_QueryViewsRemembersBuffers: the query export checks the last
+// query's buffers inline (within on queryIn and queryOut) and falls back to
+// queryViews, which must check like view, remember the buffers it found,
+// and forget them when one is freed.
+func TestRegistry_QueryViewsRemembersBuffers(t *testing.T) {
+	var r registry
+	in, out, other := r.alloc(64), r.alloc(80), r.alloc(32)
+	pin, pout := base(in), base(out)
+
+	a, b, ok := r.queryViews(pin+8, 16, pout, 80)
+	require.True(t, ok)
+	assert.Equal(t, in[8:24], a)
+	assert.Equal(t, out[:80], b)
+	assert.Equal(t, pin, base(r.queryIn), "input buffer remembered")
+	assert.Equal(t, pout, base(r.queryOut), "record buffer remembered")
+
+	for _, tc := range []struct {
+		name   string
+		p      uintptr
+		n      uint64
+		q      uintptr
+		m      uint64
+		ok     bool
+		length uint64
+	}{
+		{"input past its buffer", pin + 8, 57, pout, 80, false, 0},
+		{"record past its buffer", pin, 8, pout + 1, 80, false, 0},
+		{"input spanning two buffers", pin + 60, 8, pout, 80, false, 0},
+		{"empty input anywhere", 12345, 0, pout, 80, true, 0},
+		{"input in another buffer", base(other), 32, pout, 80, true, 32},
+		{"null record", pin, 8, 0, 80, false, 0},
+	} {
+		a, _, ok := r.queryViews(tc.p, tc.n, tc.q, tc.m)
+		if assert.Equal(t, tc.ok, ok, tc.name) && ok {
+			assert.Equal(t, tc.length, uint64(len(a)), tc.name)
+		}
+	}
+
+	require.True(t, r.free(pin))
+	assert.Nil(t, r.queryIn, "free forgets the remembered input buffer")
+	assert.Nil(t, r.queryOut, "free forgets the remembered record buffer")
+	_, _, ok = r.queryViews(pin, 8, pout, 80)
+	assert.False(t, ok, "a freed input buffer")
+}

@@ -20,6 +20,10 @@ type registry struct {
 	// search of bufs costs ≈ 65 ns in WebAssembly (BENCHMARKS.md, "Wasm
 	// kernels").
 	recent [2][]byte
+	// queryIn and queryOut are the buffers that held the last query's
+	// input and record (cleared by free): the query export checks them
+	// inline, with no Go call (see exportQuery).
+	queryIn, queryOut []byte
 }
 
 func base(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
@@ -45,6 +49,7 @@ func (r *registry) free(p uintptr) bool {
 	r.bufs[i] = nil
 	r.bufs = slices.Delete(r.bufs, i, i+1)
 	r.recent = [2][]byte{}
+	r.queryIn, r.queryOut = nil, nil
 	return true
 }
 
@@ -54,9 +59,16 @@ func (r *registry) view(p uintptr, n uint64) ([]byte, bool) {
 	if n == 0 {
 		return []byte{}, true
 	}
+	_, v, ok := r.find(p, n)
+	return v, ok
+}
+
+// find returns the live allocation holding the n ≥ 1 bytes at p and the
+// view of them.
+func (r *registry) find(p uintptr, n uint64) (buf, v []byte, ok bool) {
 	for _, b := range r.recent {
 		if v, ok := within(b, p, n); ok {
-			return v, true
+			return b, v, true
 		}
 	}
 	// The last buffer whose base is ≤ p.
@@ -65,24 +77,35 @@ func (r *registry) view(p uintptr, n uint64) ([]byte, bool) {
 		i--
 	}
 	if i < 0 {
-		return nil, false
+		return nil, nil, false
 	}
-	v, ok := within(r.bufs[i], p, n)
+	v, ok = within(r.bufs[i], p, n)
 	if ok {
 		r.recent[0], r.recent[1] = r.bufs[i], r.recent[0]
 	}
-	return v, ok
+	return r.bufs[i], v, ok
 }
 
-// viewPair is view of (p, n) and of (q, m) in one call, for the query
-// export: in WebAssembly each Go call on that path costs ≈ 40 ns
-// (BENCHMARKS.md, "Wasm kernels").
-func (r *registry) viewPair(p uintptr, n uint64, q uintptr, m uint64) (a, b []byte, ok bool) {
-	if a, ok = r.view(p, n); !ok {
+// queryViews is view of a query's input (p, n) and record (q, m), for the
+// query export when its inline check of queryIn and queryOut failed: it
+// remembers the buffers found there for the next query.
+func (r *registry) queryViews(p uintptr, n uint64, q uintptr, m uint64) (a, b []byte, ok bool) {
+	if n == 0 || m == 0 {
+		if a, ok = r.view(p, n); ok {
+			b, ok = r.view(q, m)
+		}
+		return a, b, ok
+	}
+	in, a, ok := r.find(p, n)
+	if !ok {
 		return nil, nil, false
 	}
-	b, ok = r.view(q, m)
-	return a, b, ok
+	out, b, ok := r.find(q, m)
+	if !ok {
+		return nil, nil, false
+	}
+	r.queryIn, r.queryOut = in, out
+	return a, b, true
 }
 
 // within returns the n bytes at p when they lie inside b.

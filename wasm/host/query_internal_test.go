@@ -1,0 +1,75 @@
+package host
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wasm/abi"
+)
+
+// TestQueryExport_BuffersCheckedEveryCall calls the module's query export
+// directly with buffers outside the guest's allocations, after valid
+// queries have primed its inline check of the last query's buffers
+// (wasm/guest exportQuery): every bad buffer must be refused with
+// ErrBadArgument, with no trap, for every query kind, and a freed buffer
+// must be refused too.
+func TestQueryExport_BuffersCheckedEveryCall(t *testing.T) {
+	ctx := context.Background()
+	rt, err := NewRuntime(ctx, NewConfig().WithCompilationCacheDir(filepath.Join(os.TempDir(), "ckfrelay-wazero-cache")))
+	require.NoError(t, err)
+	t.Cleanup(func() { rt.Close(ctx) })
+	d := ckf.Domain{CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{1}}}
+	man := consumer.Manifest{ConsumerInstance: 1, Domain: d, Format: ckf.NewFormat(ckf.DefaultSeed, 16), VerificationWindow: 2}
+	man.Lanes[2] = &ckf.PoolID{Domain: d, DCID: 2}
+	in, err := rt.NewInstance(ctx, man)
+	require.NoError(t, err)
+	t.Cleanup(func() { in.Close() })
+	m := in.m
+
+	p, _, err := m.input(64)
+	require.NoError(t, err)
+	query := func(kind int, ptr uint32, count uint32, out uint32) abi.Code {
+		t.Helper()
+		v, err := m.call(fnQuery, uint64(kind), uint64(ptr), uint64(count), 16, 0, uint64(out))
+		require.NoError(t, err, "the query export trapped")
+		return abi.Code(int32(v))
+	}
+	capacity := m.scratchCap
+	for _, kind := range []int{abi.QuerySequenceHashes, abi.QueryLocalHashes, abi.QueryTokens} {
+		width := uint32(8)
+		if kind == abi.QueryTokens {
+			width = 4
+		}
+		// No lane is ready: a valid query reports ErrUnavailable.
+		require.Equal(t, abi.ErrUnavailable, query(kind, p, 4, m.out), "kind %d: valid query", kind)
+		for _, tc := range []struct {
+			name       string
+			ptr, count uint32
+			out        uint32
+		}{
+			{"input past its buffer", p + capacity - width, 2, m.out},
+			{"input at its buffer's end", p + capacity, 1, m.out},
+			{"null input", 0, 1, m.out},
+			{"record past its buffer", p, 4, m.out + recordBytes - abi.QueryRecordSize + 1},
+			{"null record", p, 4, 0},
+			{"huge count", p, 1 << 31, m.out},
+		} {
+			assert.Equal(t, abi.ErrBadArgument, query(kind, tc.ptr, tc.count, tc.out), "kind %d: %s", kind, tc.name)
+			require.Equal(t, abi.ErrUnavailable, query(kind, p, 4, m.out), "kind %d: valid query after %s", kind, tc.name)
+		}
+	}
+	assert.Equal(t, abi.ErrBadArgument, query(9, p, 4, m.out), "unknown kind")
+
+	_, err = m.call(fnFree, uint64(p))
+	require.NoError(t, err)
+	for _, kind := range []int{abi.QuerySequenceHashes, abi.QueryTokens} {
+		assert.Equal(t, abi.ErrBadArgument, query(kind, p, 4, m.out), "kind %d: freed input buffer", kind)
+	}
+}
