@@ -27,6 +27,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -551,8 +553,10 @@ func TestE2E_SlowSubscriberIsLaggedAndReconverges(t *testing.T) {
 }
 
 func TestE2E_MalformedRequestsChangeNothing(t *testing.T) {
+	// Cadence 1: every admitted event is published when applied, so no
+	// timer-published tail can move the pool between the two snapshots.
 	cfg := server.Config{Listen: "127.0.0.1:0", MaxEventsPerBatch: 4,
-		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 4096}}}
+		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 4096, PublishEveryNEvents: 1}}}
 	rl := startRelay(t, "--config", writeConfig(t, cfg))
 	postBurst(t, rl.base, "p", 4, 3)
 	// A rank reset at epoch 5 makes epoch 3 stale; a lease at epoch 9 makes
@@ -581,6 +585,12 @@ func TestE2E_MalformedRequestsChangeNothing(t *testing.T) {
 		t.Fatalf("stream: %v", err)
 	}
 	st.Body.Close()
+	// The catalog's stats come through the pool's mailbox, after every event
+	// admitted before; wait until the hub has mirrored what they published.
+	require.Eventually(t, func() bool {
+		p := getCatalog(t, rl.base)["p"]
+		return p.Stats != nil && p.Hub.Sequence == p.Stats.Sequence
+	}, 10*time.Second, 5*time.Millisecond, "the hub never caught up with the pool")
 	_, seq0, words0 := relaySnapshot(t, rl.base, "p")
 	five := strings.Repeat(`{"worker_id": 1, "event": {"event_id": 1, "data": "cleared"}},`, 5)
 	cases := []struct {
