@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"encoding/binary"
-	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -75,29 +74,7 @@ func TestSearch_KernelEqualsGo(t *testing.T) {
 	require.Equal(t, 1, kernelPaths.resume, "the lane-by-lane fallback")
 
 	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(1, 300).Draw(rt, "n")
-		window := rapid.IntRange(1, MaxVerificationWindow).Draw(rt, "window")
-		seq := make([]uint64, n)
-		for i := range seq {
-			seq[i] = rapid.Uint64().Draw(rt, "hash") + uint64(i)*0x9E3779B97F4A7C15
-		}
-		ready := rapid.Uint16Range(1, 0xFFFF).Draw(rt, "ready")
-		shared := rapid.IntRange(-1, n).Draw(rt, "sharedDepth") // -1: each lane draws its own
-		var member [lanes][]bool
-		for l := range lanes {
-			if ready&(1<<l) == 0 {
-				continue
-			}
-			member[l] = make([]bool, n)
-			d := shared
-			if d < 0 {
-				d = rapid.IntRange(0, n).Draw(rt, fmt.Sprintf("depth%d", l))
-			}
-			noise := rapid.IntRange(0, 30).Draw(rt, "noise") // % of flipped positions
-			for p := range n {
-				member[l][p] = (p < d) != (rapid.IntRange(0, 99).Draw(rt, "flip") < noise)
-			}
-		}
+		window, seq, member := drawMembership(rt, 300)
 		c, _ := buildLanes(rt, window, seq, member)
 		if c.ReadyMask() == 0 {
 			return

@@ -134,34 +134,41 @@ func queryRounds(c *Consumer, seq []uint64, res *QueryResult) {
 // probes as the per-round search it replaced.
 func TestSearch_GroupedEqualsRounds(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		n := rapid.IntRange(1, 400).Draw(rt, "n")
-		window := rapid.IntRange(1, MaxVerificationWindow).Draw(rt, "window")
-		seq := make([]uint64, n)
-		for i := range seq {
-			seq[i] = rapid.Uint64().Draw(rt, "hash") + uint64(i)*0x9E3779B97F4A7C15
-		}
-		ready := rapid.Uint16Range(1, 0xFFFF).Draw(rt, "ready")
-		// Lanes that agree on a depth take the shared window pass.
-		shared := rapid.IntRange(-1, n).Draw(rt, "sharedDepth") // -1: each lane draws its own
-		var member [lanes][]bool
-		for l := range lanes {
-			if ready&(1<<l) == 0 {
-				continue
-			}
-			member[l] = make([]bool, n)
-			d := shared
-			if d < 0 {
-				d = rapid.IntRange(0, n).Draw(rt, fmt.Sprintf("depth%d", l))
-			}
-			noise := rapid.IntRange(0, 30).Draw(rt, "noise") // % of flipped positions
-			for p := range n {
-				member[l][p] = (p < d) != (rapid.IntRange(0, 99).Draw(rt, "flip") < noise)
-			}
-		}
+		window, seq, member := drawMembership(rt, 400)
 		c, _ := buildLanes(rt, window, seq, member)
 		var got, want QueryResult
 		require.NoError(rt, c.QuerySequenceHashes(seq, &got))
 		queryRounds(c, seq, &want)
 		require.Equal(rt, want, got)
 	})
+}
+
+// drawMembership draws a query of 1..maxBlocks sequence hashes, a
+// verification window, and for a random set of ready lanes a membership
+// around a depth (shared by every lane, so the shared window pass runs, or
+// one per lane) with up to 30% of positions flipped: monotone or not.
+func drawMembership(rt *rapid.T, maxBlocks int) (window int, seq []uint64, member [lanes][]bool) {
+	n := rapid.IntRange(1, maxBlocks).Draw(rt, "n")
+	window = rapid.IntRange(1, MaxVerificationWindow).Draw(rt, "window")
+	seq = make([]uint64, n)
+	for i := range seq {
+		seq[i] = rapid.Uint64().Draw(rt, "hash") + uint64(i)*0x9E3779B97F4A7C15
+	}
+	ready := rapid.Uint16Range(1, 0xFFFF).Draw(rt, "ready")
+	shared := rapid.IntRange(-1, n).Draw(rt, "sharedDepth") // -1: each lane draws its own
+	for l := range lanes {
+		if ready&(1<<l) == 0 {
+			continue
+		}
+		member[l] = make([]bool, n)
+		d := shared
+		if d < 0 {
+			d = rapid.IntRange(0, n).Draw(rt, fmt.Sprintf("depth%d", l))
+		}
+		noise := rapid.IntRange(0, 30).Draw(rt, "noise") // % of flipped positions
+		for p := range n {
+			member[l][p] = (p < d) != (rapid.IntRange(0, 99).Draw(rt, "flip") < noise)
+		}
+	}
+	return window, seq, member
 }
