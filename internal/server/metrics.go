@@ -58,6 +58,9 @@ type poolCollector struct {
 	unknown, capacity, tracked, resident, occupancy, mailbox, subscribers, sequence, dropped *prometheus.Desc
 	// Exact-state bounds (SPEC §4.6) and source-epoch pruning (SPEC §7).
 	limitRejections, epochsPruned *prometheus.Desc
+	// The hub's shared memory: snapshot generations in flight and the
+	// delta log (docs/limits.md).
+	generations, generationBytes, logDeltas, logBytes *prometheus.Desc
 }
 
 func newPoolCollector(pools func() []*hostedPool) *poolCollector {
@@ -76,7 +79,11 @@ func newPoolCollector(pools func() []*hostedPool) *poolCollector {
 		sequence:    d("ckfrelay_sequence", "The pool publisher's last sequence."),
 		limitRejections: prometheus.NewDesc("ckfrelay_exact_state_limit_rejections_total",
 			"Stored events refused by an exact-state bound (limit: max_members or max_tracked_blocks).", []string{"pool", "limit"}, nil),
-		epochsPruned: d("ckfrelay_source_epochs_pruned_total", "Idle source-epoch records pruned beyond the actor's bound."),
+		epochsPruned:    d("ckfrelay_source_epochs_pruned_total", "Idle source-epoch records pruned beyond the actor's bound."),
+		generations:     d("ckfrelay_hub_snapshot_generations", "Snapshot generations held for subscribers reading a snapshot (at most snapshot_generations)."),
+		generationBytes: d("ckfrelay_hub_snapshot_bytes", "Bytes of the snapshot generations held."),
+		logDeltas:       d("ckfrelay_hub_log_deltas", "Deltas in the hub's shared log (at most subscriber_queue)."),
+		logBytes:        d("ckfrelay_hub_log_bytes", "Bytes of the deltas in the hub's shared log (at most subscriber_queue_bytes)."),
 		dropped: prometheus.NewDesc("ckfrelay_events_dropped_total",
 			"Admitted events the actor dropped: from a superseded source epoch (stale_source_epoch), or refused as a fault (fault; see ckfrelay_faults_total).",
 			[]string{"pool", "reason"}, nil),
@@ -84,7 +91,8 @@ func newPoolCollector(pools func() []*hostedPool) *poolCollector {
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.unknown, c.capacity, c.tracked, c.resident, c.occupancy, c.mailbox, c.subscribers, c.sequence, c.dropped} {
+	for _, d := range []*prometheus.Desc{c.unknown, c.capacity, c.tracked, c.resident, c.occupancy, c.mailbox, c.subscribers, c.sequence, c.dropped,
+		c.generations, c.generationBytes, c.logDeltas, c.logBytes} {
 		ch <- d
 	}
 	ch <- c.limitRejections
@@ -95,7 +103,12 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.pools() {
 		name := p.spec.Name
 		ch <- prometheus.MustNewConstMetric(c.mailbox, prometheus.GaugeValue, float64(p.handle.MailboxDepth()), name)
-		ch <- prometheus.MustNewConstMetric(c.subscribers, prometheus.GaugeValue, float64(p.hub.Stats().Subscribers), name)
+		hs := p.hub.Stats()
+		ch <- prometheus.MustNewConstMetric(c.subscribers, prometheus.GaugeValue, float64(hs.Subscribers), name)
+		ch <- prometheus.MustNewConstMetric(c.generations, prometheus.GaugeValue, float64(hs.SnapshotGenerations), name)
+		ch <- prometheus.MustNewConstMetric(c.generationBytes, prometheus.GaugeValue, float64(hs.SnapshotBytes), name)
+		ch <- prometheus.MustNewConstMetric(c.logDeltas, prometheus.GaugeValue, float64(hs.LogDeltas), name)
+		ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(hs.LogBytes), name)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		st, err := p.handle.Stats(ctx)
 		cancel()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -203,4 +204,43 @@ func pipeStream(t *testing.T, s *Server, target string) *streamReader {
 	}()
 	t.Cleanup(func() { cancel(); pr.Close(); <-done })
 	return &streamReader{t: t, r: wire.NewReader(pr, 0)}
+}
+
+// TestMetrics_HubMemoryIsVisible: a subscriber parked in its snapshot holds
+// a generation, and deltas published meanwhile sit in the shared log; both
+// show in /metrics (operators bound them with snapshot_generations and
+// subscriber_queue(_bytes)).
+func TestMetrics_HubMemoryIsVisible(t *testing.T) {
+	cfg := Config{
+		Pools:              []PoolSpec{{Name: "big", DCID: 1, ExpectedBlocks: 3_000_000, PublishEveryNEvents: 1}},
+		MaxFrameBytes:      256 << 10,
+		HeartbeatInterval:  Duration(time.Hour),
+		StreamWriteTimeout: Duration(time.Hour),
+	}
+	s, ts := startTestServer(t, cfg)
+	p := s.pools["big"]
+	sr := pipeStream(t, s, "/v1/pools/big/stream?consumer=5&lane=0&epoch=1")
+	require.Equal(t, wire.KindSnapshotChunk, sr.next())
+	seq := p.hub.Stats().Sequence
+	code, body := post(t, ts.URL+"/v1/pools/big/events?source_epoch=1", "application/json", storedBatchJSON(7, 1, 1))
+	require.Equal(t, http.StatusAccepted, code, body)
+	waitSequence(t, p, seq+1)
+
+	resp, err := http.Get(ts.URL + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	hs := p.hub.Stats()
+	require.Equal(t, 1, hs.SnapshotGenerations)
+	require.Positive(t, hs.LogDeltas)
+	g := func(v int64) string { return strconv.FormatFloat(float64(v), 'g', -1, 64) } // the exposition format's floats
+	for _, line := range []string{
+		`ckfrelay_hub_snapshot_generations{pool="big"} 1`,
+		`ckfrelay_hub_snapshot_bytes{pool="big"} ` + g(hs.SnapshotBytes),
+		`ckfrelay_hub_log_deltas{pool="big"} ` + g(int64(hs.LogDeltas)),
+		`ckfrelay_hub_log_bytes{pool="big"} ` + g(hs.LogBytes),
+	} {
+		assert.Contains(t, string(metrics), line)
+	}
 }
