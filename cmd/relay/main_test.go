@@ -5,13 +5,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/server"
@@ -205,4 +211,36 @@ func TestRun_DemoStopsOnCancel(t *testing.T) {
 	if code := run(ctx, []string{"demo", "--consumer", "native"}, &out, io.Discard); code == 0 && !strings.Contains(out.String(), "summary") {
 		t.Errorf("cancelled demo = %d with output %q", code, out.String())
 	}
+}
+
+// run tail against a relay serving TLS under a private CA: trusted through
+// --ca-file, refused without it, and a file without a certificate is named.
+func TestRun_TailPrivateCA(t *testing.T) {
+	srv, err := server.New(server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 256}}}, nil)
+	require.NoError(t, err)
+	ts := httptest.NewTLSServer(srv.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		ts.Close()
+	})
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600))
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--frames", "1", "--ca-file", ca}, &out, &errb)
+	require.Equal(t, 0, code, "stderr %q", errb.String())
+	assert.Contains(t, out.String(), `"kind":"snapshot_chunk"`)
+
+	errb.Reset()
+	code = run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--frames", "1"}, io.Discard, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), "certificate")
+
+	notPEM := filepath.Join(t.TempDir(), "x.pem")
+	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
+	errb.Reset()
+	code = run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--ca-file", notPEM}, io.Discard, &errb)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errb.String(), "no PEM certificate")
 }

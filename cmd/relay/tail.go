@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -29,6 +32,7 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	epoch := fs.Uint64("epoch", 0, "assignment epoch; must exceed the lane's last one on this relay (0: the current time in ns, which always does)")
 	token := fs.String("auth-token", "", "bearer token")
 	limit := fs.Int("frames", 0, "stop after this many frames (0: until the stream ends)")
+	caFile := fs.String("ca-file", "", "PEM file of the CA that signed the relay's certificate (for https:// relays under a private CA; default: the system's roots)")
 	if err := fs.Parse(args); err != nil || *pool == "" {
 		if *pool == "" {
 			fmt.Fprintln(stderr, "tail: --pool is required")
@@ -47,7 +51,13 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *token != "" {
 		req.Header.Set("Authorization", "Bearer "+*token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := http.DefaultClient
+	if *caFile != "" {
+		if hc, err = caClient(*caFile); err != nil {
+			return err
+		}
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -57,6 +67,22 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return tailFrames(resp.Body, stdout, *limit)
+}
+
+// caClient returns an HTTP client that trusts only the certificates in the
+// PEM file at path.
+func caClient(path string) (*http.Client, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tail: --ca-file: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tail: --ca-file %s: no PEM certificate in it", path)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
 }
 
 // tailFrames prints frames from r until EOF, a close frame, or limit frames.
