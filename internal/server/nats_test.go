@@ -59,6 +59,7 @@ func startNATSRelay(t *testing.T, cfg Config) *Server {
 type natsRouter struct {
 	*client.Router
 	stop func()
+	logs *lockedBuffer // the router's lane transitions
 }
 
 func startNATSRouter(t *testing.T, cfg Config, url string, consumerID uint64) *natsRouter {
@@ -81,7 +82,8 @@ func startNATSRouterIn(t *testing.T, cfg Config, nc client.NATSConfig, consumerI
 	c, err := consumer.New(m)
 	require.NoError(t, err)
 	nc.Options = append(nc.Options, nats.ReconnectWait(50*time.Millisecond))
-	r, err := client.New(client.Config{NATS: &nc,
+	logs := &lockedBuffer{}
+	r, err := client.New(client.Config{NATS: &nc, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		ConsumerInstance: consumerID, Targets: targets, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		IdleTimeout: 2 * time.Second}, &client.Native{C: c})
 	require.NoError(t, err)
@@ -91,7 +93,7 @@ func startNATSRouterIn(t *testing.T, cfg Config, nc client.NATSConfig, consumerI
 		defer close(done)
 		_ = r.Run(ctx)
 	}()
-	nr := &natsRouter{Router: r, stop: func() { cancel(); <-done }}
+	nr := &natsRouter{Router: r, stop: func() { cancel(); <-done }, logs: logs}
 	t.Cleanup(nr.stop)
 	return nr
 }
@@ -400,7 +402,9 @@ func TestNATS_LateRouterAfterRetentionResnapshots(t *testing.T) {
 	assert.Greater(t, s.NATSStats()["dc-a"].Snapshots, snapsBefore, "convergence needed a newer snapshot")
 	li := r.Lane(0)
 	assert.NotZero(t, li.Resubscribes, "the gap must have ended a session: %+v", li)
-	assert.Contains(t, li.LastError, "deactivated")
+	// A session that ended for the gap (a later one may end otherwise under
+	// load, e.g. a snapshot read timing out, so not necessarily the last).
+	assert.Contains(t, r.logs.String(), "deactivated", "lane transitions; last error %q", li.LastError)
 }
 
 // TestNATS_ExternalServer runs the broadcast through Debian's nats-server
