@@ -99,15 +99,7 @@ func (w *pipeWriter) Flush()                      {}
 // snapshot is done. The interleaving is fixed by the test: the subscriber
 // reads through a pipe, and the test publishes a batch after each chunk.
 func TestStream_SlowLinkConvergesAfterItsSnapshot(t *testing.T) {
-	cfg := Config{
-		Pools:              []PoolSpec{{Name: "big", DCID: 1, ExpectedBlocks: 3_000_000, PublishEveryNEvents: 1}},
-		MaxFrameBytes:      256 << 10,
-		HeartbeatInterval:  Duration(time.Hour),
-		StreamWriteTimeout: Duration(time.Hour),
-	}
-	s, ts := startTestServer(t, cfg)
-	p := s.pools["big"]
-	sr := pipeStream(t, s, "/v1/pools/big/stream?consumer=5&lane=0&epoch=1")
+	ts, p, sr := startPipedBigPool(t, 0)
 	const perChunk = 160
 	seed := uint64(1)
 	publish := func() {
@@ -155,16 +147,7 @@ func TestStream_SlowLinkConvergesAfterItsSnapshot(t *testing.T) {
 // rest of a snapshot nobody can use — and its hold on the table goes at
 // once.
 func TestStream_LaggedMidSnapshotStopsAtOnce(t *testing.T) {
-	cfg := Config{
-		Pools:              []PoolSpec{{Name: "big", DCID: 1, ExpectedBlocks: 3_000_000, PublishEveryNEvents: 1}},
-		MaxFrameBytes:      256 << 10,
-		SubscriberQueue:    4,
-		HeartbeatInterval:  Duration(time.Hour),
-		StreamWriteTimeout: Duration(time.Hour),
-	}
-	s, ts := startTestServer(t, cfg)
-	p := s.pools["big"]
-	sr := pipeStream(t, s, "/v1/pools/big/stream?consumer=5&lane=0&epoch=1")
+	ts, p, sr := startPipedBigPool(t, 4)
 	require.Equal(t, wire.KindSnapshotChunk, sr.next())
 	require.Equal(t, uint32(0), sr.f.Snapshot.ChunkIndex)
 	seq := p.hub.Stats().Sequence
@@ -186,6 +169,23 @@ func TestStream_LaggedMidSnapshotStopsAtOnce(t *testing.T) {
 	}
 	require.Equal(t, wire.KindClose, k)
 	require.Equal(t, wire.CloseLagged, sr.f.Close.Reason)
+}
+
+// startPipedBigPool starts a server with one pool of a 16 MiB table
+// ("big", published at every event, 256 KiB frames, no heartbeat or write
+// timeout in the way) and one subscriber whose stream the test reads through
+// a pipe at its own pace. subscriberQueue 0 keeps the default delta log.
+func startPipedBigPool(t *testing.T, subscriberQueue int) (*httptest.Server, *hostedPool, *streamReader) {
+	t.Helper()
+	cfg := Config{
+		Pools:              []PoolSpec{{Name: "big", DCID: 1, ExpectedBlocks: 3_000_000, PublishEveryNEvents: 1}},
+		MaxFrameBytes:      256 << 10,
+		SubscriberQueue:    subscriberQueue,
+		HeartbeatInterval:  Duration(time.Hour),
+		StreamWriteTimeout: Duration(time.Hour),
+	}
+	s, ts := startTestServer(t, cfg)
+	return ts, s.pools["big"], pipeStream(t, s, "/v1/pools/big/stream?consumer=5&lane=0&epoch=1")
 }
 
 // pipeStream serves a stream request through a pipe the test reads at its
@@ -211,15 +211,7 @@ func pipeStream(t *testing.T, s *Server, target string) *streamReader {
 // show in /metrics (operators bound them with snapshot_generations and
 // subscriber_queue(_bytes)).
 func TestMetrics_HubMemoryIsVisible(t *testing.T) {
-	cfg := Config{
-		Pools:              []PoolSpec{{Name: "big", DCID: 1, ExpectedBlocks: 3_000_000, PublishEveryNEvents: 1}},
-		MaxFrameBytes:      256 << 10,
-		HeartbeatInterval:  Duration(time.Hour),
-		StreamWriteTimeout: Duration(time.Hour),
-	}
-	s, ts := startTestServer(t, cfg)
-	p := s.pools["big"]
-	sr := pipeStream(t, s, "/v1/pools/big/stream?consumer=5&lane=0&epoch=1")
+	ts, p, sr := startPipedBigPool(t, 0)
 	require.Equal(t, wire.KindSnapshotChunk, sr.next())
 	seq := p.hub.Stats().Sequence
 	code, body := post(t, ts.URL+"/v1/pools/big/events?source_epoch=1", "application/json", storedBatchJSON(7, 1, 1))
