@@ -2,8 +2,6 @@ package persist
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -13,20 +11,7 @@ import (
 
 // benchActor starts an actor sized for 1M blocks (2^19 buckets, 50% load).
 func benchActor(tb testing.TB, j producer.Journal) producer.Handle {
-	cfg := ckf.DefaultConfig()
-	cfg.ExpectedBlocks = 1 << 20
-	pool, err := ckf.NewPool(cfg)
-	require.NoError(tb, err)
-	pcfg := producer.DefaultConfig()
-	pcfg.Journal = j
-	pcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	h, faults, err := producer.Start(pool, producer.Scope{ProducerIncarnation: 1}, pcfg)
-	require.NoError(tb, err)
-	go func() {
-		for range faults {
-		}
-	}()
-	return h
+	return newActor(tb, 1<<20, j)
 }
 
 // fill admits blocks as 64-block chained Stored events over 64 workers.

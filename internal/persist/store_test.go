@@ -14,22 +14,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// startActor starts a journalled actor over a small pool, shut down when
+// the test ends.
 func startActor(t *testing.T, j producer.Journal) producer.Handle {
 	t.Helper()
+	h := newActor(t, 1<<14, j)
+	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
+	return h
+}
+
+// newActor starts an actor over a pool sized for expectedBlocks that
+// journals to j and discards its faults.
+func newActor(tb testing.TB, expectedBlocks uint64, j producer.Journal) producer.Handle {
+	tb.Helper()
 	cfg := ckf.DefaultConfig()
-	cfg.ExpectedBlocks = 1 << 14
+	cfg.ExpectedBlocks = expectedBlocks
 	pool, err := ckf.NewPool(cfg)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	pcfg := producer.DefaultConfig()
 	pcfg.Journal = j
 	pcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	h, faults, err := producer.Start(pool, producer.Scope{ProducerIncarnation: 1}, pcfg)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	go func() {
 		for range faults {
 		}
 	}()
-	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
 	return h
 }
 
