@@ -20,9 +20,9 @@ import (
 type deliveryLanes struct {
 	client.Lanes
 
-	mu      sync.Mutex // guards pending and took
+	mu      sync.Mutex // guards pending and tookNs
 	pending [ckf.MaxLanes]deliveryProbe
-	took    []time.Duration
+	tookNs  []int64
 }
 
 type deliveryProbe struct {
@@ -42,7 +42,7 @@ func (d *deliveryLanes) ApplyFrame(frame []byte) (consumer.Result, error) {
 			continue
 		}
 		if mask, _ := d.Lanes.Contains(p.key); mask&(1<<lane) != 0 {
-			d.took = append(d.took, time.Since(p.t0))
+			d.tookNs = append(d.tookNs, time.Since(p.t0).Nanoseconds())
 			p.set = false
 		}
 	}
@@ -67,14 +67,9 @@ func (d *deliveryLanes) probe(router *client.Router, lane int, key uint64, t0 ti
 	d.mu.Unlock()
 }
 
-// percentiles returns the samples' count, median and 99th percentile.
-func (d *deliveryLanes) percentiles() (n int, p50, p99 time.Duration) {
+// samples returns the delivery times measured so far, in nanoseconds.
+func (d *deliveryLanes) samples() []int64 {
 	d.mu.Lock()
-	s := slices.Clone(d.took)
-	d.mu.Unlock()
-	if len(s) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(s)
-	return len(s), s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
+	defer d.mu.Unlock()
+	return slices.Clone(d.tookNs)
 }

@@ -30,8 +30,8 @@ func (l *demoLoop) report(ctx context.Context) *replay.Report {
 		Unmeasured: []string{"deltas", "images", "frame_bytes", "trace_seconds", "capacity_omissions",
 			"freshness_p50_ms", "freshness_p99_ms",
 			"producer_bytes_per_block", "exact_state_bytes_per_block", "producer_bytes"}}
-	if n, p50, p99 := l.router.delivery.percentiles(); n > 0 {
-		rep.DeliveryP50Ns, rep.DeliveryP99Ns = p50.Nanoseconds(), p99.Nanoseconds()
+	if ns := l.router.delivery.samples(); len(ns) > 0 {
+		rep.DeliveryP50Ns, rep.DeliveryP99Ns = replay.Percentile(ns, 0.50), replay.Percentile(ns, 0.99)
 	} else {
 		rep.Unmeasured = append(rep.Unmeasured, "delivery_p50_ns", "delivery_p99_ns")
 	}

@@ -232,9 +232,9 @@ func pct(a, b uint64) float64 {
 // remote placements and the series.
 func (p *Placer) Fill(r *Report) {
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
-	r.TTFTP50Ms, r.TTFTP90Ms, r.TTFTP99Ms = ms(percentile(p.ttft, 0.50)), ms(percentile(p.ttft, 0.90)), ms(percentile(p.ttft, 0.99))
+	r.TTFTP50Ms, r.TTFTP90Ms, r.TTFTP99Ms = ms(Percentile(p.ttft, 0.50)), ms(Percentile(p.ttft, 0.90)), ms(Percentile(p.ttft, 0.99))
 	r.TTFTMeanMs, r.QueueMeanMs = ms(mean(p.ttft)), ms(mean(p.queue))
-	r.QueueP50Ms, r.QueueP99Ms = ms(percentile(p.queue, 0.50)), ms(percentile(p.queue, 0.99))
+	r.QueueP50Ms, r.QueueP99Ms = ms(Percentile(p.queue, 0.50)), ms(Percentile(p.queue, 0.99))
 	r.RankImbalance = imbalance(p.rankServed)
 	r.PrefillTokens = p.prefillTokens
 	r.PrefillTokensSaved = p.inputTokens - p.prefillTokens

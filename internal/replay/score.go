@@ -188,7 +188,7 @@ func (s *Scorer) AgreementPct() float64 {
 func (s *Scorer) QueryWindow(mark int) (p50, p99 time.Duration, next int) {
 	mark = min(max(mark, 0), len(s.queryNs))
 	recent := s.queryNs[mark:]
-	return time.Duration(percentile(recent, 0.50)), time.Duration(percentile(recent, 0.99)), len(s.queryNs)
+	return time.Duration(Percentile(recent, 0.50)), time.Duration(Percentile(recent, 0.99)), len(s.queryNs)
 }
 
 // ProbeFPR measures the false-positive rate: probes random 64-bit keys no
@@ -257,9 +257,9 @@ func (s *Scorer) Fill(r *Report) {
 	r.UnexplainedUnderReports = src.UnexplainedUnderReports
 	r.Unclassified = s.ex == nil
 	r.HitBlocks, r.HitRatePct = src.HitBlocks, pct(src.HitBlocks, src.RequestBlocks)
-	r.QueryP50Ns, r.QueryP99Ns = percentile(s.queryNs, 0.50), percentile(s.queryNs, 0.99)
-	r.FreshnessP50Ms = float64(percentile(s.freshness, 0.50)) / 1e6
-	r.FreshnessP99Ms = float64(percentile(s.freshness, 0.99)) / 1e6
+	r.QueryP50Ns, r.QueryP99Ns = Percentile(s.queryNs, 0.50), Percentile(s.queryNs, 0.99)
+	r.FreshnessP50Ms = float64(Percentile(s.freshness, 0.50)) / 1e6
+	r.FreshnessP99Ms = float64(Percentile(s.freshness, 0.99)) / 1e6
 	r.FPRProbes, r.FPR, r.FPRBound, r.FPRRatio = src.FPRProbes, src.FPR, src.FPRBound, src.FPRRatio
 	r.FilterLoad = src.FilterLoad
 }
