@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/client/natsjs"
-	"github.com/ckfrelay/ckfrelay/internal/natstest"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 	"github.com/ckfrelay/ckfrelay/internal/source"
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
 )
 
 // sourceOf reads the catalog's first source of pool.
@@ -42,12 +42,12 @@ func sourceOf(t *testing.T, base, pool string) (source.Status, int) {
 // blocks, a restart (new epoch, the dead lifetime's blocks withdrawn) and
 // its death (silence past source_timeout withdraws everything).
 func TestE2E_ZMQEngineLifecycle(t *testing.T) {
-	base, err := zmqtest.FreePorts(2)
+	base, err := engine.FreePorts(2)
 	require.NoError(t, err)
 	pub, rep := fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+1)
 	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "dc-a:dc=1,expected=65536",
 		"--source", fmt.Sprintf("dc-a:engine=vllm,endpoint=%s,replay=%s,worker=3,block_size=16,source_timeout=400ms", pub, rep))
-	e, err := zmqtest.Start(zmqtest.Config{Endpoint: pub, Replay: rep, PublisherID: true})
+	e, err := engine.Start(engine.Config{Endpoint: pub, Replay: rep, PublisherID: true})
 	require.NoError(t, err)
 	defer e.Close()
 

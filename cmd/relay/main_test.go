@@ -244,3 +244,20 @@ func TestRun_TailPrivateCA(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errb.String(), "no PEM certificate")
 }
+
+// relay demo exits 1 on a bad or missing trace, before starting the run.
+func TestDemo_BadTraceExits1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.jsonl")
+	trace := `{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}` + "\n" + `{"timestamp": 1, "hash_ids": [oops]}` + "\n"
+	require.NoError(t, os.WriteFile(path, []byte(trace), 0o644))
+	for _, tc := range []struct{ path, want string }{
+		{path, "trace line 2"},
+		{filepath.Join(t.TempDir(), "missing.jsonl"), "no such file"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"demo", "--consumer", "native", "--trace", tc.path}, &out, &errb)
+		assert.Equal(t, 1, code, "demo --trace %s: stderr %q", tc.path, errb.String())
+		assert.Contains(t, errb.String(), tc.want, "demo --trace %s", tc.path)
+		assert.Empty(t, out.String(), "demo --trace %s started before failing", tc.path)
+	}
+}

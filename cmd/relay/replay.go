@@ -14,9 +14,9 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
-	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/replay/report"
-	"github.com/ckfrelay/ckfrelay/internal/workload"
+	"github.com/ckfrelay/ckfrelay/internal/sim/replay"
+	"github.com/ckfrelay/ckfrelay/internal/sim/replay/report"
+	"github.com/ckfrelay/ckfrelay/internal/sim/workload"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
 )
 

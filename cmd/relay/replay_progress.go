@@ -7,7 +7,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/sim/replay"
 )
 
 // progress is a replay's progress bar with its ETA, on a terminal.

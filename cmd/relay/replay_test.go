@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ckfrelay/ckfrelay/internal/replay/report"
+	"github.com/ckfrelay/ckfrelay/internal/sim/replay/report"
 )
 
 func TestReplay_UsageErrorsExit2(t *testing.T) {

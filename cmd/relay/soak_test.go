@@ -19,7 +19,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/server"
-	"github.com/ckfrelay/ckfrelay/internal/streamprobe"
+	"github.com/ckfrelay/ckfrelay/internal/testing/streamprobe"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/stretchr/testify/require"
 )

@@ -63,12 +63,12 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "wire"},
 		tests:   []string{"pgregory.net/rapid"},
 	},
-	"internal/producer": {
+	"producer": {
 		imports: []string{"ckf", "golang.org/x/sync"},
 	},
 	"client": {
 		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "github.com/nats-io/nats.go"},
-		tests:   []string{"internal/natstest", "internal/server", "github.com/zeebo/xxh3"},
+		tests:   []string{"internal/testing/natstest", "internal/server", "github.com/zeebo/xxh3"},
 	},
 	"client/natsjs": {},
 	"wasm/abi": {
@@ -79,54 +79,57 @@ var graph = map[string]rule{
 	},
 	"wasm/host": {
 		imports: []string{"ckf", "consumer", "wasm/abi", "github.com/tetratelabs/wazero"},
-		tests:   []string{"client", "internal/conformance", "internal/wasmbuild", "wire"},
+		tests:   []string{"client", "internal/integration/conformance", "internal/wasmbuild", "wire"},
 	},
 	"internal/hub": {
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "internal/producer", "wire",
+		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
-		tests: []string{"client", "consumer", "internal/natstest", "internal/source/zmq/zmqtest", "internal/streamprobe"},
+		tests: []string{"client", "consumer", "internal/testing/natstest", "internal/sim/engine", "internal/testing/streamprobe"},
 	},
-	"internal/workload": {
+	"internal/sim/workload": {
 		imports: []string{"ckf", "github.com/zeebo/xxh3"},
 	},
-	"internal/replay": {
-		imports: []string{"ckf", "client", "consumer", "internal/workload", "internal/producer", "wire"},
+	"internal/sim/replay": {
+		imports: []string{"ckf", "client", "consumer", "internal/sim/workload", "producer", "wire"},
 		tests:   []string{"wasm/host"},
 	},
-	"internal/conformance": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/producer", "wasm/abi", "wire"},
+	"internal/integration/conformance": {
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "producer", "wasm/abi", "wire"},
 		tests:   []string{"wasm/host", "github.com/tetratelabs/wazero"},
 	},
-	"internal/e2e": {
-		tests: []string{"ckf", "consumer", "internal/producer", "wire", "pgregory.net/rapid"},
+	"internal/integration/e2e": {
+		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
-	"internal/catalog":            {imports: []string{"ckf"}},
-	"internal/streamprobe":        {imports: []string{"consumer", "wire"}, tests: []string{"internal/conformance"}},
-	"internal/source":             {imports: []string{"ckf", "internal/catalog", "internal/producer"}},
-	"internal/wasmbuild":          {},
-	"internal/cmd/benchsummary":   {},
-	"internal/cmd/wasirun":        {imports: []string{"github.com/tetratelabs/wazero"}},
-	"internal/replay/report":      {imports: []string{"internal/replay", "gonum.org/v1/plot"}},
-	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/conformance", "wasm/abi"}},
-	"internal/lint":               {},
-	"internal/persist":            {imports: []string{"ckf", "internal/producer", "wire", "github.com/cockroachdb/pebble/v2"}},
+	"internal/catalog":             {imports: []string{"ckf"}},
+	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
+	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer"}},
+	"internal/wasmbuild":           {},
+	"internal/cmd/benchsummary":    {},
+	"internal/cmd/wasirun":         {imports: []string{"github.com/tetratelabs/wazero"}},
+	"internal/sim/replay/report":   {imports: []string{"internal/sim/replay", "gonum.org/v1/plot"}},
+	"internal/cmd/nativeconsumer":  {imports: []string{"client", "internal/integration/conformance", "wasm/abi"}},
+	"internal/lint":                {},
+	"internal/persist":             {imports: []string{"ckf", "producer", "wire", "github.com/cockroachdb/pebble/v2"}},
 	"internal/source/zmq": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/go-zeromq/zmq4", "github.com/go-zeromq/zmq4/transport", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
-		tests:   []string{"internal/source/zmq/zmqtest", "internal/producer", "pgregory.net/rapid"},
+		tests:   []string{"internal/sim/engine", "producer", "pgregory.net/rapid"},
 	},
-	"internal/source/zmq/zmqtest": {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},
-	"internal/natspub":            {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}},
-	"internal/natstest":           {imports: []string{"github.com/nats-io/nats-server/v2"}},
+	"internal/sim/engine":       {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},
+	"internal/natspub":          {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}},
+	"internal/testing/natstest": {imports: []string{"github.com/nats-io/nats-server/v2"}},
 	"internal/source/dynamonats": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
-		tests:   []string{"internal/natstest", "internal/producer"},
+		tests:   []string{"internal/testing/natstest", "producer"},
+	},
+	"internal/sim/demo": {
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "github.com/nats-io/nats-server/v2"},
 	},
 	"cmd/relay": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/replay", "internal/replay/report", "internal/server", "internal/workload", "internal/source/zmq/zmqtest", "wasm/host", "wire", "github.com/nats-io/nats-server/v2", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
-		tests:   []string{"internal/source", "internal/streamprobe"},
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
+		tests:   []string{"internal/sim/engine", "internal/source", "internal/testing/streamprobe"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},
@@ -135,7 +138,7 @@ var graph = map[string]rule{
 
 // public lists the packages users import; everything else lives under
 // internal/ (or is a command).
-var public = []string{"ckf", "wire", "consumer", "client", "client/natsjs", "wasm/host"}
+var public = []string{"ckf", "wire", "consumer", "producer", "client", "client/natsjs", "wasm/host"}
 
 // anyTest lists what every package's tests may import: the project's test
 // assertion library.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/stretchr/testify/require"
 )
 

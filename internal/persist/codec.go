@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 

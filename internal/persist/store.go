@@ -31,7 +31,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // Options tune a pool's journal. Zero fields take the defaults.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/stretchr/testify/require"
 )
 

@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/ckfrelay/ckfrelay/internal/hub"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
-	"github.com/ckfrelay/ckfrelay/internal/natstest"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 )
 
 // probeLanes reports when a probed key first becomes visible on its lanes.

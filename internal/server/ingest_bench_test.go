@@ -13,8 +13,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/server"
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
-	"github.com/ckfrelay/ckfrelay/internal/streamprobe"
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
+	"github.com/ckfrelay/ckfrelay/internal/testing/streamprobe"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -35,7 +35,7 @@ func BenchmarkIngest(b *testing.B) {
 
 func benchIngest(b *testing.B, transport string) {
 	const eventsPerBatch, blocksPerEvent, blockSize = 64, 4, 16
-	base, err := zmqtest.FreePorts(2)
+	base, err := engine.FreePorts(2)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -43,9 +43,9 @@ func benchIngest(b *testing.B, transport string) {
 	// A deep subscriber queue: the burst must not drop the consumer into
 	// re-snapshots, which would measure slow-subscriber recovery instead.
 	cfg := server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 22}}, SubscriberQueue: 1 << 16}
-	var eng *zmqtest.Engine
+	var eng *engine.Engine
 	if transport == "zmq" {
-		eng, err = zmqtest.Start(zmqtest.Config{Endpoint: pub, Replay: rep, BlockSize: blockSize, BufferSteps: 1 << 20})
+		eng, err = engine.Start(engine.Config{Endpoint: pub, Replay: rep, BlockSize: blockSize, BufferSteps: 1 << 20})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -84,10 +84,10 @@ func benchIngest(b *testing.B, transport string) {
 	}
 	makeBatch := func() batch {
 		var bt batch
-		var evs []zmqtest.Event
+		var evs []engine.Event
 		var revs []ckf.RouterEvent
 		for i := range eventsPerBatch {
-			var ev zmqtest.Event
+			var ev engine.Event
 			rev := ckf.RouterEvent{WorkerID: 1, EventID: uint64(next), Kind: ckf.EventStored}
 			var prev uint64
 			for j := range blocksPerEvent {

@@ -11,7 +11,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/internal/persist"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // hubConsumer is the consumer instance the relay's own hub uses for its one

@@ -11,17 +11,17 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 	"github.com/ckfrelay/ckfrelay/internal/source"
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
 )
 
 // An engine's blocks reach a remote subscriber of the pool its ZMQ source
 // feeds, and the catalog and metrics show the source.
 func TestServer_ZMQSourceFeedsPool(t *testing.T) {
-	base, err := zmqtest.FreePorts(2)
+	base, err := engine.FreePorts(2)
 	require.NoError(t, err)
 	pub, rep := fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+1)
-	e, err := zmqtest.Start(zmqtest.Config{Endpoint: pub, Replay: rep, BlockSize: 16})
+	e, err := engine.Start(engine.Config{Endpoint: pub, Replay: rep, BlockSize: 16})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close() })
 

@@ -1,4 +1,4 @@
-// Query benchmark driver for Node (internal/conformance BenchmarkNodeQuery):
+// Query benchmark driver for Node (internal/integration/conformance BenchmarkNodeQuery):
 // installs the state in a setup file, then answers requests on stdin.
 //
 //   node js/bench/query.mjs <module.wasm> <setup file>

@@ -1,7 +1,7 @@
 // Conformance runner for Node.js (≥ 20): runs every scenario file against
 // the module through js/src/module.js — the JavaScript host of the ABI that
 // the js/ router client uses, sharing no code with wasm/host — and compares
-// each result with the file, exactly as internal/conformance does for the
+// each result with the file, exactly as internal/integration/conformance does for the
 // native consumer and wazero.
 //
 //   node testdata/conformance/run.mjs wasm/host/ckfconsumer.wasm testdata/conformance
@@ -75,7 +75,7 @@ function exec(c, st) {
   throw new Error(`unknown op ${st.op}`);
 }
 
-// expected mirrors internal/conformance normalize: the fields an op reports,
+// expected mirrors internal/integration/conformance normalize: the fields an op reports,
 // with JSON's omitted fields as zero values.
 function expected(st) {
   const w = st.want ?? {};

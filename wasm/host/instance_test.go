@@ -13,7 +13,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
-	"github.com/ckfrelay/ckfrelay/internal/conformance"
+	"github.com/ckfrelay/ckfrelay/internal/integration/conformance"
 	"github.com/ckfrelay/ckfrelay/wasm/abi"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
 )

@@ -1,4 +1,4 @@
-// Nativeconsumer runs a conformance scenario (internal/conformance's JSON
+// Nativeconsumer runs a conformance scenario (internal/integration/conformance's JSON
 // form: a manifest and steps; expected results are ignored) on the native Go
 // consumer and prints each step's result as one JSON array, in the shape of
 // the scenario's "want" objects. The JavaScript router's tests (js/test) use
@@ -15,7 +15,7 @@ import (
 	"os"
 
 	"github.com/ckfrelay/ckfrelay/client"
-	"github.com/ckfrelay/ckfrelay/internal/conformance"
+	"github.com/ckfrelay/ckfrelay/internal/integration/conformance"
 	"github.com/ckfrelay/ckfrelay/wasm/abi"
 )
 

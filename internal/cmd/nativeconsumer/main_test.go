@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ckfrelay/ckfrelay/internal/conformance"
+	"github.com/ckfrelay/ckfrelay/internal/integration/conformance"
 )
 
 // TestRun_AnswersEveryScenarioAsWritten: fed a conformance file, the helper

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/natstest"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"

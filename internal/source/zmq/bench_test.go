@@ -3,7 +3,7 @@ package zmq
 import (
 	"testing"
 
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 )
 
 // BenchmarkDecodeConvert decodes one engine batch (64 Stored events × 4
@@ -13,19 +13,19 @@ import (
 func BenchmarkDecodeConvert(b *testing.B) {
 	for _, form := range []struct {
 		name string
-		f    zmqtest.Form
-	}{{"positional", zmqtest.Positional}, {"named", zmqtest.Named}} {
+		f    engine.Form
+	}{{"positional", engine.Positional}, {"named", engine.Named}} {
 		b.Run("form="+form.name, func(b *testing.B) {
 			const events, blocks, size = 64, 4, 16
-			e, err := zmqtest.Start(zmqtest.Config{Endpoint: "inproc://bench-" + form.name, Form: form.f, BlockSize: size})
+			e, err := engine.Start(engine.Config{Endpoint: "inproc://bench-" + form.name, Form: form.f, BlockSize: size})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer e.Close()
-			var evs []zmqtest.Event
+			var evs []engine.Event
 			tok := uint32(0)
 			for i := range events {
-				ev := zmqtest.Event{Type: "BlockStored"}
+				ev := engine.Event{Type: "BlockStored"}
 				for j := range blocks {
 					ev.BlockHashes = append(ev.BlockHashes, uint64(i*blocks+j+1)<<20)
 					for range size {

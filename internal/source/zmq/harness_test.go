@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/producer"
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 	"github.com/ckfrelay/ckfrelay/internal/source"
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // harness runs a real source against a real producer actor and pool.
@@ -118,7 +118,7 @@ func (hs *harness) waitSeq(dp uint32, seq int64) source.RankStatus {
 // publishUntilSeen heartbeats until the source has applied the engine's
 // latest batch (a SUB's subscription reaches a PUB a moment after connecting,
 // and a gap is only noticed when a later batch arrives).
-func (hs *harness) publishUntilSeen(e *zmqtest.Engine, dp uint32) source.RankStatus {
+func (hs *harness) publishUntilSeen(e *engine.Engine, dp uint32) source.RankStatus {
 	hs.t.Helper()
 	var last source.RankStatus
 	require.Eventually(hs.t, func() bool {
@@ -148,7 +148,7 @@ func memberBlocks(pool *ckf.Pool, m ckf.Member) int {
 }
 
 // requireExact checks the pool holds exactly the engine's blocks for m.
-func requireExact(t testing.TB, pool *ckf.Pool, m ckf.Member, truth map[uint64]zmqtest.Block) {
+func requireExact(t testing.TB, pool *ckf.Pool, m ckf.Member, truth map[uint64]engine.Block) {
 	t.Helper()
 	require.Equal(t, len(truth), memberBlocks(pool, m), "member %v block count", m)
 	for _, b := range truth {
@@ -158,7 +158,7 @@ func requireExact(t testing.TB, pool *ckf.Pool, m ckf.Member, truth map[uint64]z
 }
 
 // requireNoStale checks no block the engine no longer holds is advertised.
-func requireNoStale(t testing.TB, pool *ckf.Pool, ever map[uint64]uint64, truth map[uint64]zmqtest.Block) {
+func requireNoStale(t testing.TB, pool *ckf.Pool, ever map[uint64]uint64, truth map[uint64]engine.Block) {
 	t.Helper()
 	for h, c := range ever {
 		if _, held := truth[h]; held {
@@ -171,7 +171,7 @@ func requireNoStale(t testing.TB, pool *ckf.Pool, ever map[uint64]uint64, truth 
 
 func endpoint(t testing.TB, n int) (pub, replay string) {
 	t.Helper()
-	base, err := zmqtest.FreePorts(2 * n)
+	base, err := engine.FreePorts(2 * n)
 	require.NoError(t, err)
 	return fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+n)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 )
 
 const debianPython = "/usr/bin/python3"
@@ -89,7 +89,7 @@ func runPythonPublisher(t *testing.T, form, layout string) {
 	assert.Positive(t, st.Dropped, "the block of another size is dropped")
 	assert.Zero(t, st.Rejected)
 	// The expected state, computed from what the script says it holds.
-	truth := map[uint64]zmqtest.Block{}
+	truth := map[uint64]engine.Block{}
 	var canon func(h uint64) uint64
 	canon = func(h uint64) uint64 {
 		b := held[strconv.FormatUint(h, 10)]
@@ -106,7 +106,7 @@ func runPythonPublisher(t *testing.T, form, layout string) {
 	for k := range held {
 		h, err := strconv.ParseUint(k, 10, 64)
 		require.NoError(t, err)
-		truth[h] = zmqtest.Block{Hash: h, Canonical: canon(h)}
+		truth[h] = engine.Block{Hash: h, Canonical: canon(h)}
 	}
 	require.Len(t, truth, 3+2-1+2+1)
 	requireExact(t, hs.pool, ckf.Member{WorkerID: 11}, truth)

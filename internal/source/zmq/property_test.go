@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 )
 
 // TestSource_RandomHistories drives an emulated engine through random
@@ -31,8 +31,8 @@ func TestSource_RandomHistories(t *testing.T) {
 func randomHistory(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 42))
 	pub, rep := endpoint(t, 1)
-	ecfg := zmqtest.Config{Endpoint: pub, Replay: rep, Seed: seed,
-		Form: zmqtest.Form(rng.IntN(2)), Layout: zmqtest.Layout(rng.IntN(2)),
+	ecfg := engine.Config{Endpoint: pub, Replay: rep, Seed: seed,
+		Form: engine.Form(rng.IntN(2)), Layout: engine.Layout(rng.IntN(2)),
 		PublisherID: rng.IntN(2) == 0, BufferSteps: 4 + rng.IntN(12)}
 	e := startEngine(t, ecfg)
 	const timeout = 150 * time.Millisecond

@@ -6,14 +6,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 )
 
 // A replay socket serves client after client (each DEALER closes after its end
 // marker); the emulator once stopped serving after a client left.
 func TestReplay_ManyClientsInARow(t *testing.T) {
 	pub, rep := endpoint(t, 1)
-	e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep})
+	e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep})
 	for range 5 {
 		require.NoError(t, e.Heartbeat())
 	}
@@ -32,9 +32,9 @@ func TestReplay_ManyClientsInARow(t *testing.T) {
 }
 
 func TestReplay_OverrunAndLayouts(t *testing.T) {
-	for _, layout := range []zmqtest.Layout{zmqtest.SeqPayload, zmqtest.TopicSeqPayload} {
+	for _, layout := range []engine.Layout{engine.SeqPayload, engine.TopicSeqPayload} {
 		pub, rep := endpoint(t, 1)
-		e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep, BufferSteps: 4, Layout: layout, Topic: "kv"})
+		e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep, BufferSteps: 4, Layout: layout, Topic: "kv"})
 		for range 6 {
 			require.NoError(t, e.Heartbeat())
 		}

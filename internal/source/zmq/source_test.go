@@ -9,12 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/source/zmq/zmqtest"
+	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 )
 
-func startEngine(t testing.TB, cfg zmqtest.Config) *zmqtest.Engine {
+func startEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	t.Helper()
-	e, err := zmqtest.Start(cfg)
+	e, err := engine.Start(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close() })
 	return e
@@ -22,7 +22,7 @@ func startEngine(t testing.TB, cfg zmqtest.Config) *zmqtest.Engine {
 
 // storeSome publishes a few chains and an eviction; it returns the engine's
 // held blocks.
-func storeSome(t testing.TB, e *zmqtest.Engine) {
+func storeSome(t testing.TB, e *engine.Engine) {
 	t.Helper()
 	a, err := e.Store(0, 3)
 	require.NoError(t, err)
@@ -34,12 +34,12 @@ func storeSome(t testing.TB, e *zmqtest.Engine) {
 }
 
 func TestSource_LiveInEveryForm(t *testing.T) {
-	for _, form := range []zmqtest.Form{zmqtest.Positional, zmqtest.Named} {
-		for _, layout := range []zmqtest.Layout{zmqtest.SeqPayload, zmqtest.TopicSeqPayload} {
+	for _, form := range []engine.Form{engine.Positional, engine.Named} {
+		for _, layout := range []engine.Layout{engine.SeqPayload, engine.TopicSeqPayload} {
 			t.Run(fmt.Sprintf("form%d_layout%d", form, layout), func(t *testing.T) {
 				pub, rep := endpoint(t, 1)
-				e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep, Form: form, Layout: layout,
-					Topic: "kv@w7", DPRank: 2, PublisherID: layout == zmqtest.TopicSeqPayload, Seed: uint64(form*2) + uint64(layout)})
+				e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep, Form: form, Layout: layout,
+					Topic: "kv@w7", DPRank: 2, PublisherID: layout == engine.TopicSeqPayload, Seed: uint64(form*2) + uint64(layout)})
 				hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Topic: "kv@", Worker: 7})
 				storeSome(t, e)
 				r := hs.publishUntilSeen(e, 2)
@@ -54,7 +54,7 @@ func TestSource_LiveInEveryForm(t *testing.T) {
 
 func TestSource_TopicFilter(t *testing.T) {
 	pub, rep := endpoint(t, 1)
-	e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep, Topic: "other"})
+	e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep, Topic: "other"})
 	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Topic: "kv", Worker: 1})
 	storeSome(t, e)
 	time.Sleep(100 * time.Millisecond) // nothing can arrive; give it the chance
@@ -68,7 +68,7 @@ func TestSource_EngineStartedAfterRelay(t *testing.T) {
 	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Worker: 3})
 	time.Sleep(50 * time.Millisecond) // several dials fail meanwhile
 	assert.Equal(t, "connecting", hs.src.Status().State)
-	e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep})
+	e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep})
 	storeSome(t, e)
 	hs.publishUntilSeen(e, 0)
 	hs.stop()
@@ -79,7 +79,7 @@ func TestSource_EngineKilledAndRestarted(t *testing.T) {
 	for _, pubID := range []bool{false, true} {
 		t.Run(fmt.Sprintf("publisher_id=%v", pubID), func(t *testing.T) {
 			pub, rep := endpoint(t, 1)
-			e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep, PublisherID: pubID})
+			e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep, PublisherID: pubID})
 			hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Worker: 3})
 			storeSome(t, e)
 			hs.publishUntilSeen(e, 0)
@@ -103,10 +103,10 @@ func TestSource_EngineKilledAndRestarted(t *testing.T) {
 }
 
 func TestSource_GapFilledFromReplay(t *testing.T) {
-	for _, layout := range []zmqtest.Layout{zmqtest.SeqPayload, zmqtest.TopicSeqPayload} {
+	for _, layout := range []engine.Layout{engine.SeqPayload, engine.TopicSeqPayload} {
 		t.Run(fmt.Sprint(layout), func(t *testing.T) {
 			pub, rep := endpoint(t, 1)
-			e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep, Layout: layout, Topic: "t"})
+			e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep, Layout: layout, Topic: "t"})
 			hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Worker: 1})
 			hs.publishUntilSeen(e, 0)
 			e.DropNext(3)
@@ -130,7 +130,7 @@ func TestSource_UncoverableGapDegradesThenClearHeals(t *testing.T) {
 			if !replay {
 				rep = ""
 			}
-			e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep, BufferSteps: 2})
+			e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep, BufferSteps: 2})
 			hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Worker: 1})
 			// Joining mid-stream without a usable replay is itself degraded;
 			// a Clear makes the rank exact, the baseline for what follows.
@@ -189,7 +189,7 @@ func TestSource_UncoverableGapDegradesThenClearHeals(t *testing.T) {
 
 func TestSource_SilentEngineResetsThenRebuilds(t *testing.T) {
 	pub, rep := endpoint(t, 1)
-	e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep})
+	e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep})
 	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Worker: 1, SourceTimeout: 150 * time.Millisecond})
 	storeSome(t, e)
 	hs.publishUntilSeen(e, 0)
@@ -212,7 +212,7 @@ func TestSource_SilentEngineResetsThenRebuilds(t *testing.T) {
 
 func TestSource_DuplicatesAndGarbageAreSkipped(t *testing.T) {
 	pub, rep := endpoint(t, 1)
-	e := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep})
+	e := startEngine(t, engine.Config{Endpoint: pub, Replay: rep})
 	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Worker: 1})
 	hs.publishUntilSeen(e, 0)
 	a, err := e.Store(0, 2)
@@ -241,8 +241,8 @@ func TestSource_DPRanksOnConsecutivePorts(t *testing.T) {
 	pub, rep := endpoint(t, 2)
 	pub1, _ := RankEndpoint(pub, 1)
 	rep1, _ := RankEndpoint(rep, 1)
-	e0 := startEngine(t, zmqtest.Config{Endpoint: pub, Replay: rep, DPRank: 0, Seed: 1})
-	e1 := startEngine(t, zmqtest.Config{Endpoint: pub1, Replay: rep1, DPRank: 1, Seed: 2, OmitDPRank: true})
+	e0 := startEngine(t, engine.Config{Endpoint: pub, Replay: rep, DPRank: 0, Seed: 1})
+	e1 := startEngine(t, engine.Config{Endpoint: pub1, Replay: rep1, DPRank: 1, Seed: 2, OmitDPRank: true})
 	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, DPRanks: 2, Worker: 9})
 	storeSome(t, e0)
 	e1.DropNext(1)
@@ -258,8 +258,8 @@ func TestSource_BindManyEnginesConnect(t *testing.T) {
 	bind, rep := endpoint(t, 2)
 	hs := newHarness(t, Config{Bind: bind, Replay: rep, DPRanks: 2, Worker: 4})
 	rep1, _ := RankEndpoint(rep, 1)
-	e0 := startEngine(t, zmqtest.Config{Endpoint: bind, Connect: true, Replay: rep, DPRank: 0, Seed: 3, Form: zmqtest.Named})
-	e1 := startEngine(t, zmqtest.Config{Endpoint: bind, Connect: true, Replay: rep1, DPRank: 1, Seed: 4})
+	e0 := startEngine(t, engine.Config{Endpoint: bind, Connect: true, Replay: rep, DPRank: 0, Seed: 3, Form: engine.Named})
+	e1 := startEngine(t, engine.Config{Endpoint: bind, Connect: true, Replay: rep1, DPRank: 1, Seed: 4})
 	storeSome(t, e0)
 	storeSome(t, e1)
 	hs.publishUntilSeen(e0, 0)

@@ -1,0 +1,72 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
+	"github.com/ckfrelay/ckfrelay/internal/server"
+)
+
+// demoRelay is the demo's relay: one pool per data center, dc-0 … dc-N,
+// serving HTTP on a loopback port.
+type demoRelay struct {
+	srv      *server.Server
+	cfg      server.Config // as the server completed it
+	base     string        // http://host:port
+	expected uint64        // blocks each pool's filter is sized for
+	format   ckf.Format    // the pools' filter format, for the router's manifest
+	// nats is the router's NATS config when --transport nats broadcasts the
+	// pools through an embedded nats-server (nil for HTTP); stopNATS stops it.
+	nats     *client.NATSConfig
+	stopNATS func()
+}
+
+// poolName names data center d's pool.
+func poolName(d int) string { return fmt.Sprintf("dc-%d", d) }
+
+// startDemoRelay builds the relay's config (each feed may add to its data
+// center's pool spec), starts it on a loopback port and returns it running.
+func startDemoRelay(o demoOptions, feeds []dcFeed) (*demoRelay, error) {
+	expected := uint64(o.workers * o.ranks * o.blocksPerRank)
+	cfg := server.Config{Listen: "127.0.0.1:0", HeartbeatInterval: server.Duration(200 * time.Millisecond)}
+	for d := range o.dataCenters {
+		spec := server.PoolSpec{Name: poolName(d), DCID: uint64(d + 1), ExpectedBlocks: expected, PublishEveryNEvents: 16}
+		feeds[d].Configure(d, &spec)
+		cfg.Pools = append(cfg.Pools, spec)
+	}
+	natsCfg, natsURL, stopNATS, err := demoNATS(o.transport)
+	if err != nil {
+		return nil, err
+	}
+	cfg.NATS.URL = natsURL
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := server.New(cfg, quiet)
+	if err != nil {
+		stopNATS()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		stopNATS()
+		return nil, err
+	}
+	go func() { _ = srv.Serve(ln) }()
+	format, _ := ckf.Config{ExpectedBlocks: expected, Seed: ckf.DefaultSeed, MaxKicks: ckf.DefaultMaxKicks,
+		VerificationWindow: ckf.DefaultVerificationWindow, PublishEveryNEvents: 1}.Format()
+	return &demoRelay{srv: srv, cfg: srv.Config(), base: "http://" + ln.Addr().String(), expected: expected, format: format,
+		nats: natsCfg, stopNATS: stopNATS}, nil
+}
+
+// close shuts the relay down, waiting at most 5 s for its streams.
+func (r *demoRelay) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = r.srv.Shutdown(ctx)
+	r.stopNATS()
+}
