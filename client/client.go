@@ -94,7 +94,6 @@ type Router struct {
 	mu   sync.Mutex // serializes every call into lanes and guards info
 	ls   Lanes
 	info [ckf.MaxLanes]LaneInfo
-	res  consumer.QueryResult
 	nats *natsTransport // nil: HTTP
 
 	onBackoff func(lane int, ceil time.Duration) // test hook: before each resubscribe delay

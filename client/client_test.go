@@ -33,9 +33,9 @@ func newNative(t *testing.T) *Native {
 	t.Helper()
 	m := consumer.Manifest{ConsumerInstance: testConsumer, Domain: testDomain, Format: testFormat, VerificationWindow: 2}
 	m.Lanes[0] = &testPool
-	c, err := consumer.New(m)
-	require.NoError(t, err, "consumer.New")
-	return &Native{C: c}
+	n, err := NewNative(m)
+	require.NoError(t, err, "NewNative")
+	return n
 }
 
 // session is one stream request the fake relay saw. Frames are written by
@@ -341,7 +341,7 @@ func TestRouter_StopIsNotAResubscribe(t *testing.T) {
 	require.Zero(t, li.Resubscribes, "after stop")
 	require.False(t, li.Ready, "after stop")
 	require.Empty(t, li.LastError, "after stop")
-	_, err = lanes.C.Contains(1)
+	_, err = lanes.Contains(1)
 	require.Error(t, err, "a stopped router's lane still answers queries")
 }
 

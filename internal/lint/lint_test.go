@@ -138,7 +138,7 @@ var graph = map[string]rule{
 
 // public lists the packages users import; everything else lives under
 // internal/ (or is a command).
-var public = []string{"ckf", "wire", "consumer", "producer", "client", "client/natsjs", "wasm/host"}
+var public = []string{"ckf", "wire", "producer", "consumer", "client", "client/natsjs", "wasm/abi", "wasm/host"}
 
 // anyTest lists what every package's tests may import: the project's test
 // assertion library.

@@ -79,13 +79,13 @@ func startNATSRouterIn(t *testing.T, cfg Config, nc client.NATSConfig, consumerI
 		m.Lanes[i] = &ckf.PoolID{Domain: domain, DCID: p.DCID}
 		targets = append(targets, client.Target{Pool: p.Name, Lane: i})
 	}
-	c, err := consumer.New(m)
+	lanes, err := client.NewNative(m)
 	require.NoError(t, err)
 	nc.Options = append(nc.Options, nats.ReconnectWait(50*time.Millisecond))
 	logs := &lockedBuffer{}
 	r, err := client.New(client.Config{NATS: &nc, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		ConsumerInstance: consumerID, Targets: targets, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		IdleTimeout: 2 * time.Second}, &client.Native{C: c})
+		IdleTimeout: 2 * time.Second}, lanes)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

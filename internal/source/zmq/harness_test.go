@@ -103,18 +103,6 @@ func rankOf(st source.Status, dp uint32) (source.RankStatus, bool) {
 	return source.RankStatus{}, false
 }
 
-// waitSeq waits until the source has applied rank dp's stream up to seq.
-func (hs *harness) waitSeq(dp uint32, seq int64) source.RankStatus {
-	hs.t.Helper()
-	var last source.RankStatus
-	require.Eventually(hs.t, func() bool {
-		r, ok := rankOf(hs.src.Status(), dp)
-		last = r
-		return ok && int64(r.Seq) == seq && r.State != RankReset
-	}, 10*time.Second, 2*time.Millisecond, "rank %d never reached seq %d", dp, seq)
-	return last
-}
-
 // publishUntilSeen heartbeats until the source has applied the engine's
 // latest batch (a SUB's subscription reaches a PUB a moment after connecting,
 // and a gap is only noticed when a later batch arrives).
