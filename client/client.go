@@ -99,10 +99,32 @@ type Router struct {
 	onBackoff func(lane int, ceil time.Duration) // test hook: before each resubscribe delay
 }
 
+// CheckRelayURL reports whether s is a usable relay base URL: http or https,
+// with a host. The error says what to write instead, e.g. for
+// "127.0.0.1:7878" to add "http://".
+func CheckRelayURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.Scheme == "" || u.Opaque != "" {
+		if !strings.Contains(s, "://") {
+			return fmt.Errorf("client: relay URL %q has no scheme: write \"http://%s\" (or https://)", s, s)
+		}
+		return fmt.Errorf("client: relay URL %q is not an http(s) URL with a host, e.g. \"http://127.0.0.1:7878\"", s)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("client: relay URL %q has scheme %q: the relay speaks http:// or https://", s, u.Scheme)
+	}
+	return nil
+}
+
 // New returns a router over lanes. It does nothing until [Router.Run].
 func New(cfg Config, lanes Lanes) (*Router, error) {
 	if (cfg.RelayURL == "") == (cfg.NATS == nil) || len(cfg.Targets) == 0 {
 		return nil, errors.New("client: one of RelayURL and NATS, and at least one target, are required")
+	}
+	if cfg.RelayURL != "" {
+		if err := CheckRelayURL(cfg.RelayURL); err != nil {
+			return nil, err
+		}
 	}
 	seen := map[int]bool{}
 	for _, t := range cfg.Targets {
