@@ -20,7 +20,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/conformance from the generator")
 
 // dir is the scenario directory seen from this package.
-var dir = filepath.Join("..", "..", conformance.Dir)
+var dir = filepath.Join("..", "..", "..", conformance.Dir)
 
 func TestScenarios_UpToDate(t *testing.T) {
 	for _, s := range conformance.Generate() {
@@ -80,7 +80,7 @@ func TestNode(t *testing.T) {
 	if err != nil {
 		t.Skip("node not installed: the Node.js conformance host is skipped (install Node ≥ 20 to run it)")
 	}
-	wasm := filepath.Join("..", "..", "wasm", "host", "ckfconsumer.wasm")
+	wasm := filepath.Join("..", "..", "..", "wasm", "host", "ckfconsumer.wasm")
 	cmd := exec.Command(node, filepath.Join(dir, "run.mjs"), wasm, dir)
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
