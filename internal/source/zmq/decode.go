@@ -845,7 +845,8 @@ func knownKey(k []byte) int {
 
 // commonValues are the string field values engines send on every event; a
 // decoded value equal to one shares its string instead of allocating.
-var commonValues = []string{"GPU", "CPU", "CPU_TIER1", "CPU_TIER2", "STORAGE", "DISK", "LOCAL"}
+var commonValues = []string{"GPU", "CPU", "CPU_TIER1", "CPU_TIER2", "STORAGE", "DISK", "LOCAL",
+	"full_attention", "mla_attention", "sink_full_attention", "sliding_window", "mamba"}
 
 func intern(b []byte) string {
 	for _, v := range commonValues {
