@@ -50,6 +50,13 @@ func TestConsumer_QueryForms(t *testing.T) {
 	check("QuerySequenceHashesLinear", c.QuerySequenceHashesLinear(seq, &res), res)
 	check("QueryTokens", c.QueryTokens(tokens, 16, salt, &res), res)
 
+	check("QueryTokensWith, no options", c.QueryTokensWith(tokens, 16, salt, ckf.HashOptions{}, &res), res)
+	// A block's multimodal hashes change its key and every later one's.
+	require.NoError(t, c.QueryTokensWith(tokens, 16, salt, ckf.HashOptions{MM: [][]uint64{5: {42}}}, &res), "mm")
+	require.Equal(t, uint32(5), res.Depths[0], "mm at block 5: lane 0")
+	require.Equal(t, uint32(5), res.Depths[1], "mm at block 5: lane 1")
+	require.ErrorIs(t, c.QueryTokensWith(tokens, 0, salt, ckf.HashOptions{}, &res), ErrInvalidQuery)
+
 	// Another salt (the base model) shares no block with the adapter's.
 	require.NoError(t, c.QueryTokens(tokens, 16, ckf.BaseSalt, &res), "base salt")
 	require.Equal(t, [lanes]uint32{}, res.Depths, "base salt: all depths 0")

@@ -267,7 +267,9 @@ type SourceStatus struct {
 	Name string `json:"name"`
 	// Engine is the configured engine kind ("vllm", "sglang", "trtllm", "dynamo").
 	Engine string `json:"engine"`
-	// State is "connecting", "live", "recovering", "degraded" or "stopped".
+	// State is "connecting", "live", "recovering", "degraded", "failing"
+	// (connected, but for a while every batch was rejected or had every
+	// event dropped) or "stopped".
 	State string `json:"state"`
 	// Batches and Events count what was admitted.
 	Batches U64 `json:"batches"`
@@ -276,6 +278,14 @@ type SourceStatus struct {
 	// events dropped on purpose (e.g. a block of the wrong size).
 	Rejected U64 `json:"rejected"`
 	Dropped  U64 `json:"dropped"`
+	// RejectedByReason and DroppedByReason split them by reason (a
+	// rejection counts batches, a drop blocks, or 1 for an event without
+	// blocks); LastDropReason is the reason of the last batch nothing of
+	// which was used, LastBadPayload the first bytes of its payload (hex).
+	RejectedByReason map[string]U64 `json:"rejected_by_reason,omitempty"`
+	DroppedByReason  map[string]U64 `json:"dropped_by_reason,omitempty"`
+	LastDropReason   string         `json:"last_drop_reason,omitempty"`
+	LastBadPayload   string         `json:"last_bad_payload,omitempty"`
 	// Gaps, Replays, Resets and Restarts count recovery transitions.
 	Gaps     U64 `json:"gaps"`
 	Replays  U64 `json:"replays"`

@@ -131,6 +131,12 @@ var (
 	}()
 	sourceRankState = prometheus.NewDesc("ckfrelay_source_rank_state",
 		"1 for the state each rank of a source is in (live, degraded, reset).", append(sourceLabels, "dp_rank", "state"), nil)
+	sourceDroppedReason = prometheus.NewDesc("ckfrelay_source_dropped_reason_total",
+		"Blocks (or block-less events) dropped on purpose, by reason.", append(sourceLabels, "reason"), nil)
+	sourceRejectedReason = prometheus.NewDesc("ckfrelay_source_rejected_reason_total",
+		"Batches rejected as malformed, by reason.", append(sourceLabels, "reason"), nil)
+	sourceFailing = prometheus.NewDesc("ckfrelay_source_failing",
+		"1 while the source hears nothing useful (state failing).", sourceLabels, nil)
 	sourceLastEvent = prometheus.NewDesc("ckfrelay_source_last_event_seconds",
 		"Unix time the source last heard anything.", sourceLabels, nil)
 )
@@ -141,6 +147,9 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- sourceRankState
 	ch <- sourceLastEvent
+	ch <- sourceDroppedReason
+	ch <- sourceRejectedReason
+	ch <- sourceFailing
 }
 
 func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -152,6 +161,17 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			"degraded": st.Degraded, "silences": st.Silences, "duplicates": st.Duplicates, "reconnects": st.Reconnects} {
 			ch <- prometheus.MustNewConstMetric(sourceDescs[k], prometheus.CounterValue, float64(v), l...)
 		}
+		for why, v := range st.DroppedByReason {
+			ch <- prometheus.MustNewConstMetric(sourceDroppedReason, prometheus.CounterValue, float64(v), append(l, why)...)
+		}
+		for why, v := range st.RejectedByReason {
+			ch <- prometheus.MustNewConstMetric(sourceRejectedReason, prometheus.CounterValue, float64(v), append(l, why)...)
+		}
+		failing := 0.0
+		if st.State == "failing" {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(sourceFailing, prometheus.GaugeValue, failing, l...)
 		for _, r := range st.Ranks {
 			ch <- prometheus.MustNewConstMetric(sourceRankState, prometheus.GaugeValue, 1,
 				append(l, strconv.FormatUint(uint64(r.DPRank), 10), r.State)...)

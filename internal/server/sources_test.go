@@ -62,12 +62,22 @@ func TestServer_ZMQSourceFeedsPool(t *testing.T) {
 	assert.Equal(t, "live", got.State)
 	assert.Empty(t, cat.Pools[1].Sources)
 
+	// A batch whose only event has another block size: a drop by reason.
+	dropped, err := e.EncodeBatch(engine.Event{Type: "BlockStored", BlockHashes: []uint64{1 << 40}, TokenIDs: make([]uint32, 8), BlockSize: 8})
+	require.NoError(t, err)
+	require.NoError(t, e.PublishEncoded(dropped))
+	require.Eventually(t, func() bool {
+		return srv.SourceStatuses("dc-a")[0].DroppedByReason["block_size"] == 1
+	}, 10*time.Second, time.Millisecond)
+
 	r, err = http.Get(ts.URL + "/metrics")
 	require.NoError(t, err)
 	body, _ := io.ReadAll(r.Body)
 	r.Body.Close()
 	assert.Contains(t, string(body), `ckfrelay_source_batches_total{engine="vllm",pool="dc-a",source="vllm@`+pub+`"}`)
 	assert.Contains(t, string(body), `ckfrelay_source_rank_state{dp_rank="0",engine="vllm",pool="dc-a",source="vllm@`+pub+`",state="live"} 1`)
+	assert.Contains(t, string(body), `ckfrelay_source_dropped_reason_total{engine="vllm",pool="dc-a",reason="block_size",source="vllm@`+pub+`"} 1`)
+	assert.Contains(t, string(body), `ckfrelay_source_failing{engine="vllm",pool="dc-a",source="vllm@`+pub+`"} 0`)
 }
 
 func TestServer_BadSourceFailsNew(t *testing.T) {

@@ -64,6 +64,8 @@ type Config struct {
 	MaxReplayBatches int
 	// Limits bound one batch.
 	Limits Limits
+	// Ingest tunes event conversion and the failing state (health.go).
+	Ingest IngestOptions
 	// Logger receives the transition and rejection lines. Default slog.Default().
 	Logger *slog.Logger
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -53,10 +54,10 @@ type Source struct {
 	ranks   map[uint32]*rank
 	eventID uint64
 
-	mu            sync.Mutex
-	st            source.Status
-	lastRejectLog time.Time
-	connected     int // sockets connected (bind: listening); guarded by mu
+	mu        sync.Mutex
+	st        source.Status
+	connected int    // sockets connected (bind: listening); guarded by mu
+	health    health // what could not be used (health.go); guarded by mu
 }
 
 // rank is the per-DP-rank state of the stream.
@@ -98,7 +99,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Source{cfg: cfg, log: cfg.Logger.With("source", cfg.Name()), dec: NewDecoder(cfg.Limits),
-		cv: Converter{Worker: cfg.Worker, BlockSize: cfg.BlockSize}, ranks: map[uint32]*rank{}}
+		cv: newConverter(cfg), ranks: map[uint32]*rank{}}
 	s.st = source.Status{Name: cfg.Name(), Engine: cfg.Engine, State: "connecting"}
 	return s, nil
 }
@@ -109,6 +110,9 @@ func (s *Source) Status() source.Status {
 	defer s.mu.Unlock()
 	st := s.st
 	st.Ranks = append([]source.RankStatus(nil), s.st.Ranks...)
+	st.RejectedByReason = maps.Clone(s.st.RejectedByReason)
+	st.DroppedByReason = maps.Clone(s.st.DroppedByReason)
+	s.overlayHealthLocked(&st, time.Now())
 	return st
 }
 
@@ -304,10 +308,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// rejectLogEvery rate-limits rejection log lines per source.
-const rejectLogEvery = time.Second
-
-func (s *Source) reject(err error, seq int64) {
+func (s *Source) reject(err error, seq int64, payload []byte) {
 	var de *DecodeError
 	reason := Reason("unknown")
 	if errors.As(err, &de) {
@@ -316,13 +317,10 @@ func (s *Source) reject(err error, seq int64) {
 	s.mu.Lock()
 	s.st.Rejected++
 	s.st.LastError = err.Error()
-	logNow := time.Since(s.lastRejectLog) >= rejectLogEvery
-	if logNow {
-		s.lastRejectLog = time.Now()
-	}
+	logNow := s.noteReject(reason, payload) // one line per reason per reasonLogEvery
 	s.mu.Unlock()
 	if logNow {
-		s.log.Warn("zmq source: rejected a batch", "reason", string(reason), "seq", seq, "err", err)
+		s.log.Warn("zmq source: rejected a batch", "reason", string(reason), "seq", seq, "err", err, "payload", excerpt(payload))
 	}
 }
 
@@ -330,12 +328,12 @@ func (s *Source) reject(err error, seq int64) {
 func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error {
 	msg, err := ParseMessage(in.frames)
 	if err != nil {
-		s.reject(err, -1)
+		s.reject(err, -1, nil)
 		return nil
 	}
 	b, err := s.dec.DecodeBatch(msg.Payload)
 	if err != nil {
-		s.reject(err, msg.Seq)
+		s.reject(err, msg.Seq, msg.Payload)
 		return nil
 	}
 	dp := uint32(max(in.socket, 0))
@@ -413,6 +411,7 @@ func (s *Source) begin(ctx context.Context, sink source.Sink, r *rank, degraded 
 		digest uint64
 	}{}
 	r.state, r.reason, r.known = RankLive, "", nil
+	s.cv.ForgetRank(r.member.DPRank) // the rank's blocks are gone: so are their namespaces
 	if degraded {
 		r.state, r.reason, r.known = RankDegraded, reason, map[uint64]struct{}{}
 	}
@@ -497,7 +496,7 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 		}
 		rb, err := s.dec.DecodeBatch(rep.Payload)
 		if err != nil {
-			s.reject(err, rep.Seq)
+			s.reject(err, rep.Seq, rep.Payload)
 			return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonReplayErr)
 		}
 		cover = append(cover, decoded{rep, rb})
@@ -534,6 +533,7 @@ func (s *Source) degrade(ctx context.Context, sink source.Sink, r *rank, msg Mes
 // apply admits one batch of r's stream (msg.Seq == r.next).
 func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Message, b Batch) error {
 	var dropped uint64
+	drops := batchDrops{events: len(b.Events)}
 	// The batch's events go to the pool as one command (one mailbox send).
 	evs := make([]ckf.RouterEvent, 0, len(b.Events))
 	for i := range b.Events {
@@ -541,12 +541,14 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 		if r.known != nil && ev.Type == BlockStored && ev.HasParent {
 			if _, ok := r.known[ev.ParentHash]; !ok {
 				dropped += uint64(len(ev.BlockHashes))
+				drops.add(DropParentLost, len(ev.BlockHashes), true)
 				continue
 			}
 		}
 		s.eventID++
-		out, ok, n, _ := s.cv.Convert(ev, r.member.DPRank, s.eventID)
+		out, ok, n, why := s.cv.Convert(ev, r.member.DPRank, s.eventID)
 		dropped += uint64(n)
+		drops.add(why, n, !ok)
 		if !ok {
 			if ev.Type == Unknown {
 				dropped++
@@ -586,6 +588,7 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 		st.Events += catalog.U64(events)
 		st.Dropped += catalog.U64(dropped)
 	})
+	s.noteBatch(&drops, msg.Payload)
 	return nil
 }
 
