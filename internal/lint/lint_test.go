@@ -59,6 +59,9 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 		tests:   []string{"github.com/vmihailenco/msgpack/v5", "pgregory.net/rapid"},
 	},
+	"wire/cbi1": {
+		imports: []string{"ckf", "github.com/zeebo/xxh3"},
+	},
 	"consumer": {
 		imports: []string{"ckf", "wire"},
 		tests:   []string{"pgregory.net/rapid"},
@@ -138,7 +141,7 @@ var graph = map[string]rule{
 
 // public lists the packages users import; everything else lives under
 // internal/ (or is a command).
-var public = []string{"ckf", "wire", "producer", "consumer", "client", "client/natsjs", "wasm/abi", "wasm/host"}
+var public = []string{"ckf", "wire", "wire/cbi1", "producer", "consumer", "client", "client/natsjs", "wasm/abi", "wasm/host"}
 
 // anyTest lists what every package's tests may import: the project's test
 // assertion library.
