@@ -106,6 +106,7 @@ var graph = map[string]rule{
 	"internal/integration/e2e": {
 		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
+	"internal/kvrelay/kvrelaypb":   {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
 	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer"}},
