@@ -106,6 +106,10 @@ var graph = map[string]rule{
 	"internal/integration/e2e": {
 		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
+	"internal/kvrelay": {
+		imports: []string{"internal/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},
+		tests:   []string{"ckf", "wire/cbi1"},
+	},
 	"internal/kvrelay/kvrelaypb":   {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
