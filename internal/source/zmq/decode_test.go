@@ -28,11 +28,6 @@ func digest(h uint64) []byte {
 	return d
 }
 
-func mmHashOf(id string) uint64 {
-	h, _ := MMHash(id)
-	return h
-}
-
 func TestDecodeBatch_AcceptedForms(t *testing.T) {
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
 	stored := Event{Type: BlockStored, BlockHashes: []uint64{10, math.MaxUint64}, HasParent: true, ParentHash: 9,
