@@ -1,7 +1,6 @@
 package ckf
 
 import (
-	"github.com/stretchr/testify/require"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -151,6 +150,7 @@ func BenchmarkSearchPrefix(b *testing.B) {
 		d = append(d, time.Since(t0))
 	}
 	reportP50(b, d, 16)
-	require.Equal(b, uint32(1024), s.Depth[15], "depth %d probes %d", s.Depth[15], s.Probes)
-	require.Equal(b, 13, s.Probes, "depth %d probes %d", s.Depth[15], s.Probes)
+	if s.Depth[15] != 1024 || s.Probes != 13 {
+		b.Fatalf("depth %d probes %d", s.Depth[15], s.Probes)
+	}
 }
