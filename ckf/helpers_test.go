@@ -1,9 +1,10 @@
 package ckf
 
 import (
-	"github.com/stretchr/testify/require"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Event builders for tests. Block b{ext, tokens} is one StoredBlock.

@@ -1,10 +1,11 @@
 package ckf
 
 import (
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func events(evs ...*RouterEvent) []RouterEvent {

@@ -1,9 +1,10 @@
 package ckf
 
 import (
+	"testing"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"testing"
 )
 
 func TestNewRNG_DefaultSeedState(t *testing.T) {
