@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 var kernelSink uint64
@@ -150,7 +152,6 @@ func BenchmarkSearchPrefix(b *testing.B) {
 		d = append(d, time.Since(t0))
 	}
 	reportP50(b, d, 16)
-	if s.Depth[15] != 1024 || s.Probes != 13 {
-		b.Fatalf("depth %d probes %d", s.Depth[15], s.Probes)
-	}
+	require.Equal(b, uint32(1024), s.Depth[15], "depth %d probes %d", s.Depth[15], s.Probes)
+	require.Equal(b, 13, s.Probes, "depth %d probes %d", s.Depth[15], s.Probes)
 }

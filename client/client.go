@@ -149,7 +149,7 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 		cfg.HTTPClient = &http.Client{}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Router{cfg: cfg, log: cfg.Logger, ls: lanes}
 	if cfg.NATS != nil {
