@@ -5,7 +5,7 @@ PKGS      := ./...
 WASM_PKGS := ./ckf/... ./wire/... ./consumer/... ./wasm/guest
 FUZZTIME  ?= 20s
 
-.PHONY: all run test js-test check vet fmt-check tidy-check staticcheck wasm-check port-check generate-check wasm bench fuzz
+.PHONY: all run test js-test check vet fmt-check tidy-check staticcheck wasm-check port-check generate-check proto proto-check wasm bench fuzz
 
 all: check test
 
@@ -30,7 +30,7 @@ js-test:
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 ## check: formatting, tidy modules, vet, staticcheck, cross-builds, and generators that leave the tree as committed
-check: fmt-check tidy-check vet staticcheck wasm-check port-check generate-check
+check: fmt-check tidy-check vet staticcheck wasm-check port-check generate-check proto-check
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -64,6 +64,24 @@ wasm-check:
 # A 32-bit build catches int/uint64 constant overflows that 64-bit hides.
 port-check:
 	GOARCH=386 $(GO) build ./...
+
+## proto: regenerate internal/kvrelay/kvrelaypb from its .proto (protoc from Debian's protobuf-compiler,
+## plugins pinned in internal/tools/go.mod); commit the result with the .proto
+proto:
+	GO="$(GO)" internal/kvrelay/proto/gen.sh
+
+# The committed generated code must be what `make proto` writes.
+proto-check:
+	@if ! command -v protoc >/dev/null 2>&1; then \
+	  echo "proto-check: skipped: protoc not found (apt-get install -y protobuf-compiler to check internal/kvrelay/kvrelaypb)"; \
+	else \
+	  tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  GO="$(GO)" internal/kvrelay/proto/gen.sh "$$tmp" && \
+	  for f in relay.pb.go relay_grpc.pb.go; do \
+	    diff -u internal/kvrelay/kvrelaypb/$$f "$$tmp/internal/kvrelay/kvrelaypb/$$f" || \
+	      { echo "proto-check: internal/kvrelay/kvrelaypb/$$f is stale: run make proto and commit it"; exit 1; }; \
+	  done; \
+	fi
 
 ## wasm: rebuild the embedded consumer module (commit it with the change that needed it)
 wasm:
