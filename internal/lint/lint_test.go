@@ -114,6 +114,11 @@ var graph = map[string]rule{
 		imports: []string{"internal/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},
 		tests:   []string{"ckf", "wire/cbi1"},
 	},
+	"internal/grpcserver": {
+		imports: []string{"ckf", "internal/hub", "internal/kvrelay", "internal/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
+			"github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
+		tests: []string{"wire"},
+	},
 	"internal/kvrelay/kvrelaypb":   {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
@@ -140,7 +145,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "github.com/nats-io/nats-server/v2"},
 	},
 	"cmd/relay": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
 		tests:   []string{"internal/sim/engine", "internal/source", "internal/testing/streamprobe"},
 	},
 	"cmd/wasmbuild": {
