@@ -288,6 +288,10 @@ type SourceStatus struct {
 	Silences   U64 `json:"silences"`
 	Duplicates U64 `json:"duplicates"`
 	Reconnects U64 `json:"reconnects"`
+	// PeersRefused counts connections dropped for their peer's fault: a
+	// handshake that was not ZMTP or not completed in time, a frame larger
+	// than the source's max_message_bytes, a peer beyond max_peers.
+	PeersRefused U64 `json:"peers_refused"`
 	// Ranks is the state of each data-parallel rank the source has heard.
 	Ranks []RankStatus `json:"ranks,omitempty"`
 	// LastEvent is when the source last heard anything (events or a heartbeat).

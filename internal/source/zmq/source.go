@@ -56,6 +56,7 @@ type Source struct {
 	mu            sync.Mutex
 	st            source.Status
 	lastRejectLog time.Time
+	lastRefuseLog time.Time
 	connected     int // sockets connected (bind: listening); guarded by mu
 }
 
@@ -208,7 +209,7 @@ var zmqLogger = log.New(io.Discard, "", 0)
 func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<- inbound) {
 	backoff := s.cfg.MinBackoff
 	for ctx.Err() == nil {
-		sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false),
+		sub := zmq4.NewSub(s.guarded(ctx, zmq4.Sub), zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false),
 			zmq4.WithDialerTimeout(s.cfg.ReplayTimeout), zmq4.WithLogger(zmqLogger))
 		_ = sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
 		if err := sub.Dial(subEndpoint(ep)); err != nil {
@@ -265,7 +266,7 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 func (s *Source) listenLoop(ctx context.Context, out chan<- inbound) {
 	backoff := s.cfg.MinBackoff
 	for ctx.Err() == nil {
-		sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(zmqLogger))
+		sub := zmq4.NewSub(s.guarded(ctx, zmq4.Sub), zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(zmqLogger))
 		_ = sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
 		if err := sub.Listen(subEndpoint(s.cfg.Bind)); err != nil {
 			_ = sub.Close()
@@ -301,6 +302,29 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// guarded returns ctx carrying the source's peer guard for a socket of
+// type own (transport.go).
+func (s *Source) guarded(ctx context.Context, own zmq4.SocketType) context.Context {
+	return withGuard(ctx, peerGuard{own: own,
+		limits:    frameLimits{MaxMessage: uint64(s.cfg.MaxMessageBytes), MaxFrames: MaxFramesPerMessage},
+		handshake: s.cfg.HandshakeTimeout, maxPeers: s.cfg.MaxPeers, refuse: s.refusePeer})
+}
+
+// refusePeer counts a connection the transport dropped for its peer's fault.
+func (s *Source) refusePeer(err error) {
+	s.mu.Lock()
+	s.st.PeersRefused++
+	s.st.LastError = err.Error()
+	logNow := time.Since(s.lastRefuseLog) >= rejectLogEvery
+	if logNow {
+		s.lastRefuseLog = time.Now()
+	}
+	s.mu.Unlock()
+	if logNow {
+		s.log.Warn("zmq source: dropped a peer", "err", err)
 	}
 }
 
@@ -453,7 +477,7 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 	if check {
 		start = from - 1
 	}
-	replies, err := Replay(ctx, replayEP, start, s.cfg.ReplayTimeout, s.cfg.MaxReplayBatches)
+	replies, err := Replay(s.guarded(ctx, zmq4.Dealer), replayEP, start, s.cfg.ReplayTimeout, s.cfg.MaxReplayBatches)
 	if err != nil {
 		s.log.Warn("zmq source: replay failed", "rank", r.member.DPRank, "endpoint", replayEP, "from", start, "err", err)
 		if from == msg.Seq && r.synced {
