@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -28,14 +29,15 @@ const (
 
 // Transition reasons (log lines, RankStatus.Reason).
 const (
-	reasonJoined    = "joined mid-stream"
-	reasonGap       = "sequence gap"
-	reasonNoReplay  = "no replay endpoint"
-	reasonOverrun   = "replay buffer overrun"
-	reasonReplayErr = "replay failed"
-	reasonRestart   = "engine restart"
-	reasonSilent    = "silent past source_timeout"
-	reasonReconnect = "reconnected"
+	reasonJoined      = "joined mid-stream"
+	reasonGap         = "sequence gap"
+	reasonNoReplay    = "no replay endpoint"
+	reasonOverrun     = "replay buffer overrun"
+	reasonReplayErr   = "replay failed"
+	reasonRestart     = "engine restart"
+	reasonSilent      = "silent past source_timeout"
+	reasonReconnect   = "reconnected"
+	reasonEpochRaised = "epoch raised by another writer"
 )
 
 // recentBatches is how many applied batches' payload digests a rank keeps to
@@ -80,6 +82,8 @@ type rank struct {
 	// Stored event whose parent was lost is dropped instead of faulting the
 	// pool. nil while the rank is exact.
 	known map[uint64]struct{}
+	// failing: the pool refused the rank's epoch; retried on each message.
+	failing bool
 }
 
 func (r *rank) remember(seq int64, payload []byte) {
@@ -126,7 +130,9 @@ func (s *Source) publishRanks() {
 	for _, r := range s.ranks {
 		rs = append(rs, source.RankStatus{DPRank: r.member.DPRank, State: r.state, Epoch: catalog.U64(r.epoch),
 			Seq: catalog.I64(r.next - 1), Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)})
-		if r.state != RankLive {
+		if r.failing {
+			state = "failing"
+		} else if r.state != RankLive && state != "failing" {
 			state = "degraded"
 		}
 	}
@@ -182,7 +188,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 		case <-ctx.Done():
 			return nil
 		case m := <-msgs:
-			if err := s.handle(ctx, sink, m); err != nil {
+			if err := s.handle(ctx, sink, m); err != nil && !isEpochRefusal(err) {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -190,7 +196,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 				return err
 			}
 		case now := <-tick.C:
-			if err := s.checkSilence(ctx, sink, now); err != nil {
+			if err := s.checkSilence(ctx, sink, now); err != nil && !isEpochRefusal(err) {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -382,6 +388,17 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error
 	r.lastHeard = time.Now()
 	s.update(func(st *source.Status) { st.LastEvent = r.lastHeard })
 	defer s.publishRanks()
+	err = s.handleRank(ctx, sink, r, in, msg, b)
+	if isEpochRefusal(err) {
+		s.failRank(r, err)
+		return nil
+	}
+	return err
+}
+
+// handleRank processes one message of rank r.
+func (s *Source) handleRank(ctx context.Context, sink source.Sink, r *rank, in inbound, msg Message, b Batch) error {
+	dp := r.member.DPRank
 
 	restarted := false
 	if b.PublisherID != nil && r.publisher != nil && string(b.PublisherID) != string(r.publisher) {
@@ -425,11 +442,17 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error
 // begin starts r over: a new epoch with the rank reset, unless the current
 // epoch has admitted nothing yet (then the pool holds nothing of it and the
 // epoch is reused). degraded resets are always sent, so the pool counts them.
+//
+// The pool owns a member's epochs: a new epoch is one above both the
+// source's and the pool's record (docs/ingest.md, "Source epochs"). So a
+// rank first heard after a restart with --data-dir, or whose epoch an HTTP
+// bridge raised, starts above the recorded epoch with a reset (the pool may
+// hold blocks of an earlier lifetime). A reset still refused as stale (a
+// writer raised the epoch meanwhile) is retried above the new record; an
+// exhausted epoch space returns errEpochsExhausted.
 func (s *Source) begin(ctx context.Context, sink source.Sink, r *rank, degraded bool, reason string) error {
-	needReset := r.epoch > 0 && !r.fresh
-	if needReset || r.epoch == 0 {
-		r.epoch++
-	}
+	recorded, known := source.RecordedEpoch(sink, r.member)
+	needReset := (r.epoch > 0 && !r.fresh) || (known && (r.epoch == 0 || recorded > r.epoch))
 	r.fresh = true
 	r.synced, r.next = true, 0
 	r.recent = [recentBatches]struct {
@@ -440,14 +463,50 @@ func (s *Source) begin(ctx context.Context, sink source.Sink, r *rank, degraded 
 	if degraded {
 		r.state, r.reason, r.known = RankDegraded, reason, map[uint64]struct{}{}
 	}
+	if !needReset && r.epoch == 0 {
+		r.epoch = 1
+	}
 	if !needReset && !degraded {
 		return nil
 	}
-	if err := sink.ResetRank(ctx, r.epoch, r.member, degraded); err != nil {
-		return fmt.Errorf("zmq source: reset rank %d: %w", r.member.DPRank, err)
+	for try := 0; ; try++ {
+		base := max(r.epoch, recorded)
+		if needReset || base > r.epoch {
+			if base == math.MaxUint64 {
+				return fmt.Errorf("zmq source: reset rank %d: %w", r.member.DPRank, errEpochsExhausted)
+			}
+			r.epoch = base + 1
+		}
+		err := sink.ResetRank(ctx, r.epoch, r.member, degraded)
+		if err == nil {
+			r.failing = false
+			break
+		}
+		if !errors.Is(err, source.ErrStaleEpoch) || try == 2 {
+			return fmt.Errorf("zmq source: reset rank %d: %w", r.member.DPRank, err)
+		}
+		recorded, _ = source.RecordedEpoch(sink, r.member)
+		needReset = true
 	}
 	s.update(func(st *source.Status) { st.Resets++ })
 	return nil
+}
+
+// errEpochsExhausted: the member's recorded epoch is 2^64−1, so no new
+// epoch can be above it.
+var errEpochsExhausted = errors.New("the member's source epoch is exhausted (2^64-1)")
+
+// isEpochRefusal tells a refusal of the rank's epoch, on which the source
+// reports "failing" and keeps going, from a sink that stopped.
+func isEpochRefusal(err error) bool {
+	return errors.Is(err, source.ErrStaleEpoch) || errors.Is(err, errEpochsExhausted)
+}
+
+// failRank marks r as unable to take an epoch: the next message tries again.
+func (s *Source) failRank(r *rank, err error) {
+	r.synced, r.state, r.reason, r.failing = false, RankReset, err.Error(), true
+	s.log.Warn("zmq source: rank's epoch refused; retrying on its next message", "rank", r.member.DPRank, "err", err)
+	s.update(func(st *source.Status) { st.LastError = err.Error() })
 }
 
 // restart handles a publisher that started over: a new epoch, the rank
@@ -555,8 +614,19 @@ func (s *Source) degrade(ctx context.Context, sink source.Sink, r *rank, msg Mes
 	return s.apply(ctx, sink, r, msg, b)
 }
 
-// apply admits one batch of r's stream (msg.Seq == r.next).
+// apply admits one batch of r's stream (msg.Seq == r.next). When another
+// writer (an HTTP bridge's reset) has raised the member's epoch, the pool
+// dropped what the rank had admitted: the rank is reset above that epoch,
+// degraded, before the batch is admitted.
 func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Message, b Batch) error {
+	if cur, ok := source.RecordedEpoch(sink, r.member); ok && cur > r.epoch {
+		s.log.Warn("zmq source: another writer raised the rank's epoch; rank reset (degraded)", "rank", r.member.DPRank, "epoch", r.epoch, "recorded", cur)
+		if err := s.begin(ctx, sink, r, true, reasonEpochRaised); err != nil {
+			return err
+		}
+		s.update(func(st *source.Status) { st.Degraded++ })
+		r.next = msg.Seq
+	}
 	var dropped uint64
 	// The batch's events go to the pool as one command (one mailbox send).
 	evs := make([]ckf.RouterEvent, 0, len(b.Events))
@@ -622,6 +692,11 @@ func (s *Source) checkSilence(ctx context.Context, sink source.Sink, now time.Ti
 		}
 		s.log.Warn("zmq source: rank silent; reset", "rank", r.member.DPRank, "silent_for", now.Sub(r.lastHeard).Round(time.Millisecond))
 		if err := s.begin(ctx, sink, r, false, ""); err != nil {
+			if isEpochRefusal(err) {
+				s.failRank(r, err)
+				changed = true
+				continue
+			}
 			return err
 		}
 		r.synced, r.state, r.reason = false, RankReset, reasonSilent
