@@ -1,6 +1,7 @@
 package zmq
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"log"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +42,13 @@ const (
 	reasonEpochRaised = "epoch raised by another writer"
 )
 
+// Rejection reasons of the source itself (the decoder's are in decode.go).
+const (
+	// ReasonRanks: a batch of a data-parallel rank beyond the source's
+	// ranks (dp_ranks, or DefaultMaxRanks).
+	ReasonRanks Reason = "ranks"
+)
+
 // recentBatches is how many applied batches' payload digests a rank keeps to
 // tell a duplicate from an engine restart.
 const recentBatches = 1024
@@ -52,14 +61,17 @@ type Source struct {
 	cv  Converter
 
 	// Owned by Run's goroutine.
-	ranks   map[uint32]*rank
-	eventID uint64
+	ranks    map[uint32]*rank
+	maxRanks int
+	eventID  uint64
 
 	mu            sync.Mutex
 	st            source.Status
 	lastRejectLog time.Time
 	lastRefuseLog time.Time
 	connected     int // sockets connected (bind: listening); guarded by mu
+	notLive       int // ranks whose published state is not live; guarded by mu
+	failingRanks  int // ranks published as failing; guarded by mu
 }
 
 // rank is the per-DP-rank state of the stream.
@@ -84,6 +96,10 @@ type rank struct {
 	known map[uint64]struct{}
 	// failing: the pool refused the rank's epoch; retried on each message.
 	failing bool
+	// idx is the rank's entry in Status().Ranks (sorted by DP rank);
+	// pubNotLive and pubFailing what that entry last said.
+	idx                    int
+	pubNotLive, pubFailing bool
 }
 
 func (r *rank) remember(seq int64, payload []byte) {
@@ -101,8 +117,12 @@ func New(cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	maxRanks := DefaultMaxRanks
+	if cfg.DPRanks > 0 {
+		maxRanks = cfg.DPRanks
+	}
 	cfg = cfg.withDefaults()
-	s := &Source{cfg: cfg, log: cfg.Logger.With("source", cfg.Name()), dec: NewDecoder(cfg.Limits),
+	s := &Source{cfg: cfg, maxRanks: maxRanks, log: cfg.Logger.With("source", cfg.Name()), dec: NewDecoder(cfg.Limits),
 		cv: Converter{Worker: cfg.Worker, BlockSize: cfg.BlockSize}, ranks: map[uint32]*rank{}}
 	s.st = source.Status{Name: cfg.Name(), Engine: cfg.Engine, State: "connecting"}
 	return s, nil
@@ -123,36 +143,52 @@ func (s *Source) update(f func(st *source.Status)) {
 	s.mu.Unlock()
 }
 
-// publishRanks copies the rank table into the status and derives the state.
-func (s *Source) publishRanks() {
-	rs := make([]source.RankStatus, 0, len(s.ranks))
-	state := "live"
-	for _, r := range s.ranks {
-		rs = append(rs, source.RankStatus{DPRank: r.member.DPRank, State: r.state, Epoch: catalog.U64(r.epoch),
-			Seq: catalog.I64(r.next - 1), Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)})
-		if r.failing {
-			state = "failing"
-		} else if r.state != RankLive && state != "failing" {
-			state = "degraded"
-		}
+// stateLocked derives the source's state from its connections and ranks.
+func (s *Source) stateLocked() string {
+	switch {
+	case s.connected == 0:
+		return "connecting"
+	case s.failingRanks > 0:
+		return "failing"
+	case s.notLive > 0:
+		return "degraded"
 	}
-	sortRanks(rs)
-	s.update(func(st *source.Status) {
-		st.Ranks = rs
-		if s.connected > 0 {
-			st.State = state
-		} else {
-			st.State = "connecting"
-		}
-	})
+	return "live"
 }
 
-func sortRanks(rs []source.RankStatus) {
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && rs[j].DPRank < rs[j-1].DPRank; j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
-		}
+// publishRank copies r into its status entry and derives the state: O(1)
+// per message, whatever the number of ranks.
+func (s *Source) publishRank(r *rank) {
+	rs := source.RankStatus{DPRank: r.member.DPRank, State: r.state, Epoch: catalog.U64(r.epoch),
+		Seq: catalog.I64(r.next - 1), Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)}
+	notLive := r.state != RankLive
+	s.mu.Lock()
+	s.st.Ranks[r.idx] = rs
+	s.notLive += b2i(notLive) - b2i(r.pubNotLive)
+	s.failingRanks += b2i(r.failing) - b2i(r.pubFailing)
+	r.pubNotLive, r.pubFailing = notLive, r.failing
+	s.st.State = s.stateLocked()
+	s.mu.Unlock()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
+	return 0
+}
+
+// addRank enters a new rank in the status, kept sorted by DP rank (rare:
+// at most maxRanks times).
+func (s *Source) addRank(r *rank) {
+	s.ranks[r.member.DPRank] = r
+	s.mu.Lock()
+	s.st.Ranks = append(s.st.Ranks, source.RankStatus{DPRank: r.member.DPRank, State: RankLive})
+	slices.SortFunc(s.st.Ranks, func(a, b source.RankStatus) int { return cmp.Compare(a.DPRank, b.DPRank) })
+	for i, e := range s.st.Ranks {
+		s.ranks[e.DPRank].idx = i
+	}
+	s.mu.Unlock()
 }
 
 // inbound is one message read by a socket goroutine.
@@ -231,9 +267,7 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 		s.log.Info("zmq source: connected", "endpoint", ep, "rank", rankIdx)
 		s.update(func(st *source.Status) {
 			s.connected++
-			if st.State == "connecting" {
-				st.State = "live"
-			}
+			st.State = s.stateLocked()
 		})
 		healthy := false
 		for {
@@ -244,9 +278,8 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 					s.update(func(st *source.Status) { st.Reconnects++; st.LastError = err.Error() })
 				}
 				s.update(func(st *source.Status) {
-					if s.connected--; s.connected == 0 {
-						st.State = "connecting"
-					}
+					s.connected--
+					st.State = s.stateLocked()
 				})
 				break
 			}
@@ -285,7 +318,7 @@ func (s *Source) listenLoop(ctx context.Context, out chan<- inbound) {
 			continue
 		}
 		s.log.Info("zmq source: listening", "bind", s.cfg.Bind)
-		s.update(func(st *source.Status) { s.connected++; st.State = "live" })
+		s.update(func(st *source.Status) { s.connected++; st.State = s.stateLocked() })
 		for ctx.Err() == nil {
 			msg, err := sub.Recv()
 			if err != nil {
@@ -374,7 +407,11 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error
 	}
 	r := s.ranks[dp]
 	if r == nil {
-		r = &rank{member: ckf.Member{WorkerID: s.cfg.Worker, DPRank: dp}}
+		if len(s.ranks) >= s.maxRanks {
+			s.reject(malformed(ReasonRanks, nil, "data_parallel_rank %d is beyond the source's %d ranks", dp, s.maxRanks), msg.Seq)
+			return nil
+		}
+		r = &rank{member: ckf.Member{WorkerID: s.cfg.Worker, DPRank: dp}, state: RankLive}
 		if s.cfg.Replay != "" {
 			// The replay socket sits at the same offset as the PUB socket
 			// the rank was heard on (bind mode: at the rank's offset).
@@ -383,11 +420,11 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error
 				r.replayEP, _ = RankEndpoint(s.cfg.Replay, in.socket)
 			}
 		}
-		s.ranks[dp] = r
+		s.addRank(r)
 	}
 	r.lastHeard = time.Now()
 	s.update(func(st *source.Status) { st.LastEvent = r.lastHeard })
-	defer s.publishRanks()
+	defer s.publishRank(r)
 	err = s.handleRank(ctx, sink, r, in, msg, b)
 	if isEpochRefusal(err) {
 		s.failRank(r, err)
@@ -685,7 +722,6 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 
 // checkSilence resets every rank heard nothing from for SourceTimeout.
 func (s *Source) checkSilence(ctx context.Context, sink source.Sink, now time.Time) error {
-	changed := false
 	for _, r := range s.ranks {
 		if !r.synced || now.Sub(r.lastHeard) < s.cfg.SourceTimeout {
 			continue
@@ -694,17 +730,14 @@ func (s *Source) checkSilence(ctx context.Context, sink source.Sink, now time.Ti
 		if err := s.begin(ctx, sink, r, false, ""); err != nil {
 			if isEpochRefusal(err) {
 				s.failRank(r, err)
-				changed = true
+				s.publishRank(r)
 				continue
 			}
 			return err
 		}
 		r.synced, r.state, r.reason = false, RankReset, reasonSilent
 		s.update(func(st *source.Status) { st.Silences++ })
-		changed = true
-	}
-	if changed {
-		s.publishRanks()
+		s.publishRank(r)
 	}
 	return nil
 }
