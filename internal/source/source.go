@@ -55,7 +55,6 @@ func RecordedEpoch(sink Sink, m ckf.Member) (uint64, bool) {
 // epoch is older than the member's ([producer.StaleSourceEpochError]).
 var ErrStaleEpoch = producer.ErrStaleSourceEpoch
 
-
 // Source is one running connection to engines.
 type Source interface {
 	// Run drives sink until ctx is done or the source fails for good; it
