@@ -267,7 +267,8 @@ type SourceStatus struct {
 	Name string `json:"name"`
 	// Engine is the configured engine kind ("vllm", "sglang", "trtllm", "dynamo").
 	Engine string `json:"engine"`
-	// State is "connecting", "live", "recovering", "degraded" or "stopped".
+	// State is "connecting", "live", "recovering", "degraded", "failing" (a
+	// rank's epoch is refused; LastError says why) or "stopped".
 	State string `json:"state"`
 	// Batches and Events count what was admitted.
 	Batches U64 `json:"batches"`
