@@ -269,7 +269,8 @@ type SourceStatus struct {
 	Engine string `json:"engine"`
 	// State is "connecting", "live", "recovering", "degraded", "failing"
 	// (connected, but for a while every batch was rejected or had every
-	// event dropped) or "stopped".
+	// event dropped, or a rank's epoch is refused; LastError or
+	// LastDropReason says why) or "stopped".
 	State string `json:"state"`
 	// Batches and Events count what was admitted.
 	Batches U64 `json:"batches"`
@@ -298,6 +299,10 @@ type SourceStatus struct {
 	Silences   U64 `json:"silences"`
 	Duplicates U64 `json:"duplicates"`
 	Reconnects U64 `json:"reconnects"`
+	// PeersRefused counts connections dropped for their peer's fault: a
+	// handshake that was not ZMTP or not completed in time, a frame larger
+	// than the source's max_message_bytes, a peer beyond max_peers.
+	PeersRefused U64 `json:"peers_refused"`
 	// Ranks is the state of each data-parallel rank the source has heard.
 	Ranks []RankStatus `json:"ranks,omitempty"`
 	// LastEvent is when the source last heard anything (events or a heartbeat).

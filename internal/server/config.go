@@ -79,6 +79,10 @@ type SourceSpec struct {
 	// SourceTimeout resets the source's ranks after this long without any
 	// message (engines send an empty batch every second when idle).
 	SourceTimeout Duration `json:"source_timeout,omitempty"`
+	// MaxMessageBytes bounds one ZMQ message from an engine; a peer
+	// announcing more is disconnected. Default: the relay's
+	// max_request_bytes.
+	MaxMessageBytes int64 `json:"max_message_bytes,omitempty"`
 
 	// NATS (dynamo). URL of the NATS server(s); Subject of Dynamo's KV
 	// events; Stream and Durable select a JetStream durable consumer

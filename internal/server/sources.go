@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -39,7 +40,7 @@ func newSource(spec SourceSpec, cfg Config, log *slog.Logger) (source.Source, er
 		}
 		return zmq.New(zmq.Config{Engine: spec.Engine, Endpoint: spec.Endpoint, Bind: spec.Bind, Replay: spec.Replay,
 			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: spec.BlockSize,
-			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log,
+			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log, MaxMessageBytes: cmp.Or(spec.MaxMessageBytes, cfg.MaxRequestBytes),
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	case "dynamo":
 		return newDynamoSource(spec)
@@ -120,7 +121,8 @@ var (
 		"gaps": "Sequence gaps detected.", "replays": "Replay requests made.", "resets": "Rank resets.",
 		"restarts": "Engine restarts detected (new source epoch).", "degraded": "Resets after a gap nothing could fill.",
 		"silences": "Ranks reset after silence past source_timeout.", "duplicates": "Batches received twice and skipped.",
-		"reconnects": "Lost connections redialled.",
+		"reconnects":    "Lost connections redialled.",
+		"peers_refused": "Peer connections dropped: not ZMTP, handshake too slow, a message above max_message_bytes, or beyond max_peers.",
 	}
 	sourceDescs = func() map[string]*prometheus.Desc {
 		m := map[string]*prometheus.Desc{}
@@ -158,7 +160,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		l := []string{rs.pool, st.Name, st.Engine}
 		for k, v := range map[string]catalog.U64{"batches": st.Batches, "events": st.Events, "rejected": st.Rejected,
 			"dropped": st.Dropped, "gaps": st.Gaps, "replays": st.Replays, "resets": st.Resets, "restarts": st.Restarts,
-			"degraded": st.Degraded, "silences": st.Silences, "duplicates": st.Duplicates, "reconnects": st.Reconnects} {
+			"degraded": st.Degraded, "silences": st.Silences, "duplicates": st.Duplicates, "reconnects": st.Reconnects, "peers_refused": st.PeersRefused} {
 			ch <- prometheus.MustNewConstMetric(sourceDescs[k], prometheus.CounterValue, float64(v), l...)
 		}
 		for why, v := range st.DroppedByReason {
@@ -185,7 +187,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 // ParseSourceFlag parses the --source flag form
 // "pool:engine=vllm,endpoint=tcp://host:5557,replay=tcp://host:5558,worker=7,block_size=16"
 // (keys: engine, endpoint, bind, replay, topic, dp_ranks, worker,
-// block_size, source_timeout) and returns the pool's name and the spec.
+// block_size, source_timeout, max_message_bytes) and returns the pool's name and the spec.
 func ParseSourceFlag(s string) (string, SourceSpec, error) {
 	pool, rest, ok := strings.Cut(s, ":")
 	if !ok || rest == "" {
@@ -218,6 +220,8 @@ func ParseSourceFlag(s string) (string, SourceSpec, error) {
 			spec.Stream = v
 		case "durable":
 			spec.Durable = v
+		case "max_message_bytes":
+			spec.MaxMessageBytes, err = strconv.ParseInt(v, 0, 64)
 		case "source_timeout":
 			var d time.Duration
 			d, err = time.ParseDuration(v)
