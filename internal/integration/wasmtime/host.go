@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"unsafe"
 
 	wt "github.com/bytecodealliance/wasmtime-go/v39"
 
@@ -117,7 +118,18 @@ type Runtime struct {
 // code is kept there (Module.Serialize) and reloaded by later runtimes
 // (NewModuleDeserializeFile), as wazero's compilation cache is by wasm/host.
 func NewRuntime(wasm []byte, cacheDir string) (*Runtime, error) {
+	return NewRuntimeWithConfig(nil, wasm, cacheDir)
+}
+
+// NewRuntimeWithConfig is NewRuntime on an engine built from cfg (nil: the
+// defaults: Cranelift, optimized for speed), e.g. with
+// a perf-map profiler (cfg.SetProfiler) to name the module's
+// functions in `perf report`.
+func NewRuntimeWithConfig(cfg *wt.Config, wasm []byte, cacheDir string) (*Runtime, error) {
 	engine := wt.NewEngine()
+	if cfg != nil {
+		engine = wt.NewEngineWithConfig(cfg)
+	}
 	mod, err := compile(engine, wasm, cacheDir)
 	if err != nil {
 		return nil, err
@@ -454,14 +466,33 @@ func (in *Instance) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult)
 
 // QueryTokens implements client.Lanes.
 func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) {
-		for i, t := range tokens {
-			binary.LittleEndian.PutUint32(b[4*i:], t)
-		}
-	}, blockSize, salt, res)
+	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) { putUint32s(b, tokens) }, blockSize, salt, res)
 }
 
+// littleEndianHost reports whether this host stores integers as the module
+// reads them (wasm is little-endian): then query input is one copy.
+var littleEndianHost = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// putUint32s writes v into b as little-endian u32s: one copy of v's memory on
+// a little-endian host, where a per-element loop costs as much as the
+// module's whole hashing kernel for a 1024-block token query (BENCHMARKS.md,
+// "Four runtimes").
+func putUint32s(b []byte, v []uint32) {
+	if littleEndianHost && len(v) > 0 {
+		copy(b[:4*len(v)], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)))
+		return
+	}
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], x)
+	}
+}
+
+// putUint64s is putUint32s for u64s.
 func putUint64s(b []byte, v []uint64) {
+	if littleEndianHost && len(v) > 0 {
+		copy(b[:8*len(v)], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 8*len(v)))
+		return
+	}
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(b[8*i:], x)
 	}
