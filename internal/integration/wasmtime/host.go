@@ -13,7 +13,7 @@
 //
 // wasmtime-go is cgo (its module carries the prebuilt static library), so this
 // package is a Go module of its own: the main module's users never inherit
-// cgo or the 200 MB dependency. `make wasmtime-test` runs it when a C
+// cgo or the 207 MB dependency. `make wasmtime-test` runs it when a C
 // compiler is installed.
 package wasmtime
 
