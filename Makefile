@@ -29,12 +29,13 @@ js-test:
 	fi
 
 ## wasmtime-test: the conformance suite on wasmtime (internal/integration/wasmtime, a nested
-## module: wasmtime-go is cgo, so it needs a C compiler; vet and tidy are checked there too)
+## module: wasmtime-go is cgo, so it needs a C compiler; tidy, vet and staticcheck are checked there too)
 WASMTIME_MOD := internal/integration/wasmtime
 wasmtime-test:
 	@cc=$$($(GO) env CC); \
 	if [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$${cc%% *}" >/dev/null 2>&1; then \
-	  cd $(WASMTIME_MOD) && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...; \
+	  cd $(WASMTIME_MOD) && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && \
+	  $(GO) test -count=1 ./...; \
 	else \
 	  echo "wasmtime-test: skipped: no C compiler ($$cc not found or CGO_ENABLED=0; install gcc to run the conformance suite on wasmtime)"; \
 	fi

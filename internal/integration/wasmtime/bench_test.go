@@ -256,7 +256,7 @@ func BenchmarkRuntimes(b *testing.B) {
 							err = im.c.QuerySequenceHashes(seq, &res)
 						}
 						if err != nil {
-							b.Fatal(err)
+							require.Fail(b, err.Error())
 						}
 						if len(lat) < cap(lat) {
 							lat = append(lat, time.Since(t0))
@@ -279,7 +279,7 @@ func BenchmarkRuntimes(b *testing.B) {
 				t0 := time.Now()
 				m, err := im.c.Contains(s.seq[0])
 				if err != nil || m != 0xffff {
-					b.Fatalf("%x %v", m, err)
+					require.Fail(b, "contains", "mask %#x, %v", m, err)
 				}
 				if len(lat) < cap(lat) {
 					lat = append(lat, time.Since(t0))
@@ -311,14 +311,14 @@ func BenchmarkRuntimes(b *testing.B) {
 				epoch++
 				frame := s.snapshot(b, 0, epoch)
 				if err := c.Assign(s.ids[0], lease(0, epoch)); err != nil {
-					b.Fatal(err)
+					require.Fail(b, err.Error())
 				}
 				b.StartTimer()
 				t0 := time.Now()
 				r, err := c.ApplyFrame(frame)
 				lat = append(lat, time.Since(t0))
 				if err != nil || r.Outcome != consumer.SnapshotInstalled {
-					b.Fatalf("%v %v", r, err)
+					require.Fail(b, "install", "%+v %v", r, err)
 				}
 			}
 			b.ReportMetric(mbps(float64(report(b, lat).Nanoseconds())), "MB/s")
@@ -336,10 +336,10 @@ func BenchmarkRuntimes(b *testing.B) {
 				t0 := time.Now()
 				c, err := im.make(s.manifest)
 				if err != nil {
-					b.Fatal(err)
+					require.Fail(b, err.Error())
 				}
 				if _, err := c.Stats(); err != nil {
-					b.Fatal(err)
+					require.Fail(b, err.Error())
 				}
 				lat = append(lat, time.Since(t0))
 				closeLanes(c)

@@ -80,9 +80,7 @@ func TestScenarios(t *testing.T) {
 		t.Run(s.Name, func(t *testing.T) {
 			diffs, err := conformance.Run(&s, f)
 			require.NoError(t, err)
-			for _, d := range diffs {
-				t.Error(d)
-			}
+			assert.Empty(t, diffs, "steps whose result differs from the file")
 		})
 	}
 }
@@ -124,7 +122,7 @@ func TestScenarios_AlteredExpectationFails(t *testing.T) {
 			return
 		}
 	}
-	t.Fatal("no query step with depths in any scenario")
+	require.Fail(t, "no query step with depths in any scenario")
 }
 
 // TestInstance_Errors checks what the scenarios cannot: errors match the
