@@ -5,7 +5,7 @@ PKGS      := ./...
 WASM_PKGS := ./ckf/... ./wire/... ./consumer/... ./wasm/guest
 FUZZTIME  ?= 20s
 
-.PHONY: all run test js-test check vet fmt-check tidy-check staticcheck wasm-check port-check generate-check proto proto-check wasm bench fuzz
+.PHONY: all run test js-test wasmtime-test check vet fmt-check tidy-check staticcheck wasm-check port-check generate-check proto proto-check wasm bench fuzz
 
 all: check test
 
@@ -18,6 +18,7 @@ test: check
 	$(GO) test -count=1 $(PKGS)
 	$(GO) test -count=1 -race -short $(PKGS)
 	$(MAKE) js-test
+	$(MAKE) wasmtime-test
 
 ## js-test: the JavaScript router client's tests under Node (node --test, against the real relay)
 js-test:
@@ -25,6 +26,18 @@ js-test:
 	  cd js && GO="$(GO)" node --test test/*.test.mjs; \
 	else \
 	  echo "js-test: skipped: node not found (install nodejs >= 20 to run the JavaScript router's tests)"; \
+	fi
+
+## wasmtime-test: the conformance suite on wasmtime (internal/integration/wasmtime, a nested
+## module: wasmtime-go is cgo, so it needs a C compiler; tidy, vet and staticcheck are checked there too)
+WASMTIME_MOD := internal/integration/wasmtime
+wasmtime-test:
+	@cc=$$($(GO) env CC); \
+	if [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$${cc%% *}" >/dev/null 2>&1; then \
+	  cd $(WASMTIME_MOD) && $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && \
+	  $(GO) test -count=1 ./...; \
+	else \
+	  echo "wasmtime-test: skipped: no C compiler ($$cc not found or CGO_ENABLED=0; install gcc to run the conformance suite on wasmtime)"; \
 	fi
 
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2

@@ -47,7 +47,10 @@ function exec(c, st) {
     }
     case "query": {
       const kind = st.kind ?? 0;
-      const input = kind === 2 ? Uint32Array.from(st.tokens ?? []) : (st.hashes ?? []).map(u64);
+      // Typed arrays take module.js's bulk-copy path; local hashes stay a
+      // plain array of BigInt, so the element-wise path is exercised too.
+      const hashes = (st.hashes ?? []).map(u64);
+      const input = kind === 2 ? Uint32Array.from(st.tokens ?? []) : kind === 1 ? BigUint64Array.from(hashes) : hashes;
       const { code, mask, depths, blocks } = c.queryRaw(kind, input, st.block_size ?? 0, u64(st.salt));
       return { code, mask, depths, blocks };
     }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -133,8 +134,20 @@ func TestBenchRegexp_SelectsTopLevels(t *testing.T) {
 		got, want := packages(figs), []string{"./ckf", "./consumer"}
 		assert.True(t, slices.Equal(got, want), "packages: got %q, want %q", got, want)
 	}
-	args := testArgs("./ckf", figs, []string{"-benchtime=1s"})
+	args, dir := testArgs("./ckf", figs, []string{"-benchtime=1s"})
 	assert.False(t, args[len(args)-1] != "./ckf" || args[len(args)-2] != "-benchtime=1s", "testArgs: got %q, want passthrough flags last before the package", args)
+	assert.Empty(t, dir, "testArgs: a main-module package runs in the root")
+}
+
+// A package of a nested module runs in that module's directory, named
+// relative to it (go test from the root would refuse it).
+func TestTestArgs_NestedModule(t *testing.T) {
+	figs := []figure{{Name: "w", Pkg: "./internal/integration/wasmtime", Module: "internal/integration/wasmtime",
+		Bench: "BenchmarkRuntimes/op=seq/depth=32/impl=wasmtime", Metric: "p50-ns", Unit: "ns"}}
+	args, dir := testArgs("./internal/integration/wasmtime", figs, nil)
+	require.Equal(t, "internal/integration/wasmtime", dir)
+	require.Equal(t, ".", args[len(args)-1])
+	require.Equal(t, "^(BenchmarkRuntimes)$", args[4])
 }
 
 // TestFigures_Valid checks the real figure table: every entry complete, names
@@ -151,6 +164,11 @@ func TestFigures_Valid(t *testing.T) {
 			assert.False(t, procsSuffix.MatchString(b), "figure %q: benchmark %q ends in -<digits>, which the parser strips", f.Name, b)
 		}
 		assert.False(t, (f.Base != "") != (f.Unit == "ratio"), "figure %q: got Base %q with unit %q, want a Base exactly for ratios", f.Name, f.Base, f.Unit)
+		if f.Module != "" {
+			_, err := os.Stat(filepath.Join("..", "..", "..", f.Module, "go.mod"))
+			assert.NoError(t, err, "figure %q: module %q: want a directory with a go.mod", f.Name, f.Module)
+			assert.True(t, strings.HasPrefix(f.Pkg, "./"+f.Module), "figure %q: package %s outside its module %s", f.Name, f.Pkg, f.Module)
+		}
 	}
 }
 
@@ -209,7 +227,7 @@ func TestRun_BadFlags(t *testing.T) {
 }
 
 func TestAvailable_SkipsFiguresWhoseProgramIsMissing(t *testing.T) {
-	figs := []figure{{Name: "a"}, {Name: "b", Needs: "node"}, {Name: "c", Needs: "go"}}
+	figs := []figure{{Name: "a"}, {Name: "b", Needs: "node"}, {Name: "c", Needs: "go"}, {Name: "d", Needs: "go node"}}
 	look := func(p string) (string, error) {
 		if p == "node" {
 			return "", errors.New("not found")
@@ -218,5 +236,17 @@ func TestAvailable_SkipsFiguresWhoseProgramIsMissing(t *testing.T) {
 	}
 	ok, notes := available(figs, look)
 	require.Equal(t, []figure{{Name: "a"}, {Name: "c", Needs: "go"}}, ok)
-	require.Equal(t, []string{"skipped b: node not found"}, notes)
+	require.Equal(t, []string{"skipped b: node not found", "skipped d: node not found"}, notes)
+}
+
+// -figures selects figures by name: the four-runtime table alone is one go
+// test run, in its nested module.
+func TestRun_FiguresFilter(t *testing.T) {
+	var out, errOut strings.Builder
+	require.Equal(t, 0, run([]string{"-n", "-rounds=1", "-figures", "^runtimes_"}, &out, &errOut), errOut.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 1, out.String())
+	require.Contains(t, lines[0], "BenchmarkRuntimes")
+	require.Contains(t, lines[0], "(in internal/integration/wasmtime)")
+	require.Equal(t, 2, run([]string{"-n", "-figures", "("}, &out, &errOut))
 }

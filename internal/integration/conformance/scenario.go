@@ -2,9 +2,10 @@
 // (SPEC §10, docs/abi.md): scenario files under testdata/conformance, produced
 // by the real producer (ckf.Pool + producer.Publisher) and wire encoder, run
 // step by step against any [client.Lanes] — the native consumer, the
-// WebAssembly module under wazero — and, through testdata/conformance/run.mjs,
-// against the module under Node.js. Every implementation must produce exactly
-// the results written in the files.
+// WebAssembly module under wazero, and the module under wasmtime (the nested
+// module internal/integration/wasmtime, cgo) — and, through
+// testdata/conformance/run.mjs, against the module under Node.js. Every
+// implementation must produce exactly the results written in the files.
 //
 // Expected results are not recorded from a consumer run: outcomes, faults
 // and sequences are declared by the generator step by step (the SPEC §8.3
