@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/zeebo/xxh3"
 )
@@ -47,9 +48,30 @@ type PoolSpec struct {
 	// not (SPEC §4.6). Default 4 × the filter's slots (16 × bucket_count;
 	// 8,388,608 at the default expected_blocks).
 	MaxTrackedBlocks uint64 `json:"max_tracked_blocks,omitempty"`
+	// BlockSize is the KV block size in tokens the pool's block keys are
+	// hashed with, published in the catalog's query_semantics so routers
+	// hash queries alike. Its ZMQ sources' block_size defaults to it and
+	// must equal it. 0: not declared (each source names its own).
+	BlockSize int `json:"block_size,omitempty"`
+	// HashFormat is the pool's token-to-block-key pipeline, Dynamo's
+	// KvQueryHashFormat: "dynamo_standard_v1" (block_size-token windows, the
+	// default) or "dynamo_eagle_v1" (block_size+1-token windows at a
+	// block_size stride). Its ZMQ sources hash every block by it and drop
+	// events of the other format (reason hash_format).
+	HashFormat string `json:"hash_format,omitempty"`
 	// Sources are the engines this pool hears directly (besides HTTP posts).
 	Sources []SourceSpec `json:"sources,omitempty"`
 }
+
+// Hash formats of a pool (PoolSpec.HashFormat): Dynamo's KvQueryHashFormat
+// names, snake_case as its serde form writes them.
+const (
+	HashFormatStandard = catalog.HashFormatStandard
+	HashFormatEagle    = catalog.HashFormatEagle
+)
+
+// Eagle reports whether the pool hashes Eagle windows.
+func (p PoolSpec) Eagle() bool { return p.HashFormat == HashFormatEagle }
 
 // SourceSpec configures one event source of a pool (docs/ingest.md). Engine
 // selects the transport: "vllm", "sglang" and "trtllm" publish on ZMQ;
@@ -248,6 +270,7 @@ func (c Config) WithDefaults() Config {
 		setDefault(&p.PublishEveryNEvents, DefaultPublishEveryN)
 		setDefault(&p.PublicationDelay, Duration(time.Millisecond))
 		setDefault(&p.MaxKicks, ckf.DefaultMaxKicks)
+		setDefault(&p.HashFormat, HashFormatStandard)
 		sized := p.ckfConfig().WithSizedLimits() // exact-state bounds sized to the filter
 		p.MaxMembers, p.MaxTrackedBlocks = sized.MaxMembers, sized.MaxTrackedBlocks
 		if p.Seed == nil {
@@ -315,6 +338,17 @@ func (c Config) Validate() error {
 		}
 		if p.PublicationDelay <= 0 {
 			return invalid("pool %q: publication_delay must be > 0", p.Name)
+		}
+		if p.HashFormat != HashFormatStandard && p.HashFormat != HashFormatEagle {
+			return invalid("pool %q: hash_format %q: want %q or %q", p.Name, p.HashFormat, HashFormatStandard, HashFormatEagle)
+		}
+		if p.BlockSize < 0 {
+			return invalid("pool %q: block_size must be ≥ 0", p.Name)
+		}
+		for i, src := range p.Sources {
+			if p.BlockSize > 0 && src.BlockSize != 0 && src.BlockSize != p.BlockSize {
+				return invalid("pool %q: source %d: block_size %d differs from the pool's %d", p.Name, i, src.BlockSize, p.BlockSize)
+			}
 		}
 	}
 	return nil
@@ -396,7 +430,7 @@ func LoadConfigFile(path string) (Config, error) {
 }
 
 // ParsePoolFlag parses the --pool flag form
-// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608";
+// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608,block_size=16,hash_format=dynamo_standard_v1";
 // every key but dc is optional.
 func ParsePoolFlag(s string) (PoolSpec, error) {
 	name, rest, _ := strings.Cut(s, ":")
@@ -425,6 +459,10 @@ func ParsePoolFlag(s string) (PoolSpec, error) {
 			p.MaxMembers, err = strconv.Atoi(v)
 		case "tracked":
 			p.MaxTrackedBlocks, err = strconv.ParseUint(v, 0, 64)
+		case "block_size":
+			p.BlockSize, err = strconv.Atoi(v)
+		case "hash_format":
+			p.HashFormat = v
 		default:
 			return errUnknownKey
 		}

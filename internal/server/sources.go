@@ -31,15 +31,21 @@ type poolSources struct {
 // newSource builds the source a spec names. Each transport is one case.
 // The relay's batch limits bound what a source decodes, as they bound HTTP
 // posts (token ids: 256 per block at most).
-func newSource(spec SourceSpec, cfg Config, log *slog.Logger) (source.Source, error) {
+// The pool's block size is the default of a ZMQ source's, and its hash
+// format decides the source's windows.
+func newSource(spec SourceSpec, pool PoolSpec, cfg Config, log *slog.Logger) (source.Source, error) {
 	switch spec.Engine {
 	case "vllm", "sglang", "trtllm":
 		if spec.URL != "" || spec.Subject != "" || spec.Stream != "" || spec.Durable != "" {
 			return nil, fmt.Errorf("engine %q publishes on ZMQ: url, subject, stream and durable are NATS fields", spec.Engine)
 		}
+		bs := spec.BlockSize
+		if bs == 0 {
+			bs = pool.BlockSize
+		}
 		return zmq.New(zmq.Config{Engine: spec.Engine, Endpoint: spec.Endpoint, Bind: spec.Bind, Replay: spec.Replay,
-			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: spec.BlockSize,
-			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log,
+			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: bs,
+			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log, Eagle: pool.Eagle(),
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	case "dynamo":
 		return newDynamoSource(spec)
@@ -54,7 +60,7 @@ func (s *Server) startSources() error {
 	s.sources = &poolSources{cancel: cancel, byPool: map[string][]*runningSource{}}
 	for _, p := range s.order {
 		for i, spec := range p.spec.Sources {
-			src, err := newSource(spec, s.cfg, s.log.With("pool", p.spec.Name))
+			src, err := newSource(spec, p.spec, s.cfg, s.log.With("pool", p.spec.Name))
 			if err != nil {
 				cancel()
 				return invalid("pool %q: source %d: %v", p.spec.Name, i, err)

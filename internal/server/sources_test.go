@@ -108,10 +108,10 @@ func TestParseSourceFlag(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, SourceSpec{Engine: "dynamo", URL: "nats://127.0.0.1:4222", Subject: "namespace.dynamo.kv_events",
 		Stream: "kv", Durable: "relay-c"}, dyn)
-	src, err := newSource(dyn, testConfig().WithDefaults(), nil)
+	src, err := newSource(dyn, PoolSpec{}, testConfig().WithDefaults(), nil)
 	require.NoError(t, err, "a dynamo spec builds the NATS source")
 	assert.Equal(t, "dynamo", src.Status().Engine)
-	_, err = newSource(SourceSpec{Engine: "dynamo", URL: "nats://h", Subject: "s", Endpoint: "tcp://h:1"}, testConfig().WithDefaults(), nil)
+	_, err = newSource(SourceSpec{Engine: "dynamo", URL: "nats://h", Subject: "s", Endpoint: "tcp://h:1"}, PoolSpec{}, testConfig().WithDefaults(), nil)
 	require.Error(t, err, "ZMQ fields on a dynamo source are refused")
 	for _, bad := range []string{"dc-a", "dc-a:", "dc-a:endpoint=tcp://h:1", "dc-a:engine=vllm,worker=x", "dc-a:engine=vllm,colour=red", "dc-a:engine"} {
 		_, _, err := ParseSourceFlag(bad)
@@ -135,7 +135,7 @@ func FuzzParseSourceFlag(f *testing.F) {
 		require.NotEmpty(t, spec.Engine)
 		// A parsed spec either builds a source or is refused with a
 		// configuration error, never a panic.
-		if _, err := newSource(spec, Config{}.WithDefaults(), nil); err != nil {
+		if _, err := newSource(spec, PoolSpec{}, Config{}.WithDefaults(), nil); err != nil {
 			require.NotEmpty(t, err.Error())
 		}
 		_ = pool

@@ -54,6 +54,11 @@ type Config struct {
 	// size in tokens (required).
 	Worker    uint64
 	BlockSize int
+	// Eagle: the pool's hash format is Dynamo's DYNAMO_EAGLE_V1 — every
+	// block is hashed over block_size+1 tokens at a block_size stride, and
+	// events of the standard format are dropped (DropHashFormat); without
+	// it, bigram (Eagle) events are the ones dropped.
+	Eagle bool
 	// SourceTimeout resets a rank heard nothing from for this long.
 	SourceTimeout time.Duration
 	// ReplayTimeout bounds one replay request.
