@@ -99,6 +99,18 @@ type SourceSpec struct {
 	// SourceTimeout resets the source's ranks after this long without any
 	// message (engines send an empty batch every second when idle).
 	SourceTimeout Duration `json:"source_timeout,omitempty"`
+	// ImageTokenID, when set, is the model's image placeholder token: a
+	// multimodal block is hashed with each run of it replaced by the pad
+	// value of its mm hash instead of with the mm hashes appended (Dynamo's
+	// image_token_id normalisation, docs/ingest.md).
+	ImageTokenID *uint32 `json:"image_token_id,omitempty"`
+	// FailWindow is how long useless batches (all rejected or all dropped)
+	// must last before the source reads "failing". Default 10s.
+	FailWindow Duration `json:"fail_window,omitempty"`
+	// MaxNamespaceBlocks bounds the source's cache-namespace table (block
+	// hashes with a known namespace); a salted store past it is dropped
+	// (namespace_limit). Default 1,048,576.
+	MaxNamespaceBlocks int `json:"max_namespace_blocks,omitempty"`
 
 	// NATS (dynamo). URL of the NATS server(s); Subject of Dynamo's KV
 	// events; Stream and Durable select a JetStream durable consumer

@@ -46,6 +46,8 @@ func newSource(spec SourceSpec, pool PoolSpec, cfg Config, log *slog.Logger) (so
 		return zmq.New(zmq.Config{Engine: spec.Engine, Endpoint: spec.Endpoint, Bind: spec.Bind, Replay: spec.Replay,
 			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: bs,
 			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log, Eagle: pool.Eagle(),
+			Ingest: zmq.IngestOptions{ImageTokenID: spec.ImageTokenID, FailWindow: time.Duration(spec.FailWindow),
+				MaxNamespaceBlocks: spec.MaxNamespaceBlocks},
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	case "dynamo":
 		return newDynamoSource(spec)
@@ -191,7 +193,9 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 // ParseSourceFlag parses the --source flag form
 // "pool:engine=vllm,endpoint=tcp://host:5557,replay=tcp://host:5558,worker=7,block_size=16"
 // (keys: engine, endpoint, bind, replay, topic, dp_ranks, worker,
-// block_size, source_timeout) and returns the pool's name and the spec.
+// block_size, source_timeout, image_token_id, fail_window,
+// max_namespace_blocks; url, subject, stream, durable for dynamo) and
+// returns the pool's name and the spec.
 func ParseSourceFlag(s string) (string, SourceSpec, error) {
 	pool, rest, ok := strings.Cut(s, ":")
 	if !ok || rest == "" {
@@ -228,6 +232,17 @@ func ParseSourceFlag(s string) (string, SourceSpec, error) {
 			var d time.Duration
 			d, err = time.ParseDuration(v)
 			spec.SourceTimeout = Duration(d)
+		case "image_token_id":
+			var id uint64
+			id, err = strconv.ParseUint(v, 0, 32)
+			t := uint32(id)
+			spec.ImageTokenID = &t
+		case "fail_window":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			spec.FailWindow = Duration(d)
+		case "max_namespace_blocks":
+			spec.MaxNamespaceBlocks, err = strconv.Atoi(v)
 		default:
 			return errUnknownKey
 		}

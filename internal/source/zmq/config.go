@@ -111,6 +111,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: dp_ranks must be in [1, 1024]", ErrInvalidConfig)
 	case c.SourceTimeout < 0 || c.ReplayTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("%w: negative or inverted durations", ErrInvalidConfig)
+	case c.Ingest.FailWindow < 0:
+		return fmt.Errorf("%w: fail_window must be ≥ 0", ErrInvalidConfig)
+	case c.Ingest.MaxNamespaceBlocks < 0:
+		return fmt.Errorf("%w: max_namespace_blocks must be ≥ 0", ErrInvalidConfig)
 	}
 	for _, ep := range []string{c.Endpoint, c.Bind, c.Replay} {
 		if ep == "" {
