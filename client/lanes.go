@@ -38,6 +38,10 @@ type Lanes interface {
 	QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error
 	// QueryTokens is Query for token ids, hashed in blocks of blockSize.
 	QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error
+	// QueryTokensWith is QueryTokens with per-block multimodal hashes and
+	// Eagle windows (consumer.Consumer.QueryTokensWith); the cache
+	// namespace rides in salt (ckf.Salt).
+	QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error
 	// Contains returns the ready lanes whose filter holds a sequence hash.
 	Contains(seqHash uint64) (uint16, error)
 	// LaneStatus reports one lane's assignment, readiness and counters.
@@ -110,6 +114,13 @@ func (n *Native) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *c
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.c.QueryTokens(tokens, blockSize, salt, res)
+}
+
+// QueryTokensWith implements [Lanes].
+func (n *Native) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.c.QueryTokensWith(tokens, blockSize, salt, o, res)
 }
 
 // Contains implements [Lanes].

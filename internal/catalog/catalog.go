@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -97,8 +98,10 @@ type Pool struct {
 	// See [RouterKey].
 	RouterKey string   `json:"router_key"`
 	Identity  Identity `json:"identity"`
-	Hub       Hub      `json:"hub"`
-	Stats     *Stats   `json:"stats,omitempty"`
+	// Query is how a router hashes a request's tokens for this pool.
+	Query QuerySemantics `json:"query_semantics"`
+	Hub   Hub            `json:"hub"`
+	Stats *Stats         `json:"stats,omitempty"`
 	// Sources are the engine sources the pool subscribes to (docs/ingest.md).
 	Sources []SourceStatus `json:"sources,omitempty"`
 	// Persistence is set with a data dir: what was recovered at start and
@@ -127,6 +130,38 @@ type Format struct {
 	BucketCount     U64   `json:"bucket_count"`
 	FingerprintBits uint8 `json:"fingerprint_bits"`
 	SlotsPerBucket  uint8 `json:"slots_per_bucket"`
+}
+
+// QuerySemantics is a pool's token-to-sequence-hash pipeline, Dynamo's
+// KvQuerySemantics: the block size (0 when the pool does not declare one)
+// and the hash format (HashFormatStandard or HashFormatEagle). A router must
+// refuse a format it does not know rather than fall back to another.
+type QuerySemantics struct {
+	BlockSize  int    `json:"block_size"`
+	HashFormat string `json:"hash_format"`
+}
+
+// Hash formats (Dynamo's KvQueryHashFormat, snake_case).
+const (
+	HashFormatStandard = "dynamo_standard_v1" // block_size-token windows
+	HashFormatEagle    = "dynamo_eagle_v1"    // block_size+1-token windows at a block_size stride
+)
+
+// ErrUnknownHashFormat is returned by [QuerySemantics.Eagle] for a format
+// this version does not implement.
+var ErrUnknownHashFormat = errors.New("catalog: unknown hash format")
+
+// Eagle reports whether queries for the pool hash Eagle windows
+// (ckf.HashOptions.Eagle); an unknown format is [ErrUnknownHashFormat],
+// never a fallback.
+func (q QuerySemantics) Eagle() (bool, error) {
+	switch q.HashFormat {
+	case HashFormatStandard:
+		return false, nil
+	case HashFormatEagle:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w %q", ErrUnknownHashFormat, q.HashFormat)
 }
 
 // Hub is the pool's fan-out state.

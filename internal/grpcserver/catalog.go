@@ -43,7 +43,7 @@ func registrationToWire(m server.ModelSpec) *kvrelaypb.ModelRegistration {
 }
 
 func hashFormatToWire(s string) kvrelaypb.KvQueryHashFormat {
-	if s == server.HashFormatEagleV1 {
+	if s == server.HashFormatEagle {
 		return kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_EAGLE_V1
 	}
 	return kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1
@@ -63,9 +63,10 @@ func (g *Server) livePools() []server.KvPool {
 
 // descriptor is a pool's KvPoolDescriptor.
 func descriptor(p server.KvPool) *kvrelaypb.KvPoolDescriptor {
-	k := p.Spec().KvRelay
+	spec := p.Spec()
+	k := spec.KvRelay
 	d := &kvrelaypb.KvPoolDescriptor{Producer: producerToWire(p.Identity()), ServingEndpoint: endpointToWire(k),
-		QuerySemantics: &kvrelaypb.KvQuerySemantics{KvBlockSize: k.BlockSize, HashFormat: hashFormatToWire(k.HashFormat)},
+		QuerySemantics: &kvrelaypb.KvQuerySemantics{KvBlockSize: spec.QueryBlockSize(), HashFormat: hashFormatToWire(spec.HashFormat)},
 		PoolRoles:      rolesToWire(k.Roles)}
 	for _, m := range k.Models {
 		d.Registrations = append(d.Registrations, registrationToWire(m))

@@ -47,13 +47,6 @@ const (
 // (KvPoolDescriptor): none of it takes part in the producer identity. Every
 // field is optional; the defaults are documented per field.
 type KvPoolSpec struct {
-	// BlockSize is KvQuerySemantics.kv_block_size, the tokens per KV block
-	// of the pool's engines. Default: the block_size of the pool's ZMQ
-	// sources when they all name one, else 16 (vLLM's and Dynamo's default).
-	BlockSize uint32 `json:"block_size,omitempty"`
-	// HashFormat is KvQuerySemantics.hash_format: "dynamo_standard_v1"
-	// (default) or "dynamo_eagle_v1".
-	HashFormat string `json:"hash_format,omitempty"`
 	// Namespace, Component and Endpoint name the Dynamo endpoint serving
 	// the pool (KvPoolDescriptor.serving_endpoint). Defaults "dynamo",
 	// "backend", "generate".
@@ -91,13 +84,11 @@ type ModelSpec struct {
 
 // Defaults of KvPoolSpec.
 const (
-	DefaultKvBlockSize  = 16
-	DefaultHashFormat   = "dynamo_standard_v1"
+	DefaultKvBlockSize  = 16 // KvQuerySemantics.kv_block_size of a pool that declares none
 	DefaultNamespace    = "dynamo"
 	DefaultComponent    = "backend"
 	DefaultEndpoint     = "generate"
 	DefaultRole         = "legacy"
-	HashFormatEagleV1   = "dynamo_eagle_v1"
 	maxKvPoolModels     = 1024
 	maxKvPoolNameLength = 256
 )
@@ -121,25 +112,7 @@ func (c GRPCConfig) validate() error {
 	return nil
 }
 
-func (k *KvPoolSpec) withDefaults(sources []SourceSpec) {
-	if k.BlockSize == 0 {
-		k.BlockSize = DefaultKvBlockSize
-		seen := uint32(0)
-		for _, s := range sources {
-			if s.BlockSize <= 0 {
-				continue
-			}
-			if seen != 0 && seen != uint32(s.BlockSize) {
-				seen = 0
-				break
-			}
-			seen = uint32(s.BlockSize)
-		}
-		if seen != 0 {
-			k.BlockSize = seen
-		}
-	}
-	setDefault(&k.HashFormat, DefaultHashFormat)
+func (k *KvPoolSpec) withDefaults() {
 	setDefault(&k.Namespace, DefaultNamespace)
 	setDefault(&k.Component, DefaultComponent)
 	setDefault(&k.Endpoint, DefaultEndpoint)
@@ -155,9 +128,6 @@ func (k *KvPoolSpec) withDefaults(sources []SourceSpec) {
 }
 
 func (k KvPoolSpec) validate(pool string) error {
-	if k.HashFormat != DefaultHashFormat && k.HashFormat != HashFormatEagleV1 {
-		return invalid("pool %q: kvrelay.hash_format %q: want %s or %s", pool, k.HashFormat, DefaultHashFormat, HashFormatEagleV1)
-	}
 	for _, s := range []string{k.Namespace, k.Component, k.Endpoint} {
 		if len(s) > maxKvPoolNameLength {
 			return invalid("pool %q: kvrelay namespace, component and endpoint are at most %d bytes", pool, maxKvPoolNameLength)

@@ -8,7 +8,8 @@ import (
 )
 
 // TestKvPoolSpec_DefaultsAndValidation: the gRPC catalog's pool metadata
-// defaults (block size from agreeing sources, else 16) and its refusals.
+// defaults (the pool's block size from agreeing sources, else 16 in the
+// gRPC catalog) and its refusals.
 func TestKvPoolSpec_DefaultsAndValidation(t *testing.T) {
 	cfg := Config{Pools: []PoolSpec{
 		{Name: "a", DCID: 1},
@@ -18,17 +19,18 @@ func TestKvPoolSpec_DefaultsAndValidation(t *testing.T) {
 	}}.WithDefaults()
 	require.NoError(t, cfg.Validate())
 	a := cfg.Pools[0].KvRelay
-	assert.Equal(t, uint32(16), a.BlockSize)
-	assert.Equal(t, "dynamo_standard_v1", a.HashFormat)
+	assert.Equal(t, uint32(16), cfg.Pools[0].QueryBlockSize())
+	assert.Equal(t, "dynamo_standard_v1", cfg.Pools[0].HashFormat)
 	assert.Equal(t, []string{"legacy"}, a.Roles)
 	assert.Equal(t, "dynamo", a.Namespace)
-	assert.Equal(t, uint32(32), cfg.Pools[1].KvRelay.BlockSize, "the sources agree")
-	assert.Equal(t, uint32(16), cfg.Pools[2].KvRelay.BlockSize, "the sources disagree")
+	assert.Equal(t, 32, cfg.Pools[1].BlockSize, "the sources agree")
+	assert.Equal(t, uint32(32), cfg.Pools[1].QueryBlockSize())
+	assert.Equal(t, 0, cfg.Pools[2].BlockSize, "the sources disagree")
+	assert.Equal(t, uint32(16), cfg.Pools[2].QueryBlockSize())
 	assert.Equal(t, "m", cfg.Pools[3].KvRelay.Models[0].BaseModel)
 	assert.Equal(t, 256, cfg.GRPC.MaxStreams)
 
 	for name, k := range map[string]KvPoolSpec{
-		"hash format":   {HashFormat: "md5"},
 		"role":          {Roles: []string{"worker"}},
 		"duplicate":     {Roles: []string{"decode", "decode"}},
 		"empty id":      {Models: []ModelSpec{{}}},

@@ -32,15 +32,24 @@ type poolSources struct {
 // newSource builds the source a spec names. Each transport is one case.
 // The relay's batch limits bound what a source decodes, as they bound HTTP
 // posts (token ids: 256 per block at most).
-func newSource(spec SourceSpec, cfg Config, log *slog.Logger) (source.Source, error) {
+// The pool's block size is the default of a ZMQ source's, and its hash
+// format decides the source's windows.
+func newSource(spec SourceSpec, pool PoolSpec, cfg Config, log *slog.Logger) (source.Source, error) {
 	switch spec.Engine {
 	case "vllm", "sglang", "trtllm":
 		if spec.URL != "" || spec.Subject != "" || spec.Stream != "" || spec.Durable != "" {
 			return nil, fmt.Errorf("engine %q publishes on ZMQ: url, subject, stream and durable are NATS fields", spec.Engine)
 		}
+		bs := spec.BlockSize
+		if bs == 0 {
+			bs = pool.BlockSize
+		}
 		return zmq.New(zmq.Config{Engine: spec.Engine, Endpoint: spec.Endpoint, Bind: spec.Bind, Replay: spec.Replay,
-			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: spec.BlockSize,
-			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log, MaxMessageBytes: cmp.Or(spec.MaxMessageBytes, cfg.MaxRequestBytes),
+			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: bs,
+			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log, Eagle: pool.Eagle(),
+			MaxMessageBytes: cmp.Or(spec.MaxMessageBytes, cfg.MaxRequestBytes),
+			Ingest: zmq.IngestOptions{ImageTokenID: spec.ImageTokenID, FailWindow: time.Duration(spec.FailWindow),
+				MaxNamespaceBlocks: spec.MaxNamespaceBlocks},
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	case "dynamo":
 		return newDynamoSource(spec)
@@ -55,7 +64,7 @@ func (s *Server) startSources() error {
 	s.sources = &poolSources{cancel: cancel, byPool: map[string][]*runningSource{}}
 	for _, p := range s.order {
 		for i, spec := range p.spec.Sources {
-			src, err := newSource(spec, s.cfg, s.log.With("pool", p.spec.Name))
+			src, err := newSource(spec, p.spec, s.cfg, s.log.With("pool", p.spec.Name))
 			if err != nil {
 				cancel()
 				return invalid("pool %q: source %d: %v", p.spec.Name, i, err)
@@ -187,7 +196,9 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 // ParseSourceFlag parses the --source flag form
 // "pool:engine=vllm,endpoint=tcp://host:5557,replay=tcp://host:5558,worker=7,block_size=16"
 // (keys: engine, endpoint, bind, replay, topic, dp_ranks, worker,
-// block_size, source_timeout, max_message_bytes) and returns the pool's name and the spec.
+// block_size, source_timeout, max_message_bytes, image_token_id, fail_window,
+// max_namespace_blocks; url, subject, stream, durable for dynamo) and
+// returns the pool's name and the spec.
 func ParseSourceFlag(s string) (string, SourceSpec, error) {
 	pool, rest, ok := strings.Cut(s, ":")
 	if !ok || rest == "" {
@@ -226,6 +237,17 @@ func ParseSourceFlag(s string) (string, SourceSpec, error) {
 			var d time.Duration
 			d, err = time.ParseDuration(v)
 			spec.SourceTimeout = Duration(d)
+		case "image_token_id":
+			var id uint64
+			id, err = strconv.ParseUint(v, 0, 32)
+			t := uint32(id)
+			spec.ImageTokenID = &t
+		case "fail_window":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			spec.FailWindow = Duration(d)
+		case "max_namespace_blocks":
+			spec.MaxNamespaceBlocks, err = strconv.Atoi(v)
 		default:
 			return errUnknownKey
 		}

@@ -76,7 +76,7 @@ export declare const Code: Readonly<Record<
   "ManifestEncoding" | "WrongConsumer" | "WrongLane" | "WrongPool" | "FormatMismatch" | "StaleAssignmentEpoch" |
   "AssignmentEncoding" | "Unavailable" | "InvalidQuery" | "FrameTruncated" | "FrameTrailingBytes" | "FrameTooLarge" |
   "FrameUnknownVersion" | "FrameUnknownKind" | "FrameMalformed", number>>;
-export declare const QueryKind: Readonly<{ LocalHashes: 0; SequenceHashes: 1; Tokens: 2 }>;
+export declare const QueryKind: Readonly<{ LocalHashes: 0; SequenceHashes: 1; Tokens: 2; TokensWith: 3 }>;
 /** Token-hash seed of the base model. */
 export declare const BASE_SALT: bigint;
 
@@ -104,6 +104,8 @@ export declare class Consumer {
   contains(hash: bigint | number): number;
   laneStatus(lane: number): LaneStatus;
   laneWords(lane: number): BigUint64Array;
+  /** queryTokens with per-block multimodal hashes and Eagle windows (query kind 3). */
+  queryTokensWith(tokens: Tokens, blockSize: number, salt?: bigint, options?: TokenQueryOptions): QueryResult;
   stats(): Stats;
   salt(lora?: string, namespace?: string): bigint;
   lastError(): string;
@@ -165,6 +167,8 @@ export declare class Router {
   queryTokens(tokens: Tokens, blockSize: number, salt?: bigint): QueryResult;
   contains(hash: bigint | number): number;
   laneWords(lane: number): { words: BigUint64Array; sequence: bigint };
+  /** queryTokens with per-block multimodal hashes and Eagle windows (query kind 3). */
+  queryTokensWith(tokens: Tokens, blockSize: number, salt?: bigint, options?: TokenQueryOptions): QueryResult;
 }
 
 export interface Digest { digest: string; source: number }
@@ -215,3 +219,13 @@ export interface Manifest {
 export declare function manifestFromCatalog(catalog: { pools: any[] }, targets: Target[], options: { consumerInstance: bigint | number; verificationWindow?: number }): Manifest;
 export declare function encodeManifest(manifest: Manifest): Uint8Array;
 export declare function encodeAssignment(identityBytes: Uint8Array, lease: Lease): Uint8Array;
+
+/** Hash options of a query by tokens beyond the salt (docs/abi.md §3.1). */
+export interface TokenQueryOptions {
+  /** mm[i]: block i's multimodal hashes (order does not matter); missing or empty: none. */
+  mm?: ReadonlyArray<ReadonlyArray<bigint | number> | null | undefined>;
+  /** Eagle windows: block i hashes tokens[i·bs, (i+1)·bs + 1) (hash format eagle_v1). */
+  eagle?: boolean;
+}
+/** Encodes a request for query kind 3. */
+export declare function encodeTokenQuery(tokens: Tokens, options?: TokenQueryOptions): Uint8Array;

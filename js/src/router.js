@@ -105,6 +105,8 @@ export class Router {
   queryTokens(tokens, blockSize, salt) { return this.consumer.queryTokens(tokens, blockSize, salt); }
   /** contains: the mask of ready lanes holding one canonical sequence hash. */
   contains(hash) { return this.consumer.contains(hash); }
+  /** queryTokensWith: queryTokens with {mm, eagle} hash options (Consumer.queryTokensWith). */
+  queryTokensWith(tokens, blockSize, salt, options) { return this.consumer.queryTokensWith(tokens, blockSize, salt, options); }
   /** laneWords: a ready lane's bucket words and the sequence they are at. */
   laneWords(lane) { return { words: this.consumer.laneWords(lane), sequence: this.info[lane]?.sequence ?? 0n }; }
 

@@ -123,6 +123,7 @@ func TestGuest_QueryArguments(t *testing.T) {
 	m := testManifest()
 	g.configure(abi.AppendManifest(nil, &m))
 	out := make([]byte, abi.QueryRecordSize)
+	tq := abi.AppendTokenQuery(nil, make([]uint32, 9), ckf.HashOptions{Eagle: true, MM: [][]uint64{{1}, {2, 3}}})
 	for _, tc := range []struct {
 		name  string
 		kind  int32
@@ -132,7 +133,11 @@ func TestGuest_QueryArguments(t *testing.T) {
 		out   []byte
 		want  abi.Code
 	}{
-		{"unknown kind", 3, nil, 0, 0, out, abi.ErrBadArgument},
+		{"unknown kind", 4, nil, 0, 0, out, abi.ErrBadArgument},
+		{"token query past the buffer", abi.QueryTokensWith, tq, len(tq) + 1, 4, out, abi.ErrBadArgument},
+		{"token query cut short", abi.QueryTokensWith, tq[:len(tq)-8], len(tq) - 8, 4, out, abi.ErrBadArgument},
+		{"token query, block size 0", abi.QueryTokensWith, tq, len(tq), 0, out, abi.ErrInvalidQuery},
+		{"token query, no ready lane", abi.QueryTokensWith, tq, len(tq), 4, out, abi.ErrUnavailable},
 		{"hashes past the buffer", abi.QueryLocalHashes, make([]byte, 15), 2, 0, out, abi.ErrBadArgument},
 		{"tokens past the buffer", abi.QueryTokens, make([]byte, 7), 2, 4, out, abi.ErrBadArgument},
 		{"record buffer too small", abi.QueryLocalHashes, nil, 0, 0, out[:79], abi.ErrBufferTooSmall},
@@ -147,6 +152,12 @@ func TestGuest_QueryArguments(t *testing.T) {
 	abi.ReadQueryRecord(out, &r)
 	assert.Zero(t, r.Mask, "unavailable record: mask")
 	assert.Equal(t, 1, r.Blocks, "unavailable record: blocks")
+	require.Equal(t, abi.ErrUnavailable, g.query(abi.QueryTokensWith, tq, len(tq), 4, 0, out))
+	abi.ReadQueryRecord(out, &r)
+	assert.Equal(t, 2, r.Blocks, "unavailable token query record: blocks of 9 tokens in Eagle windows of 4+1")
+	for _, l := range g.lists {
+		assert.Nil(t, l, "no view of the host's buffer kept after the query")
+	}
 	words := make([]byte, 8*16)
 	assert.Equal(t, abi.Code(16), g.laneWords(2, words), "lane words")
 	assert.Equal(t, make([]byte, 8*16), words, "lane words")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/integration/conformance"
@@ -270,3 +271,49 @@ func FuzzInstance_Calls(f *testing.F) {
 
 // errCode is an error's ABI code: what both implementations must agree on.
 func errCode(err error) abi.Code { return abi.CodeOf(err) }
+
+// TestInstance_QueryTokensWithMatchesNative stores requests hashed with a
+// namespace salt, multimodal hashes and Eagle windows, and checks the module
+// answers QueryTokensWith exactly as the native consumer for each option
+// set, and that each option changes the answer (the full depth only with the
+// stored inputs).
+func TestInstance_QueryTokensWithMatchesNative(t *testing.T) {
+	rt := newRuntime(t, host.NewConfig())
+	fx, n, in := readyPair(t, rt, 1)
+	req := tokens(90000, 4)
+	req = append(req, 17) // the Eagle window of the last block
+	salt := ckf.Salt("", "tenant")
+	stored := ckf.HashOptions{Eagle: true, MM: [][]uint64{nil, {11, 12}}}
+	seq := ckf.AppendTokenSequenceHashesWith(nil, req, blockSize, salt, stored)
+	require.Len(t, seq, 4)
+	fx.StoreKeys(0, seq) // canonical keys as roots: the consumer finds them by seq
+	frames, err := fx.Subscribe(0, fx.Lease(0, 2), 0)
+	require.NoError(t, err)
+	for _, c := range []client.Lanes{n, in} {
+		require.NoError(t, c.Assign(fx.Identity(0), fx.Lease(0, 2)))
+		for _, f := range frames {
+			_, err := c.ApplyFrame(f)
+			require.NoError(t, err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		salt  uint64
+		o     ckf.HashOptions
+		depth uint32
+	}{
+		{"stored inputs", salt, stored, 4},
+		{"mm in another order", salt, ckf.HashOptions{Eagle: true, MM: [][]uint64{nil, {12, 11}}}, 4},
+		{"no namespace", ckf.BaseSalt, stored, 0},
+		{"no mm", salt, ckf.HashOptions{Eagle: true}, 1},
+		{"no eagle", salt, ckf.HashOptions{MM: stored.MM}, 0},
+	} {
+		var want, got consumer.QueryResult
+		require.NoError(t, n.QueryTokensWith(req, blockSize, tc.salt, tc.o, &want), tc.name)
+		require.NoError(t, in.QueryTokensWith(req, blockSize, tc.salt, tc.o, &got), tc.name)
+		assert.Equal(t, want, got, tc.name)
+		assert.Equal(t, tc.depth, got.Depths[0], tc.name)
+	}
+	var res consumer.QueryResult
+	assert.ErrorIs(t, in.QueryTokensWith(req, 0, salt, stored, &res), consumer.ErrInvalidQuery, "block size 0")
+}

@@ -45,7 +45,7 @@ const (
 	OpAssign   Op = "assign"   // Assignment bytes (abi encoding)
 	OpRetire   Op = "retire"   // Lane
 	OpApply    Op = "apply"    // Frame bytes (wire v1 body, no length prefix)
-	OpQuery    Op = "query"    // Kind, Hashes or Tokens (+ BlockSize, Salt)
+	OpQuery    Op = "query"    // Kind, Hashes or Tokens (+ BlockSize, Salt; MM, Eagle for kind 3)
 	OpContains Op = "contains" // Hash
 	OpStatus   Op = "status"   // Lane
 	OpWords    Op = "words"    // Lane: digest of the lane's column
@@ -69,7 +69,11 @@ type Step struct {
 	Tokens     []uint32 `json:"tokens,omitempty"`
 	BlockSize  int      `json:"block_size,omitempty"`
 	Salt       U64      `json:"salt,omitempty"`
-	Hash       U64      `json:"hash,omitempty"`
+	// MM and Eagle are the hash options of kind abi.QueryTokensWith:
+	// per-block multimodal hashes (list i for block i) and Eagle windows.
+	MM    [][]U64 `json:"mm,omitempty"`
+	Eagle bool    `json:"eagle,omitempty"`
+	Hash  U64     `json:"hash,omitempty"`
 
 	Want Want `json:"want"`
 }

@@ -67,6 +67,11 @@ type Config struct {
 	// size in tokens (required).
 	Worker    uint64
 	BlockSize int
+	// Eagle: the pool's hash format is Dynamo's DYNAMO_EAGLE_V1 — every
+	// block is hashed over block_size+1 tokens at a block_size stride, and
+	// events of the standard format are dropped (DropHashFormat); without
+	// it, bigram (Eagle) events are the ones dropped.
+	Eagle bool
 	// SourceTimeout resets a rank heard nothing from for this long.
 	SourceTimeout time.Duration
 	// ReplayTimeout bounds one replay request.
@@ -140,6 +145,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: negative max_message_bytes or max_peers", ErrInvalidConfig)
 	case c.SourceTimeout < 0 || c.ReplayTimeout < 0 || c.HandshakeTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("%w: negative or inverted durations", ErrInvalidConfig)
+	case c.Ingest.FailWindow < 0:
+		return fmt.Errorf("%w: fail_window must be ≥ 0", ErrInvalidConfig)
+	case c.Ingest.MaxNamespaceBlocks < 0:
+		return fmt.Errorf("%w: max_namespace_blocks must be ≥ 0", ErrInvalidConfig)
 	}
 	for _, ep := range []string{c.Endpoint, c.Bind, c.Replay} {
 		if ep == "" {

@@ -29,6 +29,11 @@ const (
 	DropAmbiguous    DropReason = "ambiguous_cache_namespace" // the parent was seen under two namespaces
 	DropNSLimit      DropReason = "namespace_limit"           // the namespace table is full
 	DropParentLost   DropReason = "parent_lost"               // degraded rank: the parent was not heard since the reset
+	// DropHashFormat: a BlockStored of the other hash format than the
+	// pool's (bigram Eagle token_ids into a dynamo_standard_v1 pool, flat
+	// token_ids into a dynamo_eagle_v1 one), whose keys no router of the
+	// pool would compute.
+	DropHashFormat DropReason = "hash_format"
 )
 
 // DefaultMaxNamespaceBlocks bounds a source's namespace table (block hashes
@@ -50,6 +55,10 @@ const maxGroups = 4096
 type Converter struct {
 	Worker    uint64
 	BlockSize int
+	// Eagle is the pool's hash format: Eagle windows (block_size+1 tokens
+	// at a block_size stride, Dynamo's DYNAMO_EAGLE_V1) for bigram events;
+	// the events of the other format are dropped (DropHashFormat).
+	Eagle bool
 	// ImageTokenID, when HasImageToken, substitutes each run of that token in
 	// a block with multimodal content by ckf.PadValue(mm_hash) and hashes the
 	// block without its mm hashes (Dynamo's image_token_id normalisation).
@@ -252,6 +261,9 @@ func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.R
 		}
 		if ev.StringTokens {
 			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropStringTokens
+		}
+		if ev.Eagle != c.Eagle {
+			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropHashFormat
 		}
 		salt := ckf.Salt(ev.LoRAName, ns)
 		n := min(len(ev.BlockHashes), ckf.BlockCount(len(ev.TokenIDs), c.BlockSize, ev.Eagle))

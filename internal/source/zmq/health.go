@@ -46,7 +46,7 @@ type health struct {
 }
 
 func newConverter(cfg Config) Converter {
-	cv := Converter{Worker: cfg.Worker, BlockSize: cfg.BlockSize, MaxNamespaceBlocks: cfg.Ingest.MaxNamespaceBlocks}
+	cv := Converter{Worker: cfg.Worker, BlockSize: cfg.BlockSize, Eagle: cfg.Eagle, MaxNamespaceBlocks: cfg.Ingest.MaxNamespaceBlocks}
 	if cfg.Ingest.ImageTokenID != nil {
 		cv.ImageTokenID, cv.HasImageToken = *cfg.Ingest.ImageTokenID, true
 	}

@@ -35,17 +35,22 @@ func TestInterop_PythonPublisher(t *testing.T) {
 	if err := exec.Command(debianPython, "-c", "import zmq, msgpack").Run(); err != nil {
 		t.Skip("interop needs python3-zmq and python3-msgpack for /usr/bin/python3 (apt-get install -y python3-zmq python3-msgpack)")
 	}
-	for _, c := range []struct{ form, layout, batch string }{
-		{"array", "old", "array"}, {"map", "new", "array"}, {"array", "new", "map"}, {"map", "old", "map"},
+	for _, c := range []struct{ form, layout, batch, hash string }{
+		{"array", "old", "array", "standard"}, {"map", "new", "array", "standard"}, {"array", "new", "map", "standard"},
+		{"map", "old", "map", "standard"}, {"array", "new", "array", "eagle"}, {"map", "new", "map", "eagle"},
 	} {
-		t.Run(c.form+"_"+c.layout+"_batch_"+c.batch, func(t *testing.T) { runPythonPublisher(t, c.form, c.layout, c.batch) })
+		t.Run(c.form+"_"+c.layout+"_batch_"+c.batch+"_"+c.hash, func(t *testing.T) { runPythonPublisher(t, c.form, c.layout, c.batch, c.hash) })
 	}
 }
 
-func runPythonPublisher(t *testing.T, form, layout, batch string) {
+// runPythonPublisher runs one variant; hash is the pool's hash format
+// (standard: the publisher's one Eagle chain is dropped; eagle: every chain
+// is Eagle and kept).
+func runPythonPublisher(t *testing.T, form, layout, batch, hash string) {
 	pub, rep := endpoint(t, 1)
 	const blockSize = 4
-	cmd := exec.Command(debianPython, "testdata/engine_pub.py", pub, rep, strconv.Itoa(blockSize), form, layout, batch)
+	eagle := hash == "eagle"
+	cmd := exec.Command(debianPython, "testdata/engine_pub.py", pub, rep, strconv.Itoa(blockSize), form, layout, batch, hash)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -65,7 +70,7 @@ func runPythonPublisher(t *testing.T, form, layout, batch string) {
 	}
 	require.Equal(t, "ready", readLine())
 
-	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Topic: "kv-events", Worker: 11, BlockSize: blockSize})
+	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Topic: "kv-events", Worker: 11, BlockSize: blockSize, Eagle: eagle})
 	waitLive := func(seq int64) {
 		require.Eventually(t, func() bool {
 			r, ok := rankOf(hs.src.Status(), 0)
@@ -119,7 +124,13 @@ func runPythonPublisher(t *testing.T, form, layout, batch string) {
 		require.NoError(t, err)
 		truth[h] = engine.Block{Hash: h, Canonical: canon(h)}
 	}
-	require.Len(t, truth, 3+2-1+2+1+2+1+2+2)
+	want := 3 + 2 - 1 + 2 + 1 + 2 + 1 + 2
+	if eagle {
+		want += 2 // the Eagle chain, dropped by a standard pool
+	} else {
+		assert.Positive(t, st.DroppedByReason[string(DropHashFormat)], "the Eagle chain into a standard pool")
+	}
+	require.Len(t, truth, want)
 	for _, why := range []DropReason{DropBlockSize, DropKind, DropGroup, DropMedium} {
 		assert.Positive(t, st.DroppedByReason[string(why)], why)
 	}

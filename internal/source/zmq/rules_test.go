@@ -3,6 +3,7 @@ package zmq
 import (
 	"encoding/binary"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -124,6 +125,7 @@ func TestConvert_Rules(t *testing.T) {
 	plain := []uint64{refLocal(t1, nil, 1337)}
 	digest := "a1b2c3d4e5f60718" + "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"[:48]
 	digestHash := uint64(0xa1b2c3d4e5f60718)
+	bigrams := []any{[]any{1, 2}, []any{2, 3}, []any{3, 4}, []any{4, 5}, []any{5, 6}, []any{6, 7}, []any{7, 8}, []any{8, 9}}
 	scenarios := []struct {
 		name  string
 		forms []string // default both
@@ -204,10 +206,15 @@ func TestConvert_Rules(t *testing.T) {
 					map[string]any{"mm_hash": uint64(3)}}}}}),
 				hashes: []uint64{refLocal(t1, nil, 1337), refLocal(t2, []uint64{3, 9}, 1337)}},
 		}},
-		{"Eagle bigram token ids: block_size+1 windows", nil, []step{
-			{tag: "BlockStored", f: st([]any{1, 2}, nil, nil, map[string]any{"token_ids": []any{
-				[]any{1, 2}, []any{2, 3}, []any{3, 4}, []any{4, 5}, []any{5, 6}, []any{6, 7}, []any{7, 8}, []any{8, 9}}}),
+		{"Eagle pool: bigram token ids in block_size+1 windows, flat ones dropped", []string{"positional+eagle", "map+eagle"}, []step{
+			{tag: "BlockStored", f: st([]any{1, 2}, nil, nil, map[string]any{"token_ids": bigrams}),
 				hashes: []uint64{refLocal([]uint32{1, 2, 3, 4, 5}, nil, 1337), refLocal([]uint32{5, 6, 7, 8, 9}, nil, 1337)}},
+			{tag: "BlockStored", f: st([]any{3}, nil, []uint32{1, 2, 3, 4, 5}, nil), why: DropHashFormat},
+			{tag: "BlockRemoved", f: map[string]any{"block_hashes": []any{1}}},
+		}},
+		{"standard pool: bigram (Eagle) token ids dropped", nil, []step{
+			{tag: "BlockStored", f: st([]any{1, 2}, nil, nil, map[string]any{"token_ids": bigrams}), why: DropHashFormat},
+			{tag: "BlockStored", f: st([]any{3}, nil, t1, nil), hashes: plain},
 		}},
 		{"TensorRT-LLM string token ids are dropped with their reason", nil, []step{
 			{tag: "BlockStored", f: st([]any{1}, nil, nil, map[string]any{"token_ids": []any{1, "mm:ab", 3, 4}}), why: DropStringTokens},
@@ -222,7 +229,9 @@ func TestConvert_Rules(t *testing.T) {
 		for _, form := range forms {
 			t.Run(sc.name+"/"+form, func(t *testing.T) {
 				d := NewDecoder(Limits{})
-				cv := Converter{Worker: 1, BlockSize: bs}
+				// A form suffixed "+eagle" runs on a dynamo_eagle_v1 pool.
+				form, eagle := strings.CutSuffix(form, "+eagle")
+				cv := Converter{Worker: 1, BlockSize: bs, Eagle: eagle}
 				for i, s := range sc.steps {
 					b, err := d.DecodeBatch(mp(t, []any{1.0, []any{encodeEvent(form, s.tag, s.f)}, 0}))
 					require.NoError(t, err, "step %d", i)

@@ -129,6 +129,9 @@ func New(cfg Config) (*Source, error) {
 	return s, nil
 }
 
+// Config returns the source's configuration, defaults filled in.
+func (s *Source) Config() Config { return s.cfg }
+
 // Status reports the source's health.
 func (s *Source) Status() source.Status {
 	s.mu.Lock()

@@ -3,12 +3,14 @@
 (vLLM vllm/distributed/kv_events.py; SGLang's map-tagged events), sharing no
 code with the relay. Used by the relay's interop test.
 
-usage: engine_pub.py PUB_ENDPOINT REPLAY_ENDPOINT BLOCK_SIZE FORM LAYOUT [BATCH]
+usage: engine_pub.py PUB_ENDPOINT REPLAY_ENDPOINT BLOCK_SIZE FORM LAYOUT [BATCH [HASH]]
   FORM   array (msgspec array_like, tag first) | map (tagged under "type")
   LAYOUT old ([seq, payload] replies) | new ([topic, seq, payload] replies,
          and a publisher_id as the batch's 4th element)
   BATCH  array ([ts, events, dp_rank, ...], default) | map ({"ts", "events",
          "data_parallel_rank"}, as vLLM 0181ea3173e5 sends it)
+  HASH   standard (default: flat token ids; one Eagle chain the relay must
+         drop) | eagle (an Eagle engine: every chain's token ids are bigrams)
 The scenario also publishes the variants today's engines send: a cache
 namespace (map: top-level cache_salt as SGLang; array: Dynamo's tagged
 extra_keys[0] string as vLLM), multimodal (id, offset) extra_keys, a hybrid
@@ -28,6 +30,7 @@ import zmq
 
 pub_ep, replay_ep, block_size, form, layout = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 batch_form = sys.argv[6] if len(sys.argv) > 6 else "array"
+hash_format = sys.argv[7] if len(sys.argv) > 7 else "standard"
 topic = b"kv-events"
 ctx = zmq.Context.instance()
 pub = ctx.socket(zmq.PUB)
@@ -108,6 +111,9 @@ def chain(n, parent, how, lora=None, medium="GPU", send=True, keep=True, ns=None
     router should find: each block's token window, LoRA, namespace (ns, or
     inherit: the namespace a parent-chain propagation gives) and mm hashes
     (a 64-hex identifier's first 16 hex digits)."""
+    eagle = eagle or hash_format == "eagle"
+    if eagle and hash_format != "eagle":
+        keep = False  # bigrams into a standard pool: dropped (hash_format)
     hashes = [rng.getrandbits(64) | (1 << 63 if how == "neg" else 1) for _ in range(n)]
     flat = [rng.randrange(100000) for _ in range(n * block_size + (1 if eagle else 0))]
     tokens = [[flat[i], flat[i + 1]] for i in range(len(flat) - 1)] if eagle else flat
@@ -144,7 +150,7 @@ def scenario():
     chain(1, None, "int", group=1, kind="sliding_window", keep=False)  # a hybrid model's other group
     chain(1, None, "int", group=1, kind=None, keep=False)  # the same group, kind learned
     chain(1, None, "int", medium="OBJ", keep=False)  # unknown medium: fail closed
-    chain(2, None, "int", eagle=True)  # Eagle: bigram token ids
+    chain(2, None, "int", eagle=True)  # Eagle bigram token ids: kept only by an Eagle pool
 
 
 def heartbeats():
