@@ -470,7 +470,6 @@ var plainFailAllowed = map[string]string{
 	"internal/source/":                  "ZMQ ingest tests: being rewritten alongside the source in progress",
 	"internal/server/":                  "server benches: being rewritten alongside the server in progress",
 	"internal/integration/conformance/": "conformance suite: being rewritten alongside the suite in progress",
-	"wasm/host/":                        "host tests: being rewritten alongside the host in progress",
 	"cmd/relay/soak_test.go":            "relay soak: being rewritten in progress",
 	"cmd/relay/e2e_zmq_test.go":         "relay ZMQ end-to-end: being rewritten in progress",
 }
