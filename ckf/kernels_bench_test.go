@@ -3,6 +3,7 @@ package ckf
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -97,22 +98,9 @@ func BenchmarkLaneRowHits(b *testing.B) {
 
 func itoaKiB(n uint64) string {
 	if n >= 1<<20 {
-		return fmtUint(n>>20) + "MiB"
+		return strconv.FormatUint(n>>20, 10) + "MiB"
 	}
-	return fmtUint(n>>10) + "KiB"
-}
-
-func fmtUint(v uint64) string {
-	var buf [20]byte
-	i := len(buf)
-	for {
-		i--
-		buf[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(buf[i:])
-		}
-	}
+	return strconv.FormatUint(n>>10, 10) + "KiB"
 }
 
 // BenchmarkSearchPrefix: the search kernel alone on the wasm query

@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"errors"
-	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -132,7 +131,7 @@ func TestInstance_hammer(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Error(err)
+		assert.NoError(t, err)
 	}
 }
 
@@ -166,9 +165,7 @@ func FuzzInstance_MatchesNative(f *testing.F) {
 		}
 		rn, errN := n.ApplyFrame(frame)
 		rw, errW := in.ApplyFrame(frame)
-		if in.Resets() != 0 {
-			t.Fatalf("the instance trapped: %v", errW)
-		}
+		require.Zero(t, in.Resets(), "the instance trapped: %v", errW)
 		require.Equal(t, rn, rw, "result: native (want), wasm (got)")
 		require.Equal(t, errN == nil, errW == nil, "native error %v, wasm error %v", errN, errW)
 		if errN != nil {
@@ -180,8 +177,8 @@ func FuzzInstance_MatchesNative(f *testing.F) {
 			require.Equal(t, wn, ww, "lane %d words: native (want), wasm (got)", l)
 			changed := rw.Outcome == consumer.Applied || rw.Outcome == consumer.SnapshotInstalled ||
 				rw.Outcome == consumer.SnapshotChunkAccepted
-			if (!changed || rw.Lane != l) && !reflect.DeepEqual(before[l], ww) {
-				t.Fatalf("lane %d words changed by a frame with outcome %v on lane %d", l, rw.Outcome, rw.Lane)
+			if !changed || rw.Lane != l {
+				require.Equal(t, before[l], ww, "lane %d words changed by a frame with outcome %v on lane %d", l, rw.Outcome, rw.Lane)
 			}
 		}
 	})
@@ -259,12 +256,8 @@ func FuzzInstance_Calls(f *testing.F) {
 					gotW = err
 				}
 			}
-			if in.Resets() != 0 {
-				t.Fatalf("op %d trapped the instance", op)
-			}
-			if !reflect.DeepEqual(gotN, gotW) {
-				t.Fatalf("op %d (%d, %d): native %+v, wasm %+v", op, a, b, gotN, gotW)
-			}
+			require.Zero(t, in.Resets(), "op %d trapped the instance", op)
+			require.Equal(t, gotN, gotW, "op %d (%d, %d): native (want), wasm (got)", op, a, b)
 		}
 	})
 }

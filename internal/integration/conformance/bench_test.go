@@ -134,7 +134,7 @@ func BenchmarkNodeQuery(b *testing.B) {
 		for b.Loop() {
 			t0 := time.Now()
 			if err := in.QueryTokens(s.tokens, nodeBenchBlockSize, ckf.BaseSalt, &res); err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 			if len(lat) < cap(lat) {
 				lat = append(lat, time.Since(t0))

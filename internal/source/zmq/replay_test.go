@@ -83,6 +83,6 @@ func TestReplay_SilentPeerCostsOneTimeout(t *testing.T) {
 	case err := <-done:
 		require.ErrorIs(t, err, ErrReplay)
 	case <-time.After(10 * time.Second):
-		t.Fatal("Replay still waits for a peer that never greets")
+		require.Fail(t, "Replay still waits for a peer that never greets")
 	}
 }
