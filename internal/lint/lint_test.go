@@ -106,11 +106,11 @@ var graph = map[string]rule{
 	"internal/integration/e2e": {
 		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
-	"internal/kvrelay": {
-		imports: []string{"internal/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},
+	"wire/kvrelay": {
+		imports: []string{"wire/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},
 		tests:   []string{"ckf", "wire/cbi1"},
 	},
-	"internal/kvrelay/kvrelaypb":   {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
+	"wire/kvrelay/kvrelaypb":       {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
 	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer"}},
@@ -146,7 +146,7 @@ var graph = map[string]rule{
 
 // public lists the packages users import; everything else lives under
 // internal/ (or is a command).
-var public = []string{"ckf", "wire", "wire/cbi1", "producer", "consumer", "client", "client/natsjs", "wasm/abi", "wasm/host"}
+var public = []string{"ckf", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "producer", "consumer", "client", "client/natsjs", "wasm/abi", "wasm/host"}
 
 // anyTest lists what every package's tests may import: the project's test
 // assertion library.
