@@ -70,8 +70,8 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "golang.org/x/sync"},
 	},
 	"client": {
-		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "github.com/nats-io/nats.go"},
-		tests:   []string{"internal/testing/natstest", "internal/server", "github.com/zeebo/xxh3"},
+		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc"},
+		tests:   []string{"internal/testing/natstest", "internal/server", "github.com/zeebo/xxh3", "google.golang.org/protobuf"},
 	},
 	"client/natsjs": {},
 	"wasm/abi": {
