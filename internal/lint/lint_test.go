@@ -110,7 +110,12 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "wire/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},
 		tests:   []string{"wire/cbi1"},
 	},
-	"wire/kvrelay/kvrelaypb":       {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
+	"wire/kvrelay/kvrelaypb": {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
+	"internal/grpcserver": {
+		imports: []string{"ckf", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
+			"github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
+		tests: []string{"wire"},
+	},
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
 	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer"}},
@@ -136,7 +141,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "github.com/nats-io/nats-server/v2"},
 	},
 	"cmd/relay": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
 		tests:   []string{"internal/sim/engine", "internal/source", "internal/testing/streamprobe"},
 	},
 	"cmd/wasmbuild": {

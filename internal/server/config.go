@@ -49,6 +49,8 @@ type PoolSpec struct {
 	MaxTrackedBlocks uint64 `json:"max_tracked_blocks,omitempty"`
 	// Sources are the engines this pool hears directly (besides HTTP posts).
 	Sources []SourceSpec `json:"sources,omitempty"`
+	// KvRelay is the pool's metadata in the gRPC catalog (kvrelay.go).
+	KvRelay KvPoolSpec `json:"kvrelay,omitzero"`
 }
 
 // SourceSpec configures one event source of a pool (docs/ingest.md). Engine
@@ -169,6 +171,8 @@ type Config struct {
 	Pools              []PoolSpec `json:"pools"`
 	// NATS broadcasts every pool's frames through JetStream (server/nats.go).
 	NATS NATSOut `json:"nats,omitzero"`
+	// GRPC serves dynamo.kvrelay.v1.KvEventRelay (kvrelay.go).
+	GRPC GRPCConfig `json:"grpc,omitzero"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string.
@@ -242,6 +246,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxSourceEpochJump, DefaultSourceEpochJump)
 	setDefault(&c.MaxLeaseEpochLead, Duration(DefaultLeaseEpochLead))
 	setDefault(&c.StreamStallTimeout, Duration(DefaultStreamStall))
+	c.GRPC.withDefaults()
 	pools := make([]PoolSpec, len(c.Pools))
 	for i, p := range c.Pools {
 		setDefault(&p.ExpectedBlocks, DefaultExpectedBlocks)
@@ -254,6 +259,7 @@ func (c Config) WithDefaults() Config {
 			s := ckf.DefaultSeed
 			p.Seed = &s
 		}
+		p.KvRelay.withDefaults(p.Sources)
 		pools[i] = p
 	}
 	c.Pools = pools
@@ -297,6 +303,9 @@ func (c Config) Validate() error {
 	if err := c.NATS.validate(); err != nil {
 		return err
 	}
+	if err := c.GRPC.validate(); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	dcs := map[uint64]bool{}
 	for _, p := range c.Pools {
@@ -315,6 +324,9 @@ func (c Config) Validate() error {
 		}
 		if p.PublicationDelay <= 0 {
 			return invalid("pool %q: publication_delay must be > 0", p.Name)
+		}
+		if err := p.KvRelay.validate(p.Name); err != nil {
+			return err
 		}
 	}
 	return nil
