@@ -114,7 +114,7 @@ var graph = map[string]rule{
 	"internal/grpcserver": {
 		imports: []string{"ckf", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
 			"github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests: []string{"wire"},
+		tests: []string{"client", "consumer", "wire"},
 	},
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
