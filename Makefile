@@ -78,21 +78,21 @@ wasm-check:
 port-check:
 	GOARCH=386 $(GO) build ./...
 
-## proto: regenerate internal/kvrelay/kvrelaypb from its .proto (protoc from Debian's protobuf-compiler,
+## proto: regenerate wire/kvrelay/kvrelaypb from its .proto (protoc from Debian's protobuf-compiler,
 ## plugins pinned in internal/tools/go.mod); commit the result with the .proto
 proto:
-	GO="$(GO)" internal/kvrelay/proto/gen.sh
+	GO="$(GO)" wire/kvrelay/proto/gen.sh
 
 # The committed generated code must be what `make proto` writes.
 proto-check:
 	@if ! command -v protoc >/dev/null 2>&1; then \
-	  echo "proto-check: skipped: protoc not found (apt-get install -y protobuf-compiler to check internal/kvrelay/kvrelaypb)"; \
+	  echo "proto-check: skipped: protoc not found (apt-get install -y protobuf-compiler to check wire/kvrelay/kvrelaypb)"; \
 	else \
 	  tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	  GO="$(GO)" internal/kvrelay/proto/gen.sh "$$tmp" && \
+	  GO="$(GO)" wire/kvrelay/proto/gen.sh "$$tmp" && \
 	  for f in relay.pb.go relay_grpc.pb.go; do \
-	    diff -u internal/kvrelay/kvrelaypb/$$f "$$tmp/internal/kvrelay/kvrelaypb/$$f" || \
-	      { echo "proto-check: internal/kvrelay/kvrelaypb/$$f is stale: run make proto and commit it"; exit 1; }; \
+	    diff -u wire/kvrelay/kvrelaypb/$$f "$$tmp/wire/kvrelay/kvrelaypb/$$f" || \
+	      { echo "proto-check: wire/kvrelay/kvrelaypb/$$f is stale: run make proto and commit it"; exit 1; }; \
 	  done; \
 	fi
 

@@ -1,6 +1,9 @@
 // Package client is the router side of ckfrelay: it subscribes one consumer
 // lane per pool (data center) to a relay's frame streams, feeds every frame
-// to a consumer (native or WebAssembly), and keeps each lane converged.
+// to a consumer (native or WebAssembly), and keeps each lane converged. A
+// router reads a ckfrelay relay's HTTP streams (Config.RelayURL), its NATS
+// JetStream broadcast ([NATSConfig]), or any server of Dynamo's
+// dynamo.kvrelay.v1 gRPC contract, ckfrelay's or Dynamo's ([GRPCConfig]).
 //
 // On any deactivation, close frame, disconnect or identity change a lane
 // retires, then re-subscribes with a higher assignment epoch and installs a
@@ -31,8 +34,13 @@ import (
 
 // Target is one pool a Router follows, on one physical lane.
 type Target struct {
-	Pool string // the relay's pool name
+	Pool string // the relay's pool name (over gRPC only a label: see DCID)
 	Lane int    // 0..15; must match the lane the consumer's manifest gives the pool
+	// DCID selects the pool over gRPC, whose catalog names pools by
+	// producer identity, not by name: the entry whose
+	// ProducerIdentity.pool_id.dc_id is DCID (the relay's pool dc_id).
+	// Unused over HTTP and NATS.
+	DCID uint64
 }
 
 // Config configures a Router.
@@ -42,6 +50,9 @@ type Config struct {
 	// NATS, when set, reads the relays' JetStream broadcast instead of
 	// RelayURL's HTTP streams (see [NATSConfig]).
 	NATS *NATSConfig
+	// GRPC, when set, follows a dynamo.kvrelay.v1 KvEventRelay server
+	// (ckfrelay's or Dynamo's) instead of RelayURL (see [GRPCConfig]).
+	GRPC *GRPCConfig
 	// AuthToken is sent as a bearer token when set.
 	AuthToken string
 	// ConsumerInstance identifies this router's consumer in leases.
@@ -94,7 +105,8 @@ type Router struct {
 	mu   sync.Mutex // serializes every call into lanes and guards info
 	ls   Lanes
 	info [ckf.MaxLanes]LaneInfo
-	nats *natsTransport // nil: HTTP
+	nats *natsTransport // nil: HTTP or gRPC
+	grpc *grpcTransport // nil: HTTP or NATS
 
 	onBackoff func(lane int, ceil time.Duration) // test hook: before each resubscribe delay
 }
@@ -118,20 +130,29 @@ func CheckRelayURL(s string) error {
 
 // New returns a router over lanes. It does nothing until [Router.Run].
 func New(cfg Config, lanes Lanes) (*Router, error) {
-	if (cfg.RelayURL == "") == (cfg.NATS == nil) || len(cfg.Targets) == 0 {
-		return nil, errors.New("client: one of RelayURL and NATS, and at least one target, are required")
+	transports := 0
+	for _, set := range []bool{cfg.RelayURL != "", cfg.NATS != nil, cfg.GRPC != nil} {
+		if set {
+			transports++
+		}
+	}
+	if transports != 1 || len(cfg.Targets) == 0 {
+		return nil, errors.New("client: exactly one of RelayURL, NATS and GRPC, and at least one target, are required")
 	}
 	if cfg.RelayURL != "" {
 		if err := CheckRelayURL(cfg.RelayURL); err != nil {
 			return nil, err
 		}
 	}
-	seen := map[int]bool{}
+	seen, dcs := map[int]bool{}, map[uint64]bool{}
 	for _, t := range cfg.Targets {
 		if t.Lane < 0 || t.Lane >= ckf.MaxLanes || seen[t.Lane] || t.Pool == "" {
 			return nil, fmt.Errorf("client: target %+v: lanes must be distinct in 0..15 and pools named", t)
 		}
-		seen[t.Lane] = true
+		if cfg.GRPC != nil && dcs[t.DCID] {
+			return nil, fmt.Errorf("client: target %+v: over gRPC every target needs its own DCID", t)
+		}
+		seen[t.Lane], dcs[t.DCID] = true, true
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 50 * time.Millisecond
@@ -155,6 +176,12 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 	if cfg.NATS != nil {
 		r.nats = newNATSTransport(*cfg.NATS)
 	}
+	if cfg.GRPC != nil {
+		var err error
+		if r.grpc, err = newGRPCTransport(*cfg.GRPC, cfg.AuthToken, cfg.ConsumerInstance); err != nil {
+			return nil, err
+		}
+	}
 	for _, t := range cfg.Targets {
 		r.info[t.Lane].Pool = t.Pool
 	}
@@ -164,6 +191,13 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 // Run follows every target until ctx ends. It always returns ctx's error.
 func (r *Router) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	if r.grpc != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.grpc.watchCatalog(ctx, r.cfg.MinBackoff, r.cfg.MaxBackoff, func(msg string, args ...any) { r.log.Info(msg, args...) })
+		}()
+	}
 	for _, t := range r.cfg.Targets {
 		wg.Add(1)
 		go func() {
@@ -174,6 +208,9 @@ func (r *Router) Run(ctx context.Context) error {
 	wg.Wait()
 	if r.nats != nil {
 		r.nats.close()
+	}
+	if r.grpc != nil {
+		r.grpc.close()
 	}
 	return ctx.Err()
 }
@@ -328,9 +365,12 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 	}()
 	lease := ckf.LaneLease{ConsumerInstance: r.cfg.ConsumerInstance, PhysicalLane: uint8(t.Lane), AssignmentEpoch: epoch}
 	var fr frameSource
-	if r.nats != nil {
+	switch {
+	case r.nats != nil:
 		fr, err = r.nats.open(sctx, t.Pool, lease, r.cfg.MaxFrameBytes)
-	} else {
+	case r.grpc != nil:
+		fr, err = r.grpc.open(sctx, t.DCID, lease)
+	default:
 		fr, err = r.openHTTP(sctx, t, epoch)
 	}
 	if err != nil {

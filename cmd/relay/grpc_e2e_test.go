@@ -35,7 +35,7 @@ func pyGRPC(t *testing.T) string {
 		t.Skip("black-box gRPC client needs protoc (apt-get install protobuf-compiler)")
 	}
 	dir := t.TempDir()
-	out, err := exec.Command("protoc", "-I", "../../internal/kvrelay/proto", "--python_out="+dir,
+	out, err := exec.Command("protoc", "-I", "../../wire/kvrelay/proto", "--python_out="+dir,
 		"dynamo/kvrelay/v1/relay.proto").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return dir

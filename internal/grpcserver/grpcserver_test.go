@@ -33,11 +33,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/kvrelaypb"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/ckfrelay/ckfrelay/wire/cbi1"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
 )
 
 // testRelay is an in-process relay with its HTTP API and its gRPC service

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/kvrelaypb"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
 )
 
 // PoolIdentityVersion is KvPoolId.identity_version: the composition of cache

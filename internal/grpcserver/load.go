@@ -6,9 +6,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/kvrelaypb"
 	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
 )
 
 // ranks returns a pool's observed and expected worker ranks. With engine

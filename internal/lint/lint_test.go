@@ -74,8 +74,8 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "golang.org/x/sync"},
 	},
 	"client": {
-		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "github.com/nats-io/nats.go"},
-		tests:   []string{"internal/testing/natstest", "internal/server", "github.com/zeebo/xxh3"},
+		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc"},
+		tests:   []string{"internal/testing/natstest", "internal/server", "github.com/zeebo/xxh3", "google.golang.org/protobuf"},
 	},
 	"client/natsjs": {},
 	"wasm/abi": {
@@ -110,16 +110,16 @@ var graph = map[string]rule{
 	"internal/integration/e2e": {
 		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
-	"internal/kvrelay": {
-		imports: []string{"internal/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests:   []string{"ckf", "wire/cbi1"},
+	"wire/kvrelay": {
+		imports: []string{"ckf", "wire/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},
+		tests:   []string{"wire/cbi1"},
 	},
+	"wire/kvrelay/kvrelaypb": {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	"internal/grpcserver": {
-		imports: []string{"ckf", "internal/hub", "internal/kvrelay", "internal/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
+		imports: []string{"ckf", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
 			"github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests: []string{"wire"},
+		tests: []string{"client", "consumer", "wire"},
 	},
-	"internal/kvrelay/kvrelaypb":   {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
 	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer"}},
@@ -155,7 +155,7 @@ var graph = map[string]rule{
 
 // public lists the packages users import; everything else lives under
 // internal/ (or is a command).
-var public = []string{"ckf", "wire", "wire/cbi1", "producer", "consumer", "client", "client/natsjs", "wasm/abi", "wasm/host"}
+var public = []string{"ckf", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "producer", "consumer", "client", "client/natsjs", "wasm/abi", "wasm/host"}
 
 // anyTest lists what every package's tests may import: the project's test
 // assertion library.

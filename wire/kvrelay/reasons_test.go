@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/kvrelaypb"
 	"github.com/ckfrelay/ckfrelay/wire/cbi1"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
 )
 
 // contractTable is the error table of grpc-contract.md @d95e45a5, written out

@@ -8,8 +8,8 @@
 //
 // Source: Dynamo's lib/llm/src/kv_dc_relay/docs/grpc-contract.md @d95e45a5
 // ("Envelope and versioning", "Machine-Readable Errors", "RPCs"); notes in
-// docs/wire.md §8 and docs/RATIONALE.md "Why is the generated code under
-// internal/kvrelay/kvrelaypb?".
+// docs/wire.md §8 and docs/RATIONALE.md "Why are the generated code and the
+// envelope rules public (wire/kvrelay, wire/kvrelay/kvrelaypb)?".
 //
 // Functions are safe for concurrent use; they do not retain the messages
 // they are given.

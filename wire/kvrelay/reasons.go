@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/kvrelaypb"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
 )
 
 // Reason is one row of the contract's error table: a RelayErrorReason, the

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/kvrelaypb"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
 )
 
 // TestMarker_WireBytes pins the marker on the wire: field 127, wire type 5

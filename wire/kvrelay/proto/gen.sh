@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generates internal/kvrelay/kvrelaypb from relay.proto under the module root
+# Generates wire/kvrelay/kvrelaypb from relay.proto under the module root
 # given as $1 (default: this checkout), with protoc from Debian's
 # protobuf-compiler and the protoc plugins pinned in internal/tools/go.mod.
 # Used by `make proto` (in place) and `make proto-check` (into a temp dir).
@@ -10,8 +10,8 @@ GO=${GO:-go}
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 "$GO" -C "$root/internal/tools" build -o "$bin/" tool
-mkdir -p "$out/internal/kvrelay/kvrelaypb"
-protoc -I "$root/internal/kvrelay/proto" \
+mkdir -p "$out/wire/kvrelay/kvrelaypb"
+protoc -I "$root/wire/kvrelay/proto" \
 	--plugin=protoc-gen-go="$bin/protoc-gen-go" \
 	--plugin=protoc-gen-go-grpc="$bin/protoc-gen-go-grpc" \
 	--go_out="$out" --go_opt=module=github.com/ckfrelay/ckfrelay \
