@@ -19,8 +19,13 @@ async function relay(args, opts) {
 const fast = { minBackoffMs: 10, maxBackoffMs: 200, module: wasmPath, consumerInstance: 77 };
 const b64 = (b) => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString("base64");
 
-test("converges on two pools and answers exactly as the Go consumer on the same frames", async () => {
-  const rl = await relay(["--pool", "dc-a:dc=1,expected=65536", "--pool", "dc-b:dc=2,expected=65536"]);
+test("converges on two pools and answers exactly as the Go consumer on the same frames", async (t) => {
+  // The pools publish only on a 300 ms timer (no event cadence): a helper
+  // that read the relay's sequence before the posted events were published
+  // would take the lane for converged too early, and contains() below would
+  // miss the last event. postStored's ?sync=published write barrier rules it out.
+  const slow = "expected=65536,cadence=1000000000,delay=300ms";
+  const rl = await relay(["--pool", `dc-a:dc=1,${slow}`, "--pool", `dc-b:dc=2,${slow}`]);
   const steps = [];
   const router = await Router.connect({
     ...fast, relayUrl: rl.base, pools: ["dc-a", "dc-b"],
@@ -31,6 +36,7 @@ test("converges on two pools and answers exactly as the Go consumer on the same 
     },
   });
   const running = router.run();
+  t.after(() => router.stop()); // a failed assertion must not leave the router resubscribing
   const a = await postStored(rl.base, "dc-a", 300, 4);
   const b = await postStored(rl.base, "dc-b", 100, 2);
   await converge(router, rl.base, "dc-a", 0);
