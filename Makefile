@@ -20,12 +20,14 @@ test: check
 	$(MAKE) js-test
 	$(MAKE) wasmtime-test
 
-## js-test: the JavaScript router client's tests under Node (node --test, against the real relay)
+## js-test: the JavaScript router's tests under Node against the real relay, and the type-check of index.d.ts (npm ci when js/node_modules is missing)
 js-test:
-	@if command -v node >/dev/null 2>&1; then \
-	  cd js && GO="$(GO)" node --test test/*.test.mjs; \
+	@if ! command -v node >/dev/null 2>&1; then \
+	  echo "js-test: skipped: node not found (install nodejs >= 20 and npm to run the JavaScript router's tests)"; \
+	elif ! command -v npm >/dev/null 2>&1; then \
+	  echo "js-test: skipped: npm not found (install npm: the tests need the devDependencies typescript and @types/node from js/package-lock.json)"; \
 	else \
-	  echo "js-test: skipped: node not found (install nodejs >= 20 to run the JavaScript router's tests)"; \
+	  cd js && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && GO="$(GO)" node --test test/*.test.mjs; \
 	fi
 
 ## wasmtime-test: the conformance suite on wasmtime (internal/integration/wasmtime, a nested

@@ -54,8 +54,31 @@ export function manifestFromCatalog(catalog, targets, { consumerInstance, verifi
   };
   const lanes = new Array(16).fill(null);
   targets.forEach((t, i) => { lanes[t.lane] = { domain, dcId: BigInt(pools[i].dc_id) }; });
-  return { consumerInstance: BigInt(consumerInstance), domain, format, lanes, verificationWindow };
+  return { consumerInstance: consumerInstanceOf(consumerInstance), domain, format, lanes, verificationWindow };
 }
+
+const U64_MAX = (1n << 64n) - 1n;
+
+/**
+ * consumerInstanceOf checks a router's consumer instance: an unsigned 64-bit
+ * integer given as a bigint or as a non-negative safe integer number. It
+ * returns it as a bigint and throws a TypeError naming what it got otherwise.
+ */
+export function consumerInstanceOf(v) {
+  if ((typeof v === "bigint" && v >= 0n && v <= U64_MAX) || (Number.isSafeInteger(v) && v >= 0)) return BigInt(v);
+  let got;
+  if (typeof v === "bigint" || typeof v === "number") got = `${typeof v} ${v}`;
+  else if (v === null || v === undefined) got = String(v);
+  else if (typeof v === "object") {
+    let text;
+    try { text = JSON.stringify(v); } catch { text = undefined; }
+    got = `${v.constructor?.name ?? "object"} ${text ?? ""}`.trim();
+  } else got = `${typeof v} ${JSON.stringify(v)}`;
+  if (got.length > 80) got = got.slice(0, 77) + "...";
+  return bad(`consumerInstance must be an unsigned 64-bit integer (a bigint, or a non-negative safe integer number), got ${got}`);
+}
+
+function bad(msg) { throw new TypeError(`router: ${msg}`); }
 
 function writeDigest(w, d) {
   return w.bin(d.digest).uint(d.source);

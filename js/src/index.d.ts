@@ -1,4 +1,7 @@
-// Type declarations for @ckfrelay/router (src/index.js).
+// Type declarations for @ckfrelay/router (src/index.js). They name no
+// global that only a DOM lib declares, so they compile under a Node-only
+// config (lib ES2022, types node) as under one with "DOM"
+// (test/types/tsconfig.*.json check both).
 
 /** Lane state as the router sees it (a copy). */
 export interface LaneInfo {
@@ -59,7 +62,15 @@ export interface LaneStatus {
 
 export interface Stats { bucketCount: bigint; tableBytes: bigint; readyMask: number; queries: bigint; probes: bigint }
 
-export type ModuleSource = WebAssembly.Module | Uint8Array | ArrayBuffer | string | URL;
+/**
+ * A compiled WebAssembly module: WebAssembly.Module where the program's libs
+ * declare it (DOM, or @types/node versions that do), else an opaque object.
+ * Written as a lookup on globalThis so that these declarations do not
+ * require the DOM lib (TS2503 "Cannot find namespace 'WebAssembly'").
+ */
+export type WasmModule = typeof globalThis extends { WebAssembly: { Module: abstract new (...args: any[]) => infer M } } ? M : object;
+
+export type ModuleSource = WasmModule | Uint8Array | ArrayBuffer | string | URL;
 export type Hashes = BigUint64Array | ReadonlyArray<bigint | number>;
 export type Tokens = Uint32Array | ReadonlyArray<number>;
 
@@ -88,7 +99,7 @@ export declare class AbiError extends Error {
 }
 
 /** Compiles the module (default: the committed ckfconsumer.wasm). */
-export declare function compileModule(source?: ModuleSource): Promise<WebAssembly.Module>;
+export declare function compileModule(source?: ModuleSource): Promise<WasmModule>;
 
 /** One instance of the consumer module. Methods throw AbiError on a negative status. */
 export declare class Consumer {
@@ -162,8 +173,16 @@ export declare class Router {
   /** Follows every target until stop() or signal; resolves once every lane has retired. */
   run(options?: { signal?: AbortSignal }): Promise<void>;
   stop(): Promise<void>;
+  /**
+   * Resolves once every target lane holds a snapshot and its stream is live
+   * (at once if so already); rejects when the router stops first, or when
+   * signal aborts.
+   */
+  ready(options?: { signal?: AbortSignal }): Promise<void>;
   lane(lane: number): LaneInfo | null;
   querySequenceHashes(hashes: Hashes): QueryResult;
+  /** The same from per-block local hashes (the events' tokens_hash values), chained inside the module. */
+  queryLocalHashes(hashes: Hashes): QueryResult;
   queryTokens(tokens: Tokens, blockSize: number, salt?: bigint): QueryResult;
   contains(hash: bigint | number): number;
   laneWords(lane: number): { words: BigUint64Array; sequence: bigint };
