@@ -5,7 +5,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { Consumer, Outcome, FaultNames } from "./module.js";
 import { decodeFrame, readFrames, Kind, DEFAULT_MAX_FRAME_BYTES } from "./frame.js";
-import { fetchCatalog, manifestFromCatalog, encodeManifest, encodeAssignment, consumerInstanceOf } from "./catalog.js";
+import { fetchCatalog, manifestFromCatalog, encodeManifest, encodeAssignment, consumerInstanceOf, relayUrlOf } from "./catalog.js";
 
 /** Why a session ended, beside transport and HTTP errors. */
 export class SessionError extends Error {
@@ -36,8 +36,8 @@ export class Router {
    * It does not subscribe until run().
    */
   static async connect(options) {
-    if (!options?.relayUrl) throw new Error("router: relayUrl is required");
-    consumerInstanceOf(options.consumerInstance); // before any request
+    relayUrlOf(options?.relayUrl); // before any request
+    consumerInstanceOf(options.consumerInstance);
     const targets = normalizeTargets(options.pools);
     const cat = await fetchCatalog(options.relayUrl, options);
     const manifest = manifestFromCatalog(cat, targets, options);
@@ -51,10 +51,9 @@ export class Router {
 
   /** @param {Consumer} consumer a configured consumer whose manifest gives each target pool its lane */
   constructor(consumer, options) {
-    if (!options.relayUrl) throw new Error("router: relayUrl is required");
     this.consumer = consumer;
     this.targets = normalizeTargets(options.pools);
-    this.relayUrl = options.relayUrl.replace(/\/+$/, "");
+    this.relayUrl = relayUrlOf(options.relayUrl);
     this.authToken = options.authToken;
     this.consumerInstance = consumerInstanceOf(options.consumerInstance);
     this.minBackoffMs = options.minBackoffMs > 0 ? options.minBackoffMs : 50;

@@ -70,3 +70,16 @@ test("a consumerInstance that is not an unsigned 64-bit integer is refused with 
     assert.equal(new Router({}, { ...base, consumerInstance: v }).consumerInstance, BigInt(v));
   }
 });
+
+test("a relay URL without a scheme is refused with what to write instead", async () => {
+  const fetch = () => assert.fail("no request may be made with a bad relayUrl");
+  for (const [url, want] of [["127.0.0.1:7878", 'write "http://127.0.0.1:7878"'], ["localhost:7878", 'write "http://localhost:7878"'],
+    ["nats://127.0.0.1:4222", "is not an http(s) URL"], ["http://", "is not an http(s) URL"], [undefined, "relayUrl is required"]]) {
+    await assert.rejects(Router.connect({ relayUrl: url, pools: ["p"], consumerInstance: 1, fetch }), (e) => {
+      assert.ok(e instanceof TypeError, `${e}`);
+      assert.ok(e.message.includes(want), `${url}: ${e.message}`);
+      return true;
+    });
+  }
+  assert.equal(new Router({}, { relayUrl: "http://127.0.0.1:7878//", pools: ["p"], consumerInstance: 1 }).relayUrl, "http://127.0.0.1:7878");
+});

@@ -3,13 +3,13 @@
 // @ckfrelay/router, so a declaration that needs a lib the program lacks, or
 // that drifts from the runtime exports' names, fails the test.
 import {
-  Router, SessionError, Consumer, AbiError, compileModule, Outcome, FaultNames, Code, QueryKind, BASE_SALT,
+  Router, SessionError, Consumer, AbiError, compileModule, Outcome, FaultNames, Code, QueryKind, BASE_SALT, encodeTokenQuery,
   decodeFrame, readFrames, FrameError, Kind, DEFAULT_MAX_FRAME_BYTES,
   fetchCatalog, manifestFromCatalog, encodeManifest, encodeAssignment, decodeMsgpack, MsgpackError,
 } from "@ckfrelay/router";
 import type {
   LaneInfo, QueryResult, RawQueryResult, ApplyResult, LaneStatus, Stats, ModuleSource, WasmModule, Hashes, Tokens,
-  Target, TraceEvent, RouterOptions, Digest, Identity, Lease, Frame, Manifest,
+  Target, TraceEvent, RouterOptions, Digest, Identity, Lease, Frame, Manifest, TokenQueryOptions,
 } from "@ckfrelay/router";
 
 export async function everything(): Promise<void> {
@@ -32,6 +32,7 @@ export async function everything(): Promise<void> {
   const q: QueryResult[] = [
     router.querySequenceHashes(hashes), router.queryLocalHashes([1n, 2]), router.queryTokens(tokens, 16, BASE_SALT),
     router.queryTokens([1, 2], 16),
+    router.queryTokensWith([1, 2], 2, BASE_SALT, { mm: [[7n], []], eagle: false } satisfies TokenQueryOptions),
   ];
   const depth: number = q[0].depths[0] + q[1].mask + q[2].blocks + q[3].probes;
   void depth;
@@ -76,6 +77,9 @@ export async function everything(): Promise<void> {
   const raw: RawQueryResult = c.queryRaw(QueryKind.Tokens, tokens, 16, 1337n);
   void raw.code;
   void c.querySequenceHashes(hashes), c.queryLocalHashes(hashes), c.queryTokens(tokens, 16), c.contains(3);
+  void c.queryTokensWith(tokens, 16, BASE_SALT, { eagle: true });
+  const encoded: Uint8Array = encodeTokenQuery([1, 2, 3], { mm: [[1n]] });
+  void encoded;
   const ls: LaneStatus = c.laneStatus(0);
   const st: Stats = c.stats();
   void ls.installedSequence, st.readyMask, c.laneWords(0), c.salt("lora", "ns"), c.lastError(), c.liveBuffers();
