@@ -56,7 +56,8 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // measures freshness, 8 slow subscribers reading 1 MB/s, 8 stalled ones that
 // never read, and hostile clients (malformed and oversized bodies, wrong
 // content types, bad and stale stream requests, subscribe-and-drop churn
-// under fresh consumer ids). It reports events/s, freshness p50/p99 and the
+// under fresh consumer ids), and on a second pool's bound ZMQ source two
+// emulated engines beside hostile peers (soak_zmq_test.go). It reports events/s, freshness p50/p99 and the
 // relay's peak RSS as BENCH lines, and fails if the peak RSS exceeds
 // CKFRELAY_SOAK_RSS_BUDGET_MIB (default 512).
 func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
@@ -73,6 +74,8 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 	cfg := server.Config{Listen: "127.0.0.1:0", MaxSubscribers: 64, StreamWriteTimeout: server.Duration(3 * time.Second),
 		HeartbeatInterval: server.Duration(250 * time.Millisecond),
 		Pools:             []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 22}}} // 16 MiB table
+	z, zpool := newZMQSoak(t)
+	cfg.Pools = append(cfg.Pools, zpool)
 	rl := startRelay(t, "--config", writeConfig(t, cfg))
 	pid := rl.cmd.Process.Pid
 	cfg = cfg.WithDefaults()
@@ -111,6 +114,9 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 		}
 	}()
 	<-probe.Ready()
+
+	// ZMQ: two engines and the hostile peers on pool z's bound source.
+	z.start(t, rl.base, ctx.Done(), &wg)
 
 	// Normal load: two posters, each its own workers; a block stored is
 	// removed 4,096 events later.
@@ -276,6 +282,7 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 	s, p50, p99 := probe.Freshness()
 	require.NotEmpty(t, s, "no freshness sample")
 	rate := float64(events.Load()) / elapsed.Seconds()
+	zsent, zapplied, zst := z.finish(t, rl.base)
 	cat := getCatalog(t, rl.base)["p"]
 	t.Logf("soak %v: %d events, %d hostile requests, %d slow resubscribes, %d freshness samples, %d blocks tracked at the end",
 		elapsed.Round(time.Second), events.Load(), hostile.Load(), resubscribes.Load(), len(s), cat.Stats.UniqueBlocks)
@@ -284,10 +291,20 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 		fmt.Sprintf("BENCH relay_soak_freshness_p50_ms %.2f ms", float64(p50.Microseconds())/1000),
 		fmt.Sprintf("BENCH relay_soak_freshness_p99_ms %.2f ms", float64(p99.Microseconds())/1000),
 		fmt.Sprintf("BENCH relay_soak_peak_rss_mib %d MiB", peakRSS>>20),
+		fmt.Sprintf("BENCH relay_soak_zmq_engine_batches_sent %d batches", zsent),
+		fmt.Sprintf("BENCH relay_soak_zmq_engine_batches_applied %d batches", zapplied),
+		fmt.Sprintf("BENCH relay_soak_zmq_peers_refused %d peers", zst.PeersRefused),
+		fmt.Sprintf("BENCH relay_soak_zmq_rank_batches_rejected %d batches", zst.RejectedByReason["ranks"]),
 	} {
 		t.Log(l)
 		fmt.Println(l)
 	}
+	t.Logf("soak ZMQ: %d hostile connections, %d rank-flood batches; source state %s, %d batches applied, %d ranks tracked, gaps %d, rejected %v",
+		z.attacks.Load(), z.floods.Load(), zst.State, zst.Batches, len(zst.Ranks), zst.Gaps, zst.RejectedByReason)
+	require.Equal(t, zsent, zapplied, "every engine batch was applied")
+	require.Positive(t, uint64(zst.PeersRefused), "the hostile peers were refused")
+	require.Positive(t, uint64(zst.RejectedByReason["ranks"]), "the rank flood was rejected")
+	require.LessOrEqual(t, len(zst.Ranks), 64, "ranks are bounded")
 	require.LessOrEqual(t, peakRSS>>20, budget, "the relay's peak RSS exceeds the soak budget")
 	require.Positive(t, rate)
 }

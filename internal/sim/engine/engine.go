@@ -283,6 +283,24 @@ func (e *Engine) DropNext(n int) {
 	e.mu.Unlock()
 }
 
+// SkipTo makes seq the sequence of the next batch, as an engine that has
+// published for long would (its replay buffer emptied: it holds only what
+// follows). Past 2^63-1 the engine goes on as a Python publisher's counter
+// does: 2^63 on the wire, which a signed reader sees as -2^63.
+func (e *Engine) SkipTo(seq int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq, e.buf = seq, nil
+}
+
+// PublisherID is the publisher_id of the engine's current lifetime (nil
+// when the engine sends none).
+func (e *Engine) PublisherID() []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.pubID)
+}
+
 // Seq is the sequence of the last batch published (-1 before any).
 func (e *Engine) Seq() int64 {
 	e.mu.Lock()

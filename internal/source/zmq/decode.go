@@ -31,6 +31,11 @@ const (
 	ReasonLimit    Reason = "limit"    // more events, blocks or tokens than the limits allow
 	ReasonTrailing Reason = "trailing" // bytes after the batch
 	ReasonNesting  Reason = "nesting"  // an ignored value nested deeper than maxSkipDepth
+	// ReasonSequence: a negative sequence. Publishers count from 0; the
+	// only negative sequence of the protocol is the replay end marker (-1),
+	// which never travels on the PUB socket. A publisher past 2^63-1 would
+	// send 2^63 on, which reads as negative (docs/ingest.md, "Recovery").
+	ReasonSequence Reason = "sequence"
 )
 
 // DecodeError is a typed rejection of one whole message: nothing of it is
@@ -67,7 +72,8 @@ type Message struct {
 	Payload []byte
 }
 
-// ParseMessage checks the frame layout of a published message.
+// ParseMessage checks the frame layout and the sequence of a published
+// message: a negative sequence is rejected ([ReasonSequence]).
 func ParseMessage(frames [][]byte) (Message, error) {
 	if len(frames) != 3 {
 		return Message{}, malformed(ReasonFrames, nil, "%d frames, want 3 (topic, seq, payload)", len(frames))
@@ -75,7 +81,11 @@ func ParseMessage(frames [][]byte) (Message, error) {
 	if len(frames[1]) != 8 {
 		return Message{}, malformed(ReasonFrames, nil, "sequence frame of %d bytes, want 8", len(frames[1]))
 	}
-	return Message{Topic: frames[0], Seq: int64(binary.BigEndian.Uint64(frames[1])), Payload: frames[2]}, nil
+	seq := int64(binary.BigEndian.Uint64(frames[1]))
+	if seq < 0 {
+		return Message{}, malformed(ReasonSequence, nil, "sequence %d (%#x) is negative; sequences run from 0 to 2^63-1", seq, uint64(seq))
+	}
+	return Message{Topic: frames[0], Seq: seq, Payload: frames[2]}, nil
 }
 
 // EventType is the tag of an engine event.

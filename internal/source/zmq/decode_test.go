@@ -239,6 +239,7 @@ func FuzzParseReplayReply(f *testing.F) {
 			return
 		}
 		require.Equal(t, frames[len(frames)-1], m.Payload)
+		require.GreaterOrEqual(t, m.Seq, EndOfReplay)
 	})
 }
 

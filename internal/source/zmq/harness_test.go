@@ -2,6 +2,7 @@ package zmq
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"os"
@@ -101,17 +102,25 @@ func rankOf(st source.Status, dp uint32) (source.RankStatus, bool) {
 
 // publishUntilSeen heartbeats until the source has applied the engine's
 // latest batch (a SUB's subscription reaches a PUB a moment after connecting,
-// and a gap is only noticed when a later batch arrives).
+// and a gap is only noticed when a later batch arrives). The batch must be
+// the current lifetime's: the source heard a message after the heartbeat was
+// sent and, when the engine sends a publisher_id, the rank's publisher is the
+// engine's. A sequence alone is not enough: after a restart the new lifetime
+// reaches the sequence the source last applied from the old one.
 func (hs *harness) publishUntilSeen(e *engine.Engine, dp uint32) source.RankStatus {
 	hs.t.Helper()
 	var last source.RankStatus
 	require.Eventually(hs.t, func() bool {
+		sent := time.Now()
 		require.NoError(hs.t, e.Heartbeat())
+		pubID := hex.EncodeToString(e.PublisherID())
 		deadline := time.Now().Add(200 * time.Millisecond)
 		for time.Now().Before(deadline) {
-			r, ok := rankOf(hs.src.Status(), dp)
+			st := hs.src.Status()
+			r, ok := rankOf(st, dp)
 			last = r
-			if ok && int64(r.Seq) == e.Seq() && r.State != RankReset {
+			if ok && int64(r.Seq) == e.Seq() && r.State != RankReset && st.LastEvent.After(sent) &&
+				(pubID == "" || r.Publisher == pubID) {
 				return true
 			}
 			time.Sleep(2 * time.Millisecond)

@@ -70,13 +70,17 @@ func Replay(ctx context.Context, ep string, start int64, timeout time.Duration, 
 
 // ParseReplayReply reads one replay reply in either layout: its last two
 // frames are the 8-byte sequence and the payload; before them an optional
-// topic, before that an optional empty delimiter.
+// topic, before that an optional empty delimiter. Its sequence is
+// [EndOfReplay] or in [0, 2^63-1] ([ReasonSequence] otherwise).
 func ParseReplayReply(frames [][]byte) (Message, error) {
 	n := len(frames)
 	if n < 2 || n > 4 || len(frames[n-2]) != 8 || (n == 4 && len(frames[0]) != 0) {
 		return Message{}, malformed(ReasonFrames, nil, "replay reply of %d frames is neither [seq, payload] nor [topic, seq, payload]", n)
 	}
 	m := Message{Seq: int64(binary.BigEndian.Uint64(frames[n-2])), Payload: frames[n-1]}
+	if m.Seq < 0 && m.Seq != EndOfReplay {
+		return Message{}, malformed(ReasonSequence, nil, "replay reply of sequence %d: only the end marker (-1) may be negative", m.Seq)
+	}
 	if n >= 3 {
 		m.Topic = frames[n-3]
 	}

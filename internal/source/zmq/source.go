@@ -77,12 +77,16 @@ type Source struct {
 
 // rank is the per-DP-rank state of the stream.
 type rank struct {
-	member    ckf.Member
-	replayEP  string // "" when the engine has no replay socket
-	epoch     uint64 // source epoch of the member (1 on first contact)
-	synced    bool   // next is meaningful: the pool holds this rank's stream up to next-1
-	fresh     bool   // nothing admitted at epoch yet
-	next      int64
+	member   ckf.Member
+	replayEP string // "" when the engine has no replay socket
+	epoch    uint64 // source epoch of the member (1 on first contact)
+	synced   bool   // next is meaningful: the pool holds this rank's stream up to next-1
+	fresh    bool   // nothing admitted at epoch yet
+	next     int64
+	// ended: the rank applied sequence 2^63-1, the last of the sequence
+	// space, so next stands for 2^63 (above every valid sequence): any
+	// later batch is a duplicate or a new publisher lifetime, never a gap.
+	ended     bool
 	publisher []byte
 	lastHeard time.Time
 	state     string
@@ -166,8 +170,12 @@ func (s *Source) stateLocked() string {
 // publishRank copies r into its status entry and derives the state: O(1)
 // per message, whatever the number of ranks.
 func (s *Source) publishRank(r *rank) {
+	last := r.next - 1
+	if r.ended {
+		last = r.next
+	}
 	rs := source.RankStatus{DPRank: r.member.DPRank, State: r.state, Epoch: catalog.U64(r.epoch),
-		Seq: catalog.I64(r.next - 1), Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)}
+		Seq: catalog.I64(last), Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)}
 	notLive := r.state != RankLive
 	s.mu.Lock()
 	s.st.Ranks[r.idx] = rs
@@ -444,7 +452,7 @@ func (s *Source) handleRank(ctx context.Context, sink source.Sink, r *rank, in i
 	restarted := false
 	if b.PublisherID != nil && r.publisher != nil && string(b.PublisherID) != string(r.publisher) {
 		restarted = true
-	} else if r.synced && msg.Seq < r.next {
+	} else if r.synced && (r.ended || msg.Seq < r.next) {
 		if r.isDuplicate(msg.Seq, msg.Payload) {
 			s.update(func(st *source.Status) { st.Duplicates++ })
 			return nil
@@ -495,7 +503,7 @@ func (s *Source) begin(ctx context.Context, sink source.Sink, r *rank, degraded 
 	recorded, known := source.RecordedEpoch(sink, r.member)
 	needReset := (r.epoch > 0 && !r.fresh) || (known && (r.epoch == 0 || recorded > r.epoch))
 	r.fresh = true
-	r.synced, r.next = true, 0
+	r.synced, r.next, r.ended = true, 0, false
 	r.recent = [recentBatches]struct {
 		seq    int64
 		digest uint64
@@ -719,7 +727,10 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 	}
 	events := uint64(len(evs))
 	r.remember(msg.Seq, msg.Payload)
-	r.next = msg.Seq + 1
+	r.next, r.ended = msg.Seq+1, msg.Seq == math.MaxInt64
+	if r.ended {
+		r.next = msg.Seq // stands for 2^63 (see rank.ended): never wrapped to -2^63
+	}
 	s.update(func(st *source.Status) {
 		st.Batches++
 		st.Events += catalog.U64(events)
