@@ -41,8 +41,8 @@ const (
 	DefaultHandshakeTimeout = 5 * time.Second
 	// DefaultMaxPeers bounds the connections of a bound source.
 	DefaultMaxPeers = 1024
-	// DefaultMaxRanks bounds the data-parallel ranks a bound source tracks
-	// when dp_ranks is not configured.
+	// DefaultMaxRanks bounds the data-parallel ranks a source tracks when
+	// dp_ranks is not configured: ranks 0..DefaultMaxRanks-1.
 	DefaultMaxRanks = 64
 )
 

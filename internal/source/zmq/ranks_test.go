@@ -61,7 +61,7 @@ func TestSource_RanksAreBounded(t *testing.T) {
 	st := d.src.Status()
 	assert.Len(t, st.Ranks, DefaultMaxRanks)
 	assert.EqualValues(t, ranks-DefaultMaxRanks, st.Rejected)
-	assert.Contains(t, st.LastError, "beyond the source's 64 ranks")
+	assert.Contains(t, st.LastError, "beyond the source's ranks 0..63")
 	for i, r := range st.Ranks {
 		require.EqualValues(t, i, r.DPRank, "sorted by rank")
 	}
@@ -72,6 +72,23 @@ func TestSource_RanksAreBounded(t *testing.T) {
 	}
 	assert.Len(t, d.src.Status().Ranks, 4)
 	assert.EqualValues(t, 6, d.src.Status().Rejected)
+}
+
+// A flood of made-up ranks that arrives before the engines speak takes no
+// engine's place: ranks are admitted by value (0..dp_ranks-1), not first
+// come, first served.
+func TestSource_RankFloodLocksNoEngineOut(t *testing.T) {
+	d := newRankDriver(t, Config{})
+	for dp := uint32(1000); dp < 6000; dp++ {
+		require.NoError(t, d.src.handle(t.Context(), d.h, heartbeat(t, dp, 0)))
+	}
+	assert.Empty(t, d.src.Status().Ranks, "no made-up rank is tracked")
+	for dp := range uint32(DefaultMaxRanks) {
+		require.NoError(t, d.src.handle(t.Context(), d.h, heartbeat(t, dp, 0)))
+	}
+	st := d.src.Status()
+	assert.Len(t, st.Ranks, DefaultMaxRanks, "every engine rank 0..63 is tracked after the flood")
+	assert.EqualValues(t, 5000, st.Rejected)
 }
 
 // BenchmarkSource_ManyRanks handles heartbeats spread over R ranks; the

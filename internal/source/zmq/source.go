@@ -419,8 +419,11 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error
 	}
 	r := s.ranks[dp]
 	if r == nil {
-		if len(s.ranks) >= s.maxRanks {
-			s.reject(malformed(ReasonRanks, nil, "data_parallel_rank %d is beyond the source's %d ranks", dp, s.maxRanks), msg.Seq, msg.Payload)
+		// By value, not first come: a rank is its engine's offset from the
+		// base port (replay addressing depends on it), so a flood of made-up
+		// ranks cannot take the places of ranks 0..maxRanks-1.
+		if dp >= uint32(s.maxRanks) {
+			s.reject(malformed(ReasonRanks, nil, "data_parallel_rank %d is beyond the source's ranks 0..%d", dp, s.maxRanks-1), msg.Seq, msg.Payload)
 			return nil
 		}
 		r = &rank{member: ckf.Member{WorkerID: s.cfg.Worker, DPRank: dp}, state: RankLive}
