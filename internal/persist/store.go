@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -69,9 +70,18 @@ type Store struct {
 	db *pebble.DB
 }
 
-// Open opens (creating if needed) the database in dir.
+// ErrLocked: another process holds the data directory.
+var ErrLocked = errors.New("persist: data directory in use")
+
+// Open opens (creating if needed) the database in dir. A directory another
+// relay holds fails with [ErrLocked].
 func Open(dir string) (*Store, error) {
 	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{pebble.DefaultLogger}})
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
+		// Pebble's LOCK file is flock'ed by the process holding the
+		// database: another relay (or this one, twice).
+		return nil, fmt.Errorf("%w: another relay holds the data directory %s (its LOCK file is locked)", ErrLocked, dir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("persist: open %s: %w", dir, err)
 	}

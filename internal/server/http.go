@@ -184,9 +184,24 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		if err != nil {
 			// The deadline stays: the server then gives up on the unread
 			// rest at once and closes the connection.
-			return nil, err
+			return nil, bodyError(err)
 		}
 	}
+}
+
+// bodyError classifies a failed body read. The size limit (413) and the
+// read deadline (408) keep their own answers; anything else the body
+// reader says — a malformed chunked encoding, a body cut by the peer's FIN
+// before its Content-Length or final chunk — is the client's fault: 400
+// bad_request, and the connection is closed since its framing is lost.
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || isTimeout(err) {
+		return err
+	}
+	ae := apiErr(http.StatusBadRequest, CodeBadRequest, "reading the request body: "+err.Error())
+	ae.closeConn = true
+	return ae
 }
 
 // mediaType returns the request's media type, application/json when unset.
@@ -230,9 +245,14 @@ func (s *Server) decodeEvents(mt string, body []byte) ([]ckf.RouterEvent, error)
 }
 
 // checkEpoch refuses a source epoch farther than MaxSourceEpochJump above
-// member m's current one (above 0 for a member the pool does not know): an
-// epoch near 2^64 would leave the worker no higher epoch to announce.
+// member m's current one (above 0 for a member the pool does not know), or
+// above producer.MaxSourceEpoch whatever the step: an epoch near 2^64 would
+// leave the worker no higher epoch to announce.
 func (s *Server) checkEpoch(p *hostedPool, m ckf.Member, epoch uint64) error {
+	if epoch > producer.MaxSourceEpoch {
+		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, fmt.Sprintf(
+			"source epoch %d of worker %d rank %d is above the ceiling 2^62 (%d)", epoch, m.WorkerID, m.DPRank, uint64(producer.MaxSourceEpoch)))
+	}
 	base, _ := p.handle.SourceEpoch(m)
 	if epoch > base && epoch-base > s.cfg.MaxSourceEpochJump {
 		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, fmt.Sprintf(
