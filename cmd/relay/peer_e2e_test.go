@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,4 +80,79 @@ func TestE2E_SecondRelayOnTheDataDirSaysSo(t *testing.T) {
 	assert.NotContains(t, string(out), "resource temporarily unavailable")
 	_, statErr := os.Stat(dir)
 	require.NoError(t, statErr)
+}
+
+// newestWAL returns the path of the data dir's newest Pebble write-ahead
+// log (NNNNNN.log).
+func newestWAL(t *testing.T, dir string) string {
+	t.Helper()
+	logs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+	require.NoError(t, err)
+	require.NotEmpty(t, logs, "no write-ahead log in %s", dir)
+	slices.Sort(logs)
+	return logs[len(logs)-1]
+}
+
+// TestE2E_DamagedWALIsNotSilent: the newest write-ahead log deleted,
+// truncated or with bytes flipped loses journalled commands; the relay must
+// say so (log, catalog recovery "partial" with the count lost) and start the
+// pool degraded — every recovered rank reset — so no stale block, whose
+// Removed may be among the lost, is advertised. An intact restart stays
+// "complete" with every block.
+func TestE2E_DamagedWALIsNotSilent(t *testing.T) {
+	damage := map[string]func(t *testing.T, wal string){
+		"intact": func(*testing.T, string) {},
+		"deleted": func(t *testing.T, wal string) {
+			require.NoError(t, os.Remove(wal))
+		},
+		"truncated": func(t *testing.T, wal string) {
+			fi, err := os.Stat(wal)
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(wal, fi.Size()/2))
+		},
+		"flipped": func(t *testing.T, wal string) {
+			b, err := os.ReadFile(wal)
+			require.NoError(t, err)
+			for i := len(b) / 2; i < len(b)/2+64; i++ {
+				b[i] ^= 0xff
+			}
+			require.NoError(t, os.WriteFile(wal, b, 0o644))
+		},
+	}
+	for _, name := range []string{"intact", "deleted", "truncated", "flipped"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--pool", "p:dc=1,expected=65536"}
+			rl := startRelay(t, args...)
+			postBurst(t, rl.base, "p", 400, 4)
+			require.Eventually(t, func() bool {
+				ps := catalogPersistence(t, rl.base, "p")
+				return ps.JournalPosition > 0 && ps.DurablePosition == ps.JournalPosition
+			}, 10*time.Second, 5*time.Millisecond)
+			before := getCatalog(t, rl.base)["p"].Stats
+			require.Positive(t, before.UniqueBlocks)
+			rl.kill()
+			damage[name](t, newestWAL(t, dir))
+
+			rl2 := startRelay(t, args...)
+			ps := catalogPersistence(t, rl2.base, "p")
+			after := getCatalog(t, rl2.base)["p"].Stats
+			require.True(t, ps.Recovered)
+			if name == "intact" {
+				assert.Equal(t, "complete", ps.Recovery)
+				assert.Zero(t, ps.LostCommands)
+				assert.Equal(t, before.UniqueBlocks, after.UniqueBlocks)
+				return
+			}
+			assert.Equal(t, "partial", ps.Recovery)
+			assert.Positive(t, ps.LostCommands)
+			assert.Zero(t, after.UniqueBlocks, "a partially recovered pool advertises nothing")
+			rl2.kill()
+			// The degraded resets were journalled: a clean restart keeps
+			// the pool empty and says the journal is whole again.
+			rl3 := startRelay(t, args...)
+			assert.Zero(t, getCatalog(t, rl3.base)["p"].Stats.UniqueBlocks)
+			assert.NotEqual(t, "partial", catalogPersistence(t, rl3.base, "p").Recovery)
+		})
+	}
 }
