@@ -7,6 +7,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,11 +15,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/internal/server"
 )
 
 // rawExchange writes req on a fresh connection to addr, half-closes it when
@@ -153,6 +160,181 @@ func TestE2E_DamagedWALIsNotSilent(t *testing.T) {
 			rl3 := startRelay(t, args...)
 			assert.Zero(t, getCatalog(t, rl3.base)["p"].Stats.UniqueBlocks)
 			assert.NotEqual(t, "partial", catalogPersistence(t, rl3.base, "p").Recovery)
+		})
+	}
+}
+
+// TestE2E_BodylessIngestHoldsNoSlot: 16 connections that announce
+// Content-Length: 100000 and send no body, reconnecting whenever answered,
+// as many as max_concurrent_ingest, must not hold the ingest slots: 12
+// legitimate posts made meanwhile are all admitted (202).
+func TestE2E_BodylessIngestHoldsNoSlot(t *testing.T) {
+	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "p:dc=1,expected=65536")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var started sync.WaitGroup
+	var attempts atomic.Int64
+	const attackers = 16
+	started.Add(attackers)
+	for range attackers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.Dial("tcp", rl.addr)
+				if err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, "POST /v1/pools/p/events?source_epoch=1 HTTP/1.1\r\nHost: x\r\n"+
+					"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+				attempts.Add(1)
+				if first {
+					started.Done()
+					first = false
+				}
+				_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+				go func() { <-stop; _ = c.Close() }()
+				_, _ = http.ReadResponse(bufio.NewReader(c), nil)
+				_ = c.Close()
+			}
+		}()
+	}
+	started.Wait()
+	ok, codes := 0, map[int]int{}
+	for i := range 12 {
+		ev := fmt.Sprintf(`[{"worker_id": %d, "event": {"event_id": 1, "data": {"stored": {"parent_hash": null, "blocks": [{"block_hash": %d, "tokens_hash": %d}]}}}}]`, 100+i, 1000+i, 2000+i)
+		resp, err := http.Post(rl.base+"/v1/pools/p/events?source_epoch=1", "application/json", strings.NewReader(ev))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+		if resp.StatusCode == http.StatusAccepted {
+			ok++
+		}
+		<-time.After(250 * time.Millisecond) // spread over the attack, not ordering
+	}
+	close(stop)
+	wg.Wait()
+	assert.Equal(t, 12, ok, "legitimate posts by status: %v (attacker requests %d)", codes, attempts.Load())
+	assert.Zero(t, metricValue(t, rl.base, `ckfrelay_requests_rejected_total{code="overloaded"}`))
+}
+
+// raiseNoFile makes sure this process (and the relay it starts, which
+// inherits the limit) may open n descriptors, or skips.
+func raiseNoFile(t *testing.T, n uint64) {
+	t.Helper()
+	var lim syscall.Rlimit
+	require.NoError(t, syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim))
+	if lim.Cur >= n {
+		return
+	}
+	if lim.Max < n {
+		t.Skipf("RLIMIT_NOFILE hard limit %d < %d", lim.Max, n)
+	}
+	old := lim
+	lim.Cur = n
+	require.NoError(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim))
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old) })
+}
+
+// holdIdleConnections opens n keep-alive connections to addr, each after
+// one GET /healthz, and leaves them idle until the test ends. It does not
+// wait for the answers: past a connection bound they would never come.
+func holdIdleConnections(t *testing.T, addr string, n int) {
+	t.Helper()
+	conns := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		require.NoError(t, err)
+		conns = append(conns, c)
+		_, err = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		go func() { // drain the answer, if any, so the server can go idle
+			_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+			_, _ = io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+// healthLatency GETs /healthz over k fresh connections and returns the
+// latencies (a failed or timed-out request counts as the timeout).
+func healthLatency(t *testing.T, base string, k int) (lat []time.Duration, failed int) {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for range k {
+		start := time.Now()
+		resp, err := hc.Get(base + "/healthz")
+		d := time.Since(start)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			failed++
+		}
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		lat = append(lat, d)
+	}
+	slices.Sort(lat)
+	return lat, failed
+}
+
+// TestE2E_IdleConnectionsDoNotStarveHealth: 4,100 idle keep-alive
+// connections (more than max_connections 4096) must not time out /healthz
+// or an authenticated client; a 401 closes its connection. Once with the
+// per-client idle bound (the default 256: every connection here comes from
+// 127.0.0.1) and once without it (a bound above the attack), where only the
+// eviction of the longest-idle connection at max_connections keeps the
+// relay answering.
+func TestE2E_IdleConnectionsDoNotStarveHealth(t *testing.T) {
+	const idle = 4100
+	raiseNoFile(t, 3*idle)
+	for _, perClient := range []int{0, 1 << 20} {
+		t.Run(fmt.Sprintf("max_idle_per_client=%d", perClient), func(t *testing.T) {
+			cfg := server.Config{Listen: "127.0.0.1:0", AuthToken: "s3cret", MaxIdlePerClient: perClient,
+				Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 4096}}}
+			rl := startRelay(t, "--config", writeConfig(t, cfg))
+			// A 401 is answered with Connection: close, and the relay closes.
+			c, err := net.Dial("tcp", rl.addr)
+			require.NoError(t, err)
+			_, err = io.WriteString(c, "GET /v1/pools HTTP/1.1\r\nHost: x\r\n\r\n")
+			require.NoError(t, err)
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+			assert.True(t, resp.Close, "Connection: close on a 401")
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_, err = br.ReadByte()
+			assert.ErrorIs(t, err, io.EOF, "the relay closed the 401'd connection")
+			c.Close()
+
+			holdIdleConnections(t, rl.addr, idle)
+			lat, failed := healthLatency(t, rl.base, 50)
+			t.Logf("/healthz over a fresh connection beside %d idle ones: median %v, p90 %v, max %v, %d failed",
+				idle, lat[len(lat)/2], lat[len(lat)*9/10], lat[len(lat)-1], failed)
+			assert.Zero(t, failed, "/healthz timed out beside idle connections")
+			hc := &http.Client{Timeout: 5 * time.Second}
+			for range 10 {
+				req, _ := http.NewRequest("GET", rl.base+"/v1/pools", nil)
+				req.Header.Set("Authorization", "Bearer s3cret")
+				resp, err := hc.Do(req)
+				require.NoError(t, err, "an authenticated client timed out")
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+			}
 		})
 	}
 }

@@ -84,7 +84,11 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" && !bearerMatches(r.Header.Get("Authorization"), want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ckfrelay"`)
-			s.writeError(w, apiErr(http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token"))
+			// Close the connection: an unauthenticated peer keeps no
+			// connection (and no slot of max_connections) open.
+			ae := apiErr(http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token")
+			ae.closeConn = true
+			s.writeError(w, ae)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -101,9 +105,14 @@ func bearerMatches(header string, want []byte) bool {
 
 // ingest bounds the request bodies read and decoded at once: a request past
 // MaxConcurrentIngest is answered 503 overloaded (with Retry-After) before
-// its body is read, so memory stays at most MaxConcurrentIngest bodies.
+// its body is read, so memory stays at most MaxConcurrentIngest bodies. A
+// request takes its slot only once its body is arriving (awaitBody), so
+// connections that announce a body and send nothing hold no slot.
 func (s *Server) ingest(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := s.awaitBody(w, r); err != nil {
+			return err
+		}
 		select {
 		case s.ingestSlots <- struct{}{}:
 			defer func() { <-s.ingestSlots }()
@@ -150,6 +159,52 @@ func uintParam(r *http.Request, name string, required bool) (uint64, error) {
 		return 0, apiErr(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("query parameter %s=%q is not an unsigned integer", name, v))
 	}
 	return n, nil
+}
+
+// awaitBody waits, for at most BodyStartTimeout, until the first byte of
+// r's body has arrived, and puts it back in front of the body. A request
+// without a body returns at once. The wait for nothing is answered 408
+// (Connection: close) without an ingest slot ever being taken.
+func (s *Server) awaitBody(w http.ResponseWriter, r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(s.cfg.BodyStartTimeout))) // best effort: a recorder has none
+	var first [1]byte
+	for {
+		n, err := r.Body.Read(first[:])
+		if n > 0 {
+			r.Body = &prefixedBody{first: first[0], ReadCloser: r.Body}
+			return nil
+		}
+		if err == io.EOF {
+			return nil // an empty body: nothing to hold a slot for
+		}
+		if err != nil {
+			if isTimeout(err) {
+				ae := apiErr(http.StatusRequestTimeout, CodeRequestTimeout, fmt.Sprintf(
+					"no body byte within body_start_timeout %s", time.Duration(s.cfg.BodyStartTimeout)))
+				return ae
+			}
+			return bodyError(err)
+		}
+	}
+}
+
+// prefixedBody is a body whose first byte awaitBody already read.
+type prefixedBody struct {
+	first byte
+	done  bool
+	io.ReadCloser
+}
+
+func (b *prefixedBody) Read(p []byte) (int, error) {
+	if b.done || len(p) == 0 {
+		return b.ReadCloser.Read(p)
+	}
+	p[0], b.done = b.first, true
+	return 1, nil
 }
 
 // readBody reads a request body within the configured size limit and read
