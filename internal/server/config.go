@@ -85,6 +85,10 @@ type SourceSpec struct {
 	Subject string `json:"subject,omitempty"`
 	Stream  string `json:"stream,omitempty"`
 	Durable string `json:"durable,omitempty"`
+
+	// maxMembers is the pool's max_members, set when the source starts: a
+	// NATS source tracks at most that many members.
+	maxMembers int
 }
 
 // Config is the whole relay configuration.

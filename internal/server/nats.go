@@ -153,7 +153,7 @@ func closeReason(cause error) wire.CloseReason {
 // newDynamoSource builds the source of a SourceSpec with engine "dynamo":
 // Dynamo's KV events on NATS (docs/ingest.md "Dynamo over NATS"). The pool's
 // source switch (sources.go) calls it for that engine.
-func newDynamoSource(spec SourceSpec) (source.Source, error) {
+func newDynamoSource(spec SourceSpec, cfg Config) (source.Source, error) {
 	if spec.URL == "" || spec.Subject == "" {
 		return nil, invalid("dynamo source: url and subject are required")
 	}
@@ -161,7 +161,8 @@ func newDynamoSource(spec SourceSpec) (source.Source, error) {
 		return nil, invalid("dynamo source: endpoint, bind and replay are ZMQ fields")
 	}
 	s, err := dynamonats.New(dynamonats.Config{URL: spec.URL, Subject: spec.Subject, Stream: spec.Stream,
-		Durable: spec.Durable, SourceTimeout: time.Duration(spec.SourceTimeout)})
+		Durable: spec.Durable, SourceTimeout: time.Duration(spec.SourceTimeout), MaxMembers: spec.maxMembers,
+		Limits: wire.BatchLimits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocksPerEvent: cfg.MaxBlocksPerEvent}})
 	if err != nil {
 		return nil, invalid("%v", err)
 	}

@@ -42,7 +42,7 @@ func newSource(spec SourceSpec, cfg Config, log *slog.Logger) (source.Source, er
 			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log,
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	case "dynamo":
-		return newDynamoSource(spec)
+		return newDynamoSource(spec, cfg)
 	}
 	return nil, fmt.Errorf("unknown engine %q", spec.Engine)
 }
@@ -54,6 +54,7 @@ func (s *Server) startSources() error {
 	s.sources = &poolSources{cancel: cancel, byPool: map[string][]*runningSource{}}
 	for _, p := range s.order {
 		for i, spec := range p.spec.Sources {
+			spec.maxMembers = p.spec.MaxMembers
 			src, err := newSource(spec, s.cfg, s.log.With("pool", p.spec.Name))
 			if err != nil {
 				cancel()
