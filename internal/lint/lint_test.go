@@ -129,7 +129,8 @@ var graph = map[string]rule{
 	},
 	"cmd/relay": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
-		tests:   []string{"internal/sim/engine", "internal/source", "internal/testing/streamprobe"},
+		tests: []string{"internal/sim/engine", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer",
+			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},
