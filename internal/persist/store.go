@@ -545,6 +545,10 @@ func (p *PoolLog) Close(ctx context.Context) error {
 	started := !p.paused
 	p.closing = true
 	p.cond.Broadcast()
+	if !started && p.mark != nil {
+		_ = p.mark.Close()
+		p.mark = nil
+	}
 	p.mu.Unlock()
 	if !started {
 		return nil
