@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/zeebo/xxh3"
 	"pgregory.net/rapid"
 )
@@ -23,12 +25,9 @@ func TestAddresser_GoldenVectors(t *testing.T) {
 	for _, c := range cases {
 		got := ad.Address(c.key)
 		want := Address{Fingerprint: c.fp, A: c.a, B: c.b}
-		if got != want {
-			t.Errorf("Address(%#x) = %+v, want %+v", c.key, got, want)
-		}
-		if alt := ad.Alternate(got.A, got.Fingerprint); alt != c.b {
-			t.Errorf("Alternate(%d, %d) = %d, want %d", got.A, got.Fingerprint, alt, c.b)
-		}
+		assert.Equal(t, want, got, "Address(%#x) = %+v, want %+v", c.key, got, want)
+		alt := ad.Alternate(got.A, got.Fingerprint)
+		assert.Equal(t, c.b, alt, "Alternate(%d, %d) = %d, want %d", got.A, got.Fingerprint, alt, c.b)
 	}
 }
 
@@ -49,21 +48,14 @@ func TestAddresser_Invariants(t *testing.T) {
 			ad := NewAddresser(tc.seed, tc.bucketCount)
 			for h := uint64(0); h <= 10000; h++ {
 				got := ad.Address(h)
-				if got.Fingerprint == 0 {
-					t.Fatalf("Address(%d).Fingerprint = 0, want non-zero", h)
-				}
-				if got.A == got.B {
-					t.Fatalf("Address(%d) = %+v: a == b, want distinct buckets", h, got)
-				}
-				if got.A >= tc.bucketCount || got.B >= tc.bucketCount {
-					t.Fatalf("Address(%d) = %+v, want buckets < %d", h, got, tc.bucketCount)
-				}
-				if alt := ad.Alternate(got.B, got.Fingerprint); alt != got.A {
-					t.Fatalf("Alternate(b=%d, %d) = %d, want a=%d", got.B, got.Fingerprint, alt, got.A)
-				}
-				if alt := ad.Alternate(got.A, got.Fingerprint); alt != got.B {
-					t.Fatalf("Alternate(a=%d, %d) = %d, want b=%d", got.A, got.Fingerprint, alt, got.B)
-				}
+				require.NotEqual(t, uint16(0), got.Fingerprint, "Address(%d).Fingerprint = 0, want non-zero", h)
+				require.NotEqual(t, got.B, got.A, "Address(%d) = %+v: a == b, want distinct buckets", h, got)
+				require.Less(t, got.A, tc.bucketCount, "Address(%d) = %+v, want buckets < %d", h, got, tc.bucketCount)
+				require.Less(t, got.B, tc.bucketCount, "Address(%d) = %+v, want buckets < %d", h, got, tc.bucketCount)
+				alt := ad.Alternate(got.B, got.Fingerprint)
+				require.Equal(t, got.A, alt, "Alternate(b=%d, %d) = %d, want a=%d", got.B, got.Fingerprint, alt, got.A)
+				alt = ad.Alternate(got.A, got.Fingerprint)
+				require.Equal(t, got.B, alt, "Alternate(a=%d, %d) = %d, want b=%d", got.A, got.Fingerprint, alt, got.B)
 			}
 		})
 	}
@@ -74,21 +66,18 @@ func TestAddresser_AlternateIsInvolutionForEveryFingerprint(t *testing.T) {
 	for fp := 1; fp <= 0xFFFF; fp++ {
 		for _, b := range []uint64{0, 1, 37, 63} {
 			alt := ad.Alternate(b, uint16(fp))
-			if alt == b || alt >= 64 {
-				t.Fatalf("Alternate(%d, %d) = %d, want a different bucket < 64", b, fp, alt)
-			}
-			if back := ad.Alternate(alt, uint16(fp)); back != b {
-				t.Fatalf("Alternate(Alternate(%d, %d)) = %d, want %d", b, fp, back, b)
-			}
+			require.NotEqual(t, b, alt, "Alternate(%d, %d) = %d, want a different bucket < 64", b, fp, alt)
+			require.Less(t, alt, uint64(64), "Alternate(%d, %d) = %d, want a different bucket < 64", b, fp, alt)
+			back := ad.Alternate(alt, uint16(fp))
+			require.Equal(t, b, back, "Alternate(Alternate(%d, %d)) = %d, want %d", b, fp, back, b)
 		}
 	}
 }
 
 func TestFormat_Addresser(t *testing.T) {
 	f := NewFormat(0x123456789ABCDEF0, 1024)
-	if got, want := f.Addresser().Address(1), (Address{Fingerprint: 64153, A: 348, B: 36}); got != want {
-		t.Fatalf("Format.Addresser().Address(1) = %+v, want %+v", got, want)
-	}
+	got, want := f.Addresser().Address(1), (Address{Fingerprint: 64153, A: 348, B: 36})
+	require.Equal(t, want, got, "Format.Addresser().Address(1) = %+v, want %+v", got, want)
 }
 
 // specAddresser is a plain transcription of SPEC §2.2 over xxh3.HashSeed,
@@ -124,17 +113,17 @@ func TestAddresser_MatchesSpec(t *testing.T) {
 		bucketCount := uint64(1) << rapid.IntRange(1, 24).Draw(t, "log2 buckets")
 		ad, spec := NewAddresser(seed, bucketCount), newSpecAddresser(seed, bucketCount)
 		key := rapid.Uint64().Draw(t, "key")
-		if got, want := ad.Address(key), spec.Address(key); got != want {
-			t.Fatalf("Address(%#x) = %+v, want spec %+v", key, got, want)
-		}
+		got, want := ad.Address(key), spec.Address(key)
+		require.Equal(t, want, got, "Address(%#x) = %+v, want spec %+v", key, got, want)
 		fp, a := ad.primary(key)
-		if want := spec.Address(key); fp != want.Fingerprint || a != want.A {
-			t.Fatalf("primary(%#x) = (%d, %d), want spec (%d, %d)", key, fp, a, want.Fingerprint, want.A)
-		}
+		want = spec.Address(key)
+		require.Equal(t, want.Fingerprint, fp, "primary(%#x) = (%d, %d), want spec (%d, %d)", key, fp, a, want.Fingerprint, want.A)
+		require.Equal(t, want.A, a, "primary(%#x) = (%d, %d), want spec (%d, %d)", key, fp, a, want.Fingerprint, want.A)
 		fp = rapid.Uint16Min(1).Draw(t, "fp")
 		bucket := rapid.Uint64Max(bucketCount-1).Draw(t, "bucket")
-		if got, want := ad.Alternate(bucket, fp), spec.Alternate(bucket, fp); got != want {
-			t.Fatalf("Alternate(%d, %d) = %d, want spec %d", bucket, fp, got, want)
+		{
+			got, want := ad.Alternate(bucket, fp), spec.Alternate(bucket, fp)
+			require.Equal(t, want, got, "Alternate(%d, %d) = %d, want spec %d", bucket, fp, got, want)
 		}
 	})
 }

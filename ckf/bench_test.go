@@ -25,6 +25,7 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/ckfrelay/ckfrelay/ckf"
 	cuckoo "github.com/seiflotfy/cuckoofilter"
+	"github.com/stretchr/testify/require"
 )
 
 // Package-level sinks keep the compiler from discarding benchmarked results.
@@ -124,9 +125,7 @@ type filterLib struct {
 var filterLibs = []filterLib{
 	{"ckf", func(tb testing.TB) approxFilter {
 		f, err := ckf.NewFilter(filterBuckets, ckf.DefaultSeed, ckf.DefaultMaxKicks)
-		if err != nil {
-			tb.Fatalf("NewFilter: %v", err)
-		}
+		require.NoError(tb, err, "NewFilter")
 		return &ckfFilter{f: f}
 	}},
 	{"seiflotfy", func(testing.TB) approxFilter {
@@ -162,7 +161,7 @@ func full(b *testing.B, lib filterLib) *fullFilter {
 	}
 	for _, k := range presentKeys {
 		if !ff.f.contains(k) {
-			b.Fatalf("lib=%s: inserted key %#x not found (false negative), insert failures %d", lib.name, k, ff.failures)
+			require.Fail(b, fmt.Sprintf("lib=%s: inserted key %#x not found (false negative), insert failures %d", lib.name, k, ff.failures))
 		}
 	}
 	positives := 0
@@ -266,9 +265,7 @@ func newPoolIndex(tb testing.TB) *poolIndex {
 	cfg.ExpectedBlocks = poolExpected
 	cfg.PublishEveryNEvents = poolCadence
 	p, err := ckf.NewPool(cfg)
-	if err != nil {
-		tb.Fatalf("NewPool: %v", err)
-	}
+	require.NoError(tb, err, "NewPool")
 	return &poolIndex{p: p}
 }
 
@@ -447,9 +444,7 @@ func prefill(b *testing.B, key string, newIndex func() blockIndex, blocks int) (
 	prefilled.x, prefilled.w, prefilled.key = nil, nil, ""
 	runtime.GC()
 	x, w := newIndex(), newChainWorkload(blocks)
-	if err := w.fill(x, blocks); err != nil {
-		b.Fatalf("prefill %s: %v", key, err)
-	}
+	require.NoError(b, w.fill(x, blocks), "prefill %s", key)
 	prefilled.key, prefilled.x, prefilled.w = key, x, w
 	return x, w
 }
@@ -476,16 +471,15 @@ func BenchmarkPoolApplyEvent(b *testing.B) {
 				b.ResetTimer()
 				for range b.N {
 					if err := w.step(x); err != nil {
-						b.Fatalf("step: %v", err)
+						require.Fail(b, fmt.Sprintf("step: %v", err))
 					}
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")
 				if p, ok := x.(*poolIndex); ok {
-					if st := p.p.Stats(); st.CapacityFailures != 0 || st.ResidentBlocks != uint64(st.UniqueBlocks) {
-						b.Fatalf("capacity failures %d, resident %d of %d unique: want every block resident",
-							st.CapacityFailures, st.ResidentBlocks, st.UniqueBlocks)
-					}
+					st := p.p.Stats()
+					require.Equal(b, uint64(0), st.CapacityFailures, "capacity failures %d, resident %d of %d unique: want every block resident", st.CapacityFailures, st.ResidentBlocks, st.UniqueBlocks)
+					require.Equal(b, uint64(st.UniqueBlocks), st.ResidentBlocks, "capacity failures %d, resident %d of %d unique: want every block resident", st.CapacityFailures, st.ResidentBlocks, st.UniqueBlocks)
 				}
 			})
 		}
@@ -520,14 +514,14 @@ func BenchmarkPoolExactState(b *testing.B) {
 				x, w := impl.new(), newChainWorkload(n)
 				before := heap()
 				if err := w.fill(x, n); err != nil {
-					b.Fatalf("fill: %v", err)
+					require.Fail(b, fmt.Sprintf("fill: %v", err))
 				}
 				after := heap()
 				measured = (float64(after) - float64(before)) / n
 				if p, ok := x.(*poolIndex); ok {
 					st := p.p.Stats()
 					if st.UniqueBlocks != n {
-						b.Fatalf("unique blocks %d, want %d", st.UniqueBlocks, n)
+						require.Fail(b, fmt.Sprintf("unique blocks %d, want %d", st.UniqueBlocks, n))
 					}
 					estimated = float64(st.ExactStateBytes) / n
 				}

@@ -3,13 +3,16 @@ package ckf
 import (
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
 
 func TestBucket_Slots(t *testing.T) {
 	b := Bucket(0).WithSlot(0, 0x1111).WithSlot(2, 0x3333)
-	if got, want := uint64(b), uint64(0x0000_3333_0000_1111); got != want {
-		t.Fatalf("packed word = %#016x, want %#016x (slot 0 least significant)", got, want)
+	{
+		got, want := uint64(b), uint64(0x0000_3333_0000_1111)
+		require.Equal(t, want, got, "packed word = %#016x, want %#016x (slot 0 least significant)", got, want)
 	}
 	cases := []struct {
 		name string
@@ -28,15 +31,15 @@ func TestBucket_Slots(t *testing.T) {
 		{"duplicate Find is lowest", Bucket(0x0007_0000_0007_0000).Find(7), 1},
 	}
 	for _, tc := range cases {
-		if tc.got != tc.want {
-			t.Errorf("%s = %d, want %d", tc.name, tc.got, tc.want)
-		}
+		assert.Equal(t, tc.want, tc.got, "%s = %d, want %d", tc.name, tc.got, tc.want)
 	}
-	if got := b.WithSlot(0, 0).Slot(0); got != 0 {
-		t.Errorf("WithSlot(0, 0).Slot(0) = %#x, want 0", got)
+	{
+		got := b.WithSlot(0, 0).Slot(0)
+		assert.Equal(t, uint16(0), got, "WithSlot(0, 0).Slot(0) = %#x, want 0", got)
 	}
-	if got := b.WithSlot(2, 0xFFFF); uint64(got) != 0x0000_FFFF_0000_1111 {
-		t.Errorf("WithSlot(2, 0xFFFF) = %#016x, want 0x0000ffff00001111 (other slots untouched)", uint64(got))
+	{
+		got := b.WithSlot(2, 0xFFFF)
+		assert.Equal(t, uint64(0x0000_FFFF_0000_1111), uint64(got), "WithSlot(2, 0xFFFF) = %#016x, want 0x0000ffff00001111 (other slots untouched)", uint64(got))
 	}
 }
 
@@ -60,12 +63,10 @@ func TestBucket_ContainsTable(t *testing.T) {
 		{0x0001_0000_0000_0000, 0x0101, false},
 	}
 	for _, tc := range cases {
-		if got := Bucket(tc.word).Contains(tc.fp); got != tc.want {
-			t.Errorf("Bucket(%#016x).Contains(%#x) = %v, want %v", tc.word, tc.fp, got, tc.want)
-		}
-		if got := Bucket(tc.word).containsScalar(tc.fp); got != tc.want {
-			t.Errorf("Bucket(%#016x).containsScalar(%#x) = %v, want %v", tc.word, tc.fp, got, tc.want)
-		}
+		got := Bucket(tc.word).Contains(tc.fp)
+		assert.Equal(t, tc.want, got, "Bucket(%#016x).Contains(%#x) = %v, want %v", tc.word, tc.fp, got, tc.want)
+		got = Bucket(tc.word).containsScalar(tc.fp)
+		assert.Equal(t, tc.want, got, "Bucket(%#016x).containsScalar(%#x) = %v, want %v", tc.word, tc.fp, got, tc.want)
 	}
 }
 
@@ -88,9 +89,8 @@ func TestBucket_ContainsMatchesScalar(t *testing.T) {
 			word |= uint64(lane) << (16 * i)
 		}
 		b := Bucket(word)
-		if got, want := b.Contains(fp), b.containsScalar(fp); got != want {
-			t.Fatalf("Bucket(%#016x).Contains(%#x) = %v, want scalar %v", word, fp, got, want)
-		}
+		got, want := b.Contains(fp), b.containsScalar(fp)
+		require.Equal(t, want, got, "Bucket(%#016x).Contains(%#x) = %v, want scalar %v", word, fp, got, want)
 	})
 }
 
@@ -99,9 +99,8 @@ func TestBucket_ContainsMatchesScalarRandomWords(t *testing.T) {
 		word := rapid.Uint64().Draw(t, "word")
 		fp := rapid.Uint16Min(1).Draw(t, "fp")
 		b := Bucket(word)
-		if got, want := b.Contains(fp), b.containsScalar(fp); got != want {
-			t.Fatalf("Bucket(%#016x).Contains(%#x) = %v, want scalar %v", word, fp, got, want)
-		}
+		got, want := b.Contains(fp), b.containsScalar(fp)
+		require.Equal(t, want, got, "Bucket(%#016x).Contains(%#x) = %v, want scalar %v", word, fp, got, want)
 	})
 }
 
@@ -118,9 +117,8 @@ func TestBucket_FindMatchesScalar(t *testing.T) {
 					for i3 := range lanes {
 						word := uint64(lanes[i0]) | uint64(lanes[i1])<<16 | uint64(lanes[i2])<<32 | uint64(lanes[i3])<<48
 						b := Bucket(word)
-						if got, want := b.Find(fp), b.findScalar(fp); got != want {
-							t.Fatalf("Bucket(%#016x).Find(%#x) = %d, want scalar %d", word, fp, got, want)
-						}
+						got, want := b.Find(fp), b.findScalar(fp)
+						require.Equal(t, want, got, "Bucket(%#016x).Find(%#x) = %d, want scalar %d", word, fp, got, want)
 					}
 				}
 			}
@@ -132,11 +130,9 @@ func TestBucket_FindMatchesScalarRandomWords(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := Bucket(rapid.Uint64().Draw(t, "word"))
 		fp := rapid.Uint16().Draw(t, "fp")
-		if got, want := b.Find(fp), b.findScalar(fp); got != want {
-			t.Fatalf("Bucket(%#016x).Find(%#x) = %d, want scalar %d", uint64(b), fp, got, want)
-		}
-		if got, want := b.LowestEmpty(), b.findScalar(0); got != want {
-			t.Fatalf("Bucket(%#016x).LowestEmpty() = %d, want scalar %d", uint64(b), got, want)
-		}
+		got, want := b.Find(fp), b.findScalar(fp)
+		require.Equal(t, want, got, "Bucket(%#016x).Find(%#x) = %d, want scalar %d", uint64(b), fp, got, want)
+		got, want = b.LowestEmpty(), b.findScalar(0)
+		require.Equal(t, want, got, "Bucket(%#016x).LowestEmpty() = %d, want scalar %d", uint64(b), got, want)
 	})
 }

@@ -3,8 +3,10 @@ package ckf
 import (
 	"errors"
 	"math"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestConfig_ValidateOrder(t *testing.T) {
@@ -50,26 +52,16 @@ func TestConfig_ValidateOrder(t *testing.T) {
 			tc.mutate(&c)
 			err := c.Validate()
 			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
+				require.NoError(t, err, "Validate() = %v, want nil", err)
 				return
 			}
-			if err == nil {
-				t.Fatalf("Validate() = nil, want error mentioning %q", tc.wantErr)
-			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("errors.Is(%v, ErrInvalidConfig) = false, want true", err)
-			}
-			if !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("Validate() = %q, want it to mention %q", err, tc.wantErr)
-			}
-			if _, ferr := c.Format(); !errors.Is(ferr, ErrInvalidConfig) {
-				t.Errorf("Format() error = %v, want ErrInvalidConfig", ferr)
-			}
-			if p, perr := NewPool(c); p != nil || !errors.Is(perr, ErrInvalidConfig) {
-				t.Errorf("NewPool() = %v, %v, want nil, ErrInvalidConfig", p, perr)
-			}
+			require.Error(t, err, "Validate() = nil, want error mentioning %q", tc.wantErr)
+			assert.ErrorIs(t, err, ErrInvalidConfig, "errors.Is(%v, ErrInvalidConfig) = false, want true", err)
+			assert.Contains(t, err.Error(), tc.wantErr, "Validate() = %q, want it to mention %q", err, tc.wantErr)
+			_, ferr := c.Format()
+			assert.ErrorIs(t, ferr, ErrInvalidConfig, "Format() error = %v, want ErrInvalidConfig", ferr)
+			p, perr := NewPool(c)
+			assert.False(t, p != nil || !errors.Is(perr, ErrInvalidConfig), "NewPool() = %v, %v, want nil, ErrInvalidConfig", p, perr)
 		})
 	}
 }
@@ -87,9 +79,7 @@ func TestBucketCount_Examples(t *testing.T) {
 	}
 	for _, tc := range cases {
 		got, err := BucketCount(tc.n)
-		if err != nil || got != tc.want {
-			t.Errorf("BucketCount(%d) = %d, %v; want %d, nil", tc.n, got, err, tc.want)
-		}
+		assert.False(t, err != nil || got != tc.want, "BucketCount(%d) = %d, %v; want %d, nil", tc.n, got, err, tc.want)
 	}
 }
 
@@ -107,12 +97,8 @@ func TestBucketCount_Errors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := BucketCount(tc.n)
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Fatalf("BucketCount(%d) = %d, %v; want ErrInvalidConfig", tc.n, got, err)
-			}
-			if got != 0 {
-				t.Errorf("BucketCount(%d) = %d on error, want 0", tc.n, got)
-			}
+			require.ErrorIs(t, err, ErrInvalidConfig, "BucketCount(%d) = %d, %v; want ErrInvalidConfig", tc.n, got, err)
+			assert.Equal(t, uint64(0), got, "BucketCount(%d) = %d on error, want 0", tc.n, got)
 		})
 	}
 }
@@ -122,24 +108,19 @@ func TestConfig_Format(t *testing.T) {
 	c.ExpectedBlocks = 1000
 	c.Seed = 42
 	f, err := c.Format()
-	if err != nil {
-		t.Fatalf("Format() error = %v", err)
-	}
+	require.NoError(t, err, "Format() error")
 	want := Format{Version: 1, Seed: 42, BucketCount: 512, FingerprintBits: 16, SlotsPerBucket: 4}
-	if f != want {
-		t.Fatalf("Format() = %+v, want %+v", f, want)
-	}
-	if err := f.Validate(); err != nil {
-		t.Fatalf("Format().Validate() = %v, want nil", err)
+	require.Equal(t, want, f, "Format() = %+v, want %+v", f, want)
+	{
+		err := f.Validate()
+		require.NoError(t, err, "Format().Validate() = %v, want nil", err)
 	}
 }
 
 func TestDefaultConfig_Values(t *testing.T) {
 	got := DefaultConfig()
 	want := Config{ExpectedBlocks: 1, Seed: 0x5DEECE66D1B54A33, MaxKicks: 500, VerificationWindow: 2, PublishEveryNEvents: 1}
-	if got != want {
-		t.Fatalf("DefaultConfig() = %+v, want %+v", got, want)
-	}
+	require.Equal(t, want, got, "DefaultConfig() = %+v, want %+v", got, want)
 }
 
 func TestFormat_Validate(t *testing.T) {
@@ -168,12 +149,8 @@ func TestFormat_Validate(t *testing.T) {
 			f := good
 			tc.mutate(&f)
 			err := f.Validate()
-			if got := err != nil; got != tc.wantErr {
-				t.Fatalf("Validate(%+v) = %v, want error %v", f, err, tc.wantErr)
-			}
-			if tc.wantErr && !errors.Is(err, ErrInvalidFormat) {
-				t.Fatalf("errors.Is(%v, ErrInvalidFormat) = false, want true", err)
-			}
+			require.Equal(t, tc.wantErr, err != nil, "Validate(%+v) = %v, want error %v", f, err, tc.wantErr)
+			require.False(t, tc.wantErr && !errors.Is(err, ErrInvalidFormat), "errors.Is(%v, ErrInvalidFormat) = false, want true", err)
 		})
 	}
 }
@@ -181,8 +158,7 @@ func TestFormat_Validate(t *testing.T) {
 func TestValidBucketCount_Table(t *testing.T) {
 	for n := uint64(0); n <= 70; n++ {
 		want := n == 2 || n == 4 || n == 8 || n == 16 || n == 32 || n == 64
-		if got := ValidBucketCount(n); got != want {
-			t.Errorf("ValidBucketCount(%d) = %v, want %v", n, got, want)
-		}
+		got := ValidBucketCount(n)
+		assert.Equal(t, want, got, "ValidBucketCount(%d) = %v, want %v", n, got, want)
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestFailurePointOf_Table(t *testing.T) {
@@ -30,9 +33,8 @@ func TestFailurePointOf_Table(t *testing.T) {
 		{fmt.Errorf("ctx: %w", wrap(ErrAllocationFailed)), PrecommitAllocationFailure},
 	}
 	for _, tc := range cases {
-		if got := FailurePointOf(tc.err); got != tc.want {
-			t.Errorf("FailurePointOf(%v) = %v, want %v", tc.err, got, tc.want)
-		}
+		got := FailurePointOf(tc.err)
+		assert.Equal(t, tc.want, got, "FailurePointOf(%v) = %v, want %v", tc.err, got, tc.want)
 	}
 }
 
@@ -57,23 +59,21 @@ func TestDispositionOf_Table(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.point.String(); got != tc.name {
-				t.Errorf("String() = %q, want %q", got, tc.name)
+			{
+				got := tc.point.String()
+				assert.Equal(t, tc.name, got, "String() = %q, want %q", got, tc.name)
 			}
 			got, ok := DispositionOf(tc.point)
 			want := Disposition{tc.domain, tc.commit, tc.recovery, tc.action}
-			if !ok || got != want {
-				t.Fatalf("DispositionOf(%v) = %+v, %v; want %+v, true", tc.point, got, ok, want)
-			}
+			require.True(t, ok, "DispositionOf(%v) = %+v, %v; want %+v, true", tc.point, got, ok, want)
+			require.Equal(t, want, got, "DispositionOf(%v) = %+v, %v; want %+v, true", tc.point, got, ok, want)
 		})
 	}
 	for _, p := range []FailurePoint{0, InactiveSnapshotInstallFailure + 1, 255} {
-		if d, ok := DispositionOf(p); ok || d != (Disposition{}) {
-			t.Errorf("DispositionOf(%d) = %+v, %v; want zero, false", p, d, ok)
-		}
-		if s := p.String(); !strings.HasPrefix(s, "FailurePoint(") {
-			t.Errorf("FailurePoint(%d).String() = %q, want FailurePoint(n)", p, s)
-		}
+		d, ok := DispositionOf(p)
+		assert.False(t, ok || d != (Disposition{}), "DispositionOf(%d) = %+v, %v; want zero, false", p, d, ok)
+		s := p.String()
+		assert.True(t, strings.HasPrefix(s, "FailurePoint("), "FailurePoint(%d).String() = %q, want FailurePoint(n)", p, s)
 	}
 }
 
@@ -81,9 +81,9 @@ func TestDispositionOf_Table(t *testing.T) {
 // capacity omission continues and never retires a consumer lane.
 func TestDispositionOf_CapacityOmissionNeverFaults(t *testing.T) {
 	d, _ := DispositionOf(FailurePointOf(&EventError{Kind: ErrCapacityExhausted}))
-	if d.Action != ContinueCapacityOmission || d.Domain != ProducerCore || d.RecoveryDomain != 0 {
-		t.Fatalf("capacity disposition = %+v, want ProducerCore/ContinueCapacityOmission with no recovery domain", d)
-	}
+	require.Equal(t, ContinueCapacityOmission, d.Action, "capacity disposition = %+v, want ProducerCore/ContinueCapacityOmission with no recovery domain", d)
+	require.Equal(t, ProducerCore, d.Domain, "capacity disposition = %+v, want ProducerCore/ContinueCapacityOmission with no recovery domain", d)
+	require.Equal(t, FailureDomain(0), d.RecoveryDomain, "capacity disposition = %+v, want ProducerCore/ContinueCapacityOmission with no recovery domain", d)
 }
 
 func TestEventError_IsAs(t *testing.T) {
@@ -94,26 +94,16 @@ func TestEventError_IsAs(t *testing.T) {
 	}
 	for _, kind := range sentinels {
 		err := fmt.Errorf("outer: %w", &EventError{Kind: kind, Member: Member{WorkerID: 7, DPRank: 1}, BlockHash: 0xAB, Detail: "why"})
-		if !errors.Is(err, kind) {
-			t.Errorf("errors.Is(%v, %v) = false, want true", err, kind)
-		}
+		assert.ErrorIs(t, err, kind, "errors.Is(%v, %v) = false, want true", err, kind)
 		for _, other := range sentinels {
-			if other != kind && errors.Is(err, other) {
-				t.Errorf("errors.Is(%v, %v) = true, want false", err, other)
-			}
+			assert.False(t, other != kind && errors.Is(err, other), "errors.Is(%v, %v) = true, want false", err, other)
 		}
 		var ee *EventError
-		if !errors.As(err, &ee) {
-			t.Fatalf("errors.As(%v, *EventError) = false", err)
-		}
-		if ee.Member != (Member{7, 1}) || ee.BlockHash != 0xAB {
-			t.Errorf("EventError = %+v, want member {7 1} block 0xab", ee)
-		}
+		require.ErrorAs(t, err, &ee, "errors.As(%v, *EventError) = false", err)
+		assert.False(t, ee.Member != (Member{7, 1}) || ee.BlockHash != 0xAB, "EventError = %+v, want member {7 1} block 0xab", ee)
 		msg := err.Error()
 		for _, want := range []string{kind.Error(), "worker 7", "rank 1", "0xab", "why"} {
-			if !strings.Contains(msg, want) {
-				t.Errorf("Error() = %q, want it to contain %q", msg, want)
-			}
+			assert.Contains(t, msg, want, "Error() = %q, want it to contain %q", msg, want)
 		}
 	}
 }
@@ -135,17 +125,12 @@ func TestEnums_String(t *testing.T) {
 		{EventKind(0).String(), "EventKind(0)"},
 	}
 	for _, tc := range cases {
-		if tc.got != tc.want {
-			t.Errorf("String() = %q, want %q", tc.got, tc.want)
-		}
+		assert.Equal(t, tc.want, tc.got, "String() = %q, want %q", tc.got, tc.want)
 	}
 	for _, name := range []string{"device", "host_pinned", "disk", "external"} {
 		tier, ok := ParseStorageTier(name)
-		if !ok || tier.String() != name {
-			t.Errorf("ParseStorageTier(%q) = %v, %v; want round trip", name, tier, ok)
-		}
+		assert.False(t, !ok || tier.String() != name, "ParseStorageTier(%q) = %v, %v; want round trip", name, tier, ok)
 	}
-	if _, ok := ParseStorageTier("gpu"); ok {
-		t.Error(`ParseStorageTier("gpu") ok = true, want false`)
-	}
+	_, ok := ParseStorageTier("gpu")
+	assert.False(t, ok, `ParseStorageTier("gpu") ok = true, want false`)
 }

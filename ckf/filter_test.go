@@ -1,10 +1,10 @@
 package ckf
 
 import (
-	"errors"
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
 
@@ -93,9 +93,7 @@ func keysWithA(ad Addresser, a uint64, from uint64, n int) []uint64 {
 func mustFilter(t testing.TB, buckets int, seed uint64, maxKicks int) *Filter {
 	t.Helper()
 	f, err := NewFilter(buckets, seed, maxKicks)
-	if err != nil {
-		t.Fatalf("NewFilter(%d, %#x, %d) error = %v", buckets, seed, maxKicks, err)
-	}
+	require.NoError(t, err, "NewFilter(%d, %#x, %d) error", buckets, seed, maxKicks)
 	return f
 }
 
@@ -117,14 +115,12 @@ func TestNewFilter_Errors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f, err := NewFilter(tc.buckets, DefaultSeed, tc.maxKicks)
-			if f != nil || !errors.Is(err, tc.want) {
-				t.Fatalf("NewFilter(%d, _, %d) = %v, %v; want nil, %v", tc.buckets, tc.maxKicks, f, err, tc.want)
-			}
+			require.Nil(t, f, "NewFilter(%d, _, %d) = %v, %v; want nil, %v", tc.buckets, tc.maxKicks, f, err, tc.want)
+			require.ErrorIs(t, err, tc.want, "NewFilter(%d, _, %d) = %v, %v; want nil, %v", tc.buckets, tc.maxKicks, f, err, tc.want)
 		})
 	}
-	if _, err := NewFilter(MaxBucketCount, DefaultSeed, MaxMaxKicks); err != nil {
-		t.Fatalf("NewFilter(max, _, max) error = %v, want nil", err)
-	}
+	_, err := NewFilter(MaxBucketCount, DefaultSeed, MaxMaxKicks)
+	require.NoError(t, err, "NewFilter(max, _, max) error = %v, want nil", err)
 }
 
 // TestFilter_InsertLowestEmptySlotNoDraw: with room, insertion writes the
@@ -135,34 +131,26 @@ func TestFilter_InsertLowestEmptySlotNoDraw(t *testing.T) {
 	keys := keysWithA(ad, 0, 0, 5) // five keys whose first bucket is 0 (so b = 1)
 	rng0 := f.t.rng.State()
 	for i, k := range keys {
-		if err := f.Insert(k); err != nil {
-			t.Fatalf("Insert(%d) error = %v", k, err)
-		}
+		require.NoError(t, f.Insert(k), "Insert(%d) error", k)
 		fp := ad.Address(k).Fingerprint
 		if i < 4 {
-			if got := Bucket(f.t.words[0]).Slot(i); got != fp {
-				t.Fatalf("key %d: bucket a slot %d = %#x, want %#x", i, i, got, fp)
-			}
-			if f.t.words[1] != 0 {
-				t.Fatalf("key %d: bucket b = %#x, want untouched 0 while a has room", i, f.t.words[1])
-			}
-		} else if got := Bucket(f.t.words[1]).Slot(0); got != fp {
-			t.Fatalf("fifth key: bucket b slot 0 = %#x, want %#x (a full, b next)", got, fp)
+			got := Bucket(f.t.words[0]).Slot(i)
+			require.Equal(t, fp, got, "key %d: bucket a slot %d = %#x, want %#x", i, i, got, fp)
+			require.Equal(t, uint64(0), f.t.words[1], "key %d: bucket b = %#x, want untouched 0 while a has room", i, f.t.words[1])
+		} else {
+			got := Bucket(f.t.words[1]).Slot(0)
+			require.Equal(t, fp, got, "fifth key: bucket b slot 0 = %#x, want %#x (a full, b next)", got, fp)
 		}
 	}
-	if got := f.t.rng.State(); got != rng0 {
-		t.Fatalf("RNG state = %#x after inserts with room, want unchanged %#x", got, rng0)
-	}
+	got := f.t.rng.State()
+	require.Equal(t, rng0, got, "RNG state = %#x after inserts with room, want unchanged %#x", got, rng0)
 	// Free slot 1 of a: the next key with a = 0 must take slot 1, not b's slot 1.
-	if err := f.Remove(keys[1]); err != nil {
-		t.Fatalf("Remove error = %v", err)
-	}
+	require.NoError(t, f.Remove(keys[1]), "Remove error")
 	k := keysWithA(ad, 0, keys[4]+1, 1)[0]
-	if err := f.Insert(k); err != nil {
-		t.Fatalf("Insert error = %v", err)
-	}
-	if got, want := Bucket(f.t.words[0]).Slot(1), ad.Address(k).Fingerprint; got != want {
-		t.Fatalf("refilled slot 1 of a = %#x, want %#x", got, want)
+	require.NoError(t, f.Insert(k), "Insert error")
+	{
+		got, want := Bucket(f.t.words[0]).Slot(1), ad.Address(k).Fingerprint
+		require.Equal(t, want, got, "refilled slot 1 of a = %#x, want %#x", got, want)
 	}
 }
 
@@ -172,9 +160,8 @@ func TestFilter_CapacityRollback(t *testing.T) {
 	const kicks = 7
 	f := mustFilter(t, 2, DefaultSeed, kicks)
 	for k := uint64(100); k < 108; k++ { // 2 buckets × 4 slots: every key fits until full
-		if err := f.Insert(k); err != nil {
-			t.Fatalf("Insert(%d) error = %v, want room", k, err)
-		}
+		err := f.Insert(k)
+		require.NoError(t, err, "Insert(%d) error = %v, want room", k, err)
 	}
 	before := f.Words()
 	want := f.t.rng
@@ -182,25 +169,18 @@ func TestFilter_CapacityRollback(t *testing.T) {
 		want.Next()
 	}
 	err := f.Insert(999)
-	if !errors.Is(err, ErrCapacityExhausted) {
-		t.Fatalf("Insert into a full table error = %v, want ErrCapacityExhausted", err)
+	require.ErrorIs(t, err, ErrCapacityExhausted, "Insert into a full table error = %v, want ErrCapacityExhausted", err)
+	got := f.Words()
+	require.True(t, slices.Equal(got, before), "words after failed insert = %#x, want byte-identical %#x", got, before)
+	require.Empty(t, f.t.writes, "write log after failure has %d entries, want 0", len(f.t.writes))
+	{
+		got := f.t.rng.State()
+		require.Equal(t, want.State(), got, "RNG state after failure = %#x, want %#x (draws are not rolled back)", got, want.State())
 	}
-	if got := f.Words(); !slices.Equal(got, before) {
-		t.Fatalf("words after failed insert = %#x, want byte-identical %#x", got, before)
-	}
-	if len(f.t.writes) != 0 {
-		t.Fatalf("write log after failure has %d entries, want 0", len(f.t.writes))
-	}
-	if got := f.t.rng.State(); got != want.State() {
-		t.Fatalf("RNG state after failure = %#x, want %#x (draws are not rolled back)", got, want.State())
-	}
-	if f.Len() != 8 || f.LoadFactor() != 1 {
-		t.Fatalf("Len, LoadFactor = %d, %v; want 8, 1", f.Len(), f.LoadFactor())
-	}
+	require.Equal(t, 8, f.Len(), "Len, LoadFactor = %d, %v; want 8, 1", f.Len(), f.LoadFactor())
+	require.Equal(t, float64(1), f.LoadFactor(), "Len, LoadFactor = %d, %v; want 8, 1", f.Len(), f.LoadFactor())
 	for k := uint64(100); k < 108; k++ {
-		if !f.Contains(k) {
-			t.Fatalf("Contains(%d) = false after failed insert, want true", k)
-		}
+		require.True(t, f.Contains(k), "Contains(%d) = false after failed insert, want true", k)
 	}
 }
 
@@ -224,9 +204,7 @@ func TestFilter_RelocationWriteLog(t *testing.T) {
 		// its after is the next write's before of that bucket, or the final word.
 		sim := slices.Clone(prev)
 		for i, wr := range w {
-			if wr.before != sim[wr.bucket] {
-				t.Fatalf("key %d: write %d to bucket %d reports before %#x, want the then-current %#x", k, i, wr.bucket, wr.before, sim[wr.bucket])
-			}
+			require.Equal(t, sim[wr.bucket], wr.before, "key %d: write %d to bucket %d reports before %#x, want the then-current %#x", k, i, wr.bucket, wr.before, sim[wr.bucket])
 			after := cur[wr.bucket]
 			for _, later := range w[i+1:] {
 				if later.bucket == wr.bucket {
@@ -236,25 +214,17 @@ func TestFilter_RelocationWriteLog(t *testing.T) {
 			}
 			sim[wr.bucket] = after
 		}
-		if !slices.Equal(sim, cur) {
-			t.Fatalf("key %d: forward replay of writes gives %#x, want %#x", k, sim, cur)
-		}
+		require.True(t, slices.Equal(sim, cur), "key %d: forward replay of writes gives %#x, want %#x", k, sim, cur)
 		undo := slices.Clone(cur)
 		for i := len(w) - 1; i >= 0; i-- {
 			undo[w[i].bucket] = w[i].before
 		}
-		if !slices.Equal(undo, prev) {
-			t.Fatalf("key %d: undoing %d writes gives %#x, want %#x", k, len(w), undo, prev)
-		}
+		require.True(t, slices.Equal(undo, prev), "key %d: undoing %d writes gives %#x, want %#x", k, len(w), undo, prev)
 		for b := range cur {
-			if cur[b] != prev[b] && !slices.ContainsFunc(w, func(x bucketWrite) bool { return x.bucket == uint64(b) }) {
-				t.Fatalf("key %d: bucket %d changed without a reported write", k, b)
-			}
+			require.False(t, cur[b] != prev[b] && !slices.ContainsFunc(w, func(x bucketWrite) bool { return x.bucket == uint64(b) }), "key %d: bucket %d changed without a reported write", k, b)
 		}
 	}
-	if relocated == 0 {
-		t.Fatal("no insertion relocated; the test did not exercise the kick path")
-	}
+	require.NotEqual(t, 0, relocated, "no insertion relocated; the test did not exercise the kick path")
 }
 
 func TestFilter_DuplicatesAndSingleCopyRemoval(t *testing.T) {
@@ -262,14 +232,11 @@ func TestFilter_DuplicatesAndSingleCopyRemoval(t *testing.T) {
 	k := keysWithA(f.t.addr, 1, 0, 1)[0]
 	fp := uint64(f.t.addr.Address(k).Fingerprint)
 	for range 5 { // four copies fill a = 1, the fifth goes to b = 0
-		if err := f.Insert(k); err != nil {
-			t.Fatalf("Insert duplicate error = %v", err)
-		}
+		require.NoError(t, f.Insert(k), "Insert duplicate error")
 	}
 	want := []uint64{fp, fp | fp<<16 | fp<<32 | fp<<48}
-	if got := f.Words(); !slices.Equal(got, want) {
-		t.Fatalf("words after 5 copies = %#x, want %#x", got, want)
-	}
+	got := f.Words()
+	require.True(t, slices.Equal(got, want), "words after 5 copies = %#x, want %#x", got, want)
 	steps := []struct {
 		name string
 		want []uint64
@@ -281,37 +248,23 @@ func TestFilter_DuplicatesAndSingleCopyRemoval(t *testing.T) {
 		{"fifth falls back to b", []uint64{0, 0}},
 	}
 	for _, s := range steps {
-		if err := f.Remove(k); err != nil {
-			t.Fatalf("%s: Remove error = %v", s.name, err)
-		}
-		if got := f.Words(); !slices.Equal(got, s.want) {
-			t.Fatalf("%s: words = %#x, want %#x", s.name, got, s.want)
-		}
+		require.NoError(t, f.Remove(k), "%s: Remove error", s.name)
+		got := f.Words()
+		require.True(t, slices.Equal(got, s.want), "%s: words = %#x, want %#x", s.name, got, s.want)
 	}
-	if f.Contains(k) {
-		t.Fatal("Contains after removing every copy = true, want false")
-	}
-	if err := f.Remove(k); !errors.Is(err, ErrBlockNotFound) {
-		t.Fatalf("Remove of absent key error = %v, want ErrBlockNotFound", err)
-	}
-	if f.Len() != 0 {
-		t.Fatalf("Len() = %d, want 0", f.Len())
-	}
+	require.False(t, f.Contains(k), "Contains after removing every copy = true, want false")
+	err := f.Remove(k)
+	require.ErrorIs(t, err, ErrBlockNotFound, "Remove of absent key error = %v, want ErrBlockNotFound", err)
+	require.Equal(t, 0, f.Len(), "Len() = %d, want 0", f.Len())
 }
 
 func TestFilter_WordsIsACopy(t *testing.T) {
 	f := mustFilter(t, 4, DefaultSeed, 10)
-	if err := f.Insert(1); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, f.Insert(1))
 	w := f.Words()
 	clear(w)
-	if !f.Contains(1) {
-		t.Fatal("clearing the Words() copy changed the filter")
-	}
-	if f.BucketCount() != 4 {
-		t.Fatalf("BucketCount() = %d, want 4", f.BucketCount())
-	}
+	require.True(t, f.Contains(1), "clearing the Words() copy changed the filter")
+	require.Equal(t, 4, f.BucketCount(), "BucketCount() = %d, want 4", f.BucketCount())
 }
 
 // TestFilter_MatchesSpecReference drives random insert/remove streams through
@@ -323,9 +276,7 @@ func TestFilter_MatchesSpecReference(t *testing.T) {
 		kicks := rapid.IntRange(1, 40).Draw(t, "kicks")
 		seed := rapid.Uint64().Draw(t, "seed")
 		f, err := NewFilter(buckets, seed, kicks)
-		if err != nil {
-			t.Fatalf("NewFilter error = %v", err)
-		}
+		require.NoError(t, err, "NewFilter error")
 		ref := newRefFilter(buckets, seed, kicks)
 		var live []uint64
 		n := rapid.IntRange(1, 6*buckets).Draw(t, "ops")
@@ -335,34 +286,24 @@ func TestFilter_MatchesSpecReference(t *testing.T) {
 				k := live[j]
 				live = slices.Delete(live, j, j+1)
 				gotErr, want := f.Remove(k), ref.remove(k)
-				if (gotErr == nil) != want || !want {
-					t.Fatalf("op %d Remove(%#x) = %v, reference %v (a live key must be removable)", i, k, gotErr, want)
-				}
+				require.Equal(t, want, (gotErr == nil), "op %d Remove(%#x) = %v, reference %v (a live key must be removable)", i, k, gotErr, want)
+				require.True(t, want, "op %d Remove(%#x) = %v, reference %v (a live key must be removable)", i, k, gotErr, want)
 			} else {
 				k := rapid.Uint64Range(0, 3*uint64(buckets)).Draw(t, "key") // small space: duplicates happen
 				gotErr, want := f.Insert(k), ref.insert(k)
-				if (gotErr == nil) != want {
-					t.Fatalf("op %d Insert(%#x) = %v, reference ok=%v", i, k, gotErr, want)
-				}
+				require.Equal(t, want, (gotErr == nil), "op %d Insert(%#x) = %v, reference ok=%v", i, k, gotErr, want)
 				if want {
 					live = append(live, k)
-				} else if !errors.Is(gotErr, ErrCapacityExhausted) {
-					t.Fatalf("op %d Insert error = %v, want ErrCapacityExhausted", i, gotErr)
+				} else {
+					require.ErrorIs(t, gotErr, ErrCapacityExhausted, "op %d Insert error = %v, want ErrCapacityExhausted", i, gotErr)
 				}
 			}
-			if got, want := f.Words(), ref.words(); !slices.Equal(got, want) {
-				t.Fatalf("op %d: words %#x, reference %#x", i, got, want)
-			}
-			if f.t.rng.State() != ref.rng.State() {
-				t.Fatalf("op %d: RNG state %#x, reference %#x", i, f.t.rng.State(), ref.rng.State())
-			}
-			if f.Len() != len(live) {
-				t.Fatalf("op %d: Len() = %d, want %d", i, f.Len(), len(live))
-			}
+			got, want := f.Words(), ref.words()
+			require.True(t, slices.Equal(got, want), "op %d: words %#x, reference %#x", i, got, want)
+			require.Equal(t, ref.rng.State(), f.t.rng.State(), "op %d: RNG state %#x, reference %#x", i, f.t.rng.State(), ref.rng.State())
+			require.Len(t, live, f.Len(), "op %d: Len() = %d, want %d", i, f.Len(), len(live))
 			for _, k := range live {
-				if !f.Contains(k) {
-					t.Fatalf("op %d: Contains(%#x) = false for a live key (false negative)", i, k)
-				}
+				require.True(t, f.Contains(k), "op %d: Contains(%#x) = false for a live key (false negative)", i, k)
 			}
 		}
 	})

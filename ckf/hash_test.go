@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/zeebo/xxh3"
 	"pgregory.net/rapid"
 )
@@ -12,19 +14,20 @@ import (
 func TestAppendSequenceHashes_Vector(t *testing.T) {
 	locals := []uint64{0x0123456789ABCDEF, 0x1111222233334444, 0xDEADBEEFCAFEBABE}
 	want := []uint64{0x0123456789ABCDEF, 0x98E7E55F299CF592, 0x65D53B99C5252D19}
-	if got := AppendSequenceHashes(nil, locals); !slices.Equal(got, want) {
-		t.Fatalf("AppendSequenceHashes = %#x, want %#x", got, want)
+	{
+		got := AppendSequenceHashes(nil, locals)
+		require.True(t, slices.Equal(got, want), "AppendSequenceHashes = %#x, want %#x", got, want)
 	}
 	// Appending to a non-empty dst must not chain off dst's contents.
 	got := AppendSequenceHashes([]uint64{7}, locals)
-	if !slices.Equal(got, append([]uint64{7}, want...)) {
-		t.Fatalf("AppendSequenceHashes([7], …) = %#x, want 7 then %#x", got, want)
+	require.True(t, slices.Equal(got, append([]uint64{7}, want...)), "AppendSequenceHashes([7], …) = %#x, want 7 then %#x", got, want)
+	{
+		got := AppendSequenceHashes(nil, nil)
+		require.Empty(t, got, "AppendSequenceHashes(nil, nil) = %#x, want empty", got)
 	}
-	if got := AppendSequenceHashes(nil, nil); len(got) != 0 {
-		t.Fatalf("AppendSequenceHashes(nil, nil) = %#x, want empty", got)
-	}
-	if got := ChainHash(want[0], locals[1]); got != want[1] {
-		t.Fatalf("ChainHash(s0, l1) = %#x, want %#x", got, want[1])
+	{
+		got := ChainHash(want[0], locals[1])
+		require.Equal(t, want[1], got, "ChainHash(s0, l1) = %#x, want %#x", got, want[1])
 	}
 }
 
@@ -60,13 +63,10 @@ func TestLocalBlockHash_Bytes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		want := xxh3.HashSeed(leTokens(tc.tokens), tc.salt)
-		if got := LocalBlockHash(tc.tokens, tc.salt); got != want {
-			t.Errorf("%s: LocalBlockHash = %#x, want %#x", tc.name, got, want)
-		}
+		got := LocalBlockHash(tc.tokens, tc.salt)
+		assert.Equal(t, want, got, "%s: LocalBlockHash = %#x, want %#x", tc.name, got, want)
 	}
-	if LocalBlockHash([]uint32{1, 2}, 1337) == LocalBlockHash([]uint32{2, 1}, 1337) {
-		t.Error("LocalBlockHash ignores token order")
-	}
+	assert.NotEqual(t, LocalBlockHash([]uint32{2, 1}, 1337), LocalBlockHash([]uint32{1, 2}, 1337), "LocalBlockHash ignores token order")
 }
 
 func TestSalt_Table(t *testing.T) {
@@ -82,13 +82,10 @@ func TestSalt_Table(t *testing.T) {
 		{"both", "my-adapter", "tenant-a", 1337 + lora + ns},
 	}
 	for _, tc := range cases {
-		if got := Salt(tc.lora, tc.ns); got != tc.want {
-			t.Errorf("%s: Salt(%q, %q) = %#x, want %#x", tc.name, tc.lora, tc.ns, got, tc.want)
-		}
+		got := Salt(tc.lora, tc.ns)
+		assert.Equal(t, tc.want, got, "%s: Salt(%q, %q) = %#x, want %#x", tc.name, tc.lora, tc.ns, got, tc.want)
 	}
-	if Salt("x", "") == Salt("", "x") {
-		t.Error("Salt does not separate a LoRA name from a namespace of the same text")
-	}
+	assert.NotEqual(t, Salt("", "x"), Salt("x", ""), "Salt does not separate a LoRA name from a namespace of the same text")
 }
 
 func TestAppendLocalBlockHashes_CompleteBlocksOnly(t *testing.T) {
@@ -113,9 +110,7 @@ func TestAppendLocalBlockHashes_CompleteBlocksOnly(t *testing.T) {
 	}
 	for _, tc := range cases {
 		got := AppendLocalBlockHashes(tc.dst, tc.tokens, tc.blockSize, salt)
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("%s: got %#x, want %#x", tc.name, got, tc.want)
-		}
+		assert.True(t, slices.Equal(got, tc.want), "%s: got %#x, want %#x", tc.name, got, tc.want)
 	}
 }
 
@@ -128,8 +123,7 @@ func TestLocalBlockHash_PathsAgree(t *testing.T) {
 		from := rapid.IntRange(0, len(tokens)).Draw(t, "from")
 		salt := rapid.Uint64().Draw(t, "salt")
 		view := tokens[from:]
-		if got, want := LocalBlockHash(view, salt), localBlockHashEncoded(view, salt); got != want {
-			t.Fatalf("LocalBlockHash(%d tokens) = %#x, want encoded path %#x", len(view), got, want)
-		}
+		got, want := LocalBlockHash(view, salt), localBlockHashEncoded(view, salt)
+		require.Equal(t, want, got, "LocalBlockHash(%d tokens) = %#x, want encoded path %#x", len(view), got, want)
 	})
 }

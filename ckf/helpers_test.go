@@ -3,6 +3,8 @@ package ckf
 import (
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Event builders for tests. Block b{ext, tokens} is one StoredBlock.
@@ -37,9 +39,7 @@ func newTestPool(t testing.TB, expected, every uint64, kicks int) *Pool {
 	c := DefaultConfig()
 	c.ExpectedBlocks, c.PublishEveryNEvents, c.MaxKicks = expected, every, kicks
 	p, err := NewPool(c)
-	if err != nil {
-		t.Fatalf("NewPool(%+v) error = %v", c, err)
-	}
+	require.NoError(t, err, "NewPool(%+v) error", c)
 	return p
 }
 
@@ -59,17 +59,11 @@ func checkBatch(tb fataler, b *Batch, bucketCount uint64) {
 	if b == nil {
 		return
 	}
-	if len(b.Images) == 0 {
-		tb.Fatalf("batch with no images, want nil instead")
-	}
+	require.NotEmpty(tb, b.Images, "batch with no images, want nil instead")
 	seen := make(map[uint32]bool, len(b.Images))
 	for _, im := range b.Images {
-		if uint64(im.Bucket) >= bucketCount {
-			tb.Fatalf("image bucket %d ≥ bucket count %d", im.Bucket, bucketCount)
-		}
-		if seen[im.Bucket] {
-			tb.Fatalf("image bucket %d appears twice in one batch", im.Bucket)
-		}
+		require.Less(tb, uint64(im.Bucket), bucketCount, "image bucket %d ≥ bucket count %d", im.Bucket, bucketCount)
+		require.False(tb, seen[im.Bucket], "image bucket %d appears twice in one batch", im.Bucket)
 		seen[im.Bucket] = true
 	}
 }

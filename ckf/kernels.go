@@ -21,6 +21,8 @@ var xxhSecretWords = [16]uint64{
 
 // xxh3Keys17to128 returns the seeded secret of the 17..128-byte XXH3 path:
 // even words plus the seed, odd words minus it.
+//
+//lint:ignore U1000 used by the wasm kernels (kernels_wasm.go); other architectures hash in Go
 func xxh3Keys17to128(seed uint64) (k [16]uint64) {
 	for i, w := range xxhSecretWords {
 		if i%2 == 0 {
@@ -35,6 +37,8 @@ func xxh3Keys17to128(seed uint64) (k [16]uint64) {
 // useSeq64 selects the wasm kernel specialised for 16-token (64-byte)
 // blocks; tests and benchmarks clear it to check and compare the generic
 // path. Other architectures ignore it.
+//
+//lint:ignore U1000 read by the wasm kernels only (kernels_wasm.go); tests set it everywhere
 var useSeq64 = true
 
 // hashBlocks sets dst[i] to the local hash of tokens[i*blockSize :
@@ -123,9 +127,13 @@ type PrefixSearch struct {
 
 	// The kernel's scratch: pending groups (lanes, a, z), their count, the
 	// number of final groups and the last group's lanes.
-	stack      [3 * MaxLanes]int
+	//
+	//lint:ignore U1000 read and written by the wasm kernel (kernels_wasm.s) at fixed offsets
+	stack [3 * MaxLanes]int
+	//lint:ignore U1000 as stack
 	sp, groups int
-	arg        int
+	//lint:ignore U1000 as stack
+	arg int
 }
 
 // SearchPrefix runs s on the lane-minor table words (as for

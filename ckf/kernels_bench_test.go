@@ -3,8 +3,11 @@ package ckf
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 var kernelSink uint64
@@ -95,22 +98,9 @@ func BenchmarkLaneRowHits(b *testing.B) {
 
 func itoaKiB(n uint64) string {
 	if n >= 1<<20 {
-		return fmtUint(n>>20) + "MiB"
+		return strconv.FormatUint(n>>20, 10) + "MiB"
 	}
-	return fmtUint(n>>10) + "KiB"
-}
-
-func fmtUint(v uint64) string {
-	var buf [20]byte
-	i := len(buf)
-	for {
-		i--
-		buf[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(buf[i:])
-		}
-	}
+	return strconv.FormatUint(n>>10, 10) + "KiB"
 }
 
 // BenchmarkSearchPrefix: the search kernel alone on the wasm query
@@ -150,7 +140,6 @@ func BenchmarkSearchPrefix(b *testing.B) {
 		d = append(d, time.Since(t0))
 	}
 	reportP50(b, d, 16)
-	if s.Depth[15] != 1024 || s.Probes != 13 {
-		b.Fatalf("depth %d probes %d", s.Depth[15], s.Probes)
-	}
+	require.Equal(b, uint32(1024), s.Depth[15], "depth %d probes %d", s.Depth[15], s.Probes)
+	require.Equal(b, 13, s.Probes, "depth %d probes %d", s.Depth[15], s.Probes)
 }

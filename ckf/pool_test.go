@@ -1,9 +1,11 @@
 package ckf
 
 import (
-	"errors"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var (
@@ -17,38 +19,32 @@ func TestPool_StoreAndRemovePublishesImages(t *testing.T) {
 	consumer := make([]uint64, p.Format().BucketCount)
 	c := chain(10, 11, 12)
 	out := p.ApplyEvent(rootEv(mA, b(100, 10), b(101, 11), b(102, 12)))
-	if out.FirstError != nil || !out.PublicationBoundary || out.Batch == nil {
-		t.Fatalf("store outcome = %+v, want no error, a boundary and a batch", out)
-	}
+	require.NoError(t, out.FirstError, "store outcome = %+v, want no error, a boundary and a batch", out)
+	require.True(t, out.PublicationBoundary, "store outcome = %+v, want no error, a boundary and a batch", out)
+	require.NotNil(t, out.Batch, "store outcome = %+v, want no error, a boundary and a batch", out)
 	checkBatch(t, out.Batch, p.Format().BucketCount)
 	applyBatch(consumer, out.Batch)
 	for i, h := range c {
-		if owners, res := p.Owners(h); owners != 1 || !res {
-			t.Errorf("Owners(block %d) = %d, %v; want 1, true", i, owners, res)
-		}
-		if !p.Contains(h) {
-			t.Errorf("Contains(block %d) = false, want true", i)
-		}
+		owners, res := p.Owners(h)
+		assert.False(t, owners != 1 || !res, "Owners(block %d) = %d, %v; want 1, true", i, owners, res)
+		assert.True(t, p.Contains(h), "Contains(block %d) = false, want true", i)
 	}
-	if !slices.Equal(consumer, p.Words()) {
-		t.Fatal("consumer after store batch differs from producer words")
-	}
+	require.True(t, slices.Equal(consumer, p.Words()), "consumer after store batch differs from producer words")
 	out = p.ApplyEvent(removedEv(mA, 100, 101, 102))
-	if out.FirstError != nil || out.Batch == nil || out.UnknownRemovals != 0 {
-		t.Fatalf("remove outcome = %+v, want a batch and no error", out)
-	}
+	require.NoError(t, out.FirstError, "remove outcome = %+v, want a batch and no error", out)
+	require.NotNil(t, out.Batch, "remove outcome = %+v, want a batch and no error", out)
+	require.Equal(t, 0, out.UnknownRemovals, "remove outcome = %+v, want a batch and no error", out)
 	for _, im := range out.Batch.Images {
-		if im.Word != 0 {
-			t.Errorf("final removal image for bucket %d = %#x, want explicit zero", im.Bucket, im.Word)
-		}
+		assert.Equal(t, uint64(0), im.Word, "final removal image for bucket %d = %#x, want explicit zero", im.Bucket, im.Word)
 	}
 	applyBatch(consumer, out.Batch)
-	if !slices.Equal(consumer, p.Words()) || slices.ContainsFunc(consumer, func(w uint64) bool { return w != 0 }) {
-		t.Fatal("consumer after remove batch is not the all-zero producer table")
-	}
-	if s := p.Stats(); s.Members != 0 || s.UniqueBlocks != 0 || s.Contributions != 0 || s.ResidentBlocks != 0 {
-		t.Fatalf("stats after removing everything = %+v, want empty aggregation", s)
-	}
+	require.True(t, slices.Equal(consumer, p.Words()), "consumer after remove batch is not the all-zero producer table")
+	require.False(t, slices.ContainsFunc(consumer, func(w uint64) bool { return w != 0 }), "consumer after remove batch is not the all-zero producer table")
+	s := p.Stats()
+	require.Equal(t, 0, s.Members, "stats after removing everything = %+v, want empty aggregation", s)
+	require.Equal(t, 0, s.UniqueBlocks, "stats after removing everything = %+v, want empty aggregation", s)
+	require.Equal(t, uint64(0), s.Contributions, "stats after removing everything = %+v, want empty aggregation", s)
+	require.Equal(t, uint64(0), s.ResidentBlocks, "stats after removing everything = %+v, want empty aggregation", s)
 }
 
 func TestPool_SharedOwnershipSurvivesNonFinalRemoval(t *testing.T) {
@@ -56,26 +52,23 @@ func TestPool_SharedOwnershipSurvivesNonFinalRemoval(t *testing.T) {
 	k := chain(5)[0]
 	p.ApplyEvent(rootEv(mA, b(1, 5)))
 	out := p.ApplyEvent(rootEv(mB, b(2, 5))) // same tokens, another member
-	if out.Batch != nil {
-		t.Fatalf("second owner published %+v, want nothing (only the 0→1 owner inserts)", out.Batch)
-	}
-	if owners, _ := p.Owners(k); owners != 2 {
-		t.Fatalf("owners = %d, want 2", owners)
-	}
-	if s := p.Stats(); s.OccupiedSlots != 1 || s.Contributions != 2 || s.UniqueBlocks != 1 {
-		t.Fatalf("stats = %+v, want 1 slot, 2 contributions, 1 unique block", s)
-	}
+	require.Nil(t, out.Batch, "second owner published %+v, want nothing (only the 0→1 owner inserts)", out.Batch)
+	owners, _ := p.Owners(k)
+	require.Equal(t, uint32(2), owners, "owners = %d, want 2", owners)
+	s := p.Stats()
+	require.Equal(t, 1, s.OccupiedSlots, "stats = %+v, want 1 slot, 2 contributions, 1 unique block", s)
+	require.Equal(t, uint64(2), s.Contributions, "stats = %+v, want 1 slot, 2 contributions, 1 unique block", s)
+	require.Equal(t, 1, s.UniqueBlocks, "stats = %+v, want 1 slot, 2 contributions, 1 unique block", s)
 	out = p.ApplyEvent(removedEv(mA, 1))
-	if out.Batch != nil || out.FirstError != nil {
-		t.Fatalf("non-final removal outcome = %+v, want no batch, no error", out)
-	}
-	if owners, res := p.Owners(k); owners != 1 || !res || !p.Contains(k) {
-		t.Fatalf("after non-final removal Owners = %d, %v, Contains = %v; want 1, true, true", owners, res, p.Contains(k))
-	}
+	require.Nil(t, out.Batch, "non-final removal outcome = %+v, want no batch, no error", out)
+	require.NoError(t, out.FirstError, "non-final removal outcome = %+v, want no batch, no error", out)
+	owners, res := p.Owners(k)
+	require.Equal(t, uint32(1), owners, "after non-final removal Owners = %d, %v, Contains = %v; want 1, true, true", owners, res, p.Contains(k))
+	require.True(t, res, "after non-final removal Owners = %d, %v, Contains = %v; want 1, true, true", owners, res, p.Contains(k))
+	require.True(t, p.Contains(k), "after non-final removal Owners = %d, %v, Contains = %v; want 1, true, true", owners, res, p.Contains(k))
 	out = p.ApplyEvent(removedEv(mB, 2))
-	if out.Batch == nil || p.Contains(k) {
-		t.Fatalf("final removal: batch %+v, Contains %v; want a zero image and absent", out.Batch, p.Contains(k))
-	}
+	require.NotNil(t, out.Batch, "final removal: batch %+v, Contains %v; want a zero image and absent", out.Batch, p.Contains(k))
+	require.False(t, p.Contains(k), "final removal: batch %+v, Contains %v; want a zero image and absent", out.Batch, p.Contains(k))
 }
 
 func TestPool_ClearKeepsSiblingRanks(t *testing.T) {
@@ -84,28 +77,23 @@ func TestPool_ClearKeepsSiblingRanks(t *testing.T) {
 	p.ApplyEvent(rootEv(mC, b(1, 20))) // same worker, rank 1, same external hash 1
 	p.ApplyEvent(rootEv(mC, b(3, 10))) // shares canonical 10 with mA
 	out := p.ApplyEvent(clearedEv(mA))
-	if out.FirstError != nil {
-		t.Fatalf("clear error = %v", out.FirstError)
-	}
-	if got, want := p.MemberCounts(), []MemberCount{{mC, 2}}; !slices.Equal(got, want) {
-		t.Fatalf("MemberCounts after clearing rank 0 = %+v, want %+v", got, want)
-	}
+	require.NoError(t, out.FirstError, "clear error")
+	got, want := p.MemberCounts(), []MemberCount{{mC, 2}}
+	require.True(t, slices.Equal(got, want), "MemberCounts after clearing rank 0 = %+v, want %+v", got, want)
 	c10, c11, c20 := chain(10)[0], chain(10, 11)[1], chain(20)[0]
 	for _, tc := range []struct {
 		name   string
 		h      uint64
 		owners uint32
 	}{{"shared root", c10, 1}, {"rank 0 only", c11, 0}, {"rank 1 only", c20, 1}} {
-		if owners, _ := p.Owners(tc.h); owners != tc.owners {
-			t.Errorf("%s: owners = %d, want %d", tc.name, owners, tc.owners)
-		}
+		owners, _ := p.Owners(tc.h)
+		assert.Equal(t, tc.owners, owners, "%s: owners = %d, want %d", tc.name, owners, tc.owners)
 	}
-	if p.Contains(c11) && p.Stats().OccupiedSlots != 2 {
-		t.Errorf("occupied slots = %d, want 2", p.Stats().OccupiedSlots)
-	}
+	assert.False(t, p.Contains(c11) && p.Stats().OccupiedSlots != 2, "occupied slots = %d, want 2", p.Stats().OccupiedSlots)
 	// Rank 1 can still remove by its own external hash 1.
-	if out := p.ApplyEvent(removedEv(mC, 1)); out.UnknownRemovals != 0 {
-		t.Fatalf("sibling removal counted %d unknown, want 0", out.UnknownRemovals)
+	{
+		out := p.ApplyEvent(removedEv(mC, 1))
+		require.Equal(t, 0, out.UnknownRemovals, "sibling removal counted %d unknown, want 0", out.UnknownRemovals)
 	}
 }
 
@@ -113,37 +101,26 @@ func TestPool_TierFiltering(t *testing.T) {
 	p := newTestPool(t, 1000, 2, DefaultMaxKicks)
 	for _, tier := range []StorageTier{TierHostPinned, TierDisk, TierExternal} {
 		out := p.ApplyEvent(onTier(rootEv(mA, b(1, 10)), tier))
-		if out != (ApplyOutcome{}) {
-			t.Fatalf("%v store outcome = %+v, want zero (ignored)", tier, out)
-		}
+		require.False(t, out != (ApplyOutcome{}), "%v store outcome = %+v, want zero (ignored)", tier, out)
 		out = p.ApplyEvent(onTier(removedEv(mA, 99), tier))
-		if out != (ApplyOutcome{}) {
-			t.Fatalf("%v unknown removal outcome = %+v, want zero (ignored, not counted)", tier, out)
-		}
+		require.False(t, out != (ApplyOutcome{}), "%v unknown removal outcome = %+v, want zero (ignored, not counted)", tier, out)
 	}
-	if p.PendingEventCount() != 0 || p.Stats().Members != 0 || p.Stats().UnknownRemovals != 0 {
-		t.Fatalf("non-device events changed state: pending %d, stats %+v", p.PendingEventCount(), p.Stats())
-	}
+	require.Equal(t, uint64(0), p.PendingEventCount(), "non-device events changed state: pending %d, stats %+v", p.PendingEventCount(), p.Stats())
+	require.Equal(t, 0, p.Stats().Members, "non-device events changed state: pending %d, stats %+v", p.PendingEventCount(), p.Stats())
+	require.Equal(t, uint64(0), p.Stats().UnknownRemovals, "non-device events changed state: pending %d, stats %+v", p.PendingEventCount(), p.Stats())
 	out := p.ApplyEvent(removedEv(mA, 99, 98))
-	if out.UnknownRemovals != 2 || out.FirstError != nil || p.Stats().UnknownRemovals != 2 || p.PendingEventCount() != 1 {
-		t.Fatalf("device unknown removal: outcome %+v, stats unknown %d, pending %d; want 2 counted, 1 pending",
-			out, p.Stats().UnknownRemovals, p.PendingEventCount())
-	}
+	require.Equal(t, 2, out.UnknownRemovals, "device unknown removal: outcome %+v, stats unknown %d, pending %d; want 2 counted, 1 pending", out, p.Stats().UnknownRemovals, p.PendingEventCount())
+	require.NoError(t, out.FirstError, "device unknown removal: outcome %+v, stats unknown %d, pending %d; want 2 counted, 1 pending", out, p.Stats().UnknownRemovals, p.PendingEventCount())
+	require.Equal(t, uint64(2), p.Stats().UnknownRemovals, "device unknown removal: outcome %+v, stats unknown %d, pending %d; want 2 counted, 1 pending", out, p.Stats().UnknownRemovals, p.PendingEventCount())
+	require.Equal(t, uint64(1), p.PendingEventCount(), "device unknown removal: outcome %+v, stats unknown %d, pending %d; want 2 counted, 1 pending", out, p.Stats().UnknownRemovals, p.PendingEventCount())
 	// Cleared from a non-device tier still clears the member's device state.
 	p.ApplyEvent(rootEv(mA, b(1, 10)))
-	if p.Stats().Members != 1 {
-		t.Fatal("device store did not apply")
-	}
-	if !p.HasPendingPublication() && p.PendingEventCount() != 0 {
-		t.Fatalf("pending = %d after the boundary, want 0", p.PendingEventCount())
-	}
+	require.Equal(t, 1, p.Stats().Members, "device store did not apply")
+	require.False(t, !p.HasPendingPublication() && p.PendingEventCount() != 0, "pending = %d after the boundary, want 0", p.PendingEventCount())
 	p.ApplyEvent(onTier(clearedEv(mA), TierDisk))
-	if p.Stats().Members != 0 || p.Contains(chain(10)[0]) {
-		t.Fatalf("disk-tier clear left members=%d, contains=%v; want cleared", p.Stats().Members, p.Contains(chain(10)[0]))
-	}
-	if p.PendingEventCount() != 1 {
-		t.Fatalf("PendingEventCount after a disk-tier clear = %d, want 1 (it is admitted)", p.PendingEventCount())
-	}
+	require.Equal(t, 0, p.Stats().Members, "disk-tier clear left members=%d, contains=%v; want cleared", p.Stats().Members, p.Contains(chain(10)[0]))
+	require.False(t, p.Contains(chain(10)[0]), "disk-tier clear left members=%d, contains=%v; want cleared", p.Stats().Members, p.Contains(chain(10)[0]))
+	require.Equal(t, uint64(1), p.PendingEventCount(), "PendingEventCount after a disk-tier clear = %d, want 1 (it is admitted)", p.PendingEventCount())
 }
 
 func TestPool_MalformedEventsChangeNothing(t *testing.T) {
@@ -164,15 +141,11 @@ func TestPool_MalformedEventsChangeNothing(t *testing.T) {
 			p.ApplyEvent(rootEv(mA, b(5, 5)))
 			before := viewOf(p)
 			out := p.ApplyEvent(tc.ev)
-			if !errors.Is(out.FirstError, tc.want) {
-				t.Fatalf("FirstError = %v, want %v", out.FirstError, tc.want)
-			}
-			if out.Batch != nil || out.PublicationBoundary {
-				t.Fatalf("outcome = %+v, want no batch and no boundary", out)
-			}
-			if after := viewOf(p); !after.equal(before) {
-				t.Fatalf("state changed: before %+v, after %+v", before, after)
-			}
+			require.ErrorIs(t, out.FirstError, tc.want, "FirstError = %v, want %v", out.FirstError, tc.want)
+			require.Nil(t, out.Batch, "outcome = %+v, want no batch and no boundary", out)
+			require.False(t, out.PublicationBoundary, "outcome = %+v, want no batch and no boundary", out)
+			after := viewOf(p)
+			require.True(t, after.equal(before), "state changed: before %+v, after %+v", before, after)
 		})
 	}
 }
@@ -214,28 +187,23 @@ func TestPool_RejectedStoredCommitsNothing(t *testing.T) {
 			p.ApplyEvent(rootEv(mA, b(1, 10), b(2, 11)))
 			before := viewOf(p)
 			out := p.ApplyEvent(tc.ev)
-			if !errors.Is(out.FirstError, tc.want) {
-				t.Fatalf("FirstError = %v, want %v", out.FirstError, tc.want)
-			}
+			require.ErrorIs(t, out.FirstError, tc.want, "FirstError = %v, want %v", out.FirstError, tc.want)
 			var ee *EventError
-			if !errors.As(out.FirstError, &ee) || ee.BlockHash != tc.block || ee.Member != tc.ev.Member() {
-				t.Fatalf("EventError = %+v, want block %#x of member %+v", ee, tc.block, tc.ev.Member())
-			}
-			if out.Batch != nil {
-				t.Fatalf("rejected event published %+v", out.Batch)
-			}
+			require.ErrorAs(t, out.FirstError, &ee, "EventError = %+v, want block %#x of member %+v", ee, tc.block, tc.ev.Member())
+			require.Equal(t, tc.block, ee.BlockHash, "EventError = %+v, want block %#x of member %+v", ee, tc.block, tc.ev.Member())
+			require.Equal(t, tc.ev.Member(), ee.Member, "EventError = %+v, want block %#x of member %+v", ee, tc.block, tc.ev.Member())
+			require.Nil(t, out.Batch, "rejected event published %+v", out.Batch)
 			after := viewOf(p)
 			wantStats := before.stats
 			if tc.want == ErrParentBlockNotFound {
 				wantStats.ParentNotFound++
 			}
-			if !slices.Equal(after.words, before.words) || !slices.Equal(after.counts, before.counts) || after.stats != wantStats {
-				t.Fatalf("rejected event changed state:\n before %+v\n after  %+v", before, after)
-			}
+			require.True(t, slices.Equal(after.words, before.words), "rejected event changed state:\n before %+v\n after  %+v", before, after)
+			require.True(t, slices.Equal(after.counts, before.counts), "rejected event changed state:\n before %+v\n after  %+v", before, after)
+			require.Equal(t, wantStats, after.stats, "rejected event changed state:\n before %+v\n after  %+v", before, after)
 			for _, blk := range tc.ev.Blocks {
-				if owners, _ := p.Owners(blk.TokensHash); owners != 0 && blk.TokensHash >= 20 {
-					t.Fatalf("block with tokens %d committed as a root", blk.TokensHash)
-				}
+				owners, _ := p.Owners(blk.TokensHash)
+				require.False(t, owners != 0 && blk.TokensHash >= 20, "block with tokens %d committed as a root", blk.TokensHash)
 			}
 		})
 	}
@@ -245,31 +213,27 @@ func TestPool_ParentChainsCanonicalHashes(t *testing.T) {
 	p := newTestPool(t, 1000, 1, DefaultMaxKicks)
 	p.ApplyEvent(rootEv(mA, b(1, 10)))
 	out := p.ApplyEvent(childEv(mA, 1, b(2, 11), b(3, 12)))
-	if out.FirstError != nil {
-		t.Fatalf("child store error = %v", out.FirstError)
-	}
+	require.NoError(t, out.FirstError, "child store error")
 	// The canonical chain equals one root event of all three locals, whatever
 	// the external hashes: a router computing from tokens probes these.
 	for i, h := range chain(10, 11, 12) {
-		if owners, res := p.Owners(h); owners != 1 || !res {
-			t.Errorf("canonical %d: Owners = %d, %v; want 1, true", i, owners, res)
-		}
+		owners, res := p.Owners(h)
+		assert.False(t, owners != 1 || !res, "canonical %d: Owners = %d, %v; want 1, true", i, owners, res)
 	}
 	// A root with an explicit start_position 0 is fine.
 	ev := rootEv(mB, b(9, 10))
 	ev.HasStartPosition = true
-	if out := p.ApplyEvent(ev); out.FirstError != nil {
-		t.Fatalf("root with start_position 0 error = %v", out.FirstError)
+	{
+		out := p.ApplyEvent(ev)
+		require.NoError(t, out.FirstError, "root with start_position 0 error")
 	}
 	// A repeated store of an owned block is idempotent.
 	before := viewOf(p)
 	out = p.ApplyEvent(childEv(mA, 1, b(2, 11)))
-	if out.FirstError != nil || out.Batch != nil {
-		t.Fatalf("repeated store outcome = %+v, want nothing", out)
-	}
-	if after := viewOf(p); !after.equal(before) {
-		t.Fatalf("repeated store changed state")
-	}
+	require.NoError(t, out.FirstError, "repeated store outcome = %+v, want nothing", out)
+	require.Nil(t, out.Batch, "repeated store outcome = %+v, want nothing", out)
+	after := viewOf(p)
+	require.True(t, after.equal(before), "repeated store changed state")
 }
 
 // TestPool_CapacityFailureKeepsSiblings: with room for 8 fingerprints, a
@@ -285,26 +249,20 @@ func TestPool_CapacityFailureKeepsSiblings(t *testing.T) {
 	canon := chain(locals...)
 	out := p.ApplyEvent(rootEv(mA, blocks...))
 	var ee *EventError
-	if !errors.As(out.FirstError, &ee) || !errors.Is(out.FirstError, ErrCapacityExhausted) || ee.BlockHash != canon[8] {
-		t.Fatalf("FirstError = %v, want CapacityExhausted for canonical %#x", out.FirstError, canon[8])
-	}
-	if d, _ := DispositionOf(FailurePointOf(out.FirstError)); d.Action != ContinueCapacityOmission {
-		t.Fatalf("disposition = %+v, want ContinueCapacityOmission", d)
-	}
+	require.ErrorAs(t, out.FirstError, &ee, "FirstError = %v, want CapacityExhausted for canonical %#x", out.FirstError, canon[8])
+	require.ErrorIs(t, out.FirstError, ErrCapacityExhausted, "FirstError = %v, want CapacityExhausted for canonical %#x", out.FirstError, canon[8])
+	require.Equal(t, canon[8], ee.BlockHash, "FirstError = %v, want CapacityExhausted for canonical %#x", out.FirstError, canon[8])
+	d, _ := DispositionOf(FailurePointOf(out.FirstError))
+	require.Equal(t, ContinueCapacityOmission, d.Action, "disposition = %+v, want ContinueCapacityOmission", d)
 	checkBatch(t, out.Batch, 2)
 	for i, h := range canon {
 		owners, res := p.Owners(h)
-		if owners != 1 || res != (i < 8) {
-			t.Errorf("block %d: Owners = %d, %v; want 1, %v", i, owners, res, i < 8)
-		}
+		assert.False(t, owners != 1 || res != (i < 8), "block %d: Owners = %d, %v; want 1, %v", i, owners, res, i < 8)
 	}
 	s := p.Stats()
-	if s.CapacityFailures != 2 || s.ResidentBlocks != 8 || s.OccupiedSlots != 8 || s.UniqueBlocks != 10 || s.Contributions != 10 {
-		t.Fatalf("stats = %+v, want 2 failures, 8 resident = 8 slots, 10 unique, 10 contributions", s)
-	}
-	if got := p.MemberCounts(); !slices.Equal(got, []MemberCount{{mA, 10}}) {
-		t.Fatalf("MemberCounts = %+v, want 10 blocks for mA", got)
-	}
+	require.False(t, s.CapacityFailures != 2 || s.ResidentBlocks != 8 || s.OccupiedSlots != 8 || s.UniqueBlocks != 10 || s.Contributions != 10, "stats = %+v, want 2 failures, 8 resident = 8 slots, 10 unique, 10 contributions", s)
+	got := p.MemberCounts()
+	require.True(t, slices.Equal(got, []MemberCount{{mA, 10}}), "MemberCounts = %+v, want 10 blocks for mA", got)
 
 	// A repeated store of a non-resident block on a full table re-offers it
 	// without relocation: no RNG draw, no write, one more capacity failure.
@@ -313,28 +271,20 @@ func TestPool_CapacityFailureKeepsSiblings(t *testing.T) {
 	out = p.ApplyEvent(rootEv(mB, b(7, canon[9]))) // mB names canonical[9] as a root by its hash
 	_ = out
 	// mB's root of tokens canon[9] has canonical canon[9]: same block.
-	if owners, res := p.Owners(canon[9]); owners != 2 || res {
-		t.Fatalf("after re-store on full table Owners = %d, %v; want 2, false", owners, res)
-	}
-	if !errors.Is(out.FirstError, ErrCapacityExhausted) {
-		t.Fatalf("re-offer on full table error = %v, want ErrCapacityExhausted", out.FirstError)
-	}
-	if p.t.rng.State() != rng || !slices.Equal(p.Words(), words) {
-		t.Fatal("re-offer drew from the RNG or wrote a bucket; it must only use an empty slot")
-	}
-	if p.Stats().CapacityFailures != 3 {
-		t.Fatalf("CapacityFailures = %d, want 3", p.Stats().CapacityFailures)
-	}
+	owners, res := p.Owners(canon[9])
+	require.Equal(t, uint32(2), owners, "after re-store on full table Owners = %d, %v; want 2, false", owners, res)
+	require.False(t, res, "after re-store on full table Owners = %d, %v; want 2, false", owners, res)
+	require.ErrorIs(t, out.FirstError, ErrCapacityExhausted, "re-offer on full table error = %v, want ErrCapacityExhausted", out.FirstError)
+	require.Equal(t, rng, p.t.rng.State(), "re-offer drew from the RNG or wrote a bucket; it must only use an empty slot")
+	require.True(t, slices.Equal(p.Words(), words), "re-offer drew from the RNG or wrote a bucket; it must only use an empty slot")
+	require.Equal(t, uint64(3), p.Stats().CapacityFailures, "CapacityFailures = %d, want 3", p.Stats().CapacityFailures)
 
 	// Free a slot: the last owner's removal of a resident block.
 	p.ApplyEvent(removedEv(mA, 101))
 	out = p.ApplyEvent(rootEv(mA, blocks...)) // replay: blocks 1.. owned, 9 and 10 re-offered
-	if !errors.Is(out.FirstError, ErrCapacityExhausted) {
-		t.Fatalf("replay error = %v, want ErrCapacityExhausted for the block that still does not fit", out.FirstError)
-	}
-	if _, res := p.Owners(canon[0]); !res {
-		t.Fatal("re-stored block 0 is not resident again")
-	}
+	require.ErrorIs(t, out.FirstError, ErrCapacityExhausted, "replay error = %v, want ErrCapacityExhausted for the block that still does not fit", out.FirstError)
+	_, res = p.Owners(canon[0])
+	require.True(t, res, "re-stored block 0 is not resident again")
 	residentTail := 0
 	for _, h := range canon[8:] {
 		if _, res := p.Owners(h); res {
@@ -343,37 +293,35 @@ func TestPool_CapacityFailureKeepsSiblings(t *testing.T) {
 	}
 	// Block 0 took the freed slot back (it is first in the event), so the
 	// omitted blocks still have no room.
-	if residentTail != 0 || p.Stats().OccupiedSlots != 8 || p.Stats().ResidentBlocks != 8 {
-		t.Fatalf("resident tail %d, slots %d, resident %d; want 0, 8, 8", residentTail, p.Stats().OccupiedSlots, p.Stats().ResidentBlocks)
-	}
+	require.Equal(t, 0, residentTail, "resident tail %d, slots %d, resident %d; want 0, 8, 8", residentTail, p.Stats().OccupiedSlots, p.Stats().ResidentBlocks)
+	require.Equal(t, 8, p.Stats().OccupiedSlots, "resident tail %d, slots %d, resident %d; want 0, 8, 8", residentTail, p.Stats().OccupiedSlots, p.Stats().ResidentBlocks)
+	require.Equal(t, uint64(8), p.Stats().ResidentBlocks, "resident tail %d, slots %d, resident %d; want 0, 8, 8", residentTail, p.Stats().OccupiedSlots, p.Stats().ResidentBlocks)
 	// Free two slots; a re-store of the omitted block by its owner makes it resident.
 	p.ApplyEvent(removedEv(mA, 102, 103))
 	out = p.ApplyEvent(childEv(mA, 108, b(109, 9)))
-	if out.FirstError != nil {
-		t.Fatalf("re-offer with room error = %v", out.FirstError)
-	}
-	if owners, res := p.Owners(canon[8]); owners != 1 || !res || !p.Contains(canon[8]) {
-		t.Fatalf("re-offered block Owners = %d, %v; want 1, true and found", owners, res)
-	}
+	require.NoError(t, out.FirstError, "re-offer with room error")
+	owners, res = p.Owners(canon[8])
+	require.Equal(t, uint32(1), owners, "re-offered block Owners = %d, %v; want 1, true and found", owners, res)
+	require.True(t, res, "re-offered block Owners = %d, %v; want 1, true and found", owners, res)
+	require.True(t, p.Contains(canon[8]), "re-offered block Owners = %d, %v; want 1, true and found", owners, res)
 }
 
 func TestPool_StoreThenRemoveInOneWindowPublishesNothing(t *testing.T) {
 	p := newTestPool(t, 1000, 2, DefaultMaxKicks)
 	out := p.ApplyEvent(rootEv(mA, b(1, 10), b(2, 11)))
-	if out.PublicationBoundary || out.Batch != nil || !p.HasPendingPublication() || p.PendingEventCount() != 1 {
-		t.Fatalf("first event outcome = %+v, pending %v/%d; want no boundary yet", out, p.HasPendingPublication(), p.PendingEventCount())
-	}
+	require.False(t, out.PublicationBoundary, "first event outcome = %+v, pending %v/%d; want no boundary yet", out, p.HasPendingPublication(), p.PendingEventCount())
+	require.Nil(t, out.Batch, "first event outcome = %+v, pending %v/%d; want no boundary yet", out, p.HasPendingPublication(), p.PendingEventCount())
+	require.True(t, p.HasPendingPublication(), "first event outcome = %+v, pending %v/%d; want no boundary yet", out, p.HasPendingPublication(), p.PendingEventCount())
+	require.Equal(t, uint64(1), p.PendingEventCount(), "first event outcome = %+v, pending %v/%d; want no boundary yet", out, p.HasPendingPublication(), p.PendingEventCount())
 	out = p.ApplyEvent(removedEv(mA, 1, 2))
-	if !out.PublicationBoundary || out.Batch != nil {
-		t.Fatalf("second event outcome = %+v, want a boundary with no batch (net reversion)", out)
-	}
+	require.True(t, out.PublicationBoundary, "second event outcome = %+v, want a boundary with no batch (net reversion)", out)
+	require.Nil(t, out.Batch, "second event outcome = %+v, want a boundary with no batch (net reversion)", out)
 	s := p.Stats()
-	if s.NetRevertedBuckets == 0 || s.EmittedImages != 0 || s.PhysicalTouches != 4 || s.PendingEvents != 0 {
-		t.Fatalf("stats = %+v, want net reversions, 0 emitted images, 4 touches, 0 pending", s)
-	}
-	if p.HasPendingPublication() {
-		t.Fatal("window not cleared after the boundary")
-	}
+	require.NotEqual(t, uint64(0), s.NetRevertedBuckets, "stats = %+v, want net reversions, 0 emitted images, 4 touches, 0 pending", s)
+	require.Equal(t, uint64(0), s.EmittedImages, "stats = %+v, want net reversions, 0 emitted images, 4 touches, 0 pending", s)
+	require.Equal(t, uint64(4), s.PhysicalTouches, "stats = %+v, want net reversions, 0 emitted images, 4 touches, 0 pending", s)
+	require.Equal(t, uint64(0), s.PendingEvents, "stats = %+v, want net reversions, 0 emitted images, 4 touches, 0 pending", s)
+	require.False(t, p.HasPendingPublication(), "window not cleared after the boundary")
 }
 
 // TestPool_CadenceBoundaries: with PublishEveryNEvents = 3 a batch covers
@@ -398,21 +346,14 @@ func TestPool_CadenceBoundaries(t *testing.T) {
 	}
 	for i, s := range steps {
 		out := p.ApplyEvent(s.ev)
-		if out.PublicationBoundary != s.boundary || p.PendingEventCount() != s.pending {
-			t.Fatalf("step %d: boundary %v pending %d, want %v %d", i, out.PublicationBoundary, p.PendingEventCount(), s.boundary, s.pending)
-		}
-		if !s.boundary && out.Batch != nil {
-			t.Fatalf("step %d published between boundaries", i)
-		}
-		if !s.boundary && !slices.Equal(consumer, held) {
-			t.Fatalf("step %d: consumer moved without a batch", i)
-		}
+		require.Equal(t, s.boundary, out.PublicationBoundary, "step %d: boundary %v pending %d, want %v %d", i, out.PublicationBoundary, p.PendingEventCount(), s.boundary, s.pending)
+		require.Equal(t, s.pending, p.PendingEventCount(), "step %d: boundary %v pending %d, want %v %d", i, out.PublicationBoundary, p.PendingEventCount(), s.boundary, s.pending)
+		require.False(t, !s.boundary && out.Batch != nil, "step %d published between boundaries", i)
+		require.False(t, !s.boundary && !slices.Equal(consumer, held), "step %d: consumer moved without a batch", i)
 		checkBatch(t, out.Batch, p.Format().BucketCount)
 		applyBatch(consumer, out.Batch)
 		if s.boundary {
-			if !slices.Equal(consumer, p.Words()) {
-				t.Fatalf("step %d: consumer after boundary differs from producer", i)
-			}
+			require.True(t, slices.Equal(consumer, p.Words()), "step %d: consumer after boundary differs from producer", i)
 			held = p.Words()
 		}
 	}
@@ -420,29 +361,26 @@ func TestPool_CadenceBoundaries(t *testing.T) {
 
 func TestPool_Flush(t *testing.T) {
 	p := newTestPool(t, 1000, 100, DefaultMaxKicks)
-	if p.Flush() != nil {
-		t.Fatal("Flush of an empty window returned a batch")
-	}
+	require.Nil(t, p.Flush(), "Flush of an empty window returned a batch")
 	p.ApplyEvent(rootEv(mA, b(1, 10)))
 	p.ApplyEvent(rootEv(mB, b(2, 20)))
 	batch := p.Flush()
 	checkBatch(t, batch, p.Format().BucketCount)
-	if batch == nil || p.PendingEventCount() != 0 || p.HasPendingPublication() {
-		t.Fatalf("Flush = %+v, pending %d; want a batch and an empty window", batch, p.PendingEventCount())
-	}
+	require.NotNil(t, batch, "Flush = %+v, pending %d; want a batch and an empty window", batch, p.PendingEventCount())
+	require.Equal(t, uint64(0), p.PendingEventCount(), "Flush = %+v, pending %d; want a batch and an empty window", batch, p.PendingEventCount())
+	require.False(t, p.HasPendingPublication(), "Flush = %+v, pending %d; want a batch and an empty window", batch, p.PendingEventCount())
 	consumer := make([]uint64, p.Format().BucketCount)
 	applyBatch(consumer, batch)
-	if !slices.Equal(consumer, p.Words()) {
-		t.Fatal("flushed batch does not reconstruct the words")
-	}
-	if p.Flush() != nil {
-		t.Fatal("second Flush returned a batch")
-	}
+	require.True(t, slices.Equal(consumer, p.Words()), "flushed batch does not reconstruct the words")
+	require.Nil(t, p.Flush(), "second Flush returned a batch")
 	// A flush of a net-reverted window drains it and returns nil.
 	p.ApplyEvent(rootEv(mA, b(3, 30)))
 	p.ApplyEvent(removedEv(mA, 3))
-	if batch := p.Flush(); batch != nil || p.PendingEventCount() != 0 || p.HasPendingPublication() {
-		t.Fatalf("Flush of a net reversion = %+v, pending %d/%v; want nil and drained", batch, p.PendingEventCount(), p.HasPendingPublication())
+	{
+		batch := p.Flush()
+		require.Nil(t, batch, "Flush of a net reversion = %+v, pending %d/%v; want nil and drained", batch, p.PendingEventCount(), p.HasPendingPublication())
+		require.Equal(t, uint64(0), p.PendingEventCount(), "Flush of a net reversion = %+v, pending %d/%v; want nil and drained", batch, p.PendingEventCount(), p.HasPendingPublication())
+		require.False(t, p.HasPendingPublication(), "Flush of a net reversion = %+v, pending %d/%v; want nil and drained", batch, p.PendingEventCount(), p.HasPendingPublication())
 	}
 }
 
@@ -455,26 +393,17 @@ func TestPool_BarrierSnapshot(t *testing.T) {
 	p.ApplyEvent(removedEv(mA, 1))
 	tail, words := p.BarrierSnapshot()
 	checkBatch(t, tail, p.Format().BucketCount)
-	if tail == nil {
-		t.Fatal("BarrierSnapshot tail = nil, want the pending window")
-	}
-	if !slices.Equal(words, p.Words()) {
-		t.Fatal("snapshot copy differs from the state after the tail")
-	}
+	require.NotNil(t, tail, "BarrierSnapshot tail = nil, want the pending window")
+	require.True(t, slices.Equal(words, p.Words()), "snapshot copy differs from the state after the tail")
 	applyBatch(consumer, tail)
-	if !slices.Equal(consumer, words) {
-		t.Fatal("old stream plus tail differs from the snapshot copy")
-	}
-	if p.HasPendingPublication() || p.PendingEventCount() != 0 {
-		t.Fatal("BarrierSnapshot did not drain the window")
-	}
+	require.True(t, slices.Equal(consumer, words), "old stream plus tail differs from the snapshot copy")
+	require.False(t, p.HasPendingPublication(), "BarrierSnapshot did not drain the window")
+	require.Equal(t, uint64(0), p.PendingEventCount(), "BarrierSnapshot did not drain the window")
 	clear(words)
-	if !p.Contains(chain(20)[0]) {
-		t.Fatal("mutating the snapshot copy changed the pool")
-	}
-	if tail2, w2 := p.BarrierSnapshot(); tail2 != nil || !slices.Equal(w2, p.Words()) {
-		t.Fatalf("second BarrierSnapshot tail = %+v, want nil and the same words", tail2)
-	}
+	require.True(t, p.Contains(chain(20)[0]), "mutating the snapshot copy changed the pool")
+	tail2, w2 := p.BarrierSnapshot()
+	require.Nil(t, tail2, "second BarrierSnapshot tail = %+v, want nil and the same words", tail2)
+	require.True(t, slices.Equal(w2, p.Words()), "second BarrierSnapshot tail = %+v, want nil and the same words", tail2)
 }
 
 func TestPool_RemoveRank(t *testing.T) {
@@ -485,25 +414,20 @@ func TestPool_RemoveRank(t *testing.T) {
 	consumer := p.Words()
 	p.ApplyEvent(rootEv(mB, b(3, 30))) // pending, not published
 	batch, err := p.RemoveRank(mA)
-	if err != nil {
-		t.Fatalf("RemoveRank error = %v", err)
-	}
+	require.NoError(t, err, "RemoveRank error")
 	checkBatch(t, batch, p.Format().BucketCount)
 	applyBatch(consumer, batch)
-	if !slices.Equal(consumer, p.Words()) {
-		t.Fatal("RemoveRank batch (unconditional drain) does not bring the consumer to the words")
-	}
-	if got := p.MemberCounts(); !slices.Equal(got, []MemberCount{{mB, 2}}) {
-		t.Fatalf("MemberCounts = %+v, want only mB with 2", got)
-	}
-	if owners, res := p.Owners(chain(10)[0]); owners != 1 || !res {
-		t.Fatalf("shared root Owners = %d, %v; want 1, true", owners, res)
-	}
-	if p.Contains(chain(10, 11)[1]) {
-		t.Fatal("mA's exclusive block still present")
-	}
-	if batch, err := p.RemoveRank(Member{WorkerID: 99}); batch != nil || err != nil {
-		t.Fatalf("RemoveRank(unknown) = %+v, %v; want nil, nil", batch, err)
+	require.True(t, slices.Equal(consumer, p.Words()), "RemoveRank batch (unconditional drain) does not bring the consumer to the words")
+	got := p.MemberCounts()
+	require.True(t, slices.Equal(got, []MemberCount{{mB, 2}}), "MemberCounts = %+v, want only mB with 2", got)
+	owners, res := p.Owners(chain(10)[0])
+	require.Equal(t, uint32(1), owners, "shared root Owners = %d, %v; want 1, true", owners, res)
+	require.True(t, res, "shared root Owners = %d, %v; want 1, true", owners, res)
+	require.False(t, p.Contains(chain(10, 11)[1]), "mA's exclusive block still present")
+	{
+		batch, err := p.RemoveRank(Member{WorkerID: 99})
+		require.Nil(t, batch, "RemoveRank(unknown) = %+v, %v; want nil, nil", batch, err)
+		require.NoError(t, err, "RemoveRank(unknown) = %+v, %v; want nil, nil", batch, err)
 	}
 }
 
@@ -521,30 +445,27 @@ func TestPool_RepresentationCollision(t *testing.T) {
 		}
 		seen[ad] = k
 	}
-	if p.t.addr.Address(k1) != p.t.addr.Address(k2) {
-		t.Fatalf("search found %d and %d with different addresses", k1, k2)
-	}
+	require.Equal(t, p.t.addr.Address(k2), p.t.addr.Address(k1), "search found %d and %d with different addresses", k1, k2)
 	// Roots: canonical = tokens hash.
 	p.ApplyEvent(rootEv(mA, b(1, k1)))
 	p.ApplyEvent(rootEv(mB, b(2, k2)))
-	if s := p.Stats(); s.OccupiedSlots != 2 || s.ResidentBlocks != 2 {
-		t.Fatalf("two colliding blocks occupy %d slots (%d resident), want 2", s.OccupiedSlots, s.ResidentBlocks)
-	}
+	s := p.Stats()
+	require.Equal(t, 2, s.OccupiedSlots, "two colliding blocks occupy %d slots (%d resident), want 2", s.OccupiedSlots, s.ResidentBlocks)
+	require.Equal(t, uint64(2), s.ResidentBlocks, "two colliding blocks occupy %d slots (%d resident), want 2", s.OccupiedSlots, s.ResidentBlocks)
 	p.ApplyEvent(removedEv(mA, 1))
-	if !p.Contains(k2) || p.Stats().OccupiedSlots != 1 {
-		t.Fatalf("after removing one owner Contains(k2) = %v, slots = %d; want true, 1", p.Contains(k2), p.Stats().OccupiedSlots)
-	}
-	if owners, res := p.Owners(k2); owners != 1 || !res {
-		t.Fatalf("k2 Owners = %d, %v; want 1, true", owners, res)
-	}
+	require.True(t, p.Contains(k2), "after removing one owner Contains(k2) = %v, slots = %d; want true, 1", p.Contains(k2), p.Stats().OccupiedSlots)
+	require.Equal(t, 1, p.Stats().OccupiedSlots, "after removing one owner Contains(k2) = %v, slots = %d; want true, 1", p.Contains(k2), p.Stats().OccupiedSlots)
+	owners, res := p.Owners(k2)
+	require.Equal(t, uint32(1), owners, "k2 Owners = %d, %v; want 1, true", owners, res)
+	require.True(t, res, "k2 Owners = %d, %v; want 1, true", owners, res)
 	// Removing k1 again is an unknown removal: the state never deletes by fingerprint alone.
-	if out := p.ApplyEvent(removedEv(mA, 1)); out.UnknownRemovals != 1 || !p.Contains(k2) {
-		t.Fatalf("repeated removal: unknown %d, Contains(k2) %v; want 1, true", out.UnknownRemovals, p.Contains(k2))
-	}
+	out := p.ApplyEvent(removedEv(mA, 1))
+	require.Equal(t, 1, out.UnknownRemovals, "repeated removal: unknown %d, Contains(k2) %v; want 1, true", out.UnknownRemovals, p.Contains(k2))
+	require.True(t, p.Contains(k2), "repeated removal: unknown %d, Contains(k2) %v; want 1, true", out.UnknownRemovals, p.Contains(k2))
 	p.ApplyEvent(removedEv(mB, 2))
-	if p.Contains(k1) || p.Contains(k2) || p.Stats().OccupiedSlots != 0 {
-		t.Fatal("fingerprint present after both owners left")
-	}
+	require.False(t, p.Contains(k1), "fingerprint present after both owners left")
+	require.False(t, p.Contains(k2), "fingerprint present after both owners left")
+	require.Equal(t, 0, p.Stats().OccupiedSlots, "fingerprint present after both owners left")
 }
 
 // TestPool_BoundedRelocationRollsBack: a failed insertion leaves the words
@@ -557,22 +478,16 @@ func TestPool_BoundedRelocationRollsBack(t *testing.T) {
 	before := p.Stats()
 	words := p.Words()
 	out := p.ApplyEvent(rootEv(mB, b(1, 77)))
-	if !errors.Is(out.FirstError, ErrCapacityExhausted) {
-		t.Fatalf("FirstError = %v, want ErrCapacityExhausted", out.FirstError)
-	}
-	if out.Batch != nil || p.HasPendingPublication() {
-		t.Fatalf("failed relocation published %+v / left a window; want nothing dirty", out.Batch)
-	}
-	if !slices.Equal(p.Words(), words) {
-		t.Fatal("words changed after a failed relocation")
-	}
+	require.ErrorIs(t, out.FirstError, ErrCapacityExhausted, "FirstError = %v, want ErrCapacityExhausted", out.FirstError)
+	require.Nil(t, out.Batch, "failed relocation published %+v / left a window; want nothing dirty", out.Batch)
+	require.False(t, p.HasPendingPublication(), "failed relocation published %+v / left a window; want nothing dirty", out.Batch)
+	require.True(t, slices.Equal(p.Words(), words), "words changed after a failed relocation")
 	after := p.Stats()
-	if after.PhysicalTouches != before.PhysicalTouches || after.DistinctTouchedBuckets != before.DistinctTouchedBuckets {
-		t.Fatalf("touch counters moved: before %+v after %+v", before, after)
-	}
-	if owners, res := p.Owners(77); owners != 1 || res {
-		t.Fatalf("omitted block Owners = %d, %v; want 1, false", owners, res)
-	}
+	require.Equal(t, before.PhysicalTouches, after.PhysicalTouches, "touch counters moved: before %+v after %+v", before, after)
+	require.Equal(t, before.DistinctTouchedBuckets, after.DistinctTouchedBuckets, "touch counters moved: before %+v after %+v", before, after)
+	owners, res := p.Owners(77)
+	require.Equal(t, uint32(1), owners, "omitted block Owners = %d, %v; want 1, false", owners, res)
+	require.False(t, res, "omitted block Owners = %d, %v; want 1, false", owners, res)
 }
 
 func TestPool_StatsAndMemberCounts(t *testing.T) {
@@ -584,8 +499,9 @@ func TestPool_StatsAndMemberCounts(t *testing.T) {
 	p.ApplyEvent(removedEv(Member{1, 0}, 404))
 	p.ApplyEvent(childEv(Member{1, 0}, 404, b(5, 5)))
 	want := []MemberCount{{Member{1, 0}, 2}, {Member{1, 2}, 2}, {Member{2, 5}, 2}, {Member{3, 0}, 2}, {Member{3, 1}, 2}}
-	if got := p.MemberCounts(); !slices.Equal(got, want) {
-		t.Fatalf("MemberCounts = %+v, want %+v", got, want)
+	{
+		got := p.MemberCounts()
+		require.True(t, slices.Equal(got, want), "MemberCounts = %+v, want %+v", got, want)
 	}
 	s := p.Stats()
 	nb := p.Format().BucketCount
@@ -606,19 +522,11 @@ func TestPool_StatsAndMemberCounts(t *testing.T) {
 		{"FilterBytes", s.FilterBytes, nb * 8},
 	}
 	for _, c := range checks {
-		if c.got != c.want {
-			t.Errorf("Stats.%s = %d, want %d", c.name, c.got, c.want)
-		}
+		assert.Equal(t, c.want, c.got, "Stats.%s = %d, want %d", c.name, c.got, c.want)
 	}
-	if s.OccupiedBuckets < 1 || s.OccupiedBuckets > 6 {
-		t.Errorf("OccupiedBuckets = %d, want 1..6", s.OccupiedBuckets)
-	}
-	if s.DistinctTouchedBuckets < uint64(s.OccupiedBuckets) || s.EmittedImages < uint64(s.OccupiedBuckets) {
-		t.Errorf("DistinctTouched %d, Emitted %d; want ≥ occupied buckets %d", s.DistinctTouchedBuckets, s.EmittedImages, s.OccupiedBuckets)
-	}
-	if s.DirtyTrackingBytes < nb*4 || s.ExactStateBytes == 0 {
-		t.Errorf("DirtyTrackingBytes %d (want ≥ %d), ExactStateBytes %d (want > 0)", s.DirtyTrackingBytes, nb*4, s.ExactStateBytes)
-	}
+	assert.False(t, s.OccupiedBuckets < 1 || s.OccupiedBuckets > 6, "OccupiedBuckets = %d, want 1..6", s.OccupiedBuckets)
+	assert.False(t, s.DistinctTouchedBuckets < uint64(s.OccupiedBuckets) || s.EmittedImages < uint64(s.OccupiedBuckets), "DistinctTouched %d, Emitted %d; want ≥ occupied buckets %d", s.DistinctTouchedBuckets, s.EmittedImages, s.OccupiedBuckets)
+	assert.False(t, s.DirtyTrackingBytes < nb*4 || s.ExactStateBytes == 0, "DirtyTrackingBytes %d (want ≥ %d), ExactStateBytes %d (want > 0)", s.DirtyTrackingBytes, nb*4, s.ExactStateBytes)
 }
 
 func TestNewPool_FormatAndConfig(t *testing.T) {
@@ -626,12 +534,10 @@ func TestNewPool_FormatAndConfig(t *testing.T) {
 	c.ExpectedBlocks = 32
 	c.Seed = 5
 	p, err := NewPool(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Config() != c || p.Format() != NewFormat(5, 16) || len(p.Words()) != 16 {
-		t.Fatalf("Config %+v Format %+v words %d; want the config, 16 buckets seed 5", p.Config(), p.Format(), len(p.Words()))
-	}
+	require.NoError(t, err)
+	require.Equal(t, c, p.Config(), "Config %+v Format %+v words %d; want the config, 16 buckets seed 5", p.Config(), p.Format(), len(p.Words()))
+	require.Equal(t, NewFormat(5, 16), p.Format(), "Config %+v Format %+v words %d; want the config, 16 buckets seed 5", p.Config(), p.Format(), len(p.Words()))
+	require.Len(t, p.Words(), 16, "Config %+v Format %+v words %d; want the config, 16 buckets seed 5", p.Config(), p.Format(), len(p.Words()))
 }
 
 // TestPool_IndexerInvariantViolation: when the filter has lost a resident
@@ -643,15 +549,12 @@ func TestPool_IndexerInvariantViolation(t *testing.T) {
 	clear(p.t.words) // corrupt: the filter no longer holds the block
 	out := p.ApplyEvent(removedEv(mA, 1))
 	var ee *EventError
-	if !errors.As(out.FirstError, &ee) || !errors.Is(out.FirstError, ErrIndexerInvariantViolation) || ee.BlockHash != chain(10)[0] {
-		t.Fatalf("FirstError = %v, want IndexerInvariantViolation for the canonical hash", out.FirstError)
-	}
-	if d, _ := DispositionOf(FailurePointOf(out.FirstError)); d.Action != FenceAndRebuildProducer {
-		t.Fatalf("disposition = %+v, want FenceAndRebuildProducer", d)
-	}
-	if out.Batch != nil {
-		t.Fatalf("invariant violation published %+v", out.Batch)
-	}
+	require.ErrorAs(t, out.FirstError, &ee, "FirstError = %v, want IndexerInvariantViolation for the canonical hash", out.FirstError)
+	require.ErrorIs(t, out.FirstError, ErrIndexerInvariantViolation, "FirstError = %v, want IndexerInvariantViolation for the canonical hash", out.FirstError)
+	require.Equal(t, chain(10)[0], ee.BlockHash, "FirstError = %v, want IndexerInvariantViolation for the canonical hash", out.FirstError)
+	d, _ := DispositionOf(FailurePointOf(out.FirstError))
+	require.Equal(t, FenceAndRebuildProducer, d.Action, "disposition = %+v, want FenceAndRebuildProducer", d)
+	require.Nil(t, out.Batch, "invariant violation published %+v", out.Batch)
 }
 
 // TestPool_OwnershipDegreeOverflow: a block at the maximum owner count is
@@ -664,18 +567,14 @@ func TestPool_OwnershipDegreeOverflow(t *testing.T) {
 	st.owners = 1<<32 - 1
 	p.blocks[c] = st
 	out := p.ApplyEvent(rootEv(mB, b(2, 10), b(3, 11)))
-	if !errors.Is(out.FirstError, ErrOwnershipDegreeOverflow) {
-		t.Fatalf("FirstError = %v, want ErrOwnershipDegreeOverflow", out.FirstError)
+	require.ErrorIs(t, out.FirstError, ErrOwnershipDegreeOverflow, "FirstError = %v, want ErrOwnershipDegreeOverflow", out.FirstError)
+	require.Equal(t, SourceProtocolFailure, FailurePointOf(out.FirstError), "failure point = %v, want SourceProtocolFailure", FailurePointOf(out.FirstError))
+	{
+		owners, _ := p.Owners(c)
+		require.Equal(t, uint32(1<<32-1), owners, "owners = %d, want unchanged max", owners)
 	}
-	if FailurePointOf(out.FirstError) != SourceProtocolFailure {
-		t.Fatalf("failure point = %v, want SourceProtocolFailure", FailurePointOf(out.FirstError))
-	}
-	if owners, _ := p.Owners(c); owners != 1<<32-1 {
-		t.Fatalf("owners = %d, want unchanged max", owners)
-	}
-	if got := p.MemberCounts(); !slices.Equal(got, []MemberCount{{mA, 1}, {mB, 1}}) {
-		t.Fatalf("MemberCounts = %+v, want mB holding only its second block", got)
-	}
+	got := p.MemberCounts()
+	require.True(t, slices.Equal(got, []MemberCount{{mA, 1}, {mB, 1}}), "MemberCounts = %+v, want mB holding only its second block", got)
 }
 
 // TestPool_SnapshotPlusBatchesReconstructWords: a consumer that joins at a
@@ -698,9 +597,7 @@ func TestPool_SnapshotPlusBatchesReconstructWords(t *testing.T) {
 		func() *Batch { return p.ApplyEvent(rootEv(mA, b(5, 105))).Batch },
 		func() *Batch {
 			b, err := p.ReplaceRanks([]RankReplacement{{mB, events(rootEv(mB, b(1, 100)))}})
-			if err != nil {
-				t.Fatalf("ReplaceRanks error = %v", err)
-			}
+			require.NoError(t, err, "ReplaceRanks error")
 			return b
 		},
 		func() *Batch { return p.ApplyEvent(clearedEv(mC)).Batch },
@@ -710,11 +607,7 @@ func TestPool_SnapshotPlusBatchesReconstructWords(t *testing.T) {
 		batch := op()
 		checkBatch(t, batch, p.Format().BucketCount)
 		applyBatch(consumer, batch)
-		if !p.HasPendingPublication() && !slices.Equal(consumer, p.Words()) {
-			t.Fatalf("op %d: snapshot + batches %#x, producer %#x", i, consumer, p.Words())
-		}
+		require.False(t, !p.HasPendingPublication() && !slices.Equal(consumer, p.Words()), "op %d: snapshot + batches %#x, producer %#x", i, consumer, p.Words())
 	}
-	if !slices.Equal(consumer, p.Words()) {
-		t.Fatal("after the final flush the consumer differs from the producer")
-	}
+	require.True(t, slices.Equal(consumer, p.Words()), "after the final flush the consumer differs from the producer")
 }

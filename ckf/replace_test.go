@@ -1,9 +1,11 @@
 package ckf
 
 import (
-	"errors"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func events(evs ...*RouterEvent) []RouterEvent {
@@ -48,22 +50,14 @@ func TestPool_ReplaceRanksFailurePreservesState(t *testing.T) {
 			before := viewOf(p)
 			rng := p.t.rng.State()
 			batch, err := p.ReplaceRanks(tc.reps)
-			if !errors.Is(err, tc.want) || batch != nil {
-				t.Fatalf("ReplaceRanks = %+v, %v; want nil, %v", batch, err, tc.want)
-			}
+			require.ErrorIs(t, err, tc.want, "ReplaceRanks = %+v, %v; want nil, %v", batch, err, tc.want)
+			require.Nil(t, batch, "ReplaceRanks = %+v, %v; want nil, %v", batch, err, tc.want)
 			var ee *EventError
-			if !errors.As(err, &ee) {
-				t.Fatalf("error %v is not an *EventError", err)
-			}
-			if after := viewOf(p); !after.equal(before) {
-				t.Fatalf("failed replacement changed the pool:\n before %+v\n after  %+v", before, after)
-			}
-			if p.t.rng.State() != rng {
-				t.Fatal("failed replacement changed the RNG")
-			}
-			if p.PendingEventCount() != 1 {
-				t.Fatalf("PendingEventCount = %d, want 1", p.PendingEventCount())
-			}
+			require.ErrorAs(t, err, &ee, "error %v is not an *EventError", err)
+			after := viewOf(p)
+			require.True(t, after.equal(before), "failed replacement changed the pool:\n before %+v\n after  %+v", before, after)
+			require.Equal(t, rng, p.t.rng.State(), "failed replacement changed the RNG")
+			require.Equal(t, uint64(1), p.PendingEventCount(), "PendingEventCount = %d, want 1", p.PendingEventCount())
 		})
 	}
 }
@@ -76,9 +70,7 @@ func distinctA(t *testing.T, p *Pool, keys ...uint64) {
 	seen := map[uint64]bool{}
 	for _, k := range keys {
 		a := p.t.addr.Address(k).A
-		if seen[a] {
-			t.Fatalf("test precondition: keys share bucket %d; pick other tokens", a)
-		}
+		require.False(t, seen[a], "test precondition: keys share bucket %d; pick other tokens", a)
 		seen[a] = true
 	}
 }
@@ -90,17 +82,15 @@ func TestPool_ReplaceOneOfTwoSharedOwnersPublishesNothing(t *testing.T) {
 	p.ApplyEvent(rootEv(mB, b(5, 10), b(6, 11)))
 	before := viewOf(p)
 	batch, err := p.ReplaceRanks([]RankReplacement{{mB, events(rootEv(mB, b(5, 10)), childEv(mB, 5, b(6, 11)))}})
-	if err != nil || batch != nil {
-		t.Fatalf("ReplaceRanks = %+v, %v; want nil, nil", batch, err)
-	}
+	require.NoError(t, err, "ReplaceRanks = %+v, %v; want nil, nil", batch, err)
+	require.Nil(t, batch, "ReplaceRanks = %+v, %v; want nil, nil", batch, err)
 	after := viewOf(p)
-	if !slices.Equal(after.words, before.words) || !slices.Equal(after.counts, before.counts) {
-		t.Fatalf("replacement changed the words or counts")
-	}
+	require.True(t, slices.Equal(after.words, before.words), "replacement changed the words or counts")
+	require.True(t, slices.Equal(after.counts, before.counts), "replacement changed the words or counts")
 	for _, h := range chain(10, 11) {
-		if owners, res := p.Owners(h); owners != 2 || !res {
-			t.Fatalf("Owners(%#x) = %d, %v; want 2, true", h, owners, res)
-		}
+		owners, res := p.Owners(h)
+		require.Equal(t, uint32(2), owners, "Owners(%#x) = %d, %v; want 2, true", h, owners, res)
+		require.True(t, res, "Owners(%#x) = %d, %v; want 2, true", h, owners, res)
 	}
 }
 
@@ -111,27 +101,18 @@ func TestPool_ReplaceDiffIncludesPendingWindow(t *testing.T) {
 	consumer := p.Words()
 	p.ApplyEvent(rootEv(mA, b(2, 20))) // pending: consumers have not seen it
 	batch, err := p.ReplaceRanks([]RankReplacement{{mB, events(rootEv(mB, b(3, 30)))}})
-	if err != nil {
-		t.Fatalf("ReplaceRanks error = %v", err)
-	}
+	require.NoError(t, err, "ReplaceRanks error")
 	checkBatch(t, batch, p.Format().BucketCount)
 	a20 := p.t.addr.Address(chain(20)[0])
-	if !slices.ContainsFunc(batch.Images, func(im BucketImage) bool {
+	require.True(t, slices.ContainsFunc(batch.Images, func(im BucketImage) bool {
 		return (uint64(im.Bucket) == a20.A || uint64(im.Bucket) == a20.B) && (Bucket(im.Word).Contains(a20.Fingerprint))
-	}) {
-		t.Fatalf("replacement batch %+v lacks the pending window's block", batch.Images)
-	}
+	}), "replacement batch %+v lacks the pending window's block", batch.Images)
 	applyBatch(consumer, batch)
-	if !slices.Equal(consumer, p.Words()) {
-		t.Fatal("consumer + replacement batch differs from the producer")
-	}
-	if p.HasPendingPublication() || p.PendingEventCount() != 0 {
-		t.Fatal("replacement left a pending window")
-	}
+	require.True(t, slices.Equal(consumer, p.Words()), "consumer + replacement batch differs from the producer")
+	require.False(t, p.HasPendingPublication(), "replacement left a pending window")
+	require.Equal(t, uint64(0), p.PendingEventCount(), "replacement left a pending window")
 	for _, h := range []uint64{chain(10)[0], chain(20)[0], chain(30)[0]} {
-		if !p.Contains(h) {
-			t.Fatalf("Contains(%#x) = false after replacement", h)
-		}
+		require.True(t, p.Contains(h), "Contains(%#x) = false after replacement", h)
 	}
 }
 
@@ -141,16 +122,13 @@ func TestPool_RebuildBackToPublishedStatePublishesNothing(t *testing.T) {
 	p.Flush()
 	published := p.Words()
 	p.ApplyEvent(removedEv(mA, 1)) // pending: the block is gone locally
-	if slices.Equal(p.Words(), published) {
-		t.Fatal("test precondition: the pending removal did not change the words")
-	}
+	require.False(t, slices.Equal(p.Words(), published), "test precondition: the pending removal did not change the words")
 	batch, err := p.ReplaceRanks([]RankReplacement{{mA, events(rootEv(mA, b(1, 10)))}})
-	if err != nil || batch != nil {
-		t.Fatalf("ReplaceRanks = %+v, %v; want nil, nil (consumers already hold this)", batch, err)
-	}
-	if !slices.Equal(p.Words(), published) || p.HasPendingPublication() || p.PendingEventCount() != 0 {
-		t.Fatal("rebuild did not return to the published words with an empty window")
-	}
+	require.NoError(t, err, "ReplaceRanks = %+v, %v; want nil, nil (consumers already hold this)", batch, err)
+	require.Nil(t, batch, "ReplaceRanks = %+v, %v; want nil, nil (consumers already hold this)", batch, err)
+	require.True(t, slices.Equal(p.Words(), published), "rebuild did not return to the published words with an empty window")
+	require.False(t, p.HasPendingPublication(), "rebuild did not return to the published words with an empty window")
+	require.Equal(t, uint64(0), p.PendingEventCount(), "rebuild did not return to the published words with an empty window")
 }
 
 func TestPool_ReplaceEmptyListRemovesMember(t *testing.T) {
@@ -159,19 +137,13 @@ func TestPool_ReplaceEmptyListRemovesMember(t *testing.T) {
 	p.ApplyEvent(rootEv(mB, b(2, 20)))
 	consumer := p.Words()
 	batch, err := p.ReplaceRanks([]RankReplacement{{mA, nil}, {Member{WorkerID: 77}, nil}})
-	if err != nil || batch == nil {
-		t.Fatalf("ReplaceRanks = %+v, %v; want a batch", batch, err)
-	}
+	require.NoError(t, err, "ReplaceRanks = %+v, %v; want a batch", batch, err)
+	require.NotNil(t, batch, "ReplaceRanks = %+v, %v; want a batch", batch, err)
 	applyBatch(consumer, batch)
-	if !slices.Equal(consumer, p.Words()) {
-		t.Fatal("consumer + batch differs")
-	}
-	if got := p.MemberCounts(); !slices.Equal(got, []MemberCount{{mB, 1}}) {
-		t.Fatalf("MemberCounts = %+v, want only mB", got)
-	}
-	if p.Contains(chain(10)[0]) {
-		t.Fatal("removed member's block still present")
-	}
+	require.True(t, slices.Equal(consumer, p.Words()), "consumer + batch differs")
+	got := p.MemberCounts()
+	require.True(t, slices.Equal(got, []MemberCount{{mB, 1}}), "MemberCounts = %+v, want only mB", got)
+	require.False(t, p.Contains(chain(10)[0]), "removed member's block still present")
 }
 
 // TestPool_BatchedReplacementRebuildsOnce: replacing every member in one
@@ -188,14 +160,10 @@ func TestPool_BatchedReplacementRebuildsOnce(t *testing.T) {
 		applyBatch(consumer, p.ApplyEvent(ev).Batch)
 	}
 	batch, err := p.ReplaceRanks([]RankReplacement{{mA, repA}, {mB, repB}, {mC, nil}})
-	if err != nil {
-		t.Fatalf("ReplaceRanks error = %v", err)
-	}
+	require.NoError(t, err, "ReplaceRanks error")
 	checkBatch(t, batch, 4)
 	applyBatch(consumer, batch)
-	if !slices.Equal(consumer, p.Words()) {
-		t.Fatal("one replacement batch does not bring the consumer to the words")
-	}
+	require.True(t, slices.Equal(consumer, p.Words()), "one replacement batch does not bring the consumer to the words")
 	fresh := newTestPool(t, 7, 1, kicks)
 	for i := range repA {
 		fresh.ApplyEvent(&repA[i])
@@ -203,16 +171,11 @@ func TestPool_BatchedReplacementRebuildsOnce(t *testing.T) {
 	for i := range repB {
 		fresh.ApplyEvent(&repB[i])
 	}
-	if !slices.Equal(p.Words(), fresh.Words()) || p.t.rng.State() != fresh.t.rng.State() {
-		t.Fatalf("batched rebuild words %#x rng %#x, fresh replay %#x rng %#x; want equal (one rebuild, RNG restarted once)",
-			p.Words(), p.t.rng.State(), fresh.Words(), fresh.t.rng.State())
-	}
-	if initial := NewRNG(DefaultSeed); fresh.t.rng.State() == initial.State() {
-		t.Fatal("test precondition: the replay made no relocation draws")
-	}
-	if !slices.Equal(p.MemberCounts(), fresh.MemberCounts()) {
-		t.Fatalf("MemberCounts %+v, fresh %+v", p.MemberCounts(), fresh.MemberCounts())
-	}
+	require.True(t, slices.Equal(p.Words(), fresh.Words()), "batched rebuild words %#x rng %#x, fresh replay %#x rng %#x; want equal (one rebuild, RNG restarted once)", p.Words(), p.t.rng.State(), fresh.Words(), fresh.t.rng.State())
+	require.Equal(t, fresh.t.rng.State(), p.t.rng.State(), "batched rebuild words %#x rng %#x, fresh replay %#x rng %#x; want equal (one rebuild, RNG restarted once)", p.Words(), p.t.rng.State(), fresh.Words(), fresh.t.rng.State())
+	initial := NewRNG(DefaultSeed)
+	require.NotEqual(t, initial.State(), fresh.t.rng.State(), "test precondition: the replay made no relocation draws")
+	require.True(t, slices.Equal(p.MemberCounts(), fresh.MemberCounts()), "MemberCounts %+v, fresh %+v", p.MemberCounts(), fresh.MemberCounts())
 }
 
 // TestPool_ReplayChurnEqualOwnershipNotBytes: a rebuild reinstalls retained
@@ -230,25 +193,19 @@ func TestPool_ReplayChurnEqualOwnershipNotBytes(t *testing.T) {
 	applyBatch(consumer, p.ApplyEvent(rootEv(mB, b(2, lo))).Batch)
 	before := viewOf(p)
 	batch, err := p.ReplaceRanks(nil) // rebuild everything, replace nobody
-	if err != nil {
-		t.Fatalf("ReplaceRanks error = %v", err)
-	}
+	require.NoError(t, err, "ReplaceRanks error")
 	after := viewOf(p)
-	if slices.Equal(after.words, before.words) || batch == nil {
-		t.Fatal("rebuild reproduced the bytes; expected slot churn from canonical-order reinstall")
-	}
-	if !slices.Equal(after.counts, before.counts) {
-		t.Fatalf("MemberCounts %+v, want %+v", after.counts, before.counts)
-	}
+	require.False(t, slices.Equal(after.words, before.words), "rebuild reproduced the bytes; expected slot churn from canonical-order reinstall")
+	require.NotNil(t, batch, "rebuild reproduced the bytes; expected slot churn from canonical-order reinstall")
+	require.True(t, slices.Equal(after.counts, before.counts), "MemberCounts %+v, want %+v", after.counts, before.counts)
 	for _, h := range []uint64{lo, hi} {
-		if owners, res := p.Owners(h); owners != 1 || !res || !p.Contains(h) {
-			t.Fatalf("Owners(%#x) = %d, %v; want 1, true", h, owners, res)
-		}
+		owners, res := p.Owners(h)
+		require.Equal(t, uint32(1), owners, "Owners(%#x) = %d, %v; want 1, true", h, owners, res)
+		require.True(t, res, "Owners(%#x) = %d, %v; want 1, true", h, owners, res)
+		require.True(t, p.Contains(h), "Owners(%#x) = %d, %v; want 1, true", h, owners, res)
 	}
 	applyBatch(consumer, batch)
-	if !slices.Equal(consumer, p.Words()) {
-		t.Fatal("consumer + churn batch differs")
-	}
+	require.True(t, slices.Equal(consumer, p.Words()), "consumer + churn batch differs")
 }
 
 func TestPool_ReplaceCarriesStatsAndCountsOmissions(t *testing.T) {
@@ -261,22 +218,17 @@ func TestPool_ReplaceCarriesStatsAndCountsOmissions(t *testing.T) {
 	}
 	before := p.Stats()
 	batch, err := p.ReplaceRanks([]RankReplacement{{mA, events(rootEv(mA, blocks...))}})
-	if err != nil {
-		t.Fatalf("capacity omission during rebuild was fatal: %v", err)
-	}
+	require.NoError(t, err, "capacity omission during rebuild was fatal")
 	s := p.Stats()
-	if s.UnknownRemovals != before.UnknownRemovals || s.ParentNotFound != before.ParentNotFound {
-		t.Fatalf("lifetime counters not carried: before %+v after %+v", before, s)
-	}
-	if s.CapacityFailures != before.CapacityFailures+2 || s.ResidentBlocks != 8 || s.OccupiedSlots != 8 || s.UniqueBlocks != 10 {
-		t.Fatalf("stats = %+v, want 2 more capacity failures, 8 resident of 10", s)
-	}
-	if batch == nil || s.EmittedImages != before.EmittedImages+uint64(len(batch.Images)) {
-		t.Fatalf("EmittedImages = %d, want %d + %d", s.EmittedImages, before.EmittedImages, len(batch.Images))
-	}
-	if s.PendingEvents != 0 {
-		t.Fatalf("PendingEvents = %d, want 0", s.PendingEvents)
-	}
+	require.Equal(t, before.UnknownRemovals, s.UnknownRemovals, "lifetime counters not carried: before %+v after %+v", before, s)
+	require.Equal(t, before.ParentNotFound, s.ParentNotFound, "lifetime counters not carried: before %+v after %+v", before, s)
+	require.Equal(t, before.CapacityFailures+2, s.CapacityFailures, "stats = %+v, want 2 more capacity failures, 8 resident of 10", s)
+	require.Equal(t, uint64(8), s.ResidentBlocks, "stats = %+v, want 2 more capacity failures, 8 resident of 10", s)
+	require.Equal(t, 8, s.OccupiedSlots, "stats = %+v, want 2 more capacity failures, 8 resident of 10", s)
+	require.Equal(t, 10, s.UniqueBlocks, "stats = %+v, want 2 more capacity failures, 8 resident of 10", s)
+	require.NotNil(t, batch, "EmittedImages = %d, want %d + the batch's images", s.EmittedImages, before.EmittedImages)
+	require.Equal(t, before.EmittedImages+uint64(len(batch.Images)), s.EmittedImages, "EmittedImages = %d, want %d + %d", s.EmittedImages, before.EmittedImages, len(batch.Images))
+	require.Equal(t, uint64(0), s.PendingEvents, "PendingEvents = %d, want 0", s.PendingEvents)
 }
 
 // TestPool_ReplaceSkipsNonDeviceEvents: a tree dump may carry events of
@@ -303,33 +255,26 @@ func TestPool_ReplaceSkipsNonDeviceEvents(t *testing.T) {
 	)
 	want, got := setup(), setup()
 	wantBatch, err := want.ReplaceRanks([]RankReplacement{{mA, device}})
-	if err != nil {
-		t.Fatalf("device-only ReplaceRanks: %v", err)
-	}
+	require.NoError(t, err, "device-only ReplaceRanks")
 	gotBatch, err := got.ReplaceRanks([]RankReplacement{{mA, mixed}})
-	if err != nil {
-		t.Fatalf("ReplaceRanks with non-device Stored events = %v, want nil", err)
+	require.NoError(t, err, "ReplaceRanks with non-device Stored events = %v, want nil", err)
+	require.NotNil(t, gotBatch, "batch = %+v, want the device-only replacement's %+v", gotBatch, wantBatch)
+	require.NotNil(t, wantBatch, "batch = %+v, want the device-only replacement's %+v", gotBatch, wantBatch)
+	require.True(t, slices.Equal(gotBatch.Images, wantBatch.Images), "batch = %+v, want the device-only replacement's %+v", gotBatch, wantBatch)
+	g, w := viewOf(got), viewOf(want)
+	require.True(t, g.equal(w), "pool after mixed dump = %+v, want device-only %+v", g, w)
+	{
+		g, w := got.t.rng.State(), want.t.rng.State()
+		require.Equal(t, w, g, "RNG state = %#x, want %#x", g, w)
 	}
-	if gotBatch == nil || wantBatch == nil || !slices.Equal(gotBatch.Images, wantBatch.Images) {
-		t.Fatalf("batch = %+v, want the device-only replacement's %+v", gotBatch, wantBatch)
-	}
-	if g, w := viewOf(got), viewOf(want); !g.equal(w) {
-		t.Fatalf("pool after mixed dump = %+v, want device-only %+v", g, w)
-	}
-	if g, w := got.t.rng.State(), want.t.rng.State(); g != w {
-		t.Fatalf("RNG state = %#x, want %#x", g, w)
-	}
-	if c := got.MemberCounts(); !slices.Equal(c, []MemberCount{{mA, 2}, {mB, 1}}) {
-		t.Fatalf("MemberCounts = %+v, want mA 2, mB 1", c)
-	}
+	c := got.MemberCounts()
+	require.True(t, slices.Equal(c, []MemberCount{{mA, 2}, {mB, 1}}), "MemberCounts = %+v, want mA 2, mB 1", c)
 	for _, h := range []uint64{50, ChainHash(chain(10)[0], 60), 80} {
-		if owners, _ := got.Owners(h); owners != 0 {
-			t.Errorf("Owners(%#x) = %d: a non-device block was installed", h, owners)
-		}
+		owners, _ := got.Owners(h)
+		assert.Equal(t, uint32(0), owners, "Owners(%#x) = %d: a non-device block was installed", h, owners)
 	}
 	for _, h := range chain(10, 11) {
-		if owners, res := got.Owners(h); owners != 1 || !res {
-			t.Errorf("Owners(%#x) = %d, %v; want 1, true", h, owners, res)
-		}
+		owners, res := got.Owners(h)
+		assert.False(t, owners != 1 || !res, "Owners(%#x) = %d, %v; want 1, true", h, owners, res)
 	}
 }

@@ -3,6 +3,9 @@ package ckf
 import (
 	"runtime"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // liveHeap returns the live heap after a full collection.
@@ -32,9 +35,8 @@ func fillChains(t *testing.T, p *Pool, n, members int) {
 		ev.WorkerID = uint64(m)
 		ev.HasParent, ev.ParentHash = last[m] != 0, last[m]
 		last[m] = blocks[perEvent-1].BlockHash
-		if out := p.ApplyEvent(&ev); out.FirstError != nil {
-			t.Fatalf("ApplyEvent: %v", out.FirstError)
-		}
+		out := p.ApplyEvent(&ev)
+		require.NoError(t, out.FirstError, "ApplyEvent")
 	}
 }
 
@@ -64,24 +66,17 @@ func TestPool_ExactStateBytesMatchesHeap(t *testing.T) {
 			cfg.ExpectedBlocks = tc.expected
 			cfg.PublishEveryNEvents = 16
 			p, err := NewPool(cfg)
-			if err != nil {
-				t.Fatalf("NewPool: %v", err)
-			}
+			require.NoError(t, err, "NewPool")
 			before := liveHeap()
 			fillChains(t, p, tc.blocks, tc.members)
 			measured := float64(liveHeap()) - float64(before)
 			st := p.Stats()
 			runtime.KeepAlive(p)
-			if st.UniqueBlocks != tc.blocks {
-				t.Fatalf("UniqueBlocks = %d, want %d", st.UniqueBlocks, tc.blocks)
-			}
+			require.Equal(t, tc.blocks, st.UniqueBlocks, "UniqueBlocks = %d, want %d", st.UniqueBlocks, tc.blocks)
 			ratio := float64(st.ExactStateBytes) / measured
 			t.Logf("estimate %.2f B/block, measured %.2f B/block, ratio %.3f",
 				float64(st.ExactStateBytes)/float64(tc.blocks), measured/float64(tc.blocks), ratio)
-			if ratio < 1-tolerance || ratio > 1+tolerance {
-				t.Errorf("ExactStateBytes = %d, measured heap %.0f: ratio %.3f, want within %.0f%%",
-					st.ExactStateBytes, measured, ratio, 100*tolerance)
-			}
+			assert.False(t, ratio < 1-tolerance || ratio > 1+tolerance, "ExactStateBytes = %d, measured heap %.0f: ratio %.3f, want within %.0f%%", st.ExactStateBytes, measured, ratio, 100*tolerance)
 		})
 	}
 }
@@ -109,8 +104,7 @@ func TestMapBytes_Table(t *testing.T) {
 		{1 << 20, table(1 << 21)},
 	}
 	for _, tc := range cases {
-		if got := mapBytes(tc.n, slot); got != tc.want {
-			t.Errorf("mapBytes(%d, %d) = %d, want %d", tc.n, slot, got, tc.want)
-		}
+		got := mapBytes(tc.n, slot)
+		assert.Equal(t, tc.want, got, "mapBytes(%d, %d) = %d, want %d", tc.n, slot, got, tc.want)
 	}
 }

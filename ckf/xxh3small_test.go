@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/zeebo/xxh3"
 	"pgregory.net/rapid"
 )
@@ -29,9 +30,8 @@ func TestXXH3Hash8_MatchesHashSeed(t *testing.T) {
 		v := rapid.Uint64().Draw(t, "v")
 		seed := seedGen().Draw(t, "seed")
 		want := xxh3.HashSeed(binary.LittleEndian.AppendUint64(nil, v), seed)
-		if got := xxh3Hash8(v, xxh3Flip8(seed)); got != want {
-			t.Fatalf("xxh3Hash8(%#x, seed %#x) = %#x, want xxh3.HashSeed %#x", v, seed, got, want)
-		}
+		got := xxh3Hash8(v, xxh3Flip8(seed))
+		require.Equal(t, want, got, "xxh3Hash8(%#x, seed %#x) = %#x, want xxh3.HashSeed %#x", v, seed, got, want)
 	})
 }
 
@@ -41,9 +41,8 @@ func TestXXH3Hash2_MatchesHashSeed(t *testing.T) {
 		flip := xxh3Flip2(seed)
 		for v := range 1 << 16 {
 			want := xxh3.HashSeed(binary.LittleEndian.AppendUint16(nil, uint16(v)), seed)
-			if got := xxh3Hash2(uint16(v), flip); got != want {
-				t.Fatalf("xxh3Hash2(%#x, seed %#x) = %#x, want xxh3.HashSeed %#x", v, seed, got, want)
-			}
+			got := xxh3Hash2(uint16(v), flip)
+			require.Equal(t, want, got, "xxh3Hash2(%#x, seed %#x) = %#x, want xxh3.HashSeed %#x", v, seed, got, want)
 		}
 	}
 }
@@ -54,11 +53,9 @@ func TestXXH3Hash16_MatchesHashSeed(t *testing.T) {
 		seed := seedGen().Draw(t, "seed")
 		buf := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, first), last)
 		lo, hi := xxh3Flip16(seed)
-		if got, want := xxh3Hash16(first, last, lo, hi), xxh3.HashSeed(buf, seed); got != want {
-			t.Fatalf("xxh3Hash16(%#x, %#x, seed %#x) = %#x, want xxh3.HashSeed %#x", first, last, seed, got, want)
-		}
-		if got, want := ChainHash(first, last), xxh3.HashSeed(buf, sequenceSeed); got != want {
-			t.Fatalf("ChainHash(%#x, %#x) = %#x, want xxh3.HashSeed(…, 1337) %#x", first, last, got, want)
-		}
+		got, want := xxh3Hash16(first, last, lo, hi), xxh3.HashSeed(buf, seed)
+		require.Equal(t, want, got, "xxh3Hash16(%#x, %#x, seed %#x) = %#x, want xxh3.HashSeed %#x", first, last, seed, got, want)
+		got, want = ChainHash(first, last), xxh3.HashSeed(buf, sequenceSeed)
+		require.Equal(t, want, got, "ChainHash(%#x, %#x) = %#x, want xxh3.HashSeed(…, 1337) %#x", first, last, got, want)
 	})
 }

@@ -1,6 +1,9 @@
 // Package client is the router side of ckfrelay: it subscribes one consumer
 // lane per pool (data center) to a relay's frame streams, feeds every frame
-// to a consumer (native or WebAssembly), and keeps each lane converged.
+// to a consumer (native or WebAssembly), and keeps each lane converged. A
+// router reads a ckfrelay relay's HTTP streams (Config.RelayURL), its NATS
+// JetStream broadcast ([NATSConfig]), or any server of Dynamo's
+// dynamo.kvrelay.v1 gRPC contract, ckfrelay's or Dynamo's ([GRPCConfig]).
 //
 // On any deactivation, close frame, disconnect or identity change a lane
 // retires, then re-subscribes with a higher assignment epoch and installs a
@@ -31,8 +34,13 @@ import (
 
 // Target is one pool a Router follows, on one physical lane.
 type Target struct {
-	Pool string // the relay's pool name
+	Pool string // the relay's pool name (over gRPC only a label: see DCID)
 	Lane int    // 0..15; must match the lane the consumer's manifest gives the pool
+	// DCID selects the pool over gRPC, whose catalog names pools by
+	// producer identity, not by name: the entry whose
+	// ProducerIdentity.pool_id.dc_id is DCID (the relay's pool dc_id).
+	// Unused over HTTP and NATS.
+	DCID uint64
 }
 
 // Config configures a Router.
@@ -42,6 +50,9 @@ type Config struct {
 	// NATS, when set, reads the relays' JetStream broadcast instead of
 	// RelayURL's HTTP streams (see [NATSConfig]).
 	NATS *NATSConfig
+	// GRPC, when set, follows a dynamo.kvrelay.v1 KvEventRelay server
+	// (ckfrelay's or Dynamo's) instead of RelayURL (see [GRPCConfig]).
+	GRPC *GRPCConfig
 	// AuthToken is sent as a bearer token when set.
 	AuthToken string
 	// ConsumerInstance identifies this router's consumer in leases.
@@ -94,23 +105,54 @@ type Router struct {
 	mu   sync.Mutex // serializes every call into lanes and guards info
 	ls   Lanes
 	info [ckf.MaxLanes]LaneInfo
-	res  consumer.QueryResult
-	nats *natsTransport // nil: HTTP
+	nats *natsTransport // nil: HTTP or gRPC
+	grpc *grpcTransport // nil: HTTP or NATS
 
 	onBackoff func(lane int, ceil time.Duration) // test hook: before each resubscribe delay
 }
 
+// CheckRelayURL reports whether s is a usable relay base URL: http or https,
+// with a host. The error says what to write instead, e.g. for
+// "127.0.0.1:7878" to add "http://".
+func CheckRelayURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.Scheme == "" || u.Opaque != "" {
+		if !strings.Contains(s, "://") {
+			return fmt.Errorf("client: relay URL %q has no scheme: write \"http://%s\" (or https://)", s, s)
+		}
+		return fmt.Errorf("client: relay URL %q is not an http(s) URL with a host, e.g. \"http://127.0.0.1:7878\"", s)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("client: relay URL %q has scheme %q: the relay speaks http:// or https://", s, u.Scheme)
+	}
+	return nil
+}
+
 // New returns a router over lanes. It does nothing until [Router.Run].
 func New(cfg Config, lanes Lanes) (*Router, error) {
-	if (cfg.RelayURL == "") == (cfg.NATS == nil) || len(cfg.Targets) == 0 {
-		return nil, errors.New("client: one of RelayURL and NATS, and at least one target, are required")
+	transports := 0
+	for _, set := range []bool{cfg.RelayURL != "", cfg.NATS != nil, cfg.GRPC != nil} {
+		if set {
+			transports++
+		}
 	}
-	seen := map[int]bool{}
+	if transports != 1 || len(cfg.Targets) == 0 {
+		return nil, errors.New("client: exactly one of RelayURL, NATS and GRPC, and at least one target, are required")
+	}
+	if cfg.RelayURL != "" {
+		if err := CheckRelayURL(cfg.RelayURL); err != nil {
+			return nil, err
+		}
+	}
+	seen, dcs := map[int]bool{}, map[uint64]bool{}
 	for _, t := range cfg.Targets {
 		if t.Lane < 0 || t.Lane >= ckf.MaxLanes || seen[t.Lane] || t.Pool == "" {
 			return nil, fmt.Errorf("client: target %+v: lanes must be distinct in 0..15 and pools named", t)
 		}
-		seen[t.Lane] = true
+		if cfg.GRPC != nil && dcs[t.DCID] {
+			return nil, fmt.Errorf("client: target %+v: over gRPC every target needs its own DCID", t)
+		}
+		seen[t.Lane], dcs[t.DCID] = true, true
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 50 * time.Millisecond
@@ -128,11 +170,17 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 		cfg.HTTPClient = &http.Client{}
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Router{cfg: cfg, log: cfg.Logger, ls: lanes}
 	if cfg.NATS != nil {
 		r.nats = newNATSTransport(*cfg.NATS)
+	}
+	if cfg.GRPC != nil {
+		var err error
+		if r.grpc, err = newGRPCTransport(*cfg.GRPC, cfg.AuthToken, cfg.ConsumerInstance); err != nil {
+			return nil, err
+		}
 	}
 	for _, t := range cfg.Targets {
 		r.info[t.Lane].Pool = t.Pool
@@ -143,6 +191,13 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 // Run follows every target until ctx ends. It always returns ctx's error.
 func (r *Router) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
+	if r.grpc != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.grpc.watchCatalog(ctx, r.cfg.MinBackoff, r.cfg.MaxBackoff, func(msg string, args ...any) { r.log.Info(msg, args...) })
+		}()
+	}
 	for _, t := range r.cfg.Targets {
 		wg.Add(1)
 		go func() {
@@ -153,6 +208,9 @@ func (r *Router) Run(ctx context.Context) error {
 	wg.Wait()
 	if r.nats != nil {
 		r.nats.close()
+	}
+	if r.grpc != nil {
+		r.grpc.close()
 	}
 	return ctx.Err()
 }
@@ -307,9 +365,12 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 	}()
 	lease := ckf.LaneLease{ConsumerInstance: r.cfg.ConsumerInstance, PhysicalLane: uint8(t.Lane), AssignmentEpoch: epoch}
 	var fr frameSource
-	if r.nats != nil {
+	switch {
+	case r.nats != nil:
 		fr, err = r.nats.open(sctx, t.Pool, lease, r.cfg.MaxFrameBytes)
-	} else {
+	case r.grpc != nil:
+		fr, err = r.grpc.open(sctx, t.DCID, lease)
+	default:
 		fr, err = r.openHTTP(sctx, t, epoch)
 	}
 	if err != nil {

@@ -33,9 +33,9 @@ func newNative(t *testing.T) *Native {
 	t.Helper()
 	m := consumer.Manifest{ConsumerInstance: testConsumer, Domain: testDomain, Format: testFormat, VerificationWindow: 2}
 	m.Lanes[0] = &testPool
-	c, err := consumer.New(m)
-	require.NoError(t, err, "consumer.New")
-	return &Native{C: c}
+	n, err := NewNative(m)
+	require.NoError(t, err, "NewNative")
+	return n
 }
 
 // session is one stream request the fake relay saw. Frames are written by
@@ -53,7 +53,7 @@ func (s session) write(t *testing.T, fn func(w *wire.Writer) error) {
 	select {
 	case s.ops <- fn:
 	case <-s.done:
-		t.Fatal("stream ended before the write")
+		require.Fail(t, "stream ended before the write")
 	}
 	require.NoError(t, <-s.errs, "fake relay write")
 }
@@ -139,7 +139,7 @@ func nextSession(t *testing.T, sessions <-chan session) session {
 	case s := <-sessions:
 		return s
 	case <-time.After(30 * time.Second):
-		t.Fatal("router did not open a stream")
+		require.Fail(t, "router did not open a stream")
 		return session{}
 	}
 }
@@ -163,16 +163,13 @@ func TestBackoff_BoundsAndGrowth(t *testing.T) {
 		var top time.Duration
 		for range 2000 {
 			d := backoff(lo, hi, tt.failures)
-			if d < 0 || d > tt.ceil {
-				t.Fatalf("backoff(%v, %v, %d) = %v, want within [0, %v]", lo, hi, tt.failures, d, tt.ceil)
-			}
+			require.GreaterOrEqual(t, d, time.Duration(0), "backoff(%v, %v, %d) = %v, want within [0, %v]", lo, hi, tt.failures, d, tt.ceil)
+			require.LessOrEqual(t, d, tt.ceil, "backoff(%v, %v, %d) = %v, want within [0, %v]", lo, hi, tt.failures, d, tt.ceil)
 			top = max(top, d)
 		}
 		// Full jitter spreads over the whole range: 2000 uniform draws all
 		// below half the ceiling has probability 2^-2000.
-		if top <= tt.ceil/2 {
-			t.Errorf("backoff(%d failures): max of 2000 draws %v, want > %v (jitter spans the range)", tt.failures, top, tt.ceil/2)
-		}
+		assert.Greater(t, top, tt.ceil/2, "backoff(%d failures): max of 2000 draws %v, want > %v (jitter spans the range)", tt.failures, top, tt.ceil/2)
 	}
 }
 
@@ -200,9 +197,8 @@ func TestRouter_LaneOutOfRangeIsZero(t *testing.T) {
 	r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 0}}}, newNative(t))
 	require.NoError(t, err)
 	for _, lane := range []int{-1, 16, 1 << 30} {
-		if got := r.Lane(lane); got != (LaneInfo{}) {
-			t.Errorf("Lane(%d) = %+v, want the zero LaneInfo", lane, got)
-		}
+		got := r.Lane(lane)
+		assert.False(t, got != (LaneInfo{}), "Lane(%d) = %+v, want the zero LaneInfo", lane, got)
 	}
 }
 
@@ -224,9 +220,7 @@ func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 
 	// Session 2 starts only after session 1 ended and was recorded.
 	s2 := nextSession(t, sessions)
-	if s2.epoch <= s1.epoch {
-		t.Fatalf("second epoch %d, want > first %d", s2.epoch, s1.epoch)
-	}
+	require.Greater(t, s2.epoch, s1.epoch, "second epoch %d, want > first %d", s2.epoch, s1.epoch)
 	li := r.Lane(0)
 	require.Contains(t, li.LastError, ErrDeactivated.Error(), "after the gap")
 	require.Equal(t, uint64(1), li.Resubscribes, "after the gap")
@@ -250,9 +244,7 @@ func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 	s2.frame(t, wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseShuttingDown, Message: "bye"}})
 
 	s3 := nextSession(t, sessions)
-	if s3.epoch <= s2.epoch {
-		t.Fatalf("third epoch %d, want > second %d", s3.epoch, s2.epoch)
-	}
+	require.Greater(t, s3.epoch, s2.epoch, "third epoch %d, want > second %d", s3.epoch, s2.epoch)
 	li = r.Lane(0)
 	require.Contains(t, li.LastError, ErrStreamClosed.Error(), "after the close frame")
 	require.Equal(t, uint64(2), li.Resubscribes, "after the close frame")
@@ -268,12 +260,9 @@ func TestRouter_IdleStreamResubscribes(t *testing.T) {
 	snap := ckf.Snapshot{Identity: testID, Lease: lease(s1.epoch), Sequence: 1, Words: words(1)}
 	s1.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
 	s2 := nextSession(t, sessions) // the handler of s1 still holds its stream open
-	if s2.epoch <= s1.epoch {
-		t.Fatalf("epoch after idle %d, want > %d", s2.epoch, s1.epoch)
-	}
-	if li := r.Lane(0); !strings.Contains(li.LastError, ErrIdle.Error()) {
-		t.Fatalf("LastError %q, want it to name %q", li.LastError, ErrIdle)
-	}
+	require.Greater(t, s2.epoch, s1.epoch, "epoch after idle %d, want > %d", s2.epoch, s1.epoch)
+	li := r.Lane(0)
+	require.Contains(t, li.LastError, ErrIdle.Error(), "LastError %q, want it to name %q", li.LastError, ErrIdle)
 }
 
 // A refusal (HTTP error) is reported and retried, never spun on.
@@ -293,9 +282,7 @@ func TestRouter_HTTPErrorIsRetried(t *testing.T) {
 	var prev uint64
 	for i := range 3 {
 		e := <-calls
-		if e <= prev {
-			t.Fatalf("attempt %d epoch %d, want > %d", i, e, prev)
-		}
+		require.Greater(t, e, prev, "attempt %d epoch %d, want > %d", i, e, prev)
 		prev = e
 	}
 	waitFor(t, func() bool { return strings.Contains(r.Lane(0).LastError, "404") })
@@ -310,9 +297,7 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 30s")
-		}
+		require.False(t, time.Now().After(deadline), "condition not reached in 30s")
 		time.Sleep(time.Millisecond)
 	}
 }
@@ -341,7 +326,7 @@ func TestRouter_StopIsNotAResubscribe(t *testing.T) {
 	require.Zero(t, li.Resubscribes, "after stop")
 	require.False(t, li.Ready, "after stop")
 	require.Empty(t, li.LastError, "after stop")
-	_, err = lanes.C.Contains(1)
+	_, err = lanes.Contains(1)
 	require.Error(t, err, "a stopped router's lane still answers queries")
 }
 
@@ -362,9 +347,8 @@ func TestNextFailures_OnlyLongInstalledSessionsReset(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := nextFailures(tt.failures, tt.lived, healthy); got != tt.want {
-				t.Errorf("nextFailures(%d, %v, %v) = %d, want %d", tt.failures, tt.lived, healthy, got, tt.want)
-			}
+			got := nextFailures(tt.failures, tt.lived, healthy)
+			assert.Equal(t, tt.want, got, "nextFailures(%d, %v, %v) = %d, want %d", tt.failures, tt.lived, healthy, got, tt.want)
 		})
 	}
 }
@@ -381,9 +365,7 @@ func TestNew_HealthySessionDefault(t *testing.T) {
 		r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p"}}, MinBackoff: time.Millisecond,
 			MaxBackoff: tt.maxBackoff, HealthySession: tt.healthy}, nil)
 		require.NoError(t, err)
-		if r.cfg.HealthySession != tt.want {
-			t.Errorf("MaxBackoff %v, HealthySession %v: got %v, want %v", tt.maxBackoff, tt.healthy, r.cfg.HealthySession, tt.want)
-		}
+		assert.Equal(t, tt.want, r.cfg.HealthySession, "MaxBackoff %v, HealthySession %v: got %v, want %v", tt.maxBackoff, tt.healthy, r.cfg.HealthySession, tt.want)
 	}
 }
 
@@ -420,13 +402,11 @@ func TestRouter_ShortInstalledSessionsBackOff(t *testing.T) {
 				snap := ckf.Snapshot{Identity: testID, Lease: lease(s.epoch), Sequence: uint64(i + 1), Words: words(1)}
 				s.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
 				release <- struct{}{} // the relay drops the stream right after the snapshot
-				if c := <-ceils; c != tt.want[i]*time.Millisecond {
-					t.Fatalf("after installed session %d: backoff ceiling %v, want %v", i+1, c, tt.want[i]*time.Millisecond)
-				}
+				c := <-ceils
+				require.Equal(t, tt.want[i]*time.Millisecond, c, "after installed session %d: backoff ceiling %v, want %v", i+1, c, tt.want[i]*time.Millisecond)
 			}
-			if li := r.Lane(0); li.FramesApplied < sessionsRun {
-				t.Errorf("frames applied %d, want every session's snapshot installed (≥ %d)", li.FramesApplied, sessionsRun)
-			}
+			li := r.Lane(0)
+			assert.GreaterOrEqual(t, li.FramesApplied, uint64(sessionsRun), "frames applied %d, want every session's snapshot installed (≥ %d)", li.FramesApplied, sessionsRun)
 		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -94,7 +93,7 @@ func startRelay(pool string, dcID, expectedBlocks uint64) (url string, stop func
 	cfg := server.Config{Pools: []server.PoolSpec{{
 		Name: pool, DCID: dcID, ExpectedBlocks: expectedBlocks, PublishEveryNEvents: 1,
 	}}}.WithDefaults()
-	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		panic(err)
 	}

@@ -38,6 +38,10 @@ type Lanes interface {
 	QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error
 	// QueryTokens is Query for token ids, hashed in blocks of blockSize.
 	QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error
+	// QueryTokensWith is QueryTokens with per-block multimodal hashes and
+	// Eagle windows (consumer.Consumer.QueryTokensWith); the cache
+	// namespace rides in salt (ckf.Salt).
+	QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error
 	// Contains returns the ready lanes whose filter holds a sequence hash.
 	Contains(seqHash uint64) (uint16, error)
 	// LaneStatus reports one lane's assignment, readiness and counters.
@@ -54,11 +58,11 @@ var _ Lanes = (*Native)(nil)
 // a mutex. Frames are decoded in place by consumer.ApplyFrameBytes, the path
 // the WebAssembly module uses too; errors are the consumer's and wire's own.
 //
-// The zero value is not usable: set C, or use [NewNative]. Once Native is in
-// use, call C only through Native, or with every caller of Native stopped.
+// Build it with [NewNative]; the zero value is not usable. The consumer is
+// reachable only through Native's methods, so every call holds the mutex.
 type Native struct {
 	mu sync.Mutex
-	C  *consumer.Consumer
+	c  *consumer.Consumer
 }
 
 // NewNative validates m and builds a native consumer.
@@ -67,75 +71,82 @@ func NewNative(m consumer.Manifest) (*Native, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Native{C: c}, nil
+	return &Native{c: c}, nil
 }
 
 // Assign implements [Lanes].
 func (n *Native) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.Assign(identity, lease)
+	return n.c.Assign(identity, lease)
 }
 
 // Retire implements [Lanes].
 func (n *Native) Retire(lane int) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.Retire(lane)
+	return n.c.Retire(lane)
 }
 
 // ApplyFrame implements [Lanes] with consumer.ApplyFrameBytes.
 func (n *Native) ApplyFrame(frame []byte) (consumer.Result, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.ApplyFrameBytes(frame)
+	return n.c.ApplyFrameBytes(frame)
 }
 
 // Query implements [Lanes].
 func (n *Native) Query(locals []uint64, res *consumer.QueryResult) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.Query(locals, res)
+	return n.c.Query(locals, res)
 }
 
 // QuerySequenceHashes implements [Lanes].
 func (n *Native) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.QuerySequenceHashes(seq, res)
+	return n.c.QuerySequenceHashes(seq, res)
 }
 
 // QueryTokens implements [Lanes].
 func (n *Native) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.QueryTokens(tokens, blockSize, salt, res)
+	return n.c.QueryTokens(tokens, blockSize, salt, res)
+}
+
+// QueryTokensWith implements [Lanes].
+func (n *Native) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.c.QueryTokensWith(tokens, blockSize, salt, o, res)
 }
 
 // Contains implements [Lanes].
 func (n *Native) Contains(seqHash uint64) (uint16, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.Contains(seqHash)
+	return n.c.Contains(seqHash)
 }
 
 // LaneStatus implements [Lanes].
 func (n *Native) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.LaneStatus(lane)
+	return n.c.LaneStatus(lane)
 }
 
 // AppendLaneWords implements [Lanes].
 func (n *Native) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.AppendLaneWords(dst, lane)
+	return n.c.AppendLaneWords(dst, lane)
 }
 
 // Stats implements [Lanes]; the error is always nil.
 func (n *Native) Stats() (consumer.Stats, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.C.Stats(), nil
+	return n.c.Stats(), nil
 }

@@ -61,7 +61,7 @@ func getBenchFixture(b *testing.B) *benchFixture {
 			for _, h := range seq[:d*(lanes-l)/lanes] {
 				ad := c.addresser.Address(h)
 				if !place(col[l], ad.A, ad.Fingerprint) && !place(col[l], ad.B, ad.Fingerprint) {
-					b.Fatalf("lane %d: both buckets full", l)
+					require.Fail(b, fmt.Sprintf("lane %d: both buckets full", l))
 				}
 			}
 		}
@@ -78,9 +78,8 @@ func (f *benchFixture) install(b *testing.B, l int, words []uint64) {
 	lease := testLease(l, f.epoch)
 	id := testIdentity(l, benchBuckets)
 	require.NoError(b, f.c.Assign(id, lease))
-	if r := f.c.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Words: words}); r.Outcome != SnapshotInstalled {
-		b.Fatalf("got %v", r)
-	}
+	r := f.c.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Words: words})
+	require.Equal(b, SnapshotInstalled, r.Outcome, "got %v", r)
 }
 
 // setReady makes lanes 0..k-1 ready and retires the others, keeping words.
@@ -121,12 +120,8 @@ func BenchmarkConsumerQuery(b *testing.B) {
 					if by == "locals" {
 						query = func() error { return f.c.Query(locals, &res) }
 					}
-					if err := query(); err != nil {
-						b.Fatal(err)
-					}
-					if res.Depths[0] != uint32(depth) {
-						b.Fatalf("lane 0: got depth %d, want %d", res.Depths[0], depth)
-					}
+					require.NoError(b, query())
+					require.Equal(b, uint32(depth), res.Depths[0], "lane 0: got depth %d, want %d", res.Depths[0], depth)
 					probes := 0
 					d := make([]time.Duration, b.N)
 					b.ReportAllocs()
@@ -187,7 +182,7 @@ func BenchmarkConsumerApplyDelta(b *testing.B) {
 					r = f.c.ApplyDelta(d)
 				}
 				if r.Outcome != Applied {
-					b.Fatalf("got %v", r)
+					require.Fail(b, fmt.Sprintf("got %v", r))
 				}
 				seq++
 			}
@@ -221,7 +216,7 @@ func BenchmarkConsumerInstallSnapshot(b *testing.B) {
 				f.epoch++
 				lease := testLease(3, f.epoch)
 				if err := f.c.Assign(id, lease); err != nil {
-					b.Fatal(err)
+					require.Fail(b, fmt.Sprint(err))
 				}
 				var r Result
 				if path == "frames" {
@@ -231,18 +226,18 @@ func BenchmarkConsumerInstallSnapshot(b *testing.B) {
 						chunks[i].Lease = lease
 						var err error
 						if buf, err = wire.AppendFrame(buf[:0], &wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: chunks[i]}); err != nil {
-							b.Fatal(err)
+							require.Fail(b, fmt.Sprint(err))
 						}
 						b.StartTimer()
 						if r, err = f.c.ApplyFrameBytes(buf); err != nil {
-							b.Fatal(err)
+							require.Fail(b, fmt.Sprint(err))
 						}
 					}
 				} else {
 					r = f.c.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Words: words})
 				}
 				if r.Outcome != SnapshotInstalled {
-					b.Fatalf("got %v", r)
+					require.Fail(b, fmt.Sprintf("got %v", r))
 				}
 			}
 		})

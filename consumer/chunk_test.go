@@ -41,9 +41,7 @@ func TestConsumer_ChunkedSnapshotInstallsOnlyOnLastChunk(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint16(1), m, "mask: lane 0")
 	got, _ := f.c.AppendLaneWords(nil, 0)
-	if !slices.Equal(got, words) {
-		t.Fatalf("got lane words %x, want %x", got, words)
-	}
+	require.True(t, slices.Equal(got, words), "got lane words %x, want %x", got, words)
 }
 
 func TestConsumer_ChunkViolationsAbandonPartialSnapshot(t *testing.T) {

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -35,9 +36,7 @@ func fuzzConsumer(t testing.TB) *Consumer {
 	c, err := New(testManifest(3, testBuckets))
 	require.NoError(t, err)
 	must := func(r Result, o Outcome) {
-		if r.Outcome != o {
-			t.Fatalf("setup: got %v, want %v", r, o)
-		}
+		require.Equal(t, o, r.Outcome, "setup: got %v, want %v", r, o)
 	}
 	for l, e := range []uint64{1, 2, 3} {
 		require.NoError(t, c.Assign(testIdentity(l, testBuckets), testLease(l, e)))
@@ -95,17 +94,15 @@ func FuzzConsumer_ApplyFrameBytes(f *testing.F) {
 		refErr := wire.DecodeFrame(data, &fr)
 		require.Equal(t, refErr == nil, err == nil, "ApplyFrameBytes error %v, DecodeFrame error %v", err, refErr)
 		if err != nil {
-			if !slices.Equal(before, c.words) || statuses(c) != st {
-				t.Fatalf("undecodable frame changed the consumer")
-			}
+			require.True(t, slices.Equal(before, c.words), "undecodable frame changed the consumer")
+			require.Equal(t, st, statuses(c), "undecodable frame changed the consumer")
 			return
 		}
-		if want := ref.ApplyFrame(&fr); r != want {
-			t.Fatalf("ApplyFrameBytes got %v, ApplyFrame got %v", r, want)
-		}
-		if !slices.Equal(ref.words, c.words) || statuses(ref) != statuses(c) || ref.ready != c.ready {
-			t.Fatalf("zero-copy and decoded paths left different state")
-		}
+		want := ref.ApplyFrame(&fr)
+		require.Equal(t, want, r, "ApplyFrameBytes got %v, ApplyFrame got %v", r, want)
+		require.True(t, slices.Equal(ref.words, c.words), "zero-copy and decoded paths left different state")
+		require.Equal(t, statuses(c), statuses(ref), "zero-copy and decoded paths left different state")
+		require.Equal(t, c.ready, ref.ready, "zero-copy and decoded paths left different state")
 		checkApplyInvariants(t, c, r, before, st)
 	})
 }
@@ -129,9 +126,8 @@ func FuzzConsumer_ApplyDelta(f *testing.F) {
 		checkApplyInvariants(t, c, r, before, st)
 		if r.Outcome == Applied {
 			for _, im := range d.Images {
-				if got := c.words[uint64(im.Bucket)*lanes+uint64(r.Lane)]; got != im.Word {
-					t.Fatalf("bucket %d: got %#x, want %#x", im.Bucket, got, im.Word)
-				}
+				got := c.words[uint64(im.Bucket)*lanes+uint64(r.Lane)]
+				require.Equal(t, im.Word, got, "bucket %d: got %#x, want %#x", im.Bucket, got, im.Word)
 			}
 		}
 	})
@@ -141,28 +137,20 @@ func checkApplyInvariants(t *testing.T, c *Consumer, r Result, before []uint64, 
 	t.Helper()
 	switch {
 	case r.Outcome.Ignored():
-		if !slices.Equal(before, c.words) || statuses(c) != st {
-			t.Fatalf("%v changed the consumer", r)
-		}
+		require.True(t, slices.Equal(before, c.words), "%v changed the consumer", r)
+		require.Equal(t, st, statuses(c), "%v changed the consumer", r)
 	case r.Outcome == Deactivated || r.Outcome == RetrySnapshot:
-		if !slices.Equal(before, c.words) {
-			t.Fatalf("%v wrote to the table", r)
-		}
-		if r.Fault == NoFault || c.ready&(1<<r.Lane) != 0 {
-			t.Fatalf("%v: want a fault and the lane not ready", r)
-		}
+		require.True(t, slices.Equal(before, c.words), "%v wrote to the table", r)
+		require.NotEqual(t, NoFault, r.Fault, "%v: want a fault and the lane not ready", r)
+		require.Equal(t, uint16(0), c.ready&(1<<r.Lane), "%v: want a fault and the lane not ready", r)
 	case r.Outcome == 0:
-		t.Fatalf("got no outcome")
+		require.Fail(t, "got no outcome")
 	}
 	for i := range lanes {
-		if c.lanes[i].ready != (c.ready&(1<<i) != 0) {
-			t.Fatalf("lane %d: ready flag and ready mask disagree", i)
-		}
+		require.Equal(t, (c.ready&(1<<i) != 0), c.lanes[i].ready, "lane %d: ready flag and ready mask disagree", i)
 	}
 	for _, w := range c.seen {
-		if w != 0 {
-			t.Fatalf("duplicate-check bitset left dirty")
-		}
+		require.Equal(t, uint64(0), w, "duplicate-check bitset left dirty")
 	}
 }
 
@@ -194,11 +182,9 @@ func TestConsumer_ApplyFrameBytesDoesNotAllocate(t *testing.T) {
 		fr.Delta.BaseSequence, fr.Delta.Sequence = seq, seq+1
 		buf, _ = wire.AppendFrame(buf[:0], &fr)
 		if r, err := c.ApplyFrameBytes(buf); err != nil || r.Outcome != Applied {
-			t.Fatalf("got %v, %v, want Applied", r, err)
+			require.Fail(t, fmt.Sprintf("got %v, %v, want Applied", r, err))
 		}
 		seq++
 	})
-	if got != 0 {
-		t.Fatalf("got %v allocations per frame, want 0", got)
-	}
+	require.Equal(t, float64(0), got, "got %v allocations per frame, want 0", got)
 }

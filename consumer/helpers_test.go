@@ -113,7 +113,5 @@ func (f *fixture) table() []uint64 { return slices.Clone(f.c.words) }
 
 func (f *fixture) wantTable(before []uint64) {
 	f.t.Helper()
-	if !slices.Equal(before, f.c.words) {
-		f.t.Fatalf("table changed, want it untouched")
-	}
+	require.True(f.t, slices.Equal(before, f.c.words), "table changed, want it untouched")
 }

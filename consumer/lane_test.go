@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -87,17 +88,14 @@ func TestConsumer_DeltaFaults(t *testing.T) {
 			before := f.table()
 			f.want(f.c.ApplyDelta(f.delta(0, l, tc.base, tc.seq, tc.imgs...)), Deactivated, tc.fault)
 			f.wantTable(before)
-			if got := f.c.ReadyMask(); got != 0b10 {
-				t.Fatalf("got ready mask %#b, want only lane 1", got)
-			}
+			got := f.c.ReadyMask()
+			require.Equal(t, uint16(0b10), got, "got ready mask %#b, want only lane 1", got)
 			s := f.status(0)
 			require.Equal(t, tc.fault, s.LastFault)
 			require.Equal(t, uint64(1), s.Stats.Deactivations)
 			// The seen bitset must be clean again for the next delta.
 			for i, w := range f.c.seen {
-				if w != 0 {
-					t.Fatalf("seen[%d] = %#x after rejection, want 0", i, w)
-				}
+				require.Equal(t, uint64(0), w, "seen[%d] = %#x after rejection, want 0", i, w)
 			}
 		})
 	}
@@ -110,9 +108,7 @@ func TestConsumer_ApplyDeltaWritesAbsoluteImages(t *testing.T) {
 	got, _ := f.c.AppendLaneWords(nil, 2)
 	want := testWords(2*1000, testBuckets)
 	want[0], want[63] = 7, 0
-	if !slices.Equal(got, want) {
-		t.Fatalf("got lane words %x, want %x", got, want)
-	}
+	require.True(t, slices.Equal(got, want), "got lane words %x, want %x", got, want)
 	s := f.status(2)
 	require.Equal(t, uint64(1), s.InstalledSequence)
 	require.Equal(t, uint64(2), s.Stats.ImagesApplied)
@@ -175,9 +171,7 @@ func TestConsumer_SupersededLeaseIgnoredWithoutHurtingReplacement(t *testing.T) 
 	f.wantTable(before)
 	got := f.status(0)
 	st.Stats.FramesIgnored += 4
-	if got != st {
-		t.Fatalf("got %+v, want %+v", got, st)
-	}
+	require.Equal(t, st, got, "got %+v, want %+v", got, st)
 	f.want(f.c.ApplyDelta(f.delta(0, l, 3, 4, ckf.BucketImage{Bucket: 1, Word: 1})), Applied, NoFault)
 }
 
@@ -236,9 +230,7 @@ func TestConsumer_DrainMarker(t *testing.T) {
 	before := f.table()
 	f.want(f.c.Drain(ckf.DrainMarker{Lease: l, ExpectedSequence: 7}), Deactivated, TerminalSequenceMismatch)
 	f.wantTable(before)
-	if f.c.ReadyMask() != 0 {
-		t.Fatalf("got ready mask %#x, want 0", f.c.ReadyMask())
-	}
+	require.Equal(t, uint16(0), f.c.ReadyMask(), "got ready mask %#x, want 0", f.c.ReadyMask())
 
 	t.Run("behind installed", func(t *testing.T) {
 		f := newFixture(t)
@@ -320,8 +312,9 @@ func TestConsumer_AssignClearsReadinessAndPartialSnapshot(t *testing.T) {
 	words := testWords(3, testBuckets)
 	f.want(f.c.ApplySnapshotChunk(chunk(0, l, 7, 0, 2, 0, words[:32])), SnapshotChunkAccepted, NoFault)
 	l3 := f.assign(0, 3)
-	if s := f.status(0); s.SnapshotInProgress {
-		t.Fatalf("got %+v, want the partial snapshot discarded", s)
+	{
+		s := f.status(0)
+		require.False(t, s.SnapshotInProgress, "got %+v, want the partial snapshot discarded", s)
 	}
 	// The second chunk of the discarded snapshot is foreign now; under the
 	// new lease it would be out of order.
@@ -351,8 +344,9 @@ func TestConsumer_CloseAndUnknownFrames(t *testing.T) {
 	r := f.c.ApplyFrame(&wire.Frame{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseLagged}})
 	require.Equal(t, StreamClosed, r.Outcome, "outcome")
 	require.Equal(t, -1, r.Lane, "lane")
-	if r := f.c.ApplyFrame(&wire.Frame{Kind: 99}); r.Outcome != IgnoredUnknownKind {
-		t.Fatalf("got %v, want IgnoredUnknownKind", r)
+	{
+		r := f.c.ApplyFrame(&wire.Frame{Kind: 99})
+		require.Equal(t, IgnoredUnknownKind, r.Outcome, "got %v, want IgnoredUnknownKind", r)
 	}
 	require.Equal(t, st, f.status(0))
 }
@@ -376,16 +370,11 @@ func TestResult_FailurePointAndDisposition(t *testing.T) {
 	}
 	for _, tc := range tests {
 		r := Result{Outcome: tc.outcome}
-		if got := r.FailurePoint(); got != tc.point {
-			t.Errorf("%v: got failure point %v, want %v", tc.outcome, got, tc.point)
-		}
+		got := r.FailurePoint()
+		assert.Equal(t, tc.point, got, "%v: got failure point %v, want %v", tc.outcome, got, tc.point)
 		d, ok := r.Disposition()
-		if ok != (tc.point != 0) || d.Action != tc.action || d.Commit != tc.commit {
-			t.Errorf("%v: got disposition %+v ok=%v, want action %v commit %v", tc.outcome, d, ok, tc.action, tc.commit)
-		}
-		if ok && (d.Domain != ckf.ConsumerLane || d.RecoveryDomain != ckf.ConsumerLane) {
-			t.Errorf("%v: got domains %v/%v, want ConsumerLane", tc.outcome, d.Domain, d.RecoveryDomain)
-		}
+		assert.False(t, ok != (tc.point != 0) || d.Action != tc.action || d.Commit != tc.commit, "%v: got disposition %+v ok=%v, want action %v commit %v", tc.outcome, d, ok, tc.action, tc.commit)
+		assert.False(t, ok && (d.Domain != ckf.ConsumerLane || d.RecoveryDomain != ckf.ConsumerLane), "%v: got domains %v/%v, want ConsumerLane", tc.outcome, d.Domain, d.RecoveryDomain)
 	}
 }
 
@@ -393,16 +382,15 @@ func TestFault_StringsAreDistinct(t *testing.T) {
 	seen := map[string]bool{}
 	for f := NoFault; f <= HeartbeatSequenceMismatch; f++ {
 		s := f.String()
-		if seen[s] || s == "" || s[0] == 'F' && s[:6] == "Fault(" {
-			t.Fatalf("fault %d: got name %q, want a distinct name", f, s)
-		}
+		require.False(t, seen[s], "fault %d: got name %q, want a distinct name", f, s)
+		require.NotEqual(t, "", s, "fault %d: got name %q, want a distinct name", f, s)
+		require.False(t, s[0] == 'F' && s[:6] == "Fault(", "fault %d: got name %q, want a distinct name", f, s)
 		seen[s] = true
 	}
 	for o := Applied; o <= IgnoredUnknownKind; o++ {
 		s := o.String()
-		if seen[s] || len(s) > 8 && s[:8] == "Outcome(" {
-			t.Fatalf("outcome %d: got name %q, want a distinct name", o, s)
-		}
+		require.False(t, seen[s], "outcome %d: got name %q, want a distinct name", o, s)
+		require.False(t, len(s) > 8 && s[:8] == "Outcome(", "outcome %d: got name %q, want a distinct name", o, s)
 		seen[s] = true
 	}
 }

@@ -77,6 +77,20 @@ func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res 
 	return c.run(res, false)
 }
 
+// QueryTokensWith is [Consumer.QueryTokens] with the per-request hash
+// inputs Dynamo's router uses beyond the salt (which carries the LoRA name
+// and the cache namespace: [ckf.Salt]): per-block multimodal hashes and
+// Eagle windows ([ckf.HashOptions], [ckf.AppendTokenSequenceHashesWith]).
+// With zero options it answers exactly as QueryTokens.
+func (c *Consumer) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *QueryResult) error {
+	if res == nil || blockSize <= 0 {
+		return ErrInvalidQuery
+	}
+	q := &c.q
+	q.seq = ckf.AppendTokenSequenceHashesWith(q.seq[:0], tokens, blockSize, salt, o)
+	return c.run(res, false)
+}
+
 // run searches c.q.seq over the ready lanes captured once here.
 func (c *Consumer) run(res *QueryResult, linear bool) error {
 	if hasSearchKernel && useSearchKernel && !linear {

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -49,6 +50,13 @@ func TestConsumer_QueryForms(t *testing.T) {
 	check("QuerySequenceHashes", c.QuerySequenceHashes(seq, &res), res)
 	check("QuerySequenceHashesLinear", c.QuerySequenceHashesLinear(seq, &res), res)
 	check("QueryTokens", c.QueryTokens(tokens, 16, salt, &res), res)
+
+	check("QueryTokensWith, no options", c.QueryTokensWith(tokens, 16, salt, ckf.HashOptions{}, &res), res)
+	// A block's multimodal hashes change its key and every later one's.
+	require.NoError(t, c.QueryTokensWith(tokens, 16, salt, ckf.HashOptions{MM: [][]uint64{5: {42}}}, &res), "mm")
+	require.Equal(t, uint32(5), res.Depths[0], "mm at block 5: lane 0")
+	require.Equal(t, uint32(5), res.Depths[1], "mm at block 5: lane 1")
+	require.ErrorIs(t, c.QueryTokensWith(tokens, 0, salt, ckf.HashOptions{}, &res), ErrInvalidQuery)
 
 	// Another salt (the base model) shares no block with the adapter's.
 	require.NoError(t, c.QueryTokens(tokens, 16, ckf.BaseSalt, &res), "base salt")
@@ -110,12 +118,9 @@ func TestConsumer_QueriesDoNotAllocate(t *testing.T) {
 		"Contains":            func() { _, _ = c.Contains(seq[3]) },
 	} {
 		fn() // grow the scratch once
-		if got := testing.AllocsPerRun(50, fn); got != 0 {
-			t.Errorf("%s: got %v allocations per run, want 0", name, got)
-		}
-		if res.Depths[0] != 200 && name != "Contains" {
-			t.Errorf("%s: got depth %d, want 200", name, res.Depths[0])
-		}
+		got := testing.AllocsPerRun(50, fn)
+		assert.Equal(t, float64(0), got, "%s: got %v allocations per run, want 0", name, got)
+		assert.False(t, res.Depths[0] != 200 && name != "Contains", "%s: got depth %d, want 200", name, res.Depths[0])
 	}
 }
 
@@ -125,14 +130,12 @@ func TestConsumer_ApplyDoesNotAllocate(t *testing.T) {
 	d := f.delta(0, l, 0, 1, ckf.BucketImage{Bucket: 1, Word: 2}, ckf.BucketImage{Bucket: 9, Word: 3})
 	got := testing.AllocsPerRun(100, func() {
 		if r := f.c.ApplyDelta(d); r.Outcome != Applied {
-			t.Fatalf("got %v, want Applied", r)
+			require.Fail(t, fmt.Sprintf("got %v, want Applied", r))
 		}
 		d.BaseSequence++
 		d.Sequence++
 	})
-	if got != 0 {
-		t.Fatalf("got %v allocations per delta, want 0", got)
-	}
+	require.Equal(t, float64(0), got, "got %v allocations per delta, want 0", got)
 }
 
 func TestConsumer_StatsCountQueriesAndProbes(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkSearch isolates the prefix search (no hashing): a 1024-block
@@ -17,9 +18,7 @@ func BenchmarkSearch(b *testing.B) {
 	tokens := f.requests[1024]
 	seq := ckf.AppendSequenceHashes(nil, ckf.AppendLocalBlockHashes(nil, tokens, benchBlockSize, ckf.BaseSalt))
 	var res QueryResult
-	if err := f.c.QuerySequenceHashes(seq, &res); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, f.c.QuerySequenceHashes(seq, &res))
 	probes := res.Probes
 	b.Run("kind=search", func(b *testing.B) {
 		d := make([]time.Duration, 0, b.N)

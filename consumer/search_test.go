@@ -40,16 +40,13 @@ func buildLanes(t tb, window int, seq []uint64, member [lanes][]bool) (*Consumer
 				continue
 			}
 			ad := c.addresser.Address(seq[p])
-			if !place(words, ad.A, ad.Fingerprint) && !place(words, ad.B, ad.Fingerprint) {
-				t.Fatalf("lane %d position %d: both buckets full", l, p)
-			}
+			require.False(t, !place(words, ad.A, ad.Fingerprint) && !place(words, ad.B, ad.Fingerprint), "lane %d position %d: both buckets full", l, p)
 		}
 		lease := testLease(l, 1)
 		id := testIdentity(l, searchBuckets)
 		require.NoError(t, c.Assign(id, lease), "Assign")
-		if r := c.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Words: words}); r.Outcome != SnapshotInstalled {
-			t.Fatalf("install lane %d: got %v", l, r)
-		}
+		r := c.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Words: words})
+		require.Equal(t, SnapshotInstalled, r.Outcome, "install lane %d: got %v", l, r)
 	}
 	truth := make([]uint16, len(seq))
 	if c.ReadyMask() != 0 {
@@ -130,27 +127,19 @@ func TestSearch_FastEqualsLinearForMonotoneLanes(t *testing.T) {
 		require.NoError(rt, errL, "linear")
 		require.Equal(rt, ready, fast.Mask, "fast mask")
 		require.Equal(rt, ready, lin.Mask, "linear mask")
-		if fast.Probes > 2*n+16 {
-			rt.Fatalf("got %d probes for n=%d, want ≤ %d", fast.Probes, n, 2*n+16)
-		}
+		require.LessOrEqual(rt, fast.Probes, 2*n+16, "got %d probes for n=%d, want ≤ %d", fast.Probes, n, 2*n+16)
 		for l := range lanes {
 			if ready&(1<<l) == 0 {
-				if fast.Depths[l] != 0 {
-					rt.Fatalf("lane %d not ready: got depth %d, want 0", l, fast.Depths[l])
-				}
+				require.Equal(rt, uint32(0), fast.Depths[l], "lane %d not ready: got depth %d, want 0", l, fast.Depths[l])
 				continue
 			}
 			want := linearDepth(truth, l)
-			if lin.Depths[l] != want {
-				rt.Fatalf("lane %d: linear search got %d, want %d", l, lin.Depths[l], want)
-			}
+			require.Equal(rt, want, lin.Depths[l], "lane %d: linear search got %d, want %d", l, lin.Depths[l], want)
 			d := int(fast.Depths[l])
-			if monotone(truth, l) && fast.Depths[l] != want {
-				rt.Fatalf("monotone lane %d (window %d): fast got %d, want %d", l, window, d, want)
-			}
+			require.False(rt, monotone(truth, l) && fast.Depths[l] != want, "monotone lane %d (window %d): fast got %d, want %d", l, window, d, want)
 			// Any lane: the depth is a boundary of the lane's membership.
 			if d > n || d > 0 && truth[d-1]&(1<<l) == 0 || d < n && truth[d]&(1<<l) != 0 {
-				rt.Fatalf("lane %d: fast depth %d is not a hit/miss boundary of %v", l, d, laneBits(truth, l))
+				require.Fail(rt, fmt.Sprintf("lane %d: fast depth %d is not a hit/miss boundary of %v", l, d, laneBits(truth, l)))
 			}
 		}
 	})
@@ -196,9 +185,8 @@ func TestSearch_NonMonotoneLanes(t *testing.T) {
 				member[0][i] = ch == '1'
 			}
 			c, truth := buildLanes(t, tc.window, seq, member)
-			if got := laneBits(truth, 0); got != tc.bits {
-				t.Fatalf("table holds %s, want %s (false positive in the fixture)", got, tc.bits)
-			}
+			got := laneBits(truth, 0)
+			require.Equal(t, tc.bits, got, "table holds %s, want %s (false positive in the fixture)", got, tc.bits)
 			var fast, lin QueryResult
 			require.NoError(t, c.QuerySequenceHashes(seq, &fast))
 			require.NoError(t, c.QuerySequenceHashesLinear(seq, &lin))
@@ -227,12 +215,10 @@ func TestSearch_ProbesShareRowsAcrossLanes(t *testing.T) {
 	var res QueryResult
 	require.NoError(t, c.QuerySequenceHashes(seq, &res))
 	for l := range lanes {
-		if want := linearDepth(truth, l); res.Depths[l] != want {
-			t.Fatalf("lane %d: got %d, want %d", l, res.Depths[l], want)
-		}
+		want := linearDepth(truth, l)
+		require.Equal(t, want, res.Depths[l], "lane %d: got %d, want %d", l, res.Depths[l], want)
 	}
-	if limit := 16 * (bits.Len(uint(n)) + 2); res.Probes > limit {
-		t.Fatalf("got %d probes, want ≤ %d", res.Probes, limit)
-	}
+	limit := 16 * (bits.Len(uint(n)) + 2)
+	require.LessOrEqual(t, res.Probes, limit, "got %d probes, want ≤ %d", res.Probes, limit)
 	t.Logf("1024 blocks, 16 lanes: %d probes", res.Probes)
 }

@@ -2,13 +2,15 @@ package producer
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // benchEvents returns a ring of Stored/Removed pairs over 64 members, four
@@ -55,20 +57,14 @@ func benchPoolConfig() ckf.Config {
 // startBenchActor starts an actor with a subscriber that drains every delta.
 func startBenchActor(b *testing.B) (Handle, func()) {
 	pool, err := ckf.NewPool(benchPoolConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	cfg := DefaultConfig()
 	cfg.SubscriberBuffer = 4096
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	h, faults, err := Start(pool, testScope(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	sub, err := h.Subscribe(context.Background(), testLease(1))
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -77,17 +73,13 @@ func startBenchActor(b *testing.B) (Handle, func()) {
 	}()
 	go func() {
 		for f := range faults {
-			b.Errorf("fault: %v", f)
+			assert.Fail(b, fmt.Sprintf("fault: %v", f))
 		}
 	}()
 	return h, func() {
-		if err := h.Shutdown(context.Background()); err != nil {
-			b.Error(err)
-		}
+		assert.NoError(b, h.Shutdown(context.Background()))
 		<-drained
-		if err := sub.Err(); !errors.Is(err, ErrShuttingDown) {
-			b.Errorf("subscriber ended with %v", err)
-		}
+		assert.ErrorIs(b, sub.Err(), ErrShuttingDown, "subscriber ended with")
 	}
 }
 
@@ -107,9 +99,7 @@ func BenchmarkActorAdmit(b *testing.B) {
 	}
 	b.Run("impl=pool", func(b *testing.B) {
 		pool, err := ckf.NewPool(benchPoolConfig())
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -128,12 +118,10 @@ func BenchmarkActorAdmit(b *testing.B) {
 		b.ResetTimer()
 		for i := range b.N {
 			if err := h.AdmitEvent(ctx, 0, evs[i%len(evs)]); err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 		}
-		if err := h.Flush(ctx); err != nil { // everything admitted is applied and published
-			b.Fatal(err)
-		}
+		require.NoError(b, h.Flush(ctx)) // everything admitted is applied and published
 		b.StopTimer()
 		report(b)
 	})
@@ -151,12 +139,10 @@ func BenchmarkActorAdmit(b *testing.B) {
 				next[j] = evs[(i+j)%len(evs)]
 			}
 			if err := h.AdmitEvents(ctx, 0, next); err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 		}
-		if err := h.Flush(ctx); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, h.Flush(ctx))
 		b.StopTimer()
 		report(b)
 	})
@@ -175,14 +161,12 @@ func BenchmarkActorLatency(b *testing.B) {
 		for time.Since(start) < 100*time.Millisecond {
 			for range 256 {
 				if err := h.AdmitEvent(ctx, 0, evs[n%len(evs)]); err != nil {
-					b.Fatal(err)
+					require.Fail(b, fmt.Sprint(err))
 				}
 				n++
 			}
 		}
-		if err := h.Flush(ctx); err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, h.Flush(ctx))
 		maxRate := float64(n) / time.Since(start).Seconds()
 		interval := time.Duration(float64(time.Second) / (maxRate / 2))
 		lat := make([]time.Duration, b.N)
@@ -193,7 +177,7 @@ func BenchmarkActorLatency(b *testing.B) {
 			}
 			t0 := time.Now()
 			if err := h.AdmitEvent(ctx, 0, evs[(n+i)%len(evs)]); err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 			lat[i] = time.Since(t0)
 			next = next.Add(interval)

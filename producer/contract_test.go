@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 	"testing/synctest"
@@ -194,7 +195,7 @@ func TestActor_LateEventOfAnOlderIncarnation(t *testing.T) {
 				synctest.Wait()
 				select {
 				case f := <-faults:
-					t.Fatalf("unexpected fault %v", f)
+					require.Fail(t, fmt.Sprintf("unexpected fault %v", f))
 				default:
 				}
 			})

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/stretchr/testify/require"
 )
 
 func testScope() Scope {
@@ -25,9 +26,7 @@ func newTestPool(t testing.TB, expected, cadence uint64) *ckf.Pool {
 	cfg.ExpectedBlocks = expected
 	cfg.PublishEveryNEvents = cadence
 	p, err := ckf.NewPool(cfg)
-	if err != nil {
-		t.Fatalf("NewPool: %v", err)
-	}
+	require.NoError(t, err, "NewPool")
 	return p
 }
 
@@ -68,11 +67,7 @@ var _ Sink = (*recordingSink)(nil)
 func applyBatch(t *testing.T, pool *ckf.Pool, ev ckf.RouterEvent) *ckf.Batch {
 	t.Helper()
 	out := pool.ApplyEvent(&ev)
-	if out.FirstError != nil {
-		t.Fatalf("ApplyEvent: %v", out.FirstError)
-	}
-	if out.Batch == nil {
-		t.Fatalf("ApplyEvent drained no batch")
-	}
+	require.NoError(t, out.FirstError, "ApplyEvent")
+	require.NotNil(t, out.Batch, "ApplyEvent drained no batch")
 	return out.Batch
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/stretchr/testify/require"
 )
 
 var errDisconnected = errors.New("disconnected")
@@ -19,178 +20,155 @@ func TestPublisher_CheckedSequenceAndSnapshotContinuation(t *testing.T) {
 	pool := newTestPool(t, 32, 1)
 	pub, sink := newTestPublisher(pool, 7)
 	snap, err := pub.SnapshotAfterBarrier(pool, testLease(1))
-	if err != nil {
-		t.Fatalf("SnapshotAfterBarrier: %v", err)
-	}
-	if snap.Sequence != 7 {
-		t.Fatalf("snapshot sequence: got %d want 7", snap.Sequence)
-	}
+	require.NoError(t, err, "SnapshotAfterBarrier")
+	require.Equal(t, uint64(7), snap.Sequence, "snapshot sequence: got %d want 7", snap.Sequence)
 	out, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11)))
-	if err != nil {
-		t.Fatalf("Publish: %v", err)
-	}
-	if want := (EmitOutcome{Published: true, Sequence: 8, ImageCount: 1}); out != want {
-		t.Fatalf("outcome: got %+v want %+v", out, want)
-	}
+	require.NoError(t, err, "Publish")
+	want := (EmitOutcome{Published: true, Sequence: 8, ImageCount: 1})
+	require.Equal(t, want, out, "outcome: got %+v want %+v", out, want)
 	d := sink.deltas[0]
-	if d.BaseSequence != 7 || d.Sequence != 8 || d.Lease != testLease(1) || d.Identity != pub.Identity() {
-		t.Fatalf("delta: got base %d seq %d lease %+v, want 7→8 on lease 1", d.BaseSequence, d.Sequence, d.Lease)
-	}
+	require.Equal(t, uint64(7), d.BaseSequence, "delta: got base %d seq %d lease %+v, want 7→8 on lease 1", d.BaseSequence, d.Sequence, d.Lease)
+	require.Equal(t, uint64(8), d.Sequence, "delta: got base %d seq %d lease %+v, want 7→8 on lease 1", d.BaseSequence, d.Sequence, d.Lease)
+	require.Equal(t, testLease(1), d.Lease, "delta: got base %d seq %d lease %+v, want 7→8 on lease 1", d.BaseSequence, d.Sequence, d.Lease)
+	require.Equal(t, pub.Identity(), d.Identity, "delta: got base %d seq %d lease %+v, want 7→8 on lease 1", d.BaseSequence, d.Sequence, d.Lease)
 	m, ok := pub.ExactDrainMarker()
-	if !ok || m.ExpectedSequence != 8 || m.Lease != testLease(1) {
-		t.Fatalf("drain marker: got %+v %v want lease 1 at 8", m, ok)
-	}
+	require.True(t, ok, "drain marker: got %+v %v want lease 1 at 8", m, ok)
+	require.Equal(t, uint64(8), m.ExpectedSequence, "drain marker: got %+v %v want lease 1 at 8", m, ok)
+	require.Equal(t, testLease(1), m.Lease, "drain marker: got %+v %v want lease 1 at 8", m, ok)
 }
 
 func TestPublisher_FinalRemoveIsAbsoluteZeroImage(t *testing.T) {
 	pool := newTestPool(t, 32, 1)
 	pub, sink := newTestPublisher(pool, 0)
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(1)); err != nil {
-		t.Fatal(err)
+	{
+		_, err := pub.SnapshotAfterBarrier(pool, testLease(1))
+		require.NoError(t, err)
 	}
-	if _, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11))); err != nil {
-		t.Fatal(err)
+	{
+		_, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11)))
+		require.NoError(t, err)
 	}
 	b, err := pool.RemoveRank(worker1)
-	if err != nil || b == nil {
-		t.Fatalf("RemoveRank: got batch %v err %v, want a batch", b, err)
+	require.NoError(t, err, "RemoveRank: got batch %v err %v, want a batch", b, err)
+	require.NotNil(t, b, "RemoveRank: got batch %v err %v, want a batch", b, err)
+	{
+		_, err := pub.Publish(b)
+		require.NoError(t, err)
 	}
-	if _, err := pub.Publish(b); err != nil {
-		t.Fatal(err)
-	}
-	if len(sink.deltas) != 2 {
-		t.Fatalf("deltas: got %d want 2", len(sink.deltas))
-	}
+	require.Len(t, sink.deltas, 2, "deltas: got %d want 2", len(sink.deltas))
 	zero := false
 	for _, im := range sink.deltas[1].Images {
 		zero = zero || im.Word == 0
 	}
-	if !zero {
-		t.Fatalf("final remove delta %+v has no explicit zero image", sink.deltas[1].Images)
-	}
+	require.True(t, zero, "final remove delta %+v has no explicit zero image", sink.deltas[1].Images)
 }
 
 func TestPublisher_DeliveryUncertaintyDoesNotAdvanceAndRecoversWithNewLease(t *testing.T) {
 	pool := newTestPool(t, 32, 1)
 	pub, sink := newTestPublisher(pool, 9)
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(1)); err != nil {
-		t.Fatal(err)
+	{
+		_, err := pub.SnapshotAfterBarrier(pool, testLease(1))
+		require.NoError(t, err)
 	}
 	sink.fail = errDisconnected
 	_, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11)))
 	var pe *PublishError
-	if !errors.As(err, &pe) || !errors.Is(err, errDisconnected) || !errors.Is(err, ErrDeliveryUncertain) {
-		t.Fatalf("Publish error: got %v, want a delivery-uncertain PublishError wrapping the sink error", err)
-	}
-	if got := pub.LastSequence(); got != 9 {
-		t.Fatalf("last sequence: got %d want 9", got)
-	}
-	if got := pub.FenceReason(); got != FenceDeliveryUncertain {
-		t.Fatalf("fence: got %v want DeliveryUncertain", got)
+	require.ErrorAs(t, err, &pe, "Publish error: got %v, want a delivery-uncertain PublishError wrapping the sink error", err)
+	require.ErrorIs(t, err, errDisconnected, "Publish error: got %v, want a delivery-uncertain PublishError wrapping the sink error", err)
+	require.ErrorIs(t, err, ErrDeliveryUncertain, "Publish error: got %v, want a delivery-uncertain PublishError wrapping the sink error", err)
+	got := pub.LastSequence()
+	require.Equal(t, uint64(9), got, "last sequence: got %d want 9", got)
+	{
+		got := pub.FenceReason()
+		require.Equal(t, FenceDeliveryUncertain, got, "fence: got %v want DeliveryUncertain", got)
 	}
 	// While fenced, further batches are refused without touching the sink.
-	if _, err := pub.Publish(applyBatch(t, pool, stored(worker1, 2, 12))); !errors.Is(err, ErrPublisherFenced) || errors.Is(err, errDisconnected) {
-		t.Fatalf("Publish while fenced: got %v, want a plain fence error", err)
+	{
+		_, err := pub.Publish(applyBatch(t, pool, stored(worker1, 2, 12)))
+		require.ErrorIs(t, err, ErrPublisherFenced, "Publish while fenced: got %v, want a plain fence error", err)
+		require.False(t, errors.Is(err, errDisconnected), "Publish while fenced: got %v, want a plain fence error", err)
 	}
 
 	sink.fail = nil
 	snap, err := pub.SnapshotAfterBarrier(pool, testLease(2))
-	if err != nil {
-		t.Fatalf("SnapshotAfterBarrier: %v", err)
-	}
-	if snap.Sequence != 9 || snap.Lease != testLease(2) {
-		t.Fatalf("snapshot: got seq %d lease %+v, want 9 on lease 2", snap.Sequence, snap.Lease)
-	}
-	if pub.FenceReason() != NotFenced {
-		t.Fatalf("fence after new lease: got %v want NotFenced", pub.FenceReason())
-	}
-	if len(sink.deltas) != 0 {
-		t.Fatalf("sink got %d deltas, want none", len(sink.deltas))
-	}
+	require.NoError(t, err, "SnapshotAfterBarrier")
+	require.Equal(t, uint64(9), snap.Sequence, "snapshot: got seq %d lease %+v, want 9 on lease 2", snap.Sequence, snap.Lease)
+	require.Equal(t, testLease(2), snap.Lease, "snapshot: got seq %d lease %+v, want 9 on lease 2", snap.Sequence, snap.Lease)
+	require.Equal(t, NotFenced, pub.FenceReason(), "fence after new lease: got %v want NotFenced", pub.FenceReason())
+	require.Empty(t, sink.deltas, "sink got %d deltas, want none", len(sink.deltas))
 }
 
 func TestPublisher_ReplacementSnapshotEmitsHealthyOldTailFirst(t *testing.T) {
 	pool := newTestPool(t, 32, 16)
 	pub, sink := newTestPublisher(pool, 0)
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(1)); err != nil {
-		t.Fatal(err)
+	{
+		_, err := pub.SnapshotAfterBarrier(pool, testLease(1))
+		require.NoError(t, err)
 	}
 	ev := stored(worker1, 1, 11)
-	if out := pool.ApplyEvent(&ev); out.Batch != nil || out.FirstError != nil {
-		t.Fatalf("ApplyEvent below cadence: got %+v, want no batch", out)
-	}
+	out := pool.ApplyEvent(&ev)
+	require.Nil(t, out.Batch, "ApplyEvent below cadence: got %+v, want no batch", out)
+	require.NoError(t, out.FirstError, "ApplyEvent below cadence: got %+v, want no batch", out)
 	snap, err := pub.SnapshotAfterBarrier(pool, testLease(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if snap.Sequence != 1 || snap.Lease != testLease(2) {
-		t.Fatalf("snapshot: got seq %d lease %+v, want 1 on lease 2", snap.Sequence, snap.Lease)
-	}
-	if len(sink.deltas) != 1 {
-		t.Fatalf("deltas: got %d want 1 (the old tail)", len(sink.deltas))
-	}
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), snap.Sequence, "snapshot: got seq %d lease %+v, want 1 on lease 2", snap.Sequence, snap.Lease)
+	require.Equal(t, testLease(2), snap.Lease, "snapshot: got seq %d lease %+v, want 1 on lease 2", snap.Sequence, snap.Lease)
+	require.Len(t, sink.deltas, 1, "deltas: got %d want 1 (the old tail)", len(sink.deltas))
 	d := sink.deltas[0]
-	if d.Lease != testLease(1) || d.BaseSequence != 0 || d.Sequence != 1 {
-		t.Fatalf("tail: got lease %+v %d→%d, want lease 1 0→1", d.Lease, d.BaseSequence, d.Sequence)
-	}
+	require.Equal(t, testLease(1), d.Lease, "tail: got lease %+v %d→%d, want lease 1 0→1", d.Lease, d.BaseSequence, d.Sequence)
+	require.Equal(t, uint64(0), d.BaseSequence, "tail: got lease %+v %d→%d, want lease 1 0→1", d.Lease, d.BaseSequence, d.Sequence)
+	require.Equal(t, uint64(1), d.Sequence, "tail: got lease %+v %d→%d, want lease 1 0→1", d.Lease, d.BaseSequence, d.Sequence)
 }
 
 func TestPublisher_FailedOldTailNeedsRetryThenSnapshotCoversIt(t *testing.T) {
 	pool := newTestPool(t, 32, 16)
 	pub, sink := newTestPublisher(pool, 4)
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(1)); err != nil {
-		t.Fatal(err)
+	{
+		_, err := pub.SnapshotAfterBarrier(pool, testLease(1))
+		require.NoError(t, err)
 	}
 	ev := stored(worker1, 1, 11)
 	pool.ApplyEvent(&ev)
 	sink.fail = errDisconnected
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(2)); !errors.Is(err, errDisconnected) {
-		t.Fatalf("SnapshotAfterBarrier: got %v, want the sink error", err)
+	{
+		_, err := pub.SnapshotAfterBarrier(pool, testLease(2))
+		require.ErrorIs(t, err, errDisconnected, "SnapshotAfterBarrier: got %v, want the sink error", err)
 	}
-	if pub.LastSequence() != 4 {
-		t.Fatalf("last sequence: got %d want 4", pub.LastSequence())
-	}
-	if l, ok := pub.Lease(); !ok || l != testLease(1) {
-		t.Fatalf("lease after failed tail: got %+v %v, want lease 1 kept", l, ok)
-	}
+	require.Equal(t, uint64(4), pub.LastSequence(), "last sequence: got %d want 4", pub.LastSequence())
+	l, ok := pub.Lease()
+	require.True(t, ok, "lease after failed tail: got %+v %v, want lease 1 kept", l, ok)
+	require.Equal(t, testLease(1), l, "lease after failed tail: got %+v %v, want lease 1 kept", l, ok)
 	sink.fail = nil
 	snap, err := pub.SnapshotAfterBarrier(pool, testLease(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if snap.Sequence != 4 || snap.Lease != testLease(2) {
-		t.Fatalf("snapshot: got seq %d lease %+v, want 4 on lease 2", snap.Sequence, snap.Lease)
-	}
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), snap.Sequence, "snapshot: got seq %d lease %+v, want 4 on lease 2", snap.Sequence, snap.Lease)
+	require.Equal(t, testLease(2), snap.Lease, "snapshot: got seq %d lease %+v, want 4 on lease 2", snap.Sequence, snap.Lease)
 	nonzero := false
 	for _, w := range snap.Words {
 		nonzero = nonzero || w != 0
 	}
-	if !nonzero {
-		t.Fatal("the retry snapshot does not cover the lost tail")
-	}
-	if len(sink.deltas) != 0 {
-		t.Fatalf("deltas: got %d want 0", len(sink.deltas))
-	}
+	require.True(t, nonzero, "the retry snapshot does not cover the lost tail")
+	require.Empty(t, sink.deltas, "deltas: got %d want 0", len(sink.deltas))
 }
 
 func TestPublisher_CheckedRolloverFencesWithoutEnqueueing(t *testing.T) {
 	pool := newTestPool(t, 32, 1)
 	pub, sink := newTestPublisher(pool, math.MaxUint64-1)
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(1)); err != nil {
-		t.Fatal(err)
+	{
+		_, err := pub.SnapshotAfterBarrier(pool, testLease(1))
+		require.NoError(t, err)
 	}
-	if _, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11))); err != nil {
-		t.Fatal(err)
+	{
+		_, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11)))
+		require.NoError(t, err)
 	}
 	_, err := pub.Publish(applyBatch(t, pool, stored(worker1, 2, 12)))
-	if !errors.Is(err, ErrSequenceExhausted) {
-		t.Fatalf("Publish at MaxUint64: got %v want ErrSequenceExhausted", err)
-	}
-	if len(sink.deltas) != 1 || pub.LastSequence() != math.MaxUint64 {
-		t.Fatalf("got %d deltas at %d, want 1 at MaxUint64", len(sink.deltas), pub.LastSequence())
-	}
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(2)); !errors.Is(err, ErrSequenceExhausted) {
-		t.Fatalf("SnapshotAfterBarrier: got %v want ErrSequenceExhausted", err)
+	require.ErrorIs(t, err, ErrSequenceExhausted, "Publish at MaxUint64: got %v want ErrSequenceExhausted", err)
+	require.Len(t, sink.deltas, 1, "got %d deltas at %d, want 1 at MaxUint64", len(sink.deltas), pub.LastSequence())
+	require.Equal(t, uint64(math.MaxUint64), pub.LastSequence(), "got %d deltas at %d, want 1 at MaxUint64", len(sink.deltas), pub.LastSequence())
+	{
+		_, err := pub.SnapshotAfterBarrier(pool, testLease(2))
+		require.ErrorIs(t, err, ErrSequenceExhausted, "SnapshotAfterBarrier: got %v want ErrSequenceExhausted", err)
 	}
 }
 
@@ -198,51 +176,47 @@ func TestPublisher_NoLeaseDropsBatchWithoutAdvancing(t *testing.T) {
 	pool := newTestPool(t, 32, 1)
 	pub, sink := newTestPublisher(pool, 3)
 	out, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11)))
-	if err != nil || out.Published || out.Sequence != 3 {
-		t.Fatalf("Publish without lease: got %+v %v, want not published at 3", out, err)
-	}
-	if len(sink.deltas) != 0 {
-		t.Fatalf("deltas: got %d want 0", len(sink.deltas))
-	}
-	if _, ok := pub.ExactDrainMarker(); ok {
-		t.Fatal("drain marker without a lease")
-	}
+	require.NoError(t, err, "Publish without lease: got %+v %v, want not published at 3", out, err)
+	require.False(t, out.Published, "Publish without lease: got %+v %v, want not published at 3", out, err)
+	require.Equal(t, uint64(3), out.Sequence, "Publish without lease: got %+v %v, want not published at 3", out, err)
+	require.Empty(t, sink.deltas, "deltas: got %d want 0", len(sink.deltas))
+	_, ok := pub.ExactDrainMarker()
+	require.False(t, ok, "drain marker without a lease")
 }
 
 func TestPublisher_EmptyBatchChangesNothing(t *testing.T) {
 	pool := newTestPool(t, 32, 1)
 	pub, _ := newTestPublisher(pool, 0)
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(1)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := pub.SnapshotAfterBarrier(pool, testLease(1))
+	require.NoError(t, err)
 	for _, b := range []*ckf.Batch{nil, {}} {
-		if _, err := pub.Publish(b); !errors.Is(err, ErrEmptyBatch) {
-			t.Fatalf("Publish(%v): got %v want ErrEmptyBatch", b, err)
-		}
+		_, err := pub.Publish(b)
+		require.ErrorIs(t, err, ErrEmptyBatch, "Publish(%v): got %v want ErrEmptyBatch", b, err)
 	}
-	if pub.LastSequence() != 0 || pub.FenceReason() != NotFenced {
-		t.Fatalf("state changed: seq %d fence %v", pub.LastSequence(), pub.FenceReason())
-	}
+	require.Equal(t, uint64(0), pub.LastSequence(), "state changed: seq %d fence %v", pub.LastSequence(), pub.FenceReason())
+	require.Equal(t, NotFenced, pub.FenceReason(), "state changed: seq %d fence %v", pub.LastSequence(), pub.FenceReason())
 }
 
 func TestPublisher_StalledLeaseFencesUntilNewSnapshot(t *testing.T) {
 	pool := newTestPool(t, 32, 1)
 	pub, sink := newTestPublisher(pool, 0)
-	if _, err := pub.SnapshotAfterBarrier(pool, testLease(1)); err != nil {
-		t.Fatal(err)
+	{
+		_, err := pub.SnapshotAfterBarrier(pool, testLease(1))
+		require.NoError(t, err)
 	}
 	pub.RetireStalledLease()
-	if _, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11))); !errors.Is(err, ErrLeaseStalled) {
-		t.Fatalf("Publish after stall: got %v want ErrLeaseStalled", err)
+	{
+		_, err := pub.Publish(applyBatch(t, pool, stored(worker1, 1, 11)))
+		require.ErrorIs(t, err, ErrLeaseStalled, "Publish after stall: got %v want ErrLeaseStalled", err)
 	}
 	snap, err := pub.SnapshotAfterBarrier(pool, testLease(2))
-	if err != nil || snap.Sequence != 0 {
-		t.Fatalf("SnapshotAfterBarrier: got seq %d err %v, want 0 nil", snap.Sequence, err)
+	require.NoError(t, err, "SnapshotAfterBarrier: got seq %d err %v, want 0 nil", snap.Sequence, err)
+	require.Equal(t, uint64(0), snap.Sequence, "SnapshotAfterBarrier: got seq %d err %v, want 0 nil", snap.Sequence, err)
+	{
+		_, err := pub.Publish(applyBatch(t, pool, stored(worker1, 2, 12)))
+		require.NoError(t, err)
 	}
-	if _, err := pub.Publish(applyBatch(t, pool, stored(worker1, 2, 12))); err != nil {
-		t.Fatal(err)
-	}
-	if len(sink.deltas) != 1 || sink.deltas[0].BaseSequence != 0 || sink.deltas[0].Lease != testLease(2) {
-		t.Fatalf("deltas: got %+v, want one 0→1 on lease 2", sink.deltas)
-	}
+	require.Len(t, sink.deltas, 1, "deltas: got %+v, want one 0→1 on lease 2", sink.deltas)
+	require.Equal(t, uint64(0), sink.deltas[0].BaseSequence, "deltas: got %+v, want one 0→1 on lease 2", sink.deltas)
+	require.Equal(t, testLease(2), sink.deltas[0].Lease, "deltas: got %+v, want one 0→1 on lease 2", sink.deltas)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/stretchr/testify/require"
 )
 
 // soakMember is one member's reference model, owned by one goroutine.
@@ -104,17 +105,13 @@ func TestActor_Soak(t *testing.T) {
 	pc.ExpectedBlocks = 1 << 14
 	pc.PublishEveryNEvents = 16
 	pool, err := ckf.NewPool(pc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cfg := DefaultConfig()
 	cfg.SubscriberBuffer = 2 // tiny, so lag and resubscription happen too
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Diagnostics = true
 	h, faults, err := Start(pool, testScope(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer h.Fence(context.Background())
 	target := NewRecoveryTarget(h, nil, nil)
 	ctx := t.Context()
@@ -150,42 +147,27 @@ func TestActor_Soak(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
-	if err := h.Flush(ctx); err != nil {
-		t.Fatalf("Flush: %v", err)
-	}
+	require.NoError(t, h.Flush(ctx), "Flush")
 	ack := make(chan struct{})
 	select {
 	case sub.ready <- ack:
 		<-ack
 	case err := <-sub.finished:
-		t.Fatalf("subscriber: %v", err)
+		require.Fail(t, fmt.Sprintf("subscriber: %v", err))
 	}
-	if err := h.Shutdown(ctx); err != nil {
-		t.Fatalf("Shutdown: %v", err)
-	}
-	if err := <-sub.finished; err != nil {
-		t.Fatalf("subscriber: %v", err)
-	}
+	require.NoError(t, h.Shutdown(ctx), "Shutdown")
+	require.NoError(t, <-sub.finished, "subscriber")
 	<-faultsDone
-	if len(faultList) != 0 {
-		t.Fatalf("%d faults, first %v", len(faultList), faultList[0])
-	}
+	require.Empty(t, faultList, "%d faults", len(faultList))
 
 	// The actor has stopped: its pool is ours to read.
 	tail, words := h.a.pool.BarrierSnapshot()
-	if tail != nil {
-		t.Fatalf("shutdown left a tail of %d images", len(tail.Images))
-	}
-	if !slices.Equal(sub.table, words) {
-		t.Fatal("subscriber table differs from the final barrier snapshot")
-	}
-	if sub.marker.ExpectedSequence != sub.seq || sub.marker.Lease != testLease(sub.lease) {
-		t.Fatalf("drain marker %+v, subscriber at lease %d sequence %d", sub.marker, sub.lease, sub.seq)
-	}
+	require.Nil(t, tail, "shutdown left a tail")
+	require.True(t, slices.Equal(sub.table, words), "subscriber table differs from the final barrier snapshot")
+	require.Equal(t, sub.marker.ExpectedSequence, sub.seq, "drain marker %+v, subscriber at lease %d sequence %d", sub.marker, sub.lease, sub.seq)
+	require.Equal(t, testLease(sub.lease), sub.marker.Lease, "drain marker %+v, subscriber at lease %d sequence %d", sub.marker, sub.lease, sub.seq)
 
 	// Ownership equals the reference model.
 	owners := map[uint64]uint32{}
@@ -204,22 +186,14 @@ func TestActor_Soak(t *testing.T) {
 	for _, mc := range h.a.pool.MemberCounts() {
 		got[mc.Member] = mc.Blocks
 	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("member counts:\n got %v\nwant %v", got, want)
-	}
+	require.Equal(t, fmt.Sprint(want), fmt.Sprint(got), "member counts:\n got %v\nwant %v", got, want)
 	for c, n := range owners {
 		o, resident := h.a.pool.Owners(c)
-		if o != n {
-			t.Fatalf("owners of %#x: got %d want %d", c, o, n)
-		}
-		if resident && !h.a.pool.Contains(c) {
-			t.Fatalf("resident %#x missing from the filter", c)
-		}
+		require.Equal(t, n, o, "owners of %#x: got %d want %d", c, o, n)
+		require.False(t, resident && !h.a.pool.Contains(c), "resident %#x missing from the filter", c)
 	}
 	st := h.a.pool.Stats()
-	if st.UniqueBlocks != len(owners) {
-		t.Fatalf("unique blocks: got %d want %d", st.UniqueBlocks, len(owners))
-	}
+	require.Len(t, owners, st.UniqueBlocks, "unique blocks: got %d want %d", st.UniqueBlocks, len(owners))
 	d, _ := h.Diagnostics()
 	t.Logf("%d deltas, %d lags, %d unique blocks, %d members, %d rebuilds, sequence %d",
 		sub.deltas, sub.lags, st.UniqueBlocks, st.Members, d.Rebuilds, sub.seq)

@@ -1,10 +1,12 @@
 package wire_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/stretchr/testify/require"
 )
 
 var sinkBytes []byte
@@ -52,14 +54,12 @@ func BenchmarkFrameDecode(b *testing.B) {
 			}
 			b.Run(name+"/"+mode, func(b *testing.B) {
 				var out wire.Frame
-				if err := decode(buf, &out); err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, decode(buf, &out))
 				b.SetBytes(int64(len(buf)))
 				b.ReportAllocs()
 				for b.Loop() {
 					if err := decode(buf, &out); err != nil {
-						b.Fatal(err)
+						require.Fail(b, fmt.Sprint(err))
 					}
 				}
 			})

@@ -45,9 +45,8 @@ func TestMaxSnapshotChunkOverhead_IsTight(t *testing.T) {
 	}}
 	b, err := wire.AppendFrame(nil, &f)
 	require.NoError(t, err)
-	if got := len(b) - 8*len(words); got != wire.MaxSnapshotChunkOverhead {
-		t.Fatalf("overhead: got %d, want %d", got, wire.MaxSnapshotChunkOverhead)
-	}
+	got := len(b) - 8*len(words)
+	require.Equal(t, wire.MaxSnapshotChunkOverhead, got, "overhead: got %d, want %d", got, wire.MaxSnapshotChunkOverhead)
 }
 
 func TestSplitSnapshot(t *testing.T) {
@@ -66,9 +65,7 @@ func TestSplitSnapshot(t *testing.T) {
 		s := &ckf.Snapshot{Identity: testIdentity(), Lease: testLease(), Sequence: 3, Words: words}
 		chunks, err := wire.SplitSnapshot(s, limit)
 		require.NoError(t, err)
-		if len(chunks) != tt.chunks {
-			t.Fatalf("%d words: got %d chunks, want %d", tt.words, len(chunks), tt.chunks)
-		}
+		require.Len(t, chunks, tt.chunks, "%d words: got %d chunks, want %d", tt.words, len(chunks), tt.chunks)
 		next := 0
 		for i, c := range chunks {
 			require.Equal(t, uint32(i), c.ChunkIndex, "chunk %d: index", i)
@@ -77,13 +74,10 @@ func TestSplitSnapshot(t *testing.T) {
 			require.Equal(t, s.Identity, c.Identity, "chunk %d: identity", i)
 			require.Equal(t, s.Lease, c.Lease, "chunk %d: lease", i)
 			require.Equal(t, s.Sequence, c.Sequence, "chunk %d: sequence", i)
-			if len(c.Words) > per || (i < len(chunks)-1 && len(c.Words) != per) {
-				t.Fatalf("chunk %d: %d words, want %d", i, len(c.Words), per)
-			}
+			require.LessOrEqual(t, len(c.Words), per, "chunk %d: %d words, want %d", i, len(c.Words), per)
+			require.False(t, i < len(chunks)-1 && len(c.Words) != per, "chunk %d: %d words, want %d", i, len(c.Words), per)
 			for j, w := range c.Words {
-				if w != uint64(next+j+1) {
-					t.Fatalf("chunk %d word %d: got %d, want %d", i, j, w, next+j+1)
-				}
+				require.Equal(t, uint64(next+j+1), w, "chunk %d word %d: got %d, want %d", i, j, w, next+j+1)
 			}
 			next += len(c.Words)
 			f := wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: c}
@@ -91,9 +85,7 @@ func TestSplitSnapshot(t *testing.T) {
 			require.NoError(t, err, "chunk %d", i)
 			require.LessOrEqual(t, len(b), limit, "chunk %d: frame bytes", i)
 		}
-		if next != tt.words {
-			t.Fatalf("covered %d words, want %d", next, tt.words)
-		}
+		require.Equal(t, tt.words, next, "covered %d words, want %d", next, tt.words)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -55,9 +56,7 @@ func sampleFrames() map[string]wire.Frame {
 // frameEqual compares the field f.Kind selects.
 func frameEqual(t *testing.T, got, want *wire.Frame) {
 	t.Helper()
-	if got.Kind != want.Kind {
-		t.Fatalf("kind: got %v, want %v", got.Kind, want.Kind)
-	}
+	require.Equal(t, want.Kind, got.Kind, "kind: got %v, want %v", got.Kind, want.Kind)
 	var g, w any
 	switch want.Kind {
 	case wire.KindSnapshotChunk:
@@ -99,9 +98,8 @@ func TestFrame_RoundTrip(t *testing.T) {
 			// The bytes are plain msgpack: a generic decoder reads them too.
 			var generic []any
 			require.NoError(t, msgpack.Unmarshal(b, &generic), "vmihailenco/msgpack cannot read the frame")
-			if v, _ := generic[0].(int8); v != 1 {
-				t.Errorf("generic[0]: got %#v, want 1", generic[0])
-			}
+			v, _ := generic[0].(int8)
+			assert.Equal(t, int8(1), v, "generic[0]: got %#v, want 1", generic[0])
 		})
 	}
 }
@@ -111,9 +109,7 @@ func TestAppendFrame_Appends(t *testing.T) {
 	prefix := []byte("xyz")
 	b, err := wire.AppendFrame(prefix, &f)
 	require.NoError(t, err)
-	if !bytes.HasPrefix(b, prefix) {
-		t.Fatalf("got %x, want prefix %x", b, prefix)
-	}
+	require.True(t, bytes.HasPrefix(b, prefix), "got %x, want prefix %x", b, prefix)
 	var got wire.Frame
 	require.NoError(t, wire.DecodeFrame(b[3:], &got))
 	frameEqual(t, &got, &f)
@@ -149,8 +145,9 @@ func TestFrame_Golden(t *testing.T) {
 			f := frames[name]
 			b, err := wire.AppendFrame(nil, &f)
 			require.NoError(t, err)
-			if got := hex.EncodeToString(b); got != hexWant {
-				t.Fatalf("bytes:\ngot  %s\nwant %s", got, hexWant)
+			{
+				got := hex.EncodeToString(b)
+				require.Equal(t, hexWant, got, "bytes:\ngot  %s\nwant %s", got, hexWant)
 			}
 			want, _ := hex.DecodeString(hexWant)
 			var got wire.Frame
@@ -201,14 +198,11 @@ func TestDecodeFrame_ReusesBuffers(t *testing.T) {
 		require.NoError(t, wire.DecodeFrame(sb, &f))
 		require.NoError(t, wire.DecodeFrame(db, &f))
 	})
-	if allocs != 0 {
-		t.Fatalf("allocs per decode pair: got %v, want 0", allocs)
-	}
+	require.Equal(t, float64(0), allocs, "allocs per decode pair: got %v, want 0", allocs)
 	frameEqual(t, &f, &delta)
 	// Payload aliases the input.
-	if p := f.Payload(); len(p) != 24 || &p[0] != &db[len(db)-24] {
-		t.Fatalf("Payload: got %d bytes not aliasing the input", len(p))
-	}
+	p := f.Payload()
+	require.False(t, len(p) != 24 || &p[0] != &db[len(db)-24], "Payload: got %d bytes not aliasing the input", len(p))
 }
 
 func TestDecodeFrameView_LeavesPayload(t *testing.T) {
@@ -216,13 +210,9 @@ func TestDecodeFrameView_LeavesPayload(t *testing.T) {
 	b, _ := wire.AppendFrame(nil, &snap)
 	var f wire.Frame
 	require.NoError(t, wire.DecodeFrameView(b, &f))
-	if len(f.Snapshot.Words) != 0 {
-		t.Fatalf("Words: got %d, want 0", len(f.Snapshot.Words))
-	}
+	require.Empty(t, f.Snapshot.Words, "Words: got %d, want 0", len(f.Snapshot.Words))
 	want := b[len(b)-32:]
-	if !bytes.Equal(f.Payload(), want) {
-		t.Fatalf("Payload: got %x, want %x", f.Payload(), want)
-	}
+	require.Equal(t, want, f.Payload(), "Payload: got %x, want %x", f.Payload(), want)
 }
 
 func TestAppendFrame_Errors(t *testing.T) {
@@ -245,9 +235,7 @@ func TestAppendFrame_Errors(t *testing.T) {
 			dst := []byte{1, 2}
 			got, err := wire.AppendFrame(dst, &tt.f)
 			require.ErrorIs(t, err, wire.ErrInvalidFrame)
-			if !bytes.Equal(got, dst) {
-				t.Fatalf("dst: got %x, want unchanged %x", got, dst)
-			}
+			require.Equal(t, dst, got, "dst: got %x, want unchanged %x", got, dst)
 		})
 	}
 }

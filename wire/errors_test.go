@@ -99,3 +99,19 @@ func TestDecodeError_Message(t *testing.T) {
 	want := "wire: malformed input at offset 7 in drain_marker frame (expected_sequence): negative value -1"
 	require.EqualError(t, err, want)
 }
+
+// A JSON value of the wrong type is named by what belongs there, not by the
+// decoder's Go types.
+func TestJSONTypeError_SpeaksOfTheInput(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"worker_id": 1}`, "JSON object where an array belongs"},
+		{`[{"worker_id": "7", "event": {"event_id": 1, "data": "cleared"}}]`, "JSON string where an unsigned integer belongs"},
+		{`[{"worker_id": 7, "event": []}]`, "JSON array where an object belongs"},
+	} {
+		_, err := wire.DecodeRouterEventsJSON([]byte(tc.in), nil)
+		require.Error(t, err, tc.in)
+		assert.Contains(t, err.Error(), tc.want, tc.in)
+		assert.NotContains(t, err.Error(), "wire.", tc.in)
+		assert.NotContains(t, err.Error(), "[]", tc.in)
+	}
+}

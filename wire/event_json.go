@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strconv"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -219,9 +220,33 @@ func jsonError(err error, at int) error {
 	case errors.As(err, &se):
 		return &DecodeError{Kind: ErrMalformed, Offset: int(se.Offset), Detail: se.Error()}
 	case errors.As(err, &te):
-		return &DecodeError{Kind: ErrMalformed, Offset: int(te.Offset), Field: te.Field, Detail: "JSON " + te.Value + " is not a valid " + te.Type.String()}
+		return &DecodeError{Kind: ErrMalformed, Offset: int(te.Offset), Field: te.Field, Detail: "JSON " + te.Value + " where " + jsonKind(te.Type) + " belongs"}
 	}
 	return &DecodeError{Kind: ErrMalformed, Offset: at, Detail: err.Error()}
+}
+
+// jsonKind names the JSON value a Go type decodes from, so that error texts
+// speak of the input ("an array of events") rather than of Go types.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an unsigned integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "another value"
 }
 
 // DecodeRouterEventJSON decodes one Dynamo RouterEvent in its serde JSON form

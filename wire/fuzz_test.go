@@ -3,6 +3,7 @@ package wire_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
@@ -25,7 +26,7 @@ func checkDecodeErr(t *testing.T, err error) {
 			return
 		}
 	}
-	t.Fatalf("error %v wraps no decode category", err)
+	require.Fail(t, fmt.Sprintf("error %v wraps no decode category", err))
 }
 
 // checkLimited checks a limited batch decode against the unlimited one:
@@ -42,20 +43,14 @@ func checkLimited(t *testing.T, all []ckf.RouterEvent, allErr error, decode func
 	if allErr == nil {
 		// The JSON decoder also counts arrays in unknown fields, so a fitting
 		// batch may still exceed the limit there; nothing else may differ.
-		if err != nil && !errors.Is(err, wire.ErrLimitExceeded) {
-			t.Fatalf("limits the batch fits: %v", err)
-		}
-		if err == nil && !deepEqual(normalizeAll(got), normalizeAll(all)) {
-			t.Fatalf("limited decode differs:\ngot  %+v\nwant %+v", got, all)
-		}
-	} else if err == nil {
-		t.Fatalf("limited decode accepted what the unlimited one refused (%v)", allErr)
+		require.False(t, err != nil && !errors.Is(err, wire.ErrLimitExceeded), "limits the batch fits: %v", err)
+		require.False(t, err == nil && !deepEqual(normalizeAll(got), normalizeAll(all)), "limited decode differs:\ngot  %+v\nwant %+v", got, all)
+	} else {
+		require.Error(t, err, "limited decode accepted what the unlimited one refused (%v)", allErr)
 	}
 	if len(all) > 1 {
 		_, err := decode(wire.BatchLimits{MaxEvents: len(all) - 1})
-		if !errors.Is(err, wire.ErrLimitExceeded) {
-			t.Fatalf("%d events under a limit of %d: %v", len(all), len(all)-1, err)
-		}
+		require.ErrorIs(t, err, wire.ErrLimitExceeded, "%d events under a limit of %d", len(all), len(all)-1)
 	}
 }
 
@@ -88,9 +83,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		var again wire.Frame
 		require.NoError(t, wire.DecodeFrame(b, &again), "re-decode")
 		require.True(t, sameFrame(&again, &fr), "re-decode:\ngot  %+v\nwant %+v", again, fr)
-		if len(b) > len(data) {
-			t.Fatalf("canonical encoding %d bytes longer than input %d", len(b), len(data))
-		}
+		require.LessOrEqual(t, len(b), len(data), "canonical encoding %d bytes longer than input %d", len(b), len(data))
 	})
 }
 
@@ -112,7 +105,7 @@ func FuzzReader(f *testing.F) {
 				return // sticky
 			}
 		}
-		t.Fatalf("reader did not reach the end of %d bytes", len(data))
+		require.Fail(t, fmt.Sprintf("reader did not reach the end of %d bytes", len(data)))
 	})
 }
 

@@ -80,9 +80,7 @@ func TestFrame_RoundTripProperty(t *testing.T) {
 		for i := range frames {
 			require.NoError(t, r.ReadFrame(&got), "frame %d", i)
 			g, w := got, frames[i]
-			if !sameFrame(&g, &w) {
-				t.Fatalf("frame %d:\ngot  %+v\nwant %+v", i, g, w)
-			}
+			require.True(t, sameFrame(&g, &w), "frame %d:\ngot  %+v\nwant %+v", i, g, w)
 		}
 		b, _ := wire.AppendFrame(nil, &frames[0])
 		cut := rapid.IntRange(0, len(b)-1).Draw(t, "cut")

@@ -16,9 +16,7 @@ func TestWriter_ReleasesLargeBuffers(t *testing.T) {
 	w := NewWriter(io.Discard, 0)
 	small := Frame{Kind: KindDrainMarker, Drain: ckf.DrainMarker{ExpectedSequence: 7}}
 	require.NoError(t, w.WriteFrame(&small))
-	if cap(w.buf) == 0 {
-		t.Fatal("a small frame's buffer was not kept for reuse")
-	}
+	require.NotEqual(t, 0, cap(w.buf), "a small frame's buffer was not kept for reuse")
 	images := make([]ckf.BucketImage, RetainedBufferBytes/ImageBytes+1)
 	for i := range images {
 		images[i].Bucket = uint32(i)
@@ -26,11 +24,9 @@ func TestWriter_ReleasesLargeBuffers(t *testing.T) {
 	big := Frame{Kind: KindDelta, Delta: ckf.Delta{Identity: ckf.ProducerIdentity{Format: ckf.NewFormat(1, 1<<20)},
 		BaseSequence: 1, Sequence: 2, Images: images}}
 	require.NoError(t, w.WriteFrame(&big))
-	if c := cap(w.buf); c > RetainedBufferBytes {
-		t.Fatalf("writer kept a %d-byte buffer after a large frame, limit %d", c, RetainedBufferBytes)
-	}
+	c := cap(w.buf)
+	require.LessOrEqual(t, c, RetainedBufferBytes, "writer kept a %d-byte buffer after a large frame, limit %d", c, RetainedBufferBytes)
 	require.NoError(t, w.WriteRaw(make([]byte, RetainedBufferBytes+1)))
-	if c := cap(w.buf); c > RetainedBufferBytes {
-		t.Fatalf("WriteRaw kept a %d-byte buffer", c)
-	}
+	c = cap(w.buf)
+	require.LessOrEqual(t, c, RetainedBufferBytes, "WriteRaw kept a %d-byte buffer", c)
 }

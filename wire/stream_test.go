@@ -40,9 +40,7 @@ func TestWriter_LengthPrefix(t *testing.T) {
 	f := sampleFrames()["drain_marker"]
 	require.NoError(t, wire.NewWriter(&buf, 0).WriteFrame(&f))
 	want := mustHex("00000008" + goldenFrames["drain_marker"])
-	if !bytes.Equal(buf.Bytes(), want) {
-		t.Fatalf("got %x, want %x", buf.Bytes(), want)
-	}
+	require.Equal(t, want, buf.Bytes(), "got %x, want %x", buf.Bytes(), want)
 }
 
 func TestWriter_FrameTooLarge(t *testing.T) {
@@ -52,9 +50,7 @@ func TestWriter_FrameTooLarge(t *testing.T) {
 	w := wire.NewWriter(&buf, 64)
 	err := w.WriteFrame(&f)
 	require.ErrorIs(t, err, wire.ErrFrameTooLarge)
-	if buf.Len() != 0 {
-		t.Fatalf("wrote %d bytes, want 0", buf.Len())
-	}
+	require.Equal(t, 0, buf.Len(), "wrote %d bytes, want 0", buf.Len())
 	require.ErrorIs(t, w.WriteRaw(make([]byte, 65)), wire.ErrFrameTooLarge, "WriteRaw")
 }
 
@@ -99,17 +95,13 @@ func TestReader_Errors(t *testing.T) {
 			var f wire.Frame
 			err := r.ReadFrame(&f)
 			require.ErrorIs(t, err, tt.want)
-			if errors.Is(err, wire.ErrFrameTooLarge) && cr.n != 4 {
-				t.Fatalf("read %d bytes past an oversize prefix, want 4", cr.n)
-			}
+			require.False(t, errors.Is(err, wire.ErrFrameTooLarge) && cr.n != 4, "read %d bytes past an oversize prefix, want 4", cr.n)
 			err2 := r.ReadFrame(&f)
 			if tt.sticky {
 				require.True(t, err2 == err, "second read: got %v, want the same error %v", err2, err)
 				return
 			}
-			if err2 != nil {
-				t.Fatalf("second read: got %v, want the next good frame", err2)
-			}
+			require.NoError(t, err2, "second read: got %v, want the next good frame", err2)
 			want := sampleFrames()["drain_marker"]
 			frameEqual(t, &f, &want)
 		})
@@ -132,9 +124,8 @@ func TestReader_HugePrefixDoesNotAllocate(t *testing.T) {
 	}
 	runtime.ReadMemStats(&after)
 	// Only the reader, the error and its message; never a body buffer.
-	if got := (after.TotalAlloc - before.TotalAlloc) / reads; got > 4096 {
-		t.Fatalf("allocated %d bytes per read, want ≤ 4096", got)
-	}
+	got := (after.TotalAlloc - before.TotalAlloc) / reads
+	require.LessOrEqual(t, got, uint64(4096), "allocated %d bytes per read, want ≤ 4096", got)
 }
 
 type errWriter struct{ err error }
@@ -169,9 +160,7 @@ func TestWriter_WriteSnapshotChunks(t *testing.T) {
 	for i := 0; ; i++ {
 		err := r.ReadFrame(&f)
 		if err == io.EOF {
-			if i != 4 {
-				t.Fatalf("chunks: got %d, want 4", i)
-			}
+			require.Equal(t, 4, i, "chunks: got %d, want 4", i)
 			break
 		}
 		require.NoError(t, err)
@@ -189,8 +178,9 @@ func TestWriteRaw_ReadRaw(t *testing.T) {
 	body := mustHex(goldenFrames["close"])
 	var buf bytes.Buffer
 	require.NoError(t, wire.NewWriter(&buf, 0).WriteRaw(body))
-	if got := binary.BigEndian.Uint32(buf.Bytes()); got != uint32(len(body)) {
-		t.Fatalf("prefix: got %d, want %d", got, len(body))
+	{
+		got := binary.BigEndian.Uint32(buf.Bytes())
+		require.Equal(t, uint32(len(body)), got, "prefix: got %d, want %d", got, len(body))
 	}
 	got, err := wire.NewReader(&buf, 0).ReadRaw()
 	require.NoError(t, err)

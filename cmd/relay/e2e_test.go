@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -77,9 +78,7 @@ func relayBinary(t *testing.T) string {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
 	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
+	require.NoError(t, binErr)
 	return binPath
 }
 
@@ -100,17 +99,11 @@ func startRelay(t *testing.T, args ...string) *relay {
 	bin := relayBinary(t)
 	cmd := exec.Command(bin, append([]string{"serve", "--log-level", "warn"}, args...)...)
 	stderr, err := os.Create(filepath.Join(t.TempDir(), "relay.stderr"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	r := &relay{t: t, cmd: cmd, exited: make(chan struct{})}
 	lines := make(chan string, 1)
 	go func() {
@@ -138,12 +131,12 @@ func startRelay(t *testing.T, args ...string) *relay {
 		if !ok || !found {
 			r.kill()
 			b, _ := os.ReadFile(stderr.Name())
-			t.Fatalf("relay did not report its address (first line %q): %v\n%s", l, r.err, b)
+			require.Fail(t, fmt.Sprintf("relay did not report its address (first line %q): %v\n%s", l, r.err, b))
 		}
 		r.addr, r.base = addr, "http://"+addr
 	case <-time.After(60 * time.Second):
 		r.kill()
-		t.Fatal("relay did not start in 60s")
+		require.Fail(t, "relay did not start in 60s")
 	}
 	return r
 }
@@ -176,22 +169,16 @@ func (r *relay) rssBytes() int64 {
 func writeConfig(t *testing.T, cfg server.Config) string {
 	t.Helper()
 	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := filepath.Join(t.TempDir(), "relay.json")
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, b, 0o600))
 	return p
 }
 
 func getCatalog(t *testing.T, base string) map[string]catalog.Pool {
 	t.Helper()
 	c, err := catalog.Get(context.Background(), nil, base, "")
-	if err != nil {
-		t.Fatalf("catalog: %v", err)
-	}
+	require.NoError(t, err, "catalog")
 	out := map[string]catalog.Pool{}
 	for _, p := range c.Pools {
 		out[p.Name] = p
@@ -204,9 +191,7 @@ func getCatalog(t *testing.T, base string) map[string]catalog.Pool {
 func wasmLanes(t *testing.T, base string, pools []string) *host.Instance {
 	t.Helper()
 	rtOnce.Do(func() { rt, rtErr = host.NewRuntime(context.Background(), host.NewConfig()) })
-	if rtErr != nil {
-		t.Fatal(rtErr)
-	}
+	require.NoError(t, rtErr)
 	cat := getCatalog(t, base)
 	domain := server.Config{}.Domain()
 	first := cat[pools[0]].Identity.Format
@@ -215,9 +200,7 @@ func wasmLanes(t *testing.T, base string, pools []string) *host.Instance {
 		m.Lanes[i] = &ckf.PoolID{Domain: domain, DCID: uint64(cat[p].DCID)}
 	}
 	in, err := rt.NewInstance(context.Background(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = in.Close() })
 	return in
 }
@@ -230,9 +213,7 @@ func startRouter(t *testing.T, relayURL string, pools []string, lanes client.Lan
 	}
 	r, err := client.New(client.Config{RelayURL: relayURL, ConsumerInstance: 77, Targets: targets,
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 5 * time.Second, HTTPClient: hc}, lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -262,18 +243,12 @@ func postBurst(t *testing.T, base, pool string, n, blocks int) {
 			evs[i] = ev
 		}
 		body, err := wire.AppendRouterEventsJSON(nil, evs)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		resp, err := http.Post(base+"/v1/pools/"+pool+"/events?source_epoch=1", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatalf("post events: %v", err)
-		}
+		require.NoError(t, err, "post events")
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			t.Fatalf("post events: %s %s", resp.Status, b)
-		}
+		require.Equal(t, http.StatusAccepted, resp.StatusCode, "post events: %s %s", resp.Status, b)
 		done += k
 	}
 }
@@ -285,20 +260,20 @@ var tailEpoch atomic.Uint64
 func relaySnapshot(t *testing.T, base, pool string) (ckf.ProducerIdentity, uint64, []uint64) {
 	t.Helper()
 	resp, err := http.Get(fmt.Sprintf("%s/v1/pools/%s/stream?consumer=900&lane=0&epoch=%d", base, pool, uint64(time.Now().UnixNano())+tailEpoch.Add(1)))
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
+	require.NoError(t, err, "snapshot")
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("snapshot: %s %s", resp.Status, b)
+		require.Fail(t, fmt.Sprintf("snapshot: %s %s", resp.Status, b))
 	}
 	fr := wire.NewReader(resp.Body, 0)
 	var f wire.Frame
 	var words []uint64
 	for got := uint32(0); ; got++ {
-		if err := fr.ReadFrame(&f); err != nil || f.Kind != wire.KindSnapshotChunk {
-			t.Fatalf("snapshot chunk %d: kind %v, %v", got, f.Kind, err)
+		{
+			err := fr.ReadFrame(&f)
+			require.NoError(t, err, "snapshot chunk %d: kind %v", got, f.Kind)
+			require.Equal(t, wire.KindSnapshotChunk, f.Kind, "snapshot chunk %d: kind %v, %v", got, f.Kind, err)
 		}
 		c := &f.Snapshot
 		if words == nil {
@@ -326,13 +301,13 @@ func converge(t *testing.T, r *client.Router, base, pool string, lane int) uint6
 		case gotSeq != seq:
 			last = fmt.Sprintf("lane %d at sequence %d, relay at %d", lane, gotSeq, seq)
 		case !slices.Equal(got, want):
-			t.Fatalf("lane %d at the relay's sequence %d but its words differ", lane, seq)
+			require.Fail(t, fmt.Sprintf("lane %d at the relay's sequence %d but its words differ", lane, seq))
 		default:
 			return seq
 		}
 		time.Sleep(20 * time.Millisecond) // observing an end state, not ordering
 	}
-	t.Fatalf("router did not converge with %s: %s", pool, last)
+	require.Fail(t, fmt.Sprintf("router did not converge with %s: %s", pool, last))
 	return 0
 }
 
@@ -345,12 +320,8 @@ func TestE2E_BurstConverges(t *testing.T) {
 	seqA := converge(t, r, rl.base, "dc-a", 0)
 	seqB := converge(t, r, rl.base, "dc-b", 1)
 	cat := getCatalog(t, rl.base)
-	if cat["dc-a"].Stats.UniqueBlocks != 3000*8 || cat["dc-b"].Stats.UniqueBlocks != 1000*4 {
-		t.Errorf("relay tracks %d and %d blocks, want %d and %d", cat["dc-a"].Stats.UniqueBlocks, cat["dc-b"].Stats.UniqueBlocks, 3000*8, 1000*4)
-	}
-	if seqA == 0 || seqB == 0 {
-		t.Errorf("converged at sequences %d, %d: want publications after the burst", seqA, seqB)
-	}
+	assert.False(t, cat["dc-a"].Stats.UniqueBlocks != 3000*8 || cat["dc-b"].Stats.UniqueBlocks != 1000*4, "relay tracks %d and %d blocks, want %d and %d", cat["dc-a"].Stats.UniqueBlocks, cat["dc-b"].Stats.UniqueBlocks, 3000*8, 1000*4)
+	assert.False(t, seqA == 0 || seqB == 0, "converged at sequences %d, %d: want publications after the burst", seqA, seqB)
 	// The router answers from the converged lanes: the last event's chain is
 	// held by dc-a only.
 	id := eventSeq.Load() - 1000 // the last dc-a event
@@ -359,12 +330,8 @@ func TestE2E_BurstConverges(t *testing.T) {
 		locals = append(locals, id*1_000_003+uint64(j))
 	}
 	var res consumer.QueryResult
-	if err := r.QuerySequenceHashes(ckf.AppendSequenceHashes(nil, locals), &res); err != nil {
-		t.Fatal(err)
-	}
-	if res.Mask&1 == 0 || res.Depths[0] != 8 {
-		t.Errorf("query of dc-a's last chain: mask %b depth %d, want lane 0 at depth 8", res.Mask, res.Depths[0])
-	}
+	require.NoError(t, r.QuerySequenceHashes(ckf.AppendSequenceHashes(nil, locals), &res))
+	assert.False(t, res.Mask&1 == 0 || res.Depths[0] != 8, "query of dc-a's last chain: mask %b depth %d, want lane 0 at depth 8", res.Mask, res.Depths[0])
 }
 
 // proxy is a loopback TCP proxy whose connections the test can cut.
@@ -378,9 +345,7 @@ type proxy struct {
 func startProxy(t *testing.T, target string) *proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p := &proxy{ln: ln}
 	p.wg.Add(1)
 	go func() {
@@ -427,14 +392,11 @@ func TestE2E_DroppedConnectionReconverges(t *testing.T) {
 	postBurst(t, rl.base, "p", 500, 4)
 	converge(t, r, rl.base, "p", 0)
 	before := r.Lane(0).Resubscribes
-	if n := px.cut(); n == 0 {
-		t.Fatal("no proxied connection to cut")
-	}
+	require.NotEqual(t, 0, px.cut(), "no proxied connection to cut")
 	postBurst(t, rl.base, "p", 500, 4) // published while the router is cut off
 	converge(t, r, rl.base, "p", 0)
-	if li := r.Lane(0); li.Resubscribes <= before {
-		t.Errorf("resubscribes %d after the cut, want > %d", li.Resubscribes, before)
-	}
+	li := r.Lane(0)
+	assert.Greater(t, li.Resubscribes, before, "resubscribes %d after the cut, want > %d", li.Resubscribes, before)
 }
 
 func TestE2E_RelayRestartIsNewIncarnation(t *testing.T) {
@@ -454,22 +416,15 @@ func TestE2E_RelayRestartIsNewIncarnation(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if rl2 == nil {
-		t.Fatalf("could not restart the relay on %s", rl.addr)
-	}
+	require.NotNil(t, rl2, "could not restart the relay on %s", rl.addr)
 	inc2 := getCatalog(t, rl2.base)["p"].Identity.ProducerIncarnation
-	if inc2 == inc1 {
-		t.Fatalf("restarted relay kept incarnation %d", inc1)
-	}
+	require.NotEqual(t, inc1, inc2, "restarted relay kept incarnation %d", inc1)
 	postBurst(t, rl2.base, "p", 300, 4)
 	converge(t, r, rl2.base, "p", 0)
 	id, _, _ := relaySnapshot(t, rl2.base, "p")
-	if id.ProducerIncarnation != uint64(inc2) {
-		t.Errorf("snapshot incarnation %d, want the new %d", id.ProducerIncarnation, inc2)
-	}
-	if cat := getCatalog(t, rl2.base)["p"]; cat.Stats.UniqueBlocks != 300*4 {
-		t.Errorf("new incarnation tracks %d blocks, want only its own %d", cat.Stats.UniqueBlocks, 300*4)
-	}
+	assert.Equal(t, uint64(inc2), id.ProducerIncarnation, "snapshot incarnation %d, want the new %d", id.ProducerIncarnation, inc2)
+	cat := getCatalog(t, rl2.base)["p"]
+	assert.Equal(t, 300*4, cat.Stats.UniqueBlocks, "new incarnation tracks %d blocks, want only its own %d", cat.Stats.UniqueBlocks, 300*4)
 }
 
 // startRelayMaybe starts a relay on addr, or returns nil when the port is
@@ -504,9 +459,7 @@ func (g *gated) ApplyFrame(b []byte) (consumer.Result, error) {
 func metricValue(t *testing.T, base, series string) float64 {
 	t.Helper()
 	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -541,15 +494,14 @@ func TestE2E_SlowSubscriberIsLaggedAndReconverges(t *testing.T) {
 	for i := 0; metricValue(t, rl.base, series) == 0; i++ {
 		if i == 400 {
 			close(g.release)
-			t.Fatal("the stopped subscriber was never closed as lagged")
+			require.Fail(t, "the stopped subscriber was never closed as lagged")
 		}
 		postBurst(t, rl.base, "p", 100, 2)
 	}
 	close(g.release)
 	converge(t, r, rl.base, "p", 0)
-	if li := r.Lane(0); li.Resubscribes == 0 {
-		t.Errorf("lane %+v, want a resubscribe after the lagged close", li)
-	}
+	li := r.Lane(0)
+	assert.NotEqual(t, uint64(0), li.Resubscribes, "lane %+v, want a resubscribe after the lagged close", li)
 }
 
 func TestE2E_MalformedRequestsChangeNothing(t *testing.T) {
@@ -567,9 +519,7 @@ func TestE2E_MalformedRequestsChangeNothing(t *testing.T) {
 			req.Header.Set("Content-Type", ctype)
 		}
 		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer resp.Body.Close()
 		var e struct {
 			Error struct{ Code, Message string } `json:"error"`
@@ -577,13 +527,13 @@ func TestE2E_MalformedRequestsChangeNothing(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&e)
 		return resp.StatusCode, e.Error.Code
 	}
-	if code, _ := do("POST", "/v1/pools/p/ranks/reset", "application/json", `{"worker_id": 77, "source_epoch": 5}`); code != 200 {
-		t.Fatalf("reset: %d", code)
+	{
+		code, _ := do("POST", "/v1/pools/p/ranks/reset", "application/json", `{"worker_id": 77, "source_epoch": 5}`)
+		require.Equal(t, 200, code, "reset: %d", code)
 	}
 	st, err := http.Get(rl.base + "/v1/pools/p/stream?consumer=5&lane=1&epoch=9")
-	if err != nil || st.StatusCode != 200 {
-		t.Fatalf("stream: %v", err)
-	}
+	require.NoError(t, err, "stream")
+	require.Equal(t, 200, st.StatusCode, "stream: %v", err)
 	st.Body.Close()
 	// The catalog's stats come through the pool's mailbox, after every event
 	// admitted before; wait until the hub has mirrored what they published.
@@ -609,17 +559,13 @@ func TestE2E_MalformedRequestsChangeNothing(t *testing.T) {
 		{"stale lease epoch", "GET", "/v1/pools/p/stream?consumer=5&lane=1&epoch=9", "", "", 409, server.CodeStaleLease},
 	}
 	for _, c := range cases {
-		if status, code := do(c.method, c.path, c.ctype, c.body); status != c.status || code != c.code {
-			t.Errorf("%s: %d %q, want %d %q", c.name, status, code, c.status, c.code)
-		}
+		status, code := do(c.method, c.path, c.ctype, c.body)
+		assert.False(t, status != c.status || code != c.code, "%s: %d %q, want %d %q", c.name, status, code, c.status, c.code)
 	}
 	_, seq1, words1 := relaySnapshot(t, rl.base, "p")
-	if seq1 != seq0 || !slices.Equal(words0, words1) {
-		t.Errorf("rejected requests changed the pool: sequence %d → %d, words equal %v", seq0, seq1, slices.Equal(words0, words1))
-	}
-	if got := metricValue(t, rl.base, `ckfrelay_requests_rejected_total{code="stale_lease_epoch"}`); got != 1 {
-		t.Errorf("rejected stale_lease_epoch counter %v, want 1", got)
-	}
+	assert.False(t, seq1 != seq0 || !slices.Equal(words0, words1), "rejected requests changed the pool: sequence %d → %d, words equal %v", seq0, seq1, slices.Equal(words0, words1))
+	got := metricValue(t, rl.base, `ckfrelay_requests_rejected_total{code="stale_lease_epoch"}`)
+	assert.Equal(t, float64(1), got, "rejected stale_lease_epoch counter %v, want 1", got)
 }
 
 func TestE2E_SubscriberFloodIsBounded(t *testing.T) {
@@ -640,34 +586,28 @@ func TestE2E_SubscriberFloodIsBounded(t *testing.T) {
 	})
 	for i := range max {
 		resp, err := http.Get(fmt.Sprintf("%s/v1/pools/p/stream?consumer=%d&lane=0&epoch=1", rl.base, 1000+i))
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("subscriber %d: %v %v", i, err, resp.Status)
-		}
+		require.NoError(t, err, "subscriber %d: %v %v", i, err, resp.Status)
+		require.Equal(t, 200, resp.StatusCode, "subscriber %d: %v %v", i, err, resp.Status)
 		bodies = append(bodies, resp.Body)
 		// Read the whole snapshot, then stop reading: an idle subscriber.
 		fr := wire.NewReader(resp.Body, 0)
 		var f wire.Frame
 		for {
-			if err := fr.ReadFrame(&f); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, fr.ReadFrame(&f))
 			if f.Kind == wire.KindSnapshotChunk && f.Snapshot.ChunkIndex+1 == f.Snapshot.ChunkCount {
 				break
 			}
 		}
 	}
 	resp, err := http.Get(rl.base + "/v1/pools/p/stream?consumer=1&lane=0&epoch=1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var e struct {
 		Error struct{ Code string } `json:"error"`
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&e)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != server.CodeTooMany {
-		t.Fatalf("subscriber %d: %d %q, want 503 %s", max+1, resp.StatusCode, e.Error.Code, server.CodeTooMany)
-	}
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "subscriber %d: %d %q, want 503 %s", max+1, resp.StatusCode, e.Error.Code, server.CodeTooMany)
+	require.Equal(t, server.CodeTooMany, e.Error.Code, "subscriber %d: %d %q, want 503 %s", max+1, resp.StatusCode, e.Error.Code, server.CodeTooMany)
 	rss1 := rl.rssBytes()
 	if rss0 == 0 {
 		t.Skip("no /proc: RSS not measured")
@@ -681,12 +621,9 @@ func TestE2E_SubscriberFloodIsBounded(t *testing.T) {
 	bound := max*perSub + int64(len(words))*8 + 32<<20
 	t.Logf("RSS %d MiB → %d MiB with %d subscribers: %d KiB each (snapshot %d KiB, bound %d KiB each)",
 		rss0>>20, rss1>>20, max, growth/max>>10, len(words)*8>>10, perSub>>10)
-	if growth > bound {
-		t.Errorf("RSS grew %d MiB for %d subscribers, bound %d MiB", growth>>20, max, bound>>20)
-	}
-	if n := getCatalog(t, rl.base)["p"].Hub.Subscribers; n != max {
-		t.Errorf("catalog subscribers %d, want %d", n, max)
-	}
+	assert.LessOrEqual(t, growth, bound, "RSS grew %d MiB for %d subscribers, bound %d MiB", growth>>20, max, bound>>20)
+	n := getCatalog(t, rl.base)["p"].Hub.Subscribers
+	assert.Equal(t, max, n, "catalog subscribers %d, want %d", n, max)
 	for _, b := range bodies {
 		b.Close()
 	}
@@ -695,7 +632,7 @@ func TestE2E_SubscriberFloodIsBounded(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for getCatalog(t, rl.base)["p"].Hub.Subscribers != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("subscribers still attached after they left: %d", getCatalog(t, rl.base)["p"].Hub.Subscribers)
+			require.Fail(t, fmt.Sprintf("subscribers still attached after they left: %d", getCatalog(t, rl.base)["p"].Hub.Subscribers))
 		}
 		postBurst(t, rl.base, "p", 1, 1) // a write is what notices a closed peer
 		time.Sleep(10 * time.Millisecond)
@@ -706,14 +643,11 @@ func TestE2E_SIGTERMDrainsAndClosesStreams(t *testing.T) {
 	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "p:dc=1,expected=65536", "--pool", "q:dc=2,expected=4096")
 	postBurst(t, rl.base, "p", 200, 4)
 	resp, err := http.Get(rl.base + "/v1/pools/p/stream?consumer=3&lane=0&epoch=1")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("stream: %v", err)
-	}
+	require.NoError(t, err, "stream")
+	require.Equal(t, 200, resp.StatusCode, "stream: %v", err)
 	defer resp.Body.Close()
 	postBurst(t, rl.base, "p", 200, 4)
-	if err := rl.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rl.cmd.Process.Signal(syscall.SIGTERM))
 	fr := wire.NewReader(resp.Body, 0)
 	var f wire.Frame
 	var kinds []wire.Kind
@@ -725,16 +659,14 @@ func TestE2E_SIGTERMDrainsAndClosesStreams(t *testing.T) {
 			if err == io.EOF {
 				break
 			}
-			t.Fatalf("after %d frames: %v", len(kinds), err)
+			require.Fail(t, fmt.Sprintf("after %d frames: %v", len(kinds), err))
 		}
 		kinds = append(kinds, f.Kind)
 		switch f.Kind {
 		case wire.KindSnapshotChunk:
 			last = f.Snapshot.Sequence
 		case wire.KindDelta:
-			if f.Delta.BaseSequence != last {
-				t.Fatalf("delta %d→%d after %d: a gap", f.Delta.BaseSequence, f.Delta.Sequence, last)
-			}
+			require.Equal(t, last, f.Delta.BaseSequence, "delta %d→%d after %d: a gap", f.Delta.BaseSequence, f.Delta.Sequence, last)
 			last = f.Delta.Sequence
 		case wire.KindDrainMarker:
 			drain = f.Drain
@@ -744,17 +676,13 @@ func TestE2E_SIGTERMDrainsAndClosesStreams(t *testing.T) {
 	}
 	n := len(kinds)
 	if n < 3 || kinds[n-2] != wire.KindDrainMarker || kinds[n-1] != wire.KindClose {
-		t.Fatalf("stream ended with %v, want … drain marker, close", kinds[max(0, n-3):])
+		require.Fail(t, fmt.Sprintf("stream ended with %v, want … drain marker, close", kinds[max(0, n-3):]))
 	}
-	if drain.ExpectedSequence != last || cl.Reason != wire.CloseShuttingDown {
-		t.Errorf("drain expects %d (last delta %d), close %q; want equal and %q", drain.ExpectedSequence, last, cl.Reason, wire.CloseShuttingDown)
-	}
+	assert.False(t, drain.ExpectedSequence != last || cl.Reason != wire.CloseShuttingDown, "drain expects %d (last delta %d), close %q; want equal and %q", drain.ExpectedSequence, last, cl.Reason, wire.CloseShuttingDown)
 	select {
 	case <-rl.exited:
 	case <-time.After(30 * time.Second):
-		t.Fatal("relay did not exit after SIGTERM")
+		require.Fail(t, "relay did not exit after SIGTERM")
 	}
-	if rl.err != nil {
-		t.Errorf("relay exit after SIGTERM: %v, want status 0", rl.err)
-	}
+	assert.NoError(t, rl.err, "relay exit after SIGTERM: %v, want status 0", rl.err)
 }

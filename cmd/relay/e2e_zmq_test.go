@@ -34,7 +34,7 @@ func sourceOf(t *testing.T, base, pool string) (source.Status, int) {
 			return p.Sources[0], p.Stats.UniqueBlocks
 		}
 	}
-	t.Fatalf("pool %q has no source in the catalog", pool)
+	require.Fail(t, fmt.Sprintf("pool %q has no source in the catalog", pool))
 	return source.Status{}, 0
 }
 

@@ -43,30 +43,24 @@ func TestRun_UsageErrorsExit2(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
-			if got := run(context.Background(), tt.args, &out, &errb); got != 2 {
-				t.Errorf("run(%q) = %d, want 2 (stderr %q)", tt.args, got, errb.String())
-			}
-			if errb.Len() == 0 {
-				t.Errorf("run(%q) wrote nothing to stderr, want a usage message", tt.args)
-			}
+			got := run(context.Background(), tt.args, &out, &errb)
+			assert.Equal(t, 2, got, "run(%q) = %d, want 2 (stderr %q)", tt.args, got, errb.String())
+			assert.NotEqual(t, 0, errb.Len(), "run(%q) wrote nothing to stderr, want a usage message", tt.args)
 		})
 	}
 }
 
 func TestRun_HelpExits0(t *testing.T) {
 	var out, errb bytes.Buffer
-	if got := run(context.Background(), []string{"help"}, &out, &errb); got != 0 || !strings.Contains(out.String(), "usage: relay") {
-		t.Errorf("run(help) = %d, stdout %q; want 0 and the usage", got, out.String())
-	}
+	got := run(context.Background(), []string{"help"}, &out, &errb)
+	assert.False(t, got != 0 || !strings.Contains(out.String(), "usage: relay"), "run(help) = %d, stdout %q; want 0 and the usage", got, out.String())
 }
 
 func TestRun_ServeInvalidConfigExits1(t *testing.T) {
 	var out, errb bytes.Buffer
 	// A pool flag without dc= is a configuration error, not a usage error.
 	got := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--pool", "a:dc=1", "--pool", "a:dc=2"}, &out, &errb)
-	if got != 1 || !strings.Contains(errb.String(), "duplicate pool name") {
-		t.Errorf("run(serve, duplicate pools) = %d, stderr %q; want 1 naming the duplicate", got, errb.String())
-	}
+	assert.False(t, got != 1 || !strings.Contains(errb.String(), "duplicate pool name"), "run(serve, duplicate pools) = %d, stderr %q; want 1 naming the duplicate", got, errb.String())
 }
 
 // tailFrames prints one JSON object per frame, words and images in hex, and
@@ -77,9 +71,7 @@ func TestTailFrames_JSONLinesWithHexWords(t *testing.T) {
 	var buf bytes.Buffer
 	w := wire.NewWriter(&buf, 0)
 	snap := ckf.Snapshot{Identity: id, Lease: lease, Sequence: 7, Words: []uint64{0, 0xdeadbeef, 1 << 63, 42}}
-	if err := w.WriteSnapshot(&snap); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, w.WriteSnapshot(&snap))
 	frames := []wire.Frame{
 		{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: id, Lease: lease, BaseSequence: 7, Sequence: 8, Images: []ckf.BucketImage{{Bucket: 1, Word: 0xabc}}}},
 		{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: id, Lease: lease, LastSequence: 8, UnixMicros: 1}},
@@ -88,64 +80,43 @@ func TestTailFrames_JSONLinesWithHexWords(t *testing.T) {
 		{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: id, Lease: lease, LastSequence: 8}}, // after close: not printed
 	}
 	for i := range frames {
-		if err := w.WriteFrame(&frames[i]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, w.WriteFrame(&frames[i]))
 	}
 	var out bytes.Buffer
-	if err := tailFrames(&buf, &out, 0); err != nil {
-		t.Fatalf("tailFrames: %v", err)
-	}
+	require.NoError(t, tailFrames(&buf, &out, 0), "tailFrames")
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	wantKinds := []string{"snapshot_chunk", "delta", "heartbeat", "drain_marker", "close"}
-	if len(lines) != len(wantKinds) {
-		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(wantKinds), out.String())
-	}
+	require.Len(t, lines, len(wantKinds), "got %d lines, want %d:\n%s", len(lines), len(wantKinds), out.String())
 	var got []map[string]any
 	for i, l := range lines {
 		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("line %d %q is not JSON: %v", i, l, err)
-		}
-		if m["kind"] != wantKinds[i] {
-			t.Errorf("line %d kind %v, want %s", i, m["kind"], wantKinds[i])
-		}
+		require.NoError(t, json.Unmarshal([]byte(l), &m), "line %d %q is not JSON", i, l)
+		assert.False(t, m["kind"] != wantKinds[i], "line %d kind %v, want %s", i, m["kind"], wantKinds[i])
 		got = append(got, m)
 	}
-	if ws := fmt.Sprint(got[0]["words"]); ws != "[0000000000000000 00000000deadbeef 8000000000000000 000000000000002a]" {
-		t.Errorf("snapshot words %s, want 16-digit hex", ws)
-	}
-	if got[0]["sequence"] != "7" || fmt.Sprint(got[0]["lease"]) != "map[consumer:5 epoch:11 lane:2]" {
-		t.Errorf("snapshot line %v, want sequence 7 under lease 5/2/11", got[0])
-	}
-	if im := fmt.Sprint(got[1]["images"]); im != "[map[bucket:1 word:0000000000000abc]]" {
-		t.Errorf("delta images %s, want bucket 1 word in hex", im)
-	}
-	if got[3]["expected_sequence"] != "8" || got[4]["reason"] != "shutting_down" {
-		t.Errorf("drain %v / close %v, want expected 8 and reason shutting_down", got[3], got[4])
-	}
+	ws := fmt.Sprint(got[0]["words"])
+	assert.Equal(t, "[0000000000000000 00000000deadbeef 8000000000000000 000000000000002a]", ws, "snapshot words %s, want 16-digit hex", ws)
+	assert.False(t, got[0]["sequence"] != "7" || fmt.Sprint(got[0]["lease"]) != "map[consumer:5 epoch:11 lane:2]", "snapshot line %v, want sequence 7 under lease 5/2/11", got[0])
+	im := fmt.Sprint(got[1]["images"])
+	assert.Equal(t, "[map[bucket:1 word:0000000000000abc]]", im, "delta images %s, want bucket 1 word in hex", im)
+	assert.False(t, got[3]["expected_sequence"] != "8" || got[4]["reason"] != "shutting_down", "drain %v / close %v, want expected 8 and reason shutting_down", got[3], got[4])
 
 	// --frames limits the output.
 	out.Reset()
 	buf.Reset()
 	_ = w.WriteSnapshot(&snap)
 	_ = w.WriteFrame(&frames[0])
-	if err := tailFrames(&buf, &out, 1); err != nil || strings.Count(out.String(), "\n") != 1 {
-		t.Errorf("tailFrames(limit 1) = %v, %q; want one line", err, out.String())
-	}
+	err := tailFrames(&buf, &out, 1)
+	assert.False(t, err != nil || strings.Count(out.String(), "\n") != 1, "tailFrames(limit 1) = %v, %q; want one line", err, out.String())
 	// A corrupt stream is an error, not a panic.
-	if err := tailFrames(strings.NewReader("\x00\x00\x00\x05garbage"), io.Discard, 0); err == nil {
-		t.Error("tailFrames(garbage) = nil, want an error")
-	}
+	assert.Error(t, tailFrames(strings.NewReader("\x00\x00\x00\x05garbage"), io.Discard, 0), "tailFrames(garbage) = nil, want an error")
 }
 
 // run tail against a live in-process relay: the snapshot's words are the
 // relay's mirror.
 func TestRun_TailAgainstRelay(t *testing.T) {
 	srv, err := server.New(server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 256}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -155,32 +126,31 @@ func TestRun_TailAgainstRelay(t *testing.T) {
 	})
 	ev := `[{"worker_id": 1, "event": {"event_id": 1, "data": {"stored": {"parent_hash": null, "blocks": [{"block_hash": 5, "tokens_hash": 6}]}}}}]`
 	resp, err := http.Post(ts.URL+"/v1/pools/p/events?source_epoch=1", "application/json", strings.NewReader(ev))
-	if err != nil || resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("post events: %v %v", err, resp.Status)
-	}
+	require.NoError(t, err, "post events: %v %v", err, resp.Status)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "post events: %v %v", err, resp.Status)
 	resp.Body.Close()
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--frames", "1"}, &out, &errb); code != 0 {
-		t.Fatalf("run tail = %d, stderr %q", code, errb.String())
-	}
+	code := run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--frames", "1"}, &out, &errb)
+	require.Equal(t, 0, code, "run tail = %d, stderr %q", code, errb.String())
 	var m struct {
 		Kind  string   `json:"kind"`
 		Words []string `json:"words"`
 	}
-	if err := json.NewDecoder(bufio.NewReader(&out)).Decode(&m); err != nil || m.Kind != "snapshot_chunk" || len(m.Words) == 0 {
-		t.Fatalf("tail line %+v (%v), want a snapshot chunk with words", m, err)
+	{
+		err := json.NewDecoder(bufio.NewReader(&out)).Decode(&m)
+		require.NoError(t, err, "tail line %+v (%v), want a snapshot chunk with words", m, err)
+		require.Equal(t, "snapshot_chunk", m.Kind, "tail line %+v (%v), want a snapshot chunk with words", m, err)
+		require.NotEmpty(t, m.Words, "tail line %+v (%v), want a snapshot chunk with words", m, err)
 	}
 	// The default epoch is the clock, so running tail again (the same
 	// consumer and lane) is not refused as a stale lease.
 	errb.Reset()
-	if code := run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--frames", "1"}, io.Discard, &errb); code != 0 {
-		t.Fatalf("second run tail = %d, stderr %q", code, errb.String())
-	}
+	code = run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--frames", "1"}, io.Discard, &errb)
+	require.Equal(t, 0, code, "second run tail = %d, stderr %q", code, errb.String())
 	// An unknown pool is the relay's 404, reported with exit 1.
 	errb.Reset()
-	if code := run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "nope"}, io.Discard, &errb); code != 1 || !strings.Contains(errb.String(), "unknown_pool") {
-		t.Errorf("tail unknown pool = %d, stderr %q; want 1 and unknown_pool", code, errb.String())
-	}
+	code = run(context.Background(), []string{"tail", "--relay", ts.URL, "--pool", "nope"}, io.Discard, &errb)
+	assert.False(t, code != 1 || !strings.Contains(errb.String(), "unknown_pool"), "tail unknown pool = %d, stderr %q; want 1 and unknown_pool", code, errb.String())
 }
 
 func TestRun_DemoPrintsSummary(t *testing.T) {
@@ -191,14 +161,10 @@ func TestRun_DemoPrintsSummary(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			var out, errb bytes.Buffer
 			code := run(context.Background(), []string{"demo", "--duration", "1s", "--consumer", kind, "--rate", "500"}, &out, &errb)
-			if code != 0 {
-				t.Fatalf("demo = %d, stderr %q", code, errb.String())
-			}
+			require.Equal(t, 0, code, "demo = %d, stderr %q", code, errb.String())
 			s := out.String()
 			for _, want := range []string{kind + " consumer", "summary after", "best-DC agreement", "false-positive rate", "lane 2 (dc-2)"} {
-				if !strings.Contains(s, want) {
-					t.Errorf("demo output lacks %q:\n%s", want, s)
-				}
+				assert.Contains(t, s, want, "demo output lacks %q:\n%s", want, s)
 			}
 		})
 	}
@@ -208,9 +174,8 @@ func TestRun_DemoStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // cancelled before it starts: it must return, not hang
 	var out bytes.Buffer
-	if code := run(ctx, []string{"demo", "--consumer", "native"}, &out, io.Discard); code == 0 && !strings.Contains(out.String(), "summary") {
-		t.Errorf("cancelled demo = %d with output %q", code, out.String())
-	}
+	code := run(ctx, []string{"demo", "--consumer", "native"}, &out, io.Discard)
+	assert.False(t, code == 0 && !strings.Contains(out.String(), "summary"), "cancelled demo = %d with output %q", code, out.String())
 }
 
 // run tail against a relay serving TLS under a private CA: trusted through

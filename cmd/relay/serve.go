@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/internal/grpcserver"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 )
 
@@ -45,6 +46,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	key := fs.String("tls-key", "", "TLS key file (env CKFRELAY_TLS_KEY)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	natsURL := fs.String("nats-url", "", "broadcast every pool's frames through this NATS JetStream server (env CKFRELAY_NATS_URL; off when unset)")
+	grpcListen := fs.String("grpc-listen", "", "serve Dynamo's dynamo.kvrelay.v1 gRPC contract on this address (env CKFRELAY_GRPC_LISTEN; off when unset; docs/deploy.md)")
 	dataDir := fs.String("data-dir", "", "directory that keeps the pools' exact state across a crash (env CKFRELAY_DATA_DIR; off when unset)")
 	var pools poolFlags
 	fs.Var(&pools, "pool", "a pool: name:dc=ID[,expected=N][,seed=S][,cadence=N][,delay=D][,kicks=N][,members=N][,tracked=N] (repeatable; env CKFRELAY_POOLS, ';'-separated)")
@@ -81,6 +83,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	envStr(&cfg.TLSKeyFile, "CKFRELAY_TLS_KEY")
 	envStr(&cfg.NATS.URL, "CKFRELAY_NATS_URL")
 	envStr(&cfg.DataDir, "CKFRELAY_DATA_DIR")
+	envStr(&cfg.GRPC.Listen, "CKFRELAY_GRPC_LISTEN")
 	if v := os.Getenv("CKFRELAY_MAX_SUBSCRIBERS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -96,7 +99,7 @@ func serveConfig(args []string, stderr io.Writer) (server.Config, string, error)
 		}
 	}
 	setToken(*token, *tokenFile)
-	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key, &cfg.NATS.URL: *natsURL, &cfg.DataDir: *dataDir} {
+	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key, &cfg.NATS.URL: *natsURL, &cfg.DataDir: *dataDir, &cfg.GRPC.Listen: *grpcListen} {
 		if v != "" {
 			*dst = v
 		}
@@ -142,10 +145,30 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_ = srv.Shutdown(context.Background())
 		return err
 	}
+	var gsrv *grpcserver.Server
+	var gln net.Listener
+	if cfg.GRPC.Listen != "" {
+		if gsrv, err = grpcserver.New(srv, log); err == nil {
+			gln, err = net.Listen("tcp", cfg.GRPC.Listen)
+		}
+		if err != nil {
+			_ = ln.Close()
+			if gsrv != nil {
+				_ = gsrv.Shutdown(context.Background())
+			}
+			_ = srv.Shutdown(context.Background())
+			return err
+		}
+	}
 	log.Info("relay serving", "addr", ln.Addr().String(), "pools", len(cfg.Pools), "tls", cfg.TLSCertFile != "")
 	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
+	if gsrv != nil {
+		log.Info("relay serving dynamo.kvrelay.v1 over gRPC", "addr", gln.Addr().String())
+		fmt.Fprintf(stdout, "grpc listening on %s\n", gln.Addr())
+		go func() { errc <- gsrv.Serve(gln) }()
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -154,7 +177,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("shutting down: draining pools and closing streams")
 	sctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.ShutdownGrace))
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	// The pools first: their filter streams (HTTP and gRPC) end with the
+	// published tail; then the gRPC catalog and load streams.
+	err = srv.Shutdown(sctx)
+	if gsrv != nil {
+		if gerr := gsrv.Shutdown(sctx); gerr != nil && err == nil {
+			err = gerr
+		}
+		if gerr := <-errc; gerr != nil && err == nil {
+			err = gerr
+		}
+	}
+	if err != nil {
 		return err
 	}
 	return <-errc

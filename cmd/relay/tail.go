@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -41,6 +42,9 @@ func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *epoch == 0 {
 		*epoch = uint64(time.Now().UnixNano())
+	}
+	if err := client.CheckRelayURL(*relay); err != nil {
+		return err
 	}
 	u := fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d",
 		strings.TrimRight(*relay, "/"), url.PathEscape(*pool), *consumer, *lane, *epoch)

@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -97,8 +98,10 @@ type Pool struct {
 	// See [RouterKey].
 	RouterKey string   `json:"router_key"`
 	Identity  Identity `json:"identity"`
-	Hub       Hub      `json:"hub"`
-	Stats     *Stats   `json:"stats,omitempty"`
+	// Query is how a router hashes a request's tokens for this pool.
+	Query QuerySemantics `json:"query_semantics"`
+	Hub   Hub            `json:"hub"`
+	Stats *Stats         `json:"stats,omitempty"`
 	// Sources are the engine sources the pool subscribes to (docs/ingest.md).
 	Sources []SourceStatus `json:"sources,omitempty"`
 	// Persistence is set with a data dir: what was recovered at start and
@@ -127,6 +130,38 @@ type Format struct {
 	BucketCount     U64   `json:"bucket_count"`
 	FingerprintBits uint8 `json:"fingerprint_bits"`
 	SlotsPerBucket  uint8 `json:"slots_per_bucket"`
+}
+
+// QuerySemantics is a pool's token-to-sequence-hash pipeline, Dynamo's
+// KvQuerySemantics: the block size (0 when the pool does not declare one)
+// and the hash format (HashFormatStandard or HashFormatEagle). A router must
+// refuse a format it does not know rather than fall back to another.
+type QuerySemantics struct {
+	BlockSize  int    `json:"block_size"`
+	HashFormat string `json:"hash_format"`
+}
+
+// Hash formats (Dynamo's KvQueryHashFormat, snake_case).
+const (
+	HashFormatStandard = "dynamo_standard_v1" // block_size-token windows
+	HashFormatEagle    = "dynamo_eagle_v1"    // block_size+1-token windows at a block_size stride
+)
+
+// ErrUnknownHashFormat is returned by [QuerySemantics.Eagle] for a format
+// this version does not implement.
+var ErrUnknownHashFormat = errors.New("catalog: unknown hash format")
+
+// Eagle reports whether queries for the pool hash Eagle windows
+// (ckf.HashOptions.Eagle); an unknown format is [ErrUnknownHashFormat],
+// never a fallback.
+func (q QuerySemantics) Eagle() (bool, error) {
+	switch q.HashFormat {
+	case HashFormatStandard:
+		return false, nil
+	case HashFormatEagle:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w %q", ErrUnknownHashFormat, q.HashFormat)
 }
 
 // Hub is the pool's fan-out state.
@@ -267,7 +302,10 @@ type SourceStatus struct {
 	Name string `json:"name"`
 	// Engine is the configured engine kind ("vllm", "sglang", "trtllm", "dynamo").
 	Engine string `json:"engine"`
-	// State is "connecting", "live", "recovering", "degraded" or "stopped".
+	// State is "connecting", "live", "recovering", "degraded", "failing"
+	// (connected, but for a while every batch was rejected or had every
+	// event dropped, or a rank's epoch is refused; LastError or
+	// LastDropReason says why) or "stopped".
 	State string `json:"state"`
 	// Batches and Events count what was admitted.
 	Batches U64 `json:"batches"`
@@ -276,6 +314,14 @@ type SourceStatus struct {
 	// events dropped on purpose (e.g. a block of the wrong size).
 	Rejected U64 `json:"rejected"`
 	Dropped  U64 `json:"dropped"`
+	// RejectedByReason and DroppedByReason split them by reason (a
+	// rejection counts batches, a drop blocks, or 1 for an event without
+	// blocks); LastDropReason is the reason of the last batch nothing of
+	// which was used, LastBadPayload the first bytes of its payload (hex).
+	RejectedByReason map[string]U64 `json:"rejected_by_reason,omitempty"`
+	DroppedByReason  map[string]U64 `json:"dropped_by_reason,omitempty"`
+	LastDropReason   string         `json:"last_drop_reason,omitempty"`
+	LastBadPayload   string         `json:"last_bad_payload,omitempty"`
 	// Gaps, Replays, Resets and Restarts count recovery transitions.
 	Gaps     U64 `json:"gaps"`
 	Replays  U64 `json:"replays"`
@@ -288,6 +334,10 @@ type SourceStatus struct {
 	Silences   U64 `json:"silences"`
 	Duplicates U64 `json:"duplicates"`
 	Reconnects U64 `json:"reconnects"`
+	// PeersRefused counts connections dropped for their peer's fault: a
+	// handshake that was not ZMTP or not completed in time, a frame larger
+	// than the source's max_message_bytes, a peer beyond max_peers.
+	PeersRefused U64 `json:"peers_refused"`
 	// Ranks is the state of each data-parallel rank the source has heard.
 	Ranks []RankStatus `json:"ranks,omitempty"`
 	// LastEvent is when the source last heard anything (events or a heartbeat).

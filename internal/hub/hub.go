@@ -151,6 +151,7 @@ type Hub struct {
 	ready    bool
 	closed   bool
 	identity ckf.ProducerIdentity
+	epoch    uint64   // assignment epoch of the lease the installed snapshot came under
 	words    []uint64 // the mirror; never lent out
 	sequence uint64
 	gens     []*generation // live generations, oldest first
@@ -185,11 +186,13 @@ func (h *Hub) Install(snap ckf.Snapshot) {
 	defer h.mu.Unlock()
 	h.closeAllLocked(ErrProducerChanged)
 	h.identity = snap.Identity
+	h.epoch = snap.Lease.AssignmentEpoch
 	h.words = snap.Words
 	h.sequence = snap.Sequence
 	h.gens = nil
 	h.log.reset(snap.Sequence)
 	h.ready = !h.closed
+	h.wakeLocked() // Watch
 }
 
 // Apply advances the mirror by one delta of the hub's stream and appends it to
@@ -261,6 +264,7 @@ func (h *Hub) Close(cause error) {
 	defer h.mu.Unlock()
 	h.closed, h.ready = true, false
 	h.closeAllLocked(cmpErr(cause, ErrClosed))
+	h.wakeLocked() // Watch
 }
 
 // Subscribe grants lease a snapshot and a subscription carrying every later

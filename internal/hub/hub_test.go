@@ -404,7 +404,7 @@ func TestHub_HigherEpochSupersedesTheLaneStream(t *testing.T) {
 	select {
 	case <-old.Done():
 	default:
-		t.Fatal("the older stream of the lane is still live after a newer lease was granted")
+		require.Fail(t, "the older stream of the lane is still live after a newer lease was granted")
 	}
 	require.ErrorIs(t, old.Err(), ErrSuperseded)
 	// Its lease is fenced: the delta still logged is not handed out.

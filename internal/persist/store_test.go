@@ -3,7 +3,6 @@ package persist
 import (
 	"cmp"
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"testing"
@@ -33,7 +32,7 @@ func newActor(tb testing.TB, expectedBlocks uint64, j producer.Journal) producer
 	require.NoError(tb, err)
 	pcfg := producer.DefaultConfig()
 	pcfg.Journal = j
-	pcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	pcfg.Logger = slog.New(slog.DiscardHandler)
 	h, faults, err := producer.Start(pool, producer.Scope{ProducerIncarnation: 1}, pcfg)
 	require.NoError(tb, err)
 	go func() {

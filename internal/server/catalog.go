@@ -18,6 +18,7 @@ func (p *hostedPool) entry() catalogPool {
 	hs := p.hub.Stats()
 	return catalogPool{Name: p.spec.Name, DCID: catalog.U64(p.spec.DCID),
 		RouterKey: catalog.RouterKey(id.Pool.Domain, id.Format), Identity: catalog.FromIdentity(id),
+		Query: catalog.QuerySemantics{BlockSize: p.spec.BlockSize, HashFormat: p.spec.HashFormat},
 		Hub: catalog.Hub{Ready: hs.Ready, Sequence: catalog.U64(hs.Sequence), Subscribers: hs.Subscribers,
 			SnapshotGenerations: hs.SnapshotGenerations, SnapshotBytes: catalog.U64(hs.SnapshotBytes),
 			LogDeltas: hs.LogDeltas, LogBytes: catalog.U64(hs.LogBytes)}}

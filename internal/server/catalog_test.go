@@ -60,3 +60,61 @@ func TestCatalog_RouterKeyEqualForCompatiblePools(t *testing.T) {
 	assert.Len(t, cat.Pools[0].RouterKey, 32)
 	assert.Empty(t, s.RouterMismatches())
 }
+
+// TestCatalog_QuerySemantics: each pool's declared block size and hash
+// format (Dynamo's KvQuerySemantics) are in its catalog entry, the format
+// defaulting to dynamo_standard_v1, and a router reads Eagle from it.
+func TestCatalog_QuerySemantics(t *testing.T) {
+	cfg := testConfig()
+	cfg.Pools[1].BlockSize, cfg.Pools[1].HashFormat = 16, HashFormatEagle
+	_, ts := startTestServer(t, cfg)
+	cat, err := catalog.Get(t.Context(), nil, ts.URL, "")
+	require.NoError(t, err)
+	require.Len(t, cat.Pools, 2)
+	assert.Equal(t, catalog.QuerySemantics{BlockSize: 0, HashFormat: "dynamo_standard_v1"}, cat.Pools[0].Query)
+	assert.Equal(t, catalog.QuerySemantics{BlockSize: 16, HashFormat: "dynamo_eagle_v1"}, cat.Pools[1].Query)
+	for i, want := range []bool{false, true} {
+		eagle, err := cat.Pools[i].Query.Eagle()
+		require.NoError(t, err)
+		assert.Equal(t, want, eagle, "pool %d", i)
+	}
+	_, err = catalog.QuerySemantics{HashFormat: "dynamo_standard_v2"}.Eagle()
+	assert.ErrorIs(t, err, catalog.ErrUnknownHashFormat, "an unknown format is refused, not read as standard")
+}
+
+// TestConfig_PoolQuerySemantics: hash_format is a closed set; a source's
+// block_size defaults to the pool's and may not contradict it; both keys
+// are --pool flag keys.
+func TestConfig_PoolQuerySemantics(t *testing.T) {
+	zmqSrc := func(bs int) SourceSpec {
+		return SourceSpec{Engine: "vllm", Endpoint: "tcp://127.0.0.1:5557", BlockSize: bs}
+	}
+	for _, tc := range []struct {
+		name   string
+		format string
+		pool   int
+		src    []SourceSpec
+		ok     bool
+	}{
+		{"default format", "", 0, nil, true},
+		{"standard", HashFormatStandard, 16, []SourceSpec{zmqSrc(0), zmqSrc(16)}, true},
+		{"eagle", HashFormatEagle, 0, []SourceSpec{zmqSrc(32)}, true},
+		{"unknown format", "eagle_v1", 0, nil, false},
+		{"Dynamo's proto enum spelling is not the config's", "DYNAMO_EAGLE_V1", 0, nil, false},
+		{"source block size contradicts the pool's", HashFormatStandard, 16, []SourceSpec{zmqSrc(32)}, false},
+		{"negative block size", HashFormatStandard, -1, nil, false},
+	} {
+		cfg := testConfig()
+		cfg.Pools[0].HashFormat, cfg.Pools[0].BlockSize, cfg.Pools[0].Sources = tc.format, tc.pool, tc.src
+		err := cfg.WithDefaults().Validate()
+		if tc.ok {
+			assert.NoError(t, err, tc.name)
+		} else {
+			assert.ErrorIs(t, err, ErrInvalidConfig, tc.name)
+		}
+	}
+	p, err := ParsePoolFlag("dc-e:dc=5,block_size=16,hash_format=dynamo_eagle_v1")
+	require.NoError(t, err)
+	assert.Equal(t, 16, p.BlockSize)
+	assert.True(t, p.Eagle())
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/zeebo/xxh3"
 )
@@ -47,8 +48,59 @@ type PoolSpec struct {
 	// not (SPEC §4.6). Default 4 × the filter's slots (16 × bucket_count;
 	// 8,388,608 at the default expected_blocks).
 	MaxTrackedBlocks uint64 `json:"max_tracked_blocks,omitempty"`
+	// BlockSize is the KV block size in tokens the pool's block keys are
+	// hashed with, published in the catalog's query_semantics so routers
+	// hash queries alike. Its ZMQ sources' block_size defaults to it and
+	// must equal it. Default: the block_size of its ZMQ sources when they
+	// all name the same one, else 0 (not declared; each source names its
+	// own, and the gRPC catalog says DefaultKvBlockSize).
+	BlockSize int `json:"block_size,omitempty"`
+	// HashFormat is the pool's token-to-block-key pipeline, Dynamo's
+	// KvQueryHashFormat: "dynamo_standard_v1" (block_size-token windows, the
+	// default) or "dynamo_eagle_v1" (block_size+1-token windows at a
+	// block_size stride). Its ZMQ sources hash every block by it and drop
+	// events of the other format (reason hash_format).
+	HashFormat string `json:"hash_format,omitempty"`
 	// Sources are the engines this pool hears directly (besides HTTP posts).
 	Sources []SourceSpec `json:"sources,omitempty"`
+	// KvRelay is the pool's metadata in the gRPC catalog (kvrelay.go).
+	KvRelay KvPoolSpec `json:"kvrelay,omitzero"`
+}
+
+// Hash formats of a pool (PoolSpec.HashFormat): Dynamo's KvQueryHashFormat
+// names, snake_case as its serde form writes them.
+const (
+	HashFormatStandard = catalog.HashFormatStandard
+	HashFormatEagle    = catalog.HashFormatEagle
+)
+
+// Eagle reports whether the pool hashes Eagle windows.
+func (p PoolSpec) Eagle() bool { return p.HashFormat == HashFormatEagle }
+
+// QueryBlockSize is the block size the pool's gRPC KvQuerySemantics
+// declares: its block_size, or DefaultKvBlockSize when it declares none
+// (the contract has no "unknown" block size).
+func (p PoolSpec) QueryBlockSize() uint32 {
+	if p.BlockSize > 0 {
+		return uint32(p.BlockSize)
+	}
+	return DefaultKvBlockSize
+}
+
+// agreedBlockSize is the block_size every source that names one names, or
+// 0 when none does or they differ.
+func agreedBlockSize(sources []SourceSpec) int {
+	seen := 0
+	for _, s := range sources {
+		if s.BlockSize <= 0 {
+			continue
+		}
+		if seen != 0 && seen != s.BlockSize {
+			return 0
+		}
+		seen = s.BlockSize
+	}
+	return seen
 }
 
 // SourceSpec configures one event source of a pool (docs/ingest.md). Engine
@@ -77,6 +129,22 @@ type SourceSpec struct {
 	// SourceTimeout resets the source's ranks after this long without any
 	// message (engines send an empty batch every second when idle).
 	SourceTimeout Duration `json:"source_timeout,omitempty"`
+	// MaxMessageBytes bounds one ZMQ message from an engine; a peer
+	// announcing more is disconnected. Default: the relay's
+	// max_request_bytes.
+	MaxMessageBytes int64 `json:"max_message_bytes,omitempty"`
+	// ImageTokenID, when set, is the model's image placeholder token: a
+	// multimodal block is hashed with each run of it replaced by the pad
+	// value of its mm hash instead of with the mm hashes appended (Dynamo's
+	// image_token_id normalisation, docs/ingest.md).
+	ImageTokenID *uint32 `json:"image_token_id,omitempty"`
+	// FailWindow is how long useless batches (all rejected or all dropped)
+	// must last before the source reads "failing". Default 10s.
+	FailWindow Duration `json:"fail_window,omitempty"`
+	// MaxNamespaceBlocks bounds the source's cache-namespace table (block
+	// hashes with a known namespace); a salted store past it is dropped
+	// (namespace_limit). Default 1,048,576.
+	MaxNamespaceBlocks int `json:"max_namespace_blocks,omitempty"`
 
 	// NATS (dynamo). URL of the NATS server(s); Subject of Dynamo's KV
 	// events; Stream and Durable select a JetStream durable consumer
@@ -85,10 +153,6 @@ type SourceSpec struct {
 	Subject string `json:"subject,omitempty"`
 	Stream  string `json:"stream,omitempty"`
 	Durable string `json:"durable,omitempty"`
-
-	// maxMembers is the pool's max_members, set when the source starts: a
-	// NATS source tracks at most that many members.
-	maxMembers int
 }
 
 // Config is the whole relay configuration.
@@ -182,6 +246,8 @@ type Config struct {
 	Pools              []PoolSpec `json:"pools"`
 	// NATS broadcasts every pool's frames through JetStream (server/nats.go).
 	NATS NATSOut `json:"nats,omitzero"`
+	// GRPC serves dynamo.kvrelay.v1.KvEventRelay (kvrelay.go).
+	GRPC GRPCConfig `json:"grpc,omitzero"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string.
@@ -259,18 +325,24 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxSourceEpochJump, DefaultSourceEpochJump)
 	setDefault(&c.MaxLeaseEpochLead, Duration(DefaultLeaseEpochLead))
 	setDefault(&c.StreamStallTimeout, Duration(DefaultStreamStall))
+	c.GRPC.withDefaults()
 	pools := make([]PoolSpec, len(c.Pools))
 	for i, p := range c.Pools {
 		setDefault(&p.ExpectedBlocks, DefaultExpectedBlocks)
 		setDefault(&p.PublishEveryNEvents, DefaultPublishEveryN)
 		setDefault(&p.PublicationDelay, Duration(time.Millisecond))
 		setDefault(&p.MaxKicks, ckf.DefaultMaxKicks)
+		setDefault(&p.HashFormat, HashFormatStandard)
 		sized := p.ckfConfig().WithSizedLimits() // exact-state bounds sized to the filter
 		p.MaxMembers, p.MaxTrackedBlocks = sized.MaxMembers, sized.MaxTrackedBlocks
 		if p.Seed == nil {
 			s := ckf.DefaultSeed
 			p.Seed = &s
 		}
+		if p.BlockSize == 0 {
+			p.BlockSize = agreedBlockSize(p.Sources)
+		}
+		p.KvRelay.withDefaults()
 		pools[i] = p
 	}
 	c.Pools = pools
@@ -314,6 +386,9 @@ func (c Config) Validate() error {
 	if err := c.NATS.validate(); err != nil {
 		return err
 	}
+	if err := c.GRPC.validate(); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	dcs := map[uint64]bool{}
 	for _, p := range c.Pools {
@@ -332,6 +407,20 @@ func (c Config) Validate() error {
 		}
 		if p.PublicationDelay <= 0 {
 			return invalid("pool %q: publication_delay must be > 0", p.Name)
+		}
+		if err := p.KvRelay.validate(p.Name); err != nil {
+			return err
+		}
+		if p.HashFormat != HashFormatStandard && p.HashFormat != HashFormatEagle {
+			return invalid("pool %q: hash_format %q: want %q or %q", p.Name, p.HashFormat, HashFormatStandard, HashFormatEagle)
+		}
+		if p.BlockSize < 0 {
+			return invalid("pool %q: block_size must be ≥ 0", p.Name)
+		}
+		for i, src := range p.Sources {
+			if p.BlockSize > 0 && src.BlockSize != 0 && src.BlockSize != p.BlockSize {
+				return invalid("pool %q: source %d: block_size %d differs from the pool's %d", p.Name, i, src.BlockSize, p.BlockSize)
+			}
 		}
 	}
 	return nil
@@ -413,7 +502,7 @@ func LoadConfigFile(path string) (Config, error) {
 }
 
 // ParsePoolFlag parses the --pool flag form
-// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608";
+// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608,block_size=16,hash_format=dynamo_standard_v1";
 // every key but dc is optional.
 func ParsePoolFlag(s string) (PoolSpec, error) {
 	name, rest, _ := strings.Cut(s, ":")
@@ -442,6 +531,10 @@ func ParsePoolFlag(s string) (PoolSpec, error) {
 			p.MaxMembers, err = strconv.Atoi(v)
 		case "tracked":
 			p.MaxTrackedBlocks, err = strconv.ParseUint(v, 0, 64)
+		case "block_size":
+			p.BlockSize, err = strconv.Atoi(v)
+		case "hash_format":
+			p.HashFormat = v
 		default:
 			return errUnknownKey
 		}

@@ -24,7 +24,7 @@ import (
 
 // probeLanes reports when a probed key first becomes visible on its lanes.
 type probeLanes struct {
-	client.Native
+	*client.Native
 	key  atomic.Uint64
 	seen chan struct{}
 }
@@ -32,7 +32,7 @@ type probeLanes struct {
 func (p *probeLanes) ApplyFrame(b []byte) (consumer.Result, error) {
 	res, err := p.Native.ApplyFrame(b)
 	if k := p.key.Load(); k != 0 {
-		if m, _ := p.C.Contains(k); m != 0 && p.key.CompareAndSwap(k, 0) {
+		if m, _ := p.Contains(k); m != 0 && p.key.CompareAndSwap(k, 0) {
 			p.seen <- struct{}{}
 		}
 	}
@@ -142,13 +142,13 @@ func benchFanout(b *testing.B, transport string, routers int) {
 	for i := range routers {
 		m := consumer.Manifest{ConsumerInstance: uint64(100 + i), Domain: domain, Format: format, VerificationWindow: 2}
 		m.Lanes[0] = &ckf.PoolID{Domain: domain, DCID: 1}
-		c, err := consumer.New(m)
+		native, err := client.NewNative(m)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var lanes client.Lanes = &client.Native{C: c}
+		var lanes client.Lanes = native
 		if i == 0 {
-			probe = &probeLanes{Native: client.Native{C: c}, seen: make(chan struct{}, 1)}
+			probe = &probeLanes{Native: native, seen: make(chan struct{}, 1)}
 			lanes = probe
 		}
 		rc := client.Config{ConsumerInstance: uint64(100 + i), Targets: []client.Target{{Pool: "p", Lane: 0}},

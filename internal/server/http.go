@@ -38,9 +38,9 @@ func (s *Server) routes() http.Handler {
 		{"GET", "/readyz", s.api(s.handleReady)},
 		{"GET", "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{})},
 		{"GET", "/v1/pools", http.HandlerFunc(s.handleCatalog)},
-		{"POST", "/v1/pools/{pool}/events", s.api(s.ingest(s.handleEvents))},
-		{"POST", "/v1/pools/{pool}/ranks/replace", s.api(s.ingest(s.handleReplace))},
-		{"POST", "/v1/pools/{pool}/ranks/reset", s.api(s.ingest(s.handleReset))},
+		{"POST", "/v1/pools/{pool}/events", s.api(s.syncPublished(s.ingest(s.handleEvents)))},
+		{"POST", "/v1/pools/{pool}/ranks/replace", s.api(s.syncPublished(s.ingest(s.handleReplace)))},
+		{"POST", "/v1/pools/{pool}/ranks/reset", s.api(s.syncPublished(s.ingest(s.handleReset)))},
 		{"GET", "/v1/pools/{pool}/stream", s.api(s.handleStream)},
 	}
 	allowed := map[string][]string{}

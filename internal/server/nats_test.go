@@ -79,13 +79,13 @@ func startNATSRouterIn(t *testing.T, cfg Config, nc client.NATSConfig, consumerI
 		m.Lanes[i] = &ckf.PoolID{Domain: domain, DCID: p.DCID}
 		targets = append(targets, client.Target{Pool: p.Name, Lane: i})
 	}
-	c, err := consumer.New(m)
+	lanes, err := client.NewNative(m)
 	require.NoError(t, err)
 	nc.Options = append(nc.Options, nats.ReconnectWait(50*time.Millisecond))
 	logs := &lockedBuffer{}
 	r, err := client.New(client.Config{NATS: &nc, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 		ConsumerInstance: consumerID, Targets: targets, MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		IdleTimeout: 2 * time.Second}, &client.Native{C: c})
+		IdleTimeout: 2 * time.Second}, lanes)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -447,7 +447,7 @@ func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
 	cfg := natsTestConfig(ns.URL(), time.Second)
 	s := startNATSRelay(t, cfg)
 	const subject = "namespace.dynamo.component.backend.kv-events"
-	src, err := newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL(), Subject: subject}, Config{}.WithDefaults())
+	src, err := newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL(), Subject: subject}, Config{}.WithDefaults(), 0)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -488,7 +488,7 @@ func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
 			r.QuerySequenceHashes(seq, &res) == nil && res.Depths[0] == 0
 	}, 10*time.Second, time.Millisecond, "old lifetime's chain at depth %d", res.Depths[0])
 	assert.EqualValues(t, uint64(1), src.Status().Resets)
-	_, err = newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL()}, Config{}.WithDefaults())
+	_, err = newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL()}, Config{}.WithDefaults(), 0)
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
 

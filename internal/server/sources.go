@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -31,18 +32,27 @@ type poolSources struct {
 // newSource builds the source a spec names. Each transport is one case.
 // The relay's batch limits bound what a source decodes, as they bound HTTP
 // posts (token ids: 256 per block at most).
-func newSource(spec SourceSpec, cfg Config, log *slog.Logger) (source.Source, error) {
+// The pool's block size is the default of a ZMQ source's, and its hash
+// format decides the source's windows.
+func newSource(spec SourceSpec, pool PoolSpec, cfg Config, log *slog.Logger) (source.Source, error) {
 	switch spec.Engine {
 	case "vllm", "sglang", "trtllm":
 		if spec.URL != "" || spec.Subject != "" || spec.Stream != "" || spec.Durable != "" {
 			return nil, fmt.Errorf("engine %q publishes on ZMQ: url, subject, stream and durable are NATS fields", spec.Engine)
 		}
+		bs := spec.BlockSize
+		if bs == 0 {
+			bs = pool.BlockSize
+		}
 		return zmq.New(zmq.Config{Engine: spec.Engine, Endpoint: spec.Endpoint, Bind: spec.Bind, Replay: spec.Replay,
-			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: spec.BlockSize,
-			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log,
+			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: bs,
+			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log, Eagle: pool.Eagle(),
+			MaxMessageBytes: cmp.Or(spec.MaxMessageBytes, cfg.MaxRequestBytes),
+			Ingest: zmq.IngestOptions{ImageTokenID: spec.ImageTokenID, FailWindow: time.Duration(spec.FailWindow),
+				MaxNamespaceBlocks: spec.MaxNamespaceBlocks},
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	case "dynamo":
-		return newDynamoSource(spec, cfg)
+		return newDynamoSource(spec, cfg, pool.MaxMembers)
 	}
 	return nil, fmt.Errorf("unknown engine %q", spec.Engine)
 }
@@ -54,8 +64,7 @@ func (s *Server) startSources() error {
 	s.sources = &poolSources{cancel: cancel, byPool: map[string][]*runningSource{}}
 	for _, p := range s.order {
 		for i, spec := range p.spec.Sources {
-			spec.maxMembers = p.spec.MaxMembers
-			src, err := newSource(spec, s.cfg, s.log.With("pool", p.spec.Name))
+			src, err := newSource(spec, p.spec, s.cfg, s.log.With("pool", p.spec.Name))
 			if err != nil {
 				cancel()
 				return invalid("pool %q: source %d: %v", p.spec.Name, i, err)
@@ -121,7 +130,8 @@ var (
 		"gaps": "Sequence gaps detected.", "replays": "Replay requests made.", "resets": "Rank resets.",
 		"restarts": "Engine restarts detected (new source epoch).", "degraded": "Resets after a gap nothing could fill.",
 		"silences": "Ranks reset after silence past source_timeout.", "duplicates": "Batches received twice and skipped.",
-		"reconnects": "Lost connections redialled.",
+		"reconnects":    "Lost connections redialled.",
+		"peers_refused": "Peer connections dropped: not ZMTP, handshake too slow, a message above max_message_bytes, or beyond max_peers.",
 	}
 	sourceDescs = func() map[string]*prometheus.Desc {
 		m := map[string]*prometheus.Desc{}
@@ -132,6 +142,12 @@ var (
 	}()
 	sourceRankState = prometheus.NewDesc("ckfrelay_source_rank_state",
 		"1 for the state each rank of a source is in (live, degraded, reset).", append(sourceLabels, "dp_rank", "state"), nil)
+	sourceDroppedReason = prometheus.NewDesc("ckfrelay_source_dropped_reason_total",
+		"Blocks (or block-less events) dropped on purpose, by reason.", append(sourceLabels, "reason"), nil)
+	sourceRejectedReason = prometheus.NewDesc("ckfrelay_source_rejected_reason_total",
+		"Batches rejected as malformed, by reason.", append(sourceLabels, "reason"), nil)
+	sourceFailing = prometheus.NewDesc("ckfrelay_source_failing",
+		"1 while the source hears nothing useful (state failing).", sourceLabels, nil)
 	sourceLastEvent = prometheus.NewDesc("ckfrelay_source_last_event_seconds",
 		"Unix time the source last heard anything.", sourceLabels, nil)
 )
@@ -142,6 +158,9 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- sourceRankState
 	ch <- sourceLastEvent
+	ch <- sourceDroppedReason
+	ch <- sourceRejectedReason
+	ch <- sourceFailing
 }
 
 func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -150,9 +169,20 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		l := []string{rs.pool, st.Name, st.Engine}
 		for k, v := range map[string]catalog.U64{"batches": st.Batches, "events": st.Events, "rejected": st.Rejected,
 			"dropped": st.Dropped, "gaps": st.Gaps, "replays": st.Replays, "resets": st.Resets, "restarts": st.Restarts,
-			"degraded": st.Degraded, "silences": st.Silences, "duplicates": st.Duplicates, "reconnects": st.Reconnects} {
+			"degraded": st.Degraded, "silences": st.Silences, "duplicates": st.Duplicates, "reconnects": st.Reconnects, "peers_refused": st.PeersRefused} {
 			ch <- prometheus.MustNewConstMetric(sourceDescs[k], prometheus.CounterValue, float64(v), l...)
 		}
+		for why, v := range st.DroppedByReason {
+			ch <- prometheus.MustNewConstMetric(sourceDroppedReason, prometheus.CounterValue, float64(v), append(l, why)...)
+		}
+		for why, v := range st.RejectedByReason {
+			ch <- prometheus.MustNewConstMetric(sourceRejectedReason, prometheus.CounterValue, float64(v), append(l, why)...)
+		}
+		failing := 0.0
+		if st.State == "failing" {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(sourceFailing, prometheus.GaugeValue, failing, l...)
 		for _, r := range st.Ranks {
 			ch <- prometheus.MustNewConstMetric(sourceRankState, prometheus.GaugeValue, 1,
 				append(l, strconv.FormatUint(uint64(r.DPRank), 10), r.State)...)
@@ -166,7 +196,9 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 // ParseSourceFlag parses the --source flag form
 // "pool:engine=vllm,endpoint=tcp://host:5557,replay=tcp://host:5558,worker=7,block_size=16"
 // (keys: engine, endpoint, bind, replay, topic, dp_ranks, worker,
-// block_size, source_timeout) and returns the pool's name and the spec.
+// block_size, source_timeout, max_message_bytes, image_token_id, fail_window,
+// max_namespace_blocks; url, subject, stream, durable for dynamo) and
+// returns the pool's name and the spec.
 func ParseSourceFlag(s string) (string, SourceSpec, error) {
 	pool, rest, ok := strings.Cut(s, ":")
 	if !ok || rest == "" {
@@ -199,10 +231,23 @@ func ParseSourceFlag(s string) (string, SourceSpec, error) {
 			spec.Stream = v
 		case "durable":
 			spec.Durable = v
+		case "max_message_bytes":
+			spec.MaxMessageBytes, err = strconv.ParseInt(v, 0, 64)
 		case "source_timeout":
 			var d time.Duration
 			d, err = time.ParseDuration(v)
 			spec.SourceTimeout = Duration(d)
+		case "image_token_id":
+			var id uint64
+			id, err = strconv.ParseUint(v, 0, 32)
+			t := uint32(id)
+			spec.ImageTokenID = &t
+		case "fail_window":
+			var d time.Duration
+			d, err = time.ParseDuration(v)
+			spec.FailWindow = Duration(d)
+		case "max_namespace_blocks":
+			spec.MaxNamespaceBlocks, err = strconv.Atoi(v)
 		default:
 			return errUnknownKey
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/ckfrelay/ckfrelay/internal/source/zmq"
 )
 
 // An engine's blocks reach a remote subscriber of the pool its ZMQ source
@@ -62,12 +63,22 @@ func TestServer_ZMQSourceFeedsPool(t *testing.T) {
 	assert.Equal(t, "live", got.State)
 	assert.Empty(t, cat.Pools[1].Sources)
 
+	// A batch whose only event has another block size: a drop by reason.
+	dropped, err := e.EncodeBatch(engine.Event{Type: "BlockStored", BlockHashes: []uint64{1 << 40}, TokenIDs: make([]uint32, 8), BlockSize: 8})
+	require.NoError(t, err)
+	require.NoError(t, e.PublishEncoded(dropped))
+	require.Eventually(t, func() bool {
+		return srv.SourceStatuses("dc-a")[0].DroppedByReason["block_size"] == 1
+	}, 10*time.Second, time.Millisecond)
+
 	r, err = http.Get(ts.URL + "/metrics")
 	require.NoError(t, err)
 	body, _ := io.ReadAll(r.Body)
 	r.Body.Close()
 	assert.Contains(t, string(body), `ckfrelay_source_batches_total{engine="vllm",pool="dc-a",source="vllm@`+pub+`"}`)
 	assert.Contains(t, string(body), `ckfrelay_source_rank_state{dp_rank="0",engine="vllm",pool="dc-a",source="vllm@`+pub+`",state="live"} 1`)
+	assert.Contains(t, string(body), `ckfrelay_source_dropped_reason_total{engine="vllm",pool="dc-a",reason="block_size",source="vllm@`+pub+`"} 1`)
+	assert.Contains(t, string(body), `ckfrelay_source_failing{engine="vllm",pool="dc-a",source="vllm@`+pub+`"} 0`)
 }
 
 func TestServer_BadSourceFailsNew(t *testing.T) {
@@ -98,10 +109,10 @@ func TestParseSourceFlag(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, SourceSpec{Engine: "dynamo", URL: "nats://127.0.0.1:4222", Subject: "namespace.dynamo.kv_events",
 		Stream: "kv", Durable: "relay-c"}, dyn)
-	src, err := newSource(dyn, testConfig().WithDefaults(), nil)
+	src, err := newSource(dyn, PoolSpec{}, testConfig().WithDefaults(), nil)
 	require.NoError(t, err, "a dynamo spec builds the NATS source")
 	assert.Equal(t, "dynamo", src.Status().Engine)
-	_, err = newSource(SourceSpec{Engine: "dynamo", URL: "nats://h", Subject: "s", Endpoint: "tcp://h:1"}, testConfig().WithDefaults(), nil)
+	_, err = newSource(SourceSpec{Engine: "dynamo", URL: "nats://h", Subject: "s", Endpoint: "tcp://h:1"}, PoolSpec{}, testConfig().WithDefaults(), nil)
 	require.Error(t, err, "ZMQ fields on a dynamo source are refused")
 	for _, bad := range []string{"dc-a", "dc-a:", "dc-a:endpoint=tcp://h:1", "dc-a:engine=vllm,worker=x", "dc-a:engine=vllm,colour=red", "dc-a:engine"} {
 		_, _, err := ParseSourceFlag(bad)
@@ -125,9 +136,54 @@ func FuzzParseSourceFlag(f *testing.F) {
 		require.NotEmpty(t, spec.Engine)
 		// A parsed spec either builds a source or is refused with a
 		// configuration error, never a panic.
-		if _, err := newSource(spec, Config{}.WithDefaults(), nil); err != nil {
+		if _, err := newSource(spec, PoolSpec{}, Config{}.WithDefaults(), nil); err != nil {
 			require.NotEmpty(t, err.Error())
 		}
 		_ = pool
 	})
+}
+
+// TestSource_IngestOptionsReachTheSource: image_token_id, fail_window and
+// max_namespace_blocks from a --source flag (and so from JSON, the same
+// SourceSpec) reach the ZMQ source, with the pool's block size and hash
+// format; negative values and the keys on a dynamo source are refused.
+func TestSource_IngestOptionsReachTheSource(t *testing.T) {
+	_, spec, err := ParseSourceFlag("dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,image_token_id=32000,fail_window=250ms,max_namespace_blocks=4096")
+	require.NoError(t, err)
+	require.NotNil(t, spec.ImageTokenID)
+	assert.Equal(t, uint32(32000), *spec.ImageTokenID)
+	src, err := newSource(spec, PoolSpec{BlockSize: 16, HashFormat: HashFormatEagle}, testConfig().WithDefaults(), nil)
+	require.NoError(t, err)
+	zs, ok := src.(*zmq.Source)
+	require.True(t, ok, "a vllm spec builds the ZMQ source")
+	c := zs.Config()
+	require.NotNil(t, c.Ingest.ImageTokenID)
+	assert.Equal(t, uint32(32000), *c.Ingest.ImageTokenID)
+	assert.Equal(t, 250*time.Millisecond, c.Ingest.FailWindow)
+	assert.Equal(t, 4096, c.Ingest.MaxNamespaceBlocks)
+	assert.Equal(t, 16, c.BlockSize, "the pool's block size")
+	assert.True(t, c.Eagle, "the pool's hash format")
+
+	var fromJSON SourceSpec
+	require.NoError(t, json.Unmarshal([]byte(`{"engine":"vllm","endpoint":"tcp://127.0.0.1:5557","block_size":16,
+		"image_token_id":32000,"fail_window":"250ms","max_namespace_blocks":4096}`), &fromJSON))
+	assert.Equal(t, spec.ImageTokenID, fromJSON.ImageTokenID)
+	assert.Equal(t, spec.FailWindow, fromJSON.FailWindow)
+	assert.Equal(t, spec.MaxNamespaceBlocks, fromJSON.MaxNamespaceBlocks)
+
+	for _, bad := range []string{
+		"dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,block_size=16,fail_window=-1s",
+		"dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,block_size=16,max_namespace_blocks=-1",
+		"dc-a:engine=dynamo,url=nats://h,subject=s,image_token_id=5",
+		"dc-a:engine=dynamo,url=nats://h,subject=s,fail_window=1s",
+	} {
+		_, spec, err := ParseSourceFlag(bad)
+		require.NoError(t, err, bad)
+		_, err = newSource(spec, PoolSpec{}, testConfig().WithDefaults(), nil)
+		assert.Error(t, err, bad)
+	}
+	for _, bad := range []string{"dc-a:engine=vllm,image_token_id=x", "dc-a:engine=vllm,image_token_id=4294967296", "dc-a:engine=vllm,fail_window=soon"} {
+		_, _, err := ParseSourceFlag(bad)
+		assert.ErrorIs(t, err, ErrInvalidConfig, bad)
+	}
 }

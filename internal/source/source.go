@@ -30,7 +30,30 @@ type Sink interface {
 	ReplaceRanks(ctx context.Context, reps []producer.RankReplacement) error
 }
 
-var _ Sink = producer.Handle{}
+// EpochSink is a Sink that also tells the member epochs the pool records
+// (recovered from its data dir, or set by any writer: a source, an HTTP
+// bridge); producer.Handle implements it. A source that owns epochs starts
+// above them ([RecordedEpoch]).
+type EpochSink interface {
+	Sink
+	// SourceEpoch returns m's current source epoch; ok is false when the
+	// pool has none.
+	SourceEpoch(m ckf.Member) (epoch uint64, ok bool)
+}
+
+var _ EpochSink = producer.Handle{}
+
+// RecordedEpoch returns m's epoch as sink records it, when sink tells.
+func RecordedEpoch(sink Sink, m ckf.Member) (uint64, bool) {
+	if es, ok := sink.(EpochSink); ok {
+		return es.SourceEpoch(m)
+	}
+	return 0, false
+}
+
+// ErrStaleEpoch matches the sink's refusal of a reset or replacement whose
+// epoch is older than the member's ([producer.StaleSourceEpochError]).
+var ErrStaleEpoch = producer.ErrStaleSourceEpoch
 
 // Source is one running connection to engines.
 type Source interface {

@@ -3,7 +3,7 @@
 //
 //   go run ./cmd/relay serve --pool dc-a:dc=1 --pool dc-b:dc=2 &
 //   node js/examples/router.mjs http://127.0.0.1:7878
-import { Router, fetchCatalog, AbiError, Code } from "../src/index.js";
+import { Router, fetchCatalog, AbiError, Code } from "@ckfrelay/router";
 
 const relayUrl = process.argv[2] ?? "http://127.0.0.1:7878";
 const { pools } = await fetchCatalog(relayUrl);

@@ -11,6 +11,7 @@ const sources = { default_derived: 0, explicit: 1 };
  * decimal string; they are left as strings (BigInt(s) reads one exactly).
  */
 export async function fetchCatalog(relayUrl, { authToken, fetch: f = globalThis.fetch, signal } = {}) {
+  relayUrl = relayUrlOf(relayUrl);
   const headers = authToken ? { authorization: `Bearer ${authToken}` } : {};
   const resp = await f(`${relayUrl.replace(/\/+$/, "")}/v1/pools`, { headers, signal });
   if (!resp.ok) throw new Error(`catalog: ${resp.status} ${resp.statusText}: ${(await resp.text()).slice(0, 1024)}`);
@@ -54,8 +55,47 @@ export function manifestFromCatalog(catalog, targets, { consumerInstance, verifi
   };
   const lanes = new Array(16).fill(null);
   targets.forEach((t, i) => { lanes[t.lane] = { domain, dcId: BigInt(pools[i].dc_id) }; });
-  return { consumerInstance: BigInt(consumerInstance), domain, format, lanes, verificationWindow };
+  return { consumerInstance: consumerInstanceOf(consumerInstance), domain, format, lanes, verificationWindow };
 }
+
+const U64_MAX = (1n << 64n) - 1n;
+
+/**
+ * consumerInstanceOf checks a router's consumer instance: an unsigned 64-bit
+ * integer given as a bigint or as a non-negative safe integer number. It
+ * returns it as a bigint and throws a TypeError naming what it got otherwise.
+ */
+export function consumerInstanceOf(v) {
+  if ((typeof v === "bigint" && v >= 0n && v <= U64_MAX) || (Number.isSafeInteger(v) && v >= 0)) return BigInt(v);
+  let got;
+  if (typeof v === "bigint" || typeof v === "number") got = `${typeof v} ${v}`;
+  else if (v === null || v === undefined) got = String(v);
+  else if (typeof v === "object") {
+    let text;
+    try { text = JSON.stringify(v); } catch { text = undefined; }
+    got = `${v.constructor?.name ?? "object"} ${text ?? ""}`.trim();
+  } else got = `${typeof v} ${JSON.stringify(v)}`;
+  if (got.length > 80) got = got.slice(0, 77) + "...";
+  return bad(`consumerInstance must be an unsigned 64-bit integer (a bigint, or a non-negative safe integer number), got ${got}`);
+}
+
+/**
+ * relayUrlOf checks a relay base URL: http:// or https:// with a host. It
+ * returns it without trailing slashes, and throws a TypeError that says what
+ * to write instead (for "127.0.0.1:7878": add "http://").
+ */
+export function relayUrlOf(s) {
+  if (typeof s !== "string" || s === "") return bad("relayUrl is required");
+  if (!s.includes("://")) return bad(`relayUrl ${JSON.stringify(s)} has no scheme: write "http://${s}" (or https://)`);
+  let u;
+  try { u = new URL(s); } catch { u = undefined; }
+  if (!u || (u.protocol !== "http:" && u.protocol !== "https:") || u.host === "") {
+    return bad(`relayUrl ${JSON.stringify(s)} is not an http(s) URL with a host, e.g. "http://127.0.0.1:7878"`);
+  }
+  return s.replace(/\/+$/, "");
+}
+
+function bad(msg) { throw new TypeError(`router: ${msg}`); }
 
 function writeDigest(w, d) {
   return w.bin(d.digest).uint(d.source);

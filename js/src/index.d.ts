@@ -1,4 +1,7 @@
-// Type declarations for @ckfrelay/router (src/index.js).
+// Type declarations for @ckfrelay/router (src/index.js). They name no
+// global that only a DOM lib declares, so they compile under a Node-only
+// config (lib ES2022, types node) as under one with "DOM"
+// (test/types/tsconfig.*.json check both).
 
 /** Lane state as the router sees it (a copy). */
 export interface LaneInfo {
@@ -59,7 +62,15 @@ export interface LaneStatus {
 
 export interface Stats { bucketCount: bigint; tableBytes: bigint; readyMask: number; queries: bigint; probes: bigint }
 
-export type ModuleSource = WebAssembly.Module | Uint8Array | ArrayBuffer | string | URL;
+/**
+ * A compiled WebAssembly module: WebAssembly.Module where the program's libs
+ * declare it (DOM, or @types/node versions that do), else an opaque object.
+ * Written as a lookup on globalThis so that these declarations do not
+ * require the DOM lib (TS2503 "Cannot find namespace 'WebAssembly'").
+ */
+export type WasmModule = typeof globalThis extends { WebAssembly: { Module: abstract new (...args: any[]) => infer M } } ? M : object;
+
+export type ModuleSource = WasmModule | Uint8Array | ArrayBuffer | string | URL;
 export type Hashes = BigUint64Array | ReadonlyArray<bigint | number>;
 export type Tokens = Uint32Array | ReadonlyArray<number>;
 
@@ -76,7 +87,7 @@ export declare const Code: Readonly<Record<
   "ManifestEncoding" | "WrongConsumer" | "WrongLane" | "WrongPool" | "FormatMismatch" | "StaleAssignmentEpoch" |
   "AssignmentEncoding" | "Unavailable" | "InvalidQuery" | "FrameTruncated" | "FrameTrailingBytes" | "FrameTooLarge" |
   "FrameUnknownVersion" | "FrameUnknownKind" | "FrameMalformed", number>>;
-export declare const QueryKind: Readonly<{ LocalHashes: 0; SequenceHashes: 1; Tokens: 2 }>;
+export declare const QueryKind: Readonly<{ LocalHashes: 0; SequenceHashes: 1; Tokens: 2; TokensWith: 3 }>;
 /** Token-hash seed of the base model. */
 export declare const BASE_SALT: bigint;
 
@@ -88,7 +99,7 @@ export declare class AbiError extends Error {
 }
 
 /** Compiles the module (default: the committed ckfconsumer.wasm). */
-export declare function compileModule(source?: ModuleSource): Promise<WebAssembly.Module>;
+export declare function compileModule(source?: ModuleSource): Promise<WasmModule>;
 
 /** One instance of the consumer module. Methods throw AbiError on a negative status. */
 export declare class Consumer {
@@ -104,6 +115,8 @@ export declare class Consumer {
   contains(hash: bigint | number): number;
   laneStatus(lane: number): LaneStatus;
   laneWords(lane: number): BigUint64Array;
+  /** queryTokens with per-block multimodal hashes and Eagle windows (query kind 3). */
+  queryTokensWith(tokens: Tokens, blockSize: number, salt?: bigint, options?: TokenQueryOptions): QueryResult;
   stats(): Stats;
   salt(lora?: string, namespace?: string): bigint;
   lastError(): string;
@@ -160,11 +173,21 @@ export declare class Router {
   /** Follows every target until stop() or signal; resolves once every lane has retired. */
   run(options?: { signal?: AbortSignal }): Promise<void>;
   stop(): Promise<void>;
+  /**
+   * Resolves once every target lane holds a snapshot and its stream is live
+   * (at once if so already); rejects when the router stops first, or when
+   * signal aborts.
+   */
+  ready(options?: { signal?: AbortSignal }): Promise<void>;
   lane(lane: number): LaneInfo | null;
   querySequenceHashes(hashes: Hashes): QueryResult;
+  /** The same from per-block local hashes (the events' tokens_hash values), chained inside the module. */
+  queryLocalHashes(hashes: Hashes): QueryResult;
   queryTokens(tokens: Tokens, blockSize: number, salt?: bigint): QueryResult;
   contains(hash: bigint | number): number;
   laneWords(lane: number): { words: BigUint64Array; sequence: bigint };
+  /** queryTokens with per-block multimodal hashes and Eagle windows (query kind 3). */
+  queryTokensWith(tokens: Tokens, blockSize: number, salt?: bigint, options?: TokenQueryOptions): QueryResult;
 }
 
 export interface Digest { digest: string; source: number }
@@ -215,3 +238,13 @@ export interface Manifest {
 export declare function manifestFromCatalog(catalog: { pools: any[] }, targets: Target[], options: { consumerInstance: bigint | number; verificationWindow?: number }): Manifest;
 export declare function encodeManifest(manifest: Manifest): Uint8Array;
 export declare function encodeAssignment(identityBytes: Uint8Array, lease: Lease): Uint8Array;
+
+/** Hash options of a query by tokens beyond the salt (docs/abi.md §3.1). */
+export interface TokenQueryOptions {
+  /** mm[i]: block i's multimodal hashes (order does not matter); missing or empty: none. */
+  mm?: ReadonlyArray<ReadonlyArray<bigint | number> | null | undefined>;
+  /** Eagle windows: block i hashes tokens[i·bs, (i+1)·bs + 1) (hash format eagle_v1). */
+  eagle?: boolean;
+}
+/** Encodes a request for query kind 3. */
+export declare function encodeTokenQuery(tokens: Tokens, options?: TokenQueryOptions): Uint8Array;

@@ -31,10 +31,38 @@ export const Code = Object.freeze({
 const codeNames = new Map(Object.entries(Code).map(([k, v]) => [v, k]));
 
 /** Query kinds (docs/abi.md §3). */
-export const QueryKind = Object.freeze({ LocalHashes: 0, SequenceHashes: 1, Tokens: 2 });
+export const QueryKind = Object.freeze({ LocalHashes: 0, SequenceHashes: 1, Tokens: 2, TokensWith: 3 });
+
+/**
+ * encodeTokenQuery encodes a request for query kind 3 (docs/abi.md §3.1):
+ * tokens, per-block multimodal hashes (mm[i]: block i's, BigInt or number;
+ * a missing or empty list means none) and Eagle windows. The namespace is
+ * not here: it rides in the salt (Consumer.salt).
+ */
+export function encodeTokenQuery(tokens, { mm = [], eagle = false } = {}) {
+  const nTok = tokens.length, nLists = mm.length;
+  let nMM = 0;
+  for (const l of mm) nMM += l?.length ?? 0;
+  const mmAt = (16 + 4 * nTok + 4 * nLists + 7) & ~7;
+  const b = new Uint8Array(mmAt + 8 * nMM), v = new DataView(b.buffer);
+  v.setUint32(0, eagle ? 1 : 0, true);
+  v.setUint32(4, nTok, true);
+  v.setUint32(8, nLists, true);
+  v.setUint32(12, nMM, true);
+  for (let i = 0; i < nTok; i++) v.setUint32(16 + 4 * i, tokens[i], true);
+  let at = mmAt;
+  mm.forEach((l, i) => {
+    v.setUint32(16 + 4 * nTok + 4 * i, l?.length ?? 0, true);
+    for (const h of l ?? []) { v.setBigUint64(at, BigInt.asUintN(64, BigInt(h)), true); at += 8; }
+  });
+  return b;
+}
 
 /** The token-hash seed of the base model (no adapter, no namespace). */
 export const BASE_SALT = 1337n;
+
+// Typed arrays use the platform's byte order; the module reads little-endian.
+const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 const ABI_VERSION = 1, RESULT_SIZE = 32, QUERY_SIZE = 80, LANE_STATUS_SIZE = 168, STATS_SIZE = 48, RECORD = 256;
 
@@ -169,15 +197,25 @@ export class Consumer {
    * queryRaw runs a query and returns {code, mask, depths, blocks, probes}
    * without throwing on a negative code (the record is read for a success
    * and for Unavailable). input is a Uint32Array (tokens) or BigUint64Array
-   * / array of BigInt (hashes).
+   * / array of BigInt (hashes); for kind 3 the bytes of encodeTokenQuery.
    */
   queryRaw(kind, input, blockSize = 0, salt = BASE_SALT) {
-    const width = kind === QueryKind.Tokens ? 4 : 8;
+    const width = kind === QueryKind.TokensWith ? 1 : kind === QueryKind.Tokens ? 4 : 8;
     const count = input.length;
     const p = this.input(width * count);
-    const v = this.view();
-    if (width === 4) for (let i = 0; i < count; i++) v.setUint32(p + 4 * i, input[i], true);
-    else for (let i = 0; i < count; i++) v.setBigUint64(p + 8 * i, BigInt(input[i]), true);
+    if (width === 1) {
+      this.bytes(p, count).set(input);
+    } else if (littleEndian && width === 4 && input instanceof Uint32Array && p % 4 === 0) {
+      // One bulk copy: a DataView store per token was over half of a
+      // 1024-block token query under Node (BENCHMARKS.md "Four runtimes").
+      new Uint32Array(this.x.memory.buffer, p, count).set(input);
+    } else if (littleEndian && width === 8 && input instanceof BigUint64Array && p % 8 === 0) {
+      new BigUint64Array(this.x.memory.buffer, p, count).set(input);
+    } else {
+      const v = this.view();
+      if (width === 4) for (let i = 0; i < count; i++) v.setUint32(p + 4 * i, input[i], true);
+      else for (let i = 0; i < count; i++) v.setBigUint64(p + 8 * i, BigInt(input[i]), true);
+    }
     const code = this.x.query(kind, p, count, blockSize, BigInt.asIntN(64, BigInt(salt)), this.out);
     const r = { code, mask: 0, depths: new Array(16).fill(0), blocks: 0, probes: 0 };
     if (code >= 0 || code === Code.Unavailable) {
@@ -203,6 +241,14 @@ export class Consumer {
   queryLocalHashes(hashes) { return this.query(QueryKind.LocalHashes, hashes); }
   /** queryTokens: the same from token ids, hashed in complete blocks of blockSize with salt. */
   queryTokens(tokens, blockSize, salt = BASE_SALT) { return this.query(QueryKind.Tokens, tokens, blockSize, salt); }
+  /**
+   * queryTokensWith: queryTokens with per-block multimodal hashes and Eagle
+   * windows ({mm, eagle}, see encodeTokenQuery), so a router computes
+   * Dynamo's block keys; pass a namespace through salt (this.salt("", ns)).
+   */
+  queryTokensWith(tokens, blockSize, salt = BASE_SALT, options = {}) {
+    return this.query(QueryKind.TokensWith, encodeTokenQuery(tokens, options), blockSize, salt);
+  }
 
   /** contains returns the mask of ready lanes whose filter holds a canonical sequence hash. */
   contains(hash) {

@@ -5,7 +5,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { Consumer, Outcome, FaultNames } from "./module.js";
 import { decodeFrame, readFrames, Kind, DEFAULT_MAX_FRAME_BYTES } from "./frame.js";
-import { fetchCatalog, manifestFromCatalog, encodeManifest, encodeAssignment } from "./catalog.js";
+import { fetchCatalog, manifestFromCatalog, encodeManifest, encodeAssignment, consumerInstanceOf, relayUrlOf } from "./catalog.js";
 
 /** Why a session ended, beside transport and HTTP errors. */
 export class SessionError extends Error {
@@ -36,6 +36,8 @@ export class Router {
    * It does not subscribe until run().
    */
   static async connect(options) {
+    relayUrlOf(options?.relayUrl); // before any request
+    consumerInstanceOf(options.consumerInstance);
     const targets = normalizeTargets(options.pools);
     const cat = await fetchCatalog(options.relayUrl, options);
     const manifest = manifestFromCatalog(cat, targets, options);
@@ -49,12 +51,11 @@ export class Router {
 
   /** @param {Consumer} consumer a configured consumer whose manifest gives each target pool its lane */
   constructor(consumer, options) {
-    if (!options.relayUrl) throw new Error("router: relayUrl is required");
     this.consumer = consumer;
     this.targets = normalizeTargets(options.pools);
-    this.relayUrl = options.relayUrl.replace(/\/+$/, "");
+    this.relayUrl = relayUrlOf(options.relayUrl);
     this.authToken = options.authToken;
-    this.consumerInstance = BigInt(options.consumerInstance ?? 0);
+    this.consumerInstance = consumerInstanceOf(options.consumerInstance);
     this.minBackoffMs = options.minBackoffMs > 0 ? options.minBackoffMs : 50;
     this.maxBackoffMs = options.maxBackoffMs >= this.minBackoffMs ? options.maxBackoffMs : Math.max(5000, this.minBackoffMs);
     this.healthySessionMs = options.healthySessionMs > 0 ? options.healthySessionMs : Math.max(this.maxBackoffMs, 1000);
@@ -70,6 +71,9 @@ export class Router {
     }
     this.stopper = null;
     this.running = null;
+    this.stopped = false;
+    /** ready() waiters: {resolve, reject}, settled when every lane is ready or the router stops. */
+    this.waiters = new Set();
     /** The manifest bytes the consumer was configured with, when connect() built it. */
     this.manifest = null;
   }
@@ -82,6 +86,8 @@ export class Router {
       if (signal.aborted) this.stopper.abort(signal.reason);
       else signal.addEventListener("abort", () => this.stopper.abort(signal.reason), { once: true });
     }
+    this.stopper.signal.addEventListener("abort", () => this.halt(this.stopper.signal.reason), { once: true });
+    if (this.stopper.signal.aborted) this.halt(this.stopper.signal.reason);
     this.running = Promise.all(this.targets.map((t) => this.follow(t, this.stopper.signal))).then(() => {});
     return this.running;
   }
@@ -89,7 +95,50 @@ export class Router {
   /** stop ends every session, retires every lane and resolves when done. */
   async stop() {
     this.stopper?.abort(new Error("router stopped"));
+    this.halt(new Error("router stopped"));
     await this.running;
+  }
+
+  /**
+   * ready resolves once every target lane holds a snapshot and its stream
+   * is live (at once when that is already so). It rejects when the router
+   * stops first (stop(), or run's signal), or when signal aborts.
+   */
+  ready({ signal } = {}) {
+    if (this.stopped) return Promise.reject(new Error("router stopped before every lane was ready"));
+    if (this.allReady()) return Promise.resolve();
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      const w = { resolve, reject, signal, onAbort: null };
+      if (signal) {
+        w.onAbort = () => { this.waiters.delete(w); reject(signal.reason); };
+        signal.addEventListener("abort", w.onAbort, { once: true });
+      }
+      this.waiters.add(w);
+    });
+  }
+
+  allReady() { return this.targets.every((t) => this.info[t.lane].ready); }
+
+  // settle resolves every ready() waiter once all lanes are ready.
+  settle() {
+    if (!this.waiters.size || !this.allReady()) return;
+    for (const w of this.waiters) {
+      w.signal?.removeEventListener("abort", w.onAbort);
+      w.resolve();
+    }
+    this.waiters.clear();
+  }
+
+  // halt marks the router stopped and rejects every ready() waiter.
+  halt(reason) {
+    if (this.stopped) return;
+    this.stopped = true;
+    for (const w of this.waiters) {
+      w.signal?.removeEventListener("abort", w.onAbort);
+      w.reject(new Error(`router stopped before every lane was ready: ${reason?.message ?? reason}`));
+    }
+    this.waiters.clear();
   }
 
   /** lane returns a copy of a lane's state with its staleness (ms since its last frame; null: never). */
@@ -101,10 +150,14 @@ export class Router {
 
   /** querySequenceHashes: per ready lane, leading blocks of a request's canonical hashes held. */
   querySequenceHashes(hashes) { return this.consumer.querySequenceHashes(hashes); }
+  /** queryLocalHashes: the same from per-block local hashes (tokens_hash), chained inside the module. */
+  queryLocalHashes(hashes) { return this.consumer.queryLocalHashes(hashes); }
   /** queryTokens: the same by token ids (complete blocks of blockSize, salted). */
   queryTokens(tokens, blockSize, salt) { return this.consumer.queryTokens(tokens, blockSize, salt); }
   /** contains: the mask of ready lanes holding one canonical sequence hash. */
   contains(hash) { return this.consumer.contains(hash); }
+  /** queryTokensWith: queryTokens with {mm, eagle} hash options (Consumer.queryTokensWith). */
+  queryTokensWith(tokens, blockSize, salt, options) { return this.consumer.queryTokensWith(tokens, blockSize, salt, options); }
   /** laneWords: a ready lane's bucket words and the sequence they are at. */
   laneWords(lane) { return { words: this.consumer.laneWords(lane), sequence: this.info[lane]?.sequence ?? 0n }; }
 
@@ -189,11 +242,12 @@ export class Router {
         }
         this.trace?.({ op: "apply", lane: t.lane, bytes: body, result: res });
         if (!ignored.has(res.outcome)) li.framesApplied++;
+        if (res.lane === t.lane) li.sequence = res.sequence;
         if (res.outcome === Outcome.SnapshotInstalled) {
           li.ready = true;
           if (!installedAt) installedAt = li.lastFrame;
+          this.settle();
         }
-        if (res.lane === t.lane) li.sequence = res.sequence;
         if (res.outcome === Outcome.Deactivated || res.outcome === Outcome.RetrySnapshot) {
           throw new SessionError("deactivated", `lane deactivated: ${FaultNames[res.fault] ?? res.fault}`);
         }

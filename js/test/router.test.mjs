@@ -19,8 +19,13 @@ async function relay(args, opts) {
 const fast = { minBackoffMs: 10, maxBackoffMs: 200, module: wasmPath, consumerInstance: 77 };
 const b64 = (b) => Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString("base64");
 
-test("converges on two pools and answers exactly as the Go consumer on the same frames", async () => {
-  const rl = await relay(["--pool", "dc-a:dc=1,expected=65536", "--pool", "dc-b:dc=2,expected=65536"]);
+test("converges on two pools and answers exactly as the Go consumer on the same frames", async (t) => {
+  // The pools publish only on a 300 ms timer (no event cadence): a helper
+  // that read the relay's sequence before the posted events were published
+  // would take the lane for converged too early, and contains() below would
+  // miss the last event. postStored's ?sync=published write barrier rules it out.
+  const slow = "expected=65536,cadence=1000000000,delay=300ms";
+  const rl = await relay(["--pool", `dc-a:dc=1,${slow}`, "--pool", `dc-b:dc=2,${slow}`]);
   const steps = [];
   const router = await Router.connect({
     ...fast, relayUrl: rl.base, pools: ["dc-a", "dc-b"],
@@ -31,6 +36,7 @@ test("converges on two pools and answers exactly as the Go consumer on the same 
     },
   });
   const running = router.run();
+  t.after(() => router.stop()); // a failed assertion must not leave the router resubscribing
   const a = await postStored(rl.base, "dc-a", 300, 4);
   const b = await postStored(rl.base, "dc-b", 100, 2);
   await converge(router, rl.base, "dc-a", 0);
@@ -98,6 +104,44 @@ test("converges on two pools and answers exactly as the Go consumer on the same 
   await running;
   assert.throws(() => router.querySequenceHashes([1n]), (e) => e instanceof AbiError && e.code === Code.Unavailable,
     "a stopped router's lanes are retired");
+});
+
+test("ready() resolves once every lane holds a snapshot, rejects when the router stops first", async () => {
+  const rl = await relay(["--pool", "dc-a:dc=1,expected=4096", "--pool", "dc-b:dc=2,expected=4096"]);
+  const router = await Router.connect({ ...fast, relayUrl: rl.base, pools: ["dc-a", "dc-b"] });
+  // Asked before run(): nothing can be ready yet.
+  let settled = false;
+  const ready = router.ready().then(() => { settled = true; });
+  const aborted = new AbortController();
+  const gaveUp = router.ready({ signal: aborted.signal });
+  aborted.abort(new Error("caller gave up"));
+  await assert.rejects(gaveUp, /caller gave up/);
+  await new Promise((r) => setImmediate(r));
+  assert.equal(settled, false);
+  const running = router.run();
+  await ready;
+  for (const lane of [0, 1]) assert.ok(router.lane(lane).ready, `lane ${lane} ready`);
+  assert.equal(router.consumer.stats().readyMask, 0b11);
+  await router.ready(); // already ready: at once
+
+  // queryLocalHashes: by the events' per-block tokens_hash values.
+  const a = await postStored(rl.base, "dc-a", 3, 4);
+  await converge(router, rl.base, "dc-a", 0);
+  const q = router.queryLocalHashes(a[2]);
+  assert.equal(q.mask, 0b11);
+  assert.deepEqual(q.depths.slice(0, 2), [4, 0]);
+  assert.equal(q.blocks, 4);
+  assert.deepEqual(router.queryLocalHashes([a[2][0], 12345n]).depths.slice(0, 2), [1, 0]);
+
+  await router.stop();
+  await running;
+  await assert.rejects(router.ready(), /router stopped/);
+
+  // A router stopped while a lane still waits for its snapshot rejects the waiter.
+  const lone = await Router.connect({ ...fast, relayUrl: rl.base, pools: ["dc-a"] });
+  const waiting = lone.ready();
+  await lone.stop();
+  await assert.rejects(waiting, /router stopped before every lane was ready/);
 });
 
 test("resubscribes with a higher epoch after a dropped connection", async () => {

@@ -85,7 +85,8 @@ export async function startProxy(target) {
 
 let eventId = 0;
 /**
- * postStored posts n Stored events of `blocks` blocks each (no parent) and
+ * postStored posts n Stored events (with the relay's write barrier,
+ * ?sync=published: each answer comes once its events are on the stream) of `blocks` blocks each (no parent) and
  * returns each event's tokens_hash values: the blocks' local hashes, whose
  * chain is the canonical sequence (a query by local hashes finds them).
  */
@@ -106,7 +107,9 @@ export async function postStored(base, pool, n, blocks) {
       out.push(hashes);
       evs.push(`{"worker_id": ${id % 4}, "event": {"event_id": ${id}, "dp_rank": 0, "data": {"stored": {"parent_hash": null, "blocks": [${bl.join(",")}]}}}}`);
     }
-    const resp = await fetch(`${base}/v1/pools/${pool}/events?source_epoch=1`, {
+    // sync=published: answered once the events are on the pool's stream,
+    // so a hub sequence read afterwards covers them (converge relies on it).
+    const resp = await fetch(`${base}/v1/pools/${pool}/events?source_epoch=1&sync=published`, {
       method: "POST", headers: { "content-type": "application/json" }, body: `[${evs.join(",")}]`,
     });
     if (resp.status !== 202) throw new Error(`post events: ${resp.status} ${await resp.text()}`);
@@ -121,11 +124,15 @@ export async function hubSequence(base, pool) {
   return BigInt(c.pools.find((p) => p.name === pool).hub.sequence);
 }
 
-/** converge waits until lane's sequence reached the pool's hub sequence (bounded). */
+/**
+ * converge waits until lane's sequence reached the pool's hub sequence
+ * (bounded). The hub sequence is read once: postStored's barrier made it
+ * cover every event posted before, so reaching it means holding them.
+ */
 export async function converge(router, base, pool, lane, timeoutMs = 20000) {
   const deadline = Date.now() + timeoutMs;
+  const want = await hubSequence(base, pool);
   for (;;) {
-    const want = await hubSequence(base, pool);
     const li = router.lane(lane);
     if (want > 0n && li.ready && li.sequence >= want) return li.sequence;
     if (Date.now() > deadline) throw new Error(`lane ${lane} stuck at ${li.sequence} (ready ${li.ready}), relay at ${want}: ${li.lastError}`);

@@ -10,7 +10,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
-import { Consumer, AbiError, compileModule } from "../../js/src/module.js";
+import { Consumer, AbiError, compileModule, encodeTokenQuery } from "../../js/src/module.js";
 
 const [wasmPath, dir] = process.argv.slice(2);
 if (!wasmPath || !dir) {
@@ -47,7 +47,11 @@ function exec(c, st) {
     }
     case "query": {
       const kind = st.kind ?? 0;
-      const input = kind === 2 ? Uint32Array.from(st.tokens ?? []) : (st.hashes ?? []).map(u64);
+      // Typed arrays take module.js's bulk-copy path; local hashes stay a
+      // plain array of BigInt, so the element-wise path is exercised too.
+      const hashes = (st.hashes ?? []).map(u64);
+      const input = kind === 3 ? encodeTokenQuery(st.tokens ?? [], { mm: (st.mm ?? []).map((l) => (l ?? []).map(u64)), eagle: !!st.eagle })
+        : kind === 2 ? Uint32Array.from(st.tokens ?? []) : kind === 1 ? BigUint64Array.from(hashes) : hashes;
       const { code, mask, depths, blocks } = c.queryRaw(kind, input, st.block_size ?? 0, u64(st.salt));
       return { code, mask, depths, blocks };
     }

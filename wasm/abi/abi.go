@@ -149,6 +149,10 @@ const (
 	QueryLocalHashes    = 0 // u64 LE local block hashes; chained inside the module
 	QuerySequenceHashes = 1 // u64 LE canonical sequence hashes
 	QueryTokens         = 2 // u32 LE token ids, hashed in blocks of block_size with salt
+	// QueryTokensWith is QueryTokens with per-block multimodal hashes and
+	// Eagle windows: the input is count bytes in the token query layout
+	// (query.go, [ParseTokenQuery]). Modules before it answer BadArgument.
+	QueryTokensWith = 3
 )
 
 // Record sizes, in bytes, of the fixed layouts the module writes into caller

@@ -8,6 +8,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/wasm/abi"
 	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func manifest() consumer.Manifest {
@@ -24,17 +26,11 @@ func manifest() consumer.Manifest {
 func TestManifest_RoundTrip(t *testing.T) {
 	m := manifest()
 	got, err := abi.DecodeManifest(abi.AppendManifest(nil, &m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.ConsumerInstance != m.ConsumerInstance || got.Domain != m.Domain || got.Format != m.Format ||
-		got.VerificationWindow != m.VerificationWindow {
-		t.Errorf("got %+v, want %+v", got, m)
-	}
+	require.NoError(t, err)
+	assert.False(t, got.ConsumerInstance != m.ConsumerInstance || got.Domain != m.Domain || got.Format != m.Format ||
+		got.VerificationWindow != m.VerificationWindow, "got %+v, want %+v", got, m)
 	for i := range m.Lanes {
-		if (got.Lanes[i] == nil) != (m.Lanes[i] == nil) || (m.Lanes[i] != nil && *got.Lanes[i] != *m.Lanes[i]) {
-			t.Errorf("lane %d: got %v, want %v", i, got.Lanes[i], m.Lanes[i])
-		}
+		assert.False(t, (got.Lanes[i] == nil) != (m.Lanes[i] == nil) || (m.Lanes[i] != nil && *got.Lanes[i] != *m.Lanes[i]), "lane %d: got %v, want %v", i, got.Lanes[i], m.Lanes[i])
 	}
 }
 
@@ -43,9 +39,7 @@ func TestAssignment_RoundTrip(t *testing.T) {
 	id := ckf.ProducerIdentity{Pool: *m.Lanes[15], ProducerIncarnation: 1<<64 - 1, LayoutGeneration: 300, Format: m.Format}
 	l := ckf.LaneLease{ConsumerInstance: 5, PhysicalLane: 15, AssignmentEpoch: 1 << 33}
 	gid, gl, err := abi.DecodeAssignment(abi.AppendAssignment(nil, &id, &l))
-	if err != nil || gid != id || gl != l {
-		t.Errorf("got %+v %+v %v, want %+v %+v", gid, gl, err, id, l)
-	}
+	assert.False(t, err != nil || gid != id || gl != l, "got %+v %+v %v, want %+v %+v", gid, gl, err, id, l)
 }
 
 // TestDecode_RejectsEveryTruncationAndTrailingByte: no prefix of a valid
@@ -54,19 +48,16 @@ func TestDecode_RejectsEveryTruncationAndTrailingByte(t *testing.T) {
 	m := manifest()
 	enc := abi.AppendManifest(nil, &m)
 	for n := range len(enc) {
-		if _, err := abi.DecodeManifest(enc[:n]); !errors.Is(err, abi.ErrEncoding) {
-			t.Fatalf("manifest prefix of %d bytes: got %v, want ErrEncoding", n, err)
-		}
+		_, err := abi.DecodeManifest(enc[:n])
+		require.ErrorIs(t, err, abi.ErrEncoding, "manifest prefix of %d bytes: got %v, want ErrEncoding", n, err)
 	}
-	if _, err := abi.DecodeManifest(append(enc, 0)); !errors.Is(err, abi.ErrEncoding) {
-		t.Errorf("trailing byte: got %v, want ErrEncoding", err)
-	}
+	_, err := abi.DecodeManifest(append(enc, 0))
+	assert.ErrorIs(t, err, abi.ErrEncoding, "trailing byte: got %v, want ErrEncoding", err)
 	id := ckf.ProducerIdentity{Pool: *m.Lanes[0], Format: m.Format}
 	a := abi.AppendAssignment(nil, &id, &ckf.LaneLease{PhysicalLane: 3})
 	for n := range len(a) {
-		if _, _, err := abi.DecodeAssignment(a[:n]); !errors.Is(err, abi.ErrEncoding) {
-			t.Fatalf("assignment prefix of %d bytes: got %v, want ErrEncoding", n, err)
-		}
+		_, _, err := abi.DecodeAssignment(a[:n])
+		require.ErrorIs(t, err, abi.ErrEncoding, "assignment prefix of %d bytes: got %v, want ErrEncoding", n, err)
 	}
 }
 
@@ -81,9 +72,8 @@ func TestDecode_RejectsOutOfRange(t *testing.T) {
 		{"negative int", []byte{0x96, 0xff}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := abi.DecodeManifest(tc.b); !errors.Is(err, abi.ErrEncoding) {
-				t.Errorf("got %v, want ErrEncoding", err)
-			}
+			_, err := abi.DecodeManifest(tc.b)
+			assert.ErrorIs(t, err, abi.ErrEncoding, "got %v, want ErrEncoding", err)
 		})
 	}
 	// A digest source other than 0/1 and a lane above 255.
@@ -91,9 +81,8 @@ func TestDecode_RejectsOutOfRange(t *testing.T) {
 	id := ckf.ProducerIdentity{Pool: *m.Lanes[0], Format: m.Format}
 	a := abi.AppendAssignment(nil, &id, &ckf.LaneLease{})
 	a[2+1+1+1+16] = 2 // [[[pool: bin16 digest, source
-	if _, _, err := abi.DecodeAssignment(a); !errors.Is(err, abi.ErrEncoding) {
-		t.Errorf("digest source 2: got %v, want ErrEncoding", err)
-	}
+	_, _, err := abi.DecodeAssignment(a)
+	assert.ErrorIs(t, err, abi.ErrEncoding, "digest source 2: got %v, want ErrEncoding", err)
 }
 
 func FuzzDecodeManifest(f *testing.F) {
@@ -106,9 +95,9 @@ func FuzzDecodeManifest(f *testing.F) {
 		}
 		// Whatever decodes re-encodes to something that decodes the same.
 		again, err := abi.DecodeManifest(abi.AppendManifest(nil, &got))
-		if err != nil || again.Format != got.Format || again.ConsumerInstance != got.ConsumerInstance {
-			t.Fatalf("re-decode: %v", err)
-		}
+		require.NoError(t, err, "re-decode")
+		require.Equal(t, got.Format, again.Format, "re-decode: %v", err)
+		require.Equal(t, got.ConsumerInstance, again.ConsumerInstance, "re-decode: %v", err)
 	})
 }
 
@@ -142,9 +131,7 @@ func TestCodes_Pinned(t *testing.T) {
 		{"LaneStatusSize", abi.LaneStatusSize, 168},
 		{"StatsSize", abi.StatsSize, 48},
 	} {
-		if tc.got != tc.want {
-			t.Errorf("%s = %d, want %d (published in docs/abi.md)", tc.name, tc.got, tc.want)
-		}
+		assert.Equal(t, tc.want, tc.got, "%s = %d, want %d (published in docs/abi.md)", tc.name, tc.got, tc.want)
 	}
 }
 
@@ -161,12 +148,9 @@ func TestCodeOf_MatchesSentinels(t *testing.T) {
 		{errors.New("other"), abi.ErrInternal},
 	} {
 		got := abi.CodeOf(tc.err)
-		if got != tc.want {
-			t.Errorf("CodeOf(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-		if s := got.Sentinel(); tc.want < 0 && tc.want != abi.ErrInternal && !errors.Is(tc.err, s) {
-			t.Errorf("%v.Sentinel() = %v, which %v does not match", got, s, tc.err)
-		}
+		assert.Equal(t, tc.want, got, "CodeOf(%v) = %v, want %v", tc.err, got, tc.want)
+		s := got.Sentinel()
+		assert.False(t, tc.want < 0 && tc.want != abi.ErrInternal && !errors.Is(tc.err, s), "%v.Sentinel() = %v, which %v does not match", got, s, tc.err)
 	}
 }
 
@@ -181,24 +165,22 @@ func TestRecords_RoundTrip(t *testing.T) {
 			SnapshotsInstalled: 6, DeltasApplied: 7, ImagesApplied: 8, DrainsAcknowledged: 9, LastHeartbeatMicros: -10}}
 	b := make([]byte, abi.LaneStatusSize)
 	abi.PutLaneStatus(b, &s)
-	if got := abi.ReadLaneStatus(b, &m, 15); got != s {
-		t.Errorf("lane status: got %+v, want %+v", got, s)
-	}
+	got := abi.ReadLaneStatus(b, &m, 15)
+	assert.Equal(t, s, got, "lane status: got %+v, want %+v", got, s)
 	q := consumer.QueryResult{Mask: 0x8001, Blocks: 9, Probes: 4}
 	q.Depths[0], q.Depths[15] = 9, 3
 	qb := make([]byte, abi.QueryRecordSize)
 	abi.PutQueryRecord(qb, &q)
 	var gq consumer.QueryResult
 	abi.ReadQueryRecord(qb, &gq)
-	if gq != q {
-		t.Errorf("query: got %+v, want %+v", gq, q)
-	}
+	assert.Equal(t, q, gq, "query: got %+v, want %+v", gq, q)
 	r := abi.Result{Code: abi.Code(consumer.Deactivated), Result: consumer.Result{Outcome: consumer.Deactivated,
 		Fault: consumer.BaseSequenceMismatch, Lane: -1, Sequence: 1<<64 - 1}, Kind: 2, ErrorOff: 17}
 	rb := make([]byte, abi.ResultSize)
 	abi.PutResult(rb, &r)
-	if got := abi.ReadResult(rb); got != r {
-		t.Errorf("result: got %+v, want %+v", got, r)
+	{
+		got := abi.ReadResult(rb)
+		assert.Equal(t, r, got, "result: got %+v, want %+v", got, r)
 	}
 }
 
@@ -209,14 +191,12 @@ func FuzzDecodeAssignment(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		id, l, err := abi.DecodeAssignment(b)
 		if err != nil {
-			if !errors.Is(err, abi.ErrEncoding) {
-				t.Fatalf("error %v does not wrap ErrEncoding", err)
-			}
+			require.ErrorIs(t, err, abi.ErrEncoding, "error %v does not wrap ErrEncoding", err)
 			return
 		}
 		gid, gl, err := abi.DecodeAssignment(abi.AppendAssignment(nil, &id, &l))
-		if err != nil || gid != id || gl != l {
-			t.Fatalf("re-decode: %+v %+v %v", gid, gl, err)
-		}
+		require.NoError(t, err, "re-decode: %+v %+v", gid, gl)
+		require.Equal(t, id, gid, "re-decode: %+v %+v %v", gid, gl, err)
+		require.Equal(t, l, gl, "re-decode: %+v %+v %v", gid, gl, err)
 	})
 }

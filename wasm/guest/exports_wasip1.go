@@ -210,8 +210,11 @@ func exportQuery(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, 
 // recovery).
 func queryOther(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, salt uint64, out unsafe.Pointer) int32 {
 	width := uint64(8)
-	if kind == abi.QueryTokens {
+	switch kind {
+	case abi.QueryTokens:
 		width = 4
+	case abi.QueryTokensWith: // count is the input's byte length
+		width = 1
 	}
 	src, ok1 := within(heap.queryIn, uintptr(in), width*uint64(count))
 	dst, ok2 := within(heap.queryOut, uintptr(out), abi.QueryRecordSize)
@@ -221,7 +224,7 @@ func queryOther(kind uint32, in unsafe.Pointer, count uint32, blockSize int32, s
 			return int32(g.fail(abi.ErrBadArgument, nil))
 		}
 	}
-	if kind > abi.QueryTokens {
+	if kind > abi.QueryTokensWith {
 		return int32(g.fail(abi.ErrBadArgument, nil))
 	}
 	return int32(g.query(int32(kind), src, int(count), int(blockSize), salt, dst))

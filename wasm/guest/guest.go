@@ -36,6 +36,8 @@ type guest struct {
 	res    consumer.QueryResult
 	hashes []uint64 // query input scratch
 	tokens []uint32
+	mm     []uint64   // multimodal hashes of a QueryTokensWith input (scratch)
+	lists  [][]uint64 // their per-block lists (scratch)
 }
 
 // fail records err's message for last_error and returns code.
@@ -191,6 +193,21 @@ func (g *guest) query(kind int32, in []byte, count int, blockSize int, salt uint
 			return g.fail(abi.ErrBadArgument, errors.New("abi: token array outside its buffer"))
 		}
 		err = g.c.QueryTokens(uint32s(in[:4*count], &g.tokens), blockSize, salt, &g.res)
+	case abi.QueryTokensWith:
+		if count < 0 || len(in) < count {
+			return g.fail(abi.ErrBadArgument, errors.New("abi: token query outside its buffer"))
+		}
+		q, perr := abi.ParseTokenQuery(in[:count])
+		if perr != nil {
+			return g.fail(abi.ErrBadArgument, perr)
+		}
+		o := ckf.HashOptions{Eagle: q.Eagle}
+		if len(q.Lengths) > 0 {
+			g.lists = q.Lists(g.lists[:0], uint64s(q.MM, &g.mm))
+			o.MM = g.lists
+		}
+		err = g.c.QueryTokensWith(uint32s(q.Tokens, &g.tokens), blockSize, salt, o, &g.res)
+		clear(g.lists) // drop the views into the host's buffer
 	default:
 		return g.fail(abi.ErrBadArgument, fmt.Errorf("abi: unknown query kind %d", kind))
 	}

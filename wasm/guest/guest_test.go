@@ -36,20 +36,17 @@ func TestRegistry_ViewStaysInsideOneBuffer(t *testing.T) {
 			assert.Equal(t, tc.n, uint64(len(v)), "%s: length", tc.name)
 		}
 	}
-	if r.alloc(abi.MaxAlloc+1) != nil {
-		t.Error("alloc above MaxAlloc: got a buffer, want nil")
-	}
+	assert.Nil(t, r.alloc(abi.MaxAlloc+1), "alloc above MaxAlloc: got a buffer, want nil")
 	_, ok := r.view(pa+2, 4) // leaves a among the cached buffers
 	require.True(t, ok)
 	assert.True(t, r.free(pa), "free of a base")
 	assert.False(t, r.free(pa), "second free of a base")
 	assert.False(t, r.free(base(b)+1), "free of an interior pointer")
-	if _, ok := r.view(pa, 1); ok {
-		t.Error("view of a freed buffer: got ok")
+	{
+		_, ok := r.view(pa, 1)
+		assert.False(t, ok, "view of a freed buffer: got ok")
 	}
-	if r.live() != 1 {
-		t.Errorf("live = %d, want 1", r.live())
-	}
+	assert.Equal(t, 1, r.live(), "live = %d, want 1", r.live())
 }
 
 func testManifest() consumer.Manifest {
@@ -72,17 +69,16 @@ func TestGuest_NotConfigured(t *testing.T) {
 		"words":    g.laneWords(0, out),
 		"stats":    g.stats(out),
 	} {
-		if code != abi.ErrNotConfigured {
-			t.Errorf("%s: got %v, want NotConfigured", name, code)
-		}
+		assert.Equal(t, abi.ErrNotConfigured, code, "%s: got %v, want NotConfigured", name, code)
 	}
 }
 
 func TestGuest_ConfigureFailureKeepsConsumer(t *testing.T) {
 	var g guest
 	m := testManifest()
-	if c := g.configure(abi.AppendManifest(nil, &m)); c != abi.OK {
-		t.Fatalf("configure: got %v (%s)", c, g.lastErr)
+	{
+		c := g.configure(abi.AppendManifest(nil, &m))
+		require.Equal(t, abi.OK, c, "configure: got %v (%s)", c, g.lastErr)
 	}
 	before := g.c
 	big := m
@@ -116,12 +112,10 @@ func TestGuest_ApplyDecodeErrorDetail(t *testing.T) {
 	assert.Equal(t, abi.Code(consumer.IgnoredForeignLease), c, "drain on an unassigned lane")
 	assert.Equal(t, 2, g.last.Result.Lane, "drain on an unassigned lane: lane")
 	assert.Equal(t, uint8(wire.KindDrainMarker), g.last.Kind, "drain on an unassigned lane: kind")
-	if l := g.frameLane(frame); l != 2 {
-		t.Errorf("frameLane = %d, want 2", l)
-	}
-	if l := g.frameLane(frame[:3]); l != -1 {
-		t.Errorf("frameLane of a truncated frame = %d, want -1", l)
-	}
+	l := g.frameLane(frame)
+	assert.Equal(t, 2, l, "frameLane = %d, want 2", l)
+	l = g.frameLane(frame[:3])
+	assert.Equal(t, -1, l, "frameLane of a truncated frame = %d, want -1", l)
 }
 
 func TestGuest_QueryArguments(t *testing.T) {
@@ -129,6 +123,7 @@ func TestGuest_QueryArguments(t *testing.T) {
 	m := testManifest()
 	g.configure(abi.AppendManifest(nil, &m))
 	out := make([]byte, abi.QueryRecordSize)
+	tq := abi.AppendTokenQuery(nil, make([]uint32, 9), ckf.HashOptions{Eagle: true, MM: [][]uint64{{1}, {2, 3}}})
 	for _, tc := range []struct {
 		name  string
 		kind  int32
@@ -138,28 +133,36 @@ func TestGuest_QueryArguments(t *testing.T) {
 		out   []byte
 		want  abi.Code
 	}{
-		{"unknown kind", 3, nil, 0, 0, out, abi.ErrBadArgument},
+		{"unknown kind", 4, nil, 0, 0, out, abi.ErrBadArgument},
+		{"token query past the buffer", abi.QueryTokensWith, tq, len(tq) + 1, 4, out, abi.ErrBadArgument},
+		{"token query cut short", abi.QueryTokensWith, tq[:len(tq)-8], len(tq) - 8, 4, out, abi.ErrBadArgument},
+		{"token query, block size 0", abi.QueryTokensWith, tq, len(tq), 0, out, abi.ErrInvalidQuery},
+		{"token query, no ready lane", abi.QueryTokensWith, tq, len(tq), 4, out, abi.ErrUnavailable},
 		{"hashes past the buffer", abi.QueryLocalHashes, make([]byte, 15), 2, 0, out, abi.ErrBadArgument},
 		{"tokens past the buffer", abi.QueryTokens, make([]byte, 7), 2, 4, out, abi.ErrBadArgument},
 		{"record buffer too small", abi.QueryLocalHashes, nil, 0, 0, out[:79], abi.ErrBufferTooSmall},
 		{"block size 0", abi.QueryTokens, make([]byte, 8), 2, 0, out, abi.ErrInvalidQuery},
 		{"no ready lane", abi.QuerySequenceHashes, make([]byte, 8), 1, 0, out, abi.ErrUnavailable},
 	} {
-		if c := g.query(tc.kind, tc.in, tc.count, tc.bs, 0, tc.out); c != tc.want {
-			t.Errorf("%s: got %v, want %v", tc.name, c, tc.want)
-		}
+		c := g.query(tc.kind, tc.in, tc.count, tc.bs, 0, tc.out)
+		assert.Equal(t, tc.want, c, "%s: got %v, want %v", tc.name, c, tc.want)
 	}
 	// The Unavailable record still says how many blocks were asked.
 	var r consumer.QueryResult
 	abi.ReadQueryRecord(out, &r)
 	assert.Zero(t, r.Mask, "unavailable record: mask")
 	assert.Equal(t, 1, r.Blocks, "unavailable record: blocks")
+	require.Equal(t, abi.ErrUnavailable, g.query(abi.QueryTokensWith, tq, len(tq), 4, 0, out))
+	abi.ReadQueryRecord(out, &r)
+	assert.Equal(t, 2, r.Blocks, "unavailable token query record: blocks of 9 tokens in Eagle windows of 4+1")
+	for _, l := range g.lists {
+		assert.Nil(t, l, "no view of the host's buffer kept after the query")
+	}
 	words := make([]byte, 8*16)
 	assert.Equal(t, abi.Code(16), g.laneWords(2, words), "lane words")
 	assert.Equal(t, make([]byte, 8*16), words, "lane words")
-	if c := g.laneWords(2, words[:8*15]); c != abi.ErrBufferTooSmall {
-		t.Errorf("lane words short buffer: got %v, want BufferTooSmall", c)
-	}
+	c := g.laneWords(2, words[:8*15])
+	assert.Equal(t, abi.ErrBufferTooSmall, c, "lane words short buffer: got %v, want BufferTooSmall", c)
 }
 
 // TestRegistry_QueryViewsRemembersBuffers: the query export checks the last

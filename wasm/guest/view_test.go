@@ -28,16 +28,16 @@ func TestViews_AlignedAndUnalignedAgree(t *testing.T) {
 			want64[i] = binary.LittleEndian.Uint64(b[8*i:])
 		}
 		var s64 []uint64
-		if got := uint64s(b, &s64); !slices.Equal(got, want64) {
-			t.Fatalf("offset %d: uint64s = %x, want %x", off, got, want64)
-		}
+		got := uint64s(b, &s64)
+		require.True(t, slices.Equal(got, want64), "offset %d: uint64s = %x, want %x", off, got, want64)
 		want32 := make([]uint32, 64)
 		for i := range want32 {
 			want32[i] = binary.LittleEndian.Uint32(b[4*i:])
 		}
 		var s32 []uint32
-		if got := uint32s(b, &s32); !slices.Equal(got, want32) {
-			t.Fatalf("offset %d: uint32s = %x, want %x", off, got, want32)
+		{
+			got := uint32s(b, &s32)
+			require.True(t, slices.Equal(got, want32), "offset %d: uint32s = %x, want %x", off, got, want32)
 		}
 	}
 }

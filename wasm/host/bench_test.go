@@ -2,14 +2,17 @@ package host_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -137,7 +140,7 @@ func BenchmarkQuery(b *testing.B) {
 	for _, by := range []string{"tokens", "seq"} {
 		for _, depth := range []int{32, 128, 1024} {
 			for _, im := range impls {
-				b.Run("by="+by+"/depth="+itoa(depth)+"/impl="+im.name, func(b *testing.B) {
+				b.Run("by="+by+"/depth="+strconv.Itoa(depth)+"/impl="+im.name, func(b *testing.B) {
 					query := func(res *consumer.QueryResult) error {
 						if by == "seq" {
 							return im.c.QuerySequenceHashes(seq[:depth], res)
@@ -150,15 +153,13 @@ func BenchmarkQuery(b *testing.B) {
 					for b.Loop() {
 						t0 := time.Now()
 						if err := query(&res); err != nil {
-							b.Fatal(err)
+							require.Fail(b, fmt.Sprint(err))
 						}
 						if len(lat) < cap(lat) {
 							lat = append(lat, time.Since(t0))
 						}
 					}
-					if res.Depths[15] != uint32(depth) {
-						b.Fatalf("lane 15 depth %d, want %d", res.Depths[15], depth)
-					}
+					require.Equal(b, uint32(depth), res.Depths[15], "lane 15 depth")
 					sinkMask = res.Mask
 					slices.Sort(lat)
 					b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
@@ -179,7 +180,7 @@ func BenchmarkContains(b *testing.B) {
 			for b.Loop() {
 				m, err := im.c.Contains(locals[0])
 				if err != nil || m != 0xFFFF {
-					b.Fatalf("mask %#x, %v", m, err)
+					require.Fail(b, fmt.Sprintf("mask %#x, %v", m, err))
 				}
 			}
 		})
@@ -199,12 +200,10 @@ func BenchmarkSnapshotInstall(b *testing.B) {
 				b.StopTimer()
 				epoch++
 				frame = e.snapshotFrame(b, frame, 0, epoch, epoch)
-				if err := im.c.Assign(e.ids[0], e.lease(0, epoch)); err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, im.c.Assign(e.ids[0], e.lease(0, epoch)))
 				b.StartTimer()
 				if r, err := im.c.ApplyFrame(frame); err != nil || r.Outcome != consumer.SnapshotInstalled {
-					b.Fatalf("%v %v", r, err)
+					require.Fail(b, fmt.Sprintf("%v %v", r, err))
 				}
 			}
 		})
@@ -251,7 +250,7 @@ func BenchmarkDeltaApply(b *testing.B) {
 					b.StartTimer()
 				}
 				if r, err := im.c.ApplyFrame(frames[i]); err != nil || r.Outcome != consumer.Applied {
-					b.Fatalf("delta %d: %v %v", i, r, err)
+					require.Fail(b, fmt.Sprintf("delta %d: %v %v", i, r, err))
 				}
 				i++
 			}
@@ -272,7 +271,7 @@ func BenchmarkInstantiateConfigure(b *testing.B) {
 			n, err := client.NewNative(e.manifest)
 			require.NoError(b, err)
 			if _, err := n.Stats(); err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 		}
 	})
@@ -287,19 +286,6 @@ func BenchmarkInstantiateConfigure(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/op")
 	})
-}
-
-func itoa(v int) string {
-	var buf [20]byte
-	i := len(buf)
-	for {
-		i--
-		buf[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(buf[i:])
-		}
-	}
 }
 
 // BenchmarkQueryParallel: depth-128 token queries from GOMAXPROCS goroutines
@@ -328,7 +314,7 @@ func BenchmarkQueryParallel(b *testing.B) {
 				var res consumer.QueryResult
 				for pb.Next() {
 					if err := im.c.QueryTokens(req, benchBlockSize, ckf.BaseSalt, &res); err != nil || res.Depths[0] != 128 {
-						b.Errorf("query: %v depth %d", err, res.Depths[0])
+						assert.Fail(b, fmt.Sprintf("query: %v depth %d", err, res.Depths[0]))
 						return
 					}
 				}

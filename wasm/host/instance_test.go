@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"errors"
-	"reflect"
 	"runtime"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/integration/conformance"
@@ -131,7 +131,7 @@ func TestInstance_hammer(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Error(err)
+		assert.NoError(t, err)
 	}
 }
 
@@ -165,9 +165,7 @@ func FuzzInstance_MatchesNative(f *testing.F) {
 		}
 		rn, errN := n.ApplyFrame(frame)
 		rw, errW := in.ApplyFrame(frame)
-		if in.Resets() != 0 {
-			t.Fatalf("the instance trapped: %v", errW)
-		}
+		require.Zero(t, in.Resets(), "the instance trapped: %v", errW)
 		require.Equal(t, rn, rw, "result: native (want), wasm (got)")
 		require.Equal(t, errN == nil, errW == nil, "native error %v, wasm error %v", errN, errW)
 		if errN != nil {
@@ -179,8 +177,8 @@ func FuzzInstance_MatchesNative(f *testing.F) {
 			require.Equal(t, wn, ww, "lane %d words: native (want), wasm (got)", l)
 			changed := rw.Outcome == consumer.Applied || rw.Outcome == consumer.SnapshotInstalled ||
 				rw.Outcome == consumer.SnapshotChunkAccepted
-			if (!changed || rw.Lane != l) && !reflect.DeepEqual(before[l], ww) {
-				t.Fatalf("lane %d words changed by a frame with outcome %v on lane %d", l, rw.Outcome, rw.Lane)
+			if !changed || rw.Lane != l {
+				require.Equal(t, before[l], ww, "lane %d words changed by a frame with outcome %v on lane %d", l, rw.Outcome, rw.Lane)
 			}
 		}
 	})
@@ -258,15 +256,57 @@ func FuzzInstance_Calls(f *testing.F) {
 					gotW = err
 				}
 			}
-			if in.Resets() != 0 {
-				t.Fatalf("op %d trapped the instance", op)
-			}
-			if !reflect.DeepEqual(gotN, gotW) {
-				t.Fatalf("op %d (%d, %d): native %+v, wasm %+v", op, a, b, gotN, gotW)
-			}
+			require.Zero(t, in.Resets(), "op %d trapped the instance", op)
+			require.Equal(t, gotN, gotW, "op %d (%d, %d): native (want), wasm (got)", op, a, b)
 		}
 	})
 }
 
 // errCode is an error's ABI code: what both implementations must agree on.
 func errCode(err error) abi.Code { return abi.CodeOf(err) }
+
+// TestInstance_QueryTokensWithMatchesNative stores requests hashed with a
+// namespace salt, multimodal hashes and Eagle windows, and checks the module
+// answers QueryTokensWith exactly as the native consumer for each option
+// set, and that each option changes the answer (the full depth only with the
+// stored inputs).
+func TestInstance_QueryTokensWithMatchesNative(t *testing.T) {
+	rt := newRuntime(t, host.NewConfig())
+	fx, n, in := readyPair(t, rt, 1)
+	req := tokens(90000, 4)
+	req = append(req, 17) // the Eagle window of the last block
+	salt := ckf.Salt("", "tenant")
+	stored := ckf.HashOptions{Eagle: true, MM: [][]uint64{nil, {11, 12}}}
+	seq := ckf.AppendTokenSequenceHashesWith(nil, req, blockSize, salt, stored)
+	require.Len(t, seq, 4)
+	fx.StoreKeys(0, seq) // canonical keys as roots: the consumer finds them by seq
+	frames, err := fx.Subscribe(0, fx.Lease(0, 2), 0)
+	require.NoError(t, err)
+	for _, c := range []client.Lanes{n, in} {
+		require.NoError(t, c.Assign(fx.Identity(0), fx.Lease(0, 2)))
+		for _, f := range frames {
+			_, err := c.ApplyFrame(f)
+			require.NoError(t, err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		salt  uint64
+		o     ckf.HashOptions
+		depth uint32
+	}{
+		{"stored inputs", salt, stored, 4},
+		{"mm in another order", salt, ckf.HashOptions{Eagle: true, MM: [][]uint64{nil, {12, 11}}}, 4},
+		{"no namespace", ckf.BaseSalt, stored, 0},
+		{"no mm", salt, ckf.HashOptions{Eagle: true}, 1},
+		{"no eagle", salt, ckf.HashOptions{MM: stored.MM}, 0},
+	} {
+		var want, got consumer.QueryResult
+		require.NoError(t, n.QueryTokensWith(req, blockSize, tc.salt, tc.o, &want), tc.name)
+		require.NoError(t, in.QueryTokensWith(req, blockSize, tc.salt, tc.o, &got), tc.name)
+		assert.Equal(t, want, got, tc.name)
+		assert.Equal(t, tc.depth, got.Depths[0], tc.name)
+	}
+	var res consumer.QueryResult
+	assert.ErrorIs(t, in.QueryTokensWith(req, 0, salt, stored, &res), consumer.ErrInvalidQuery, "block size 0")
+}

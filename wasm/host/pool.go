@@ -134,6 +134,11 @@ func (p *Pool) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *con
 	return p.read(func(in *Instance) error { return in.QueryTokens(tokens, blockSize, salt, res) })
 }
 
+// QueryTokensWith implements client.Lanes.
+func (p *Pool) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error {
+	return p.read(func(in *Instance) error { return in.QueryTokensWith(tokens, blockSize, salt, o, res) })
+}
+
 // Contains implements client.Lanes.
 func (p *Pool) Contains(seqHash uint64) (mask uint16, err error) {
 	err = p.read(func(in *Instance) error {

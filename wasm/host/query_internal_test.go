@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -71,5 +72,50 @@ func TestQueryExport_BuffersCheckedEveryCall(t *testing.T) {
 	require.NoError(t, err)
 	for _, kind := range []int{abi.QuerySequenceHashes, abi.QueryTokens} {
 		assert.Equal(t, abi.ErrBadArgument, query(kind, p, 4, m.out), "kind %d: freed input buffer", kind)
+	}
+}
+
+// TestQueryExport_TokenQueryLayout calls the query export with kind
+// QueryTokensWith and inputs that break the token query layout: each is
+// refused with ErrBadArgument and a message naming the layout, with no trap,
+// and a valid request still answers after each.
+func TestQueryExport_TokenQueryLayout(t *testing.T) {
+	ctx := context.Background()
+	rt, err := NewRuntime(ctx, NewConfig().WithCompilationCacheDir(filepath.Join(os.TempDir(), "ckfrelay-wazero-cache")))
+	require.NoError(t, err)
+	t.Cleanup(func() { rt.Close(ctx) })
+	d := ckf.Domain{CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{1}}}
+	man := consumer.Manifest{ConsumerInstance: 1, Domain: d, Format: ckf.NewFormat(ckf.DefaultSeed, 16), VerificationWindow: 2}
+	man.Lanes[2] = &ckf.PoolID{Domain: d, DCID: 2}
+	in, err := rt.NewInstance(ctx, man)
+	require.NoError(t, err)
+	t.Cleanup(func() { in.Close() })
+	m := in.m
+
+	valid := abi.AppendTokenQuery(nil, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, ckf.HashOptions{Eagle: true, MM: [][]uint64{{3}}})
+	query := func(b []byte, count int) abi.Code {
+		t.Helper()
+		p, v, err := m.input(len(b))
+		require.NoError(t, err)
+		copy(v, b)
+		code, err := m.call(fnQuery, abi.QueryTokensWith, uint64(p), uint64(count), 4, ckf.BaseSalt, uint64(m.out))
+		require.NoError(t, err, "the query export trapped")
+		return abi.Code(int32(code))
+	}
+	require.Equal(t, abi.ErrUnavailable, query(valid, len(valid)), "valid request, no lane ready")
+	flag := bytes.Clone(valid)
+	flag[0] |= 4
+	for _, tc := range []struct {
+		name  string
+		b     []byte
+		count int
+	}{
+		{"count one short", valid, len(valid) - 1},
+		{"count below the header", valid, 8},
+		{"unknown flag", flag, len(flag)},
+	} {
+		assert.Equal(t, abi.ErrBadArgument, query(tc.b, tc.count), tc.name)
+		assert.Contains(t, m.lastError(), "malformed token query", tc.name)
+		require.Equal(t, abi.ErrUnavailable, query(valid, len(valid)), "valid request after %s", tc.name)
 	}
 }

@@ -235,3 +235,43 @@ var figures = []figure{
 	{Name: "relay_fanout64_nats_relay_out_bytes_per_op", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Metric: "relay-out-B/op", Unit: "bytes"},
 	{Name: "relay_fanout64_nats_vs_http_relay_out", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "relay-out-B/op", Unit: "ratio"},
 }
+
+// runtimeFigures are the four-runtime table (internal/integration/wasmtime
+// BenchmarkRuntimes, a nested cgo module): the consumer natively and as the
+// module under wazero, wasmtime and Node, side by side in one run; 16 ready
+// lanes of 524,288 buckets, 16-token blocks. Per runtime the p50 of each
+// operation, and for the three wasm hosts the ratio to native's p50 (install
+// in MB/s from the p50, instantiate+configure in ms).
+func runtimeFigures() []figure {
+	const pkg, mod, top = "./internal/integration/wasmtime", "internal/integration/wasmtime", "BenchmarkRuntimes/"
+	needs := map[string]string{"native": "gcc", "wazero": "gcc", "wasmtime": "gcc", "node": "gcc node"}
+	impls := []string{"native", "wazero", "wasmtime", "node"}
+	var out []figure
+	add := func(name, bench, base, metric, unit, impl string) {
+		out = append(out, figure{Name: "runtimes_" + name, Pkg: pkg, Module: mod, Bench: top + bench, Base: base,
+			Metric: metric, Unit: unit, Needs: needs[impl]})
+	}
+	for _, op := range []string{"tokens", "seq"} {
+		for _, d := range []string{"32", "128", "1024"} {
+			for _, im := range impls {
+				b := "op=" + op + "/depth=" + d + "/impl="
+				add(op+"_d"+d+"_"+im+"_p50_ns", b+im, "", "p50-ns", "ns", im)
+				if im != "native" {
+					add(op+"_d"+d+"_"+im+"_vs_native", b+im, top+b+"native", "p50-ns", "ratio", im)
+				}
+			}
+		}
+	}
+	for _, im := range impls {
+		add("contains_"+im+"_p50_ns", "op=contains/impl="+im, "", "p50-ns", "ns", im)
+		add("install_"+im+"_mb_per_s", "op=install/impl="+im, "", "MB/s", "MB/s", im)
+		add("instantiate_"+im+"_ms", "op=instantiate/impl="+im, "", "p50-ms", "ms", im)
+		if im != "native" {
+			add("install_"+im+"_vs_native", "op=install/impl="+im, top+"op=install/impl=native", "p50-ns", "ratio", im)
+			add("instantiate_"+im+"_vs_native", "op=instantiate/impl="+im, top+"op=instantiate/impl=native", "p50-ns", "ratio", im)
+		}
+	}
+	return out
+}
+
+func init() { figures = append(figures, runtimeFigures()...) }

@@ -16,7 +16,9 @@
 // makes a run slower; a ratio divides the benchmark's aggregate by the
 // baseline's, both from the same runs. A figure whose benchmark needs a
 // program that is not installed (Needs, e.g. node) is skipped with a note.
-// Arguments after
+// -figures=REGEXP runs only the figures whose name matches (`go run
+// ./internal/cmd/benchsummary -figures '^runtimes_'` is the four-runtime
+// table alone). Arguments after
 // "--" are passed to go test after the defaults, so `make bench
 // BENCHFLAGS='-benchtime=1s'` overrides the default -benchtime; the Makefile
 // passes BENCHROUNDS as -rounds.
@@ -48,6 +50,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 )
 
 // defaultTestFlags keep one round of `make bench` to about 6 s of CPU (five
@@ -64,6 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	goCmd := fs.String("go", "go", "go command to run")
 	rounds := fs.Int("rounds", 5, "times to run each package's benchmarks (samples are interleaved)")
 	dryRun := fs.Bool("n", false, "print the go test commands without running them")
+	only := fs.String("figures", "", "run only the figures whose name matches this regexp (e.g. ^runtimes_)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -72,7 +76,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	passthrough := fs.Args()
-	figs, notes := available(figures, exec.LookPath)
+	selected := figures
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			fmt.Fprintf(stderr, "benchsummary: -figures: %v\n", err)
+			return 2
+		}
+		selected = nil
+		for _, f := range figures {
+			if re.MatchString(f.Name) {
+				selected = append(selected, f)
+			}
+		}
+	}
+	figs, notes := available(selected, exec.LookPath)
 	for _, n := range notes {
 		fmt.Fprintf(stderr, "benchsummary: %s\n", n)
 	}
@@ -81,13 +99,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	status := 0
 	for round := 1; round <= *rounds && status == 0; round++ {
 		for _, pkg := range packages(figs) {
-			argv := testArgs(pkg, figs, passthrough)
-			fmt.Fprintf(stdout, "# round %d/%d: %s %q\n", round, *rounds, *goCmd, argv)
+			argv, dir := testArgs(pkg, figs, passthrough)
+			where := ""
+			if dir != "" {
+				where = " (in " + dir + ")"
+			}
+			fmt.Fprintf(stdout, "# round %d/%d: %s %q%s\n", round, *rounds, *goCmd, argv, where)
 			if *dryRun {
 				continue
 			}
 			var raw bytes.Buffer
 			cmd := exec.Command(*goCmd, argv...)
+			cmd.Dir = dir
 			cmd.Stdout = io.MultiWriter(stdout, &raw)
 			cmd.Stderr = stderr
 			err := cmd.Run()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,21 +20,31 @@ type figure struct {
 	Metric string // unit column to read: "ns/op", "B/op", a ReportMetric unit
 	Base   string // optional baseline benchmark: the figure is Bench/Base
 	Unit   string // unit printed on the BENCH line
-	// Needs names a program the benchmark runs (e.g. "node"): without it on
-	// PATH the figure is skipped with a note instead of failing the run,
-	// as the benchmark itself skips.
+	// Needs names the programs the benchmark runs, space-separated (e.g.
+	// "node", "gcc node"): without one of them on PATH the figure is
+	// skipped with a note instead of failing the run, as the benchmark
+	// itself skips.
 	Needs string
+	// Module is the directory of the nested Go module that holds Pkg
+	// (e.g. "internal/integration/wasmtime", which is cgo and so kept out
+	// of the main module); go test then runs there. Empty: the main module.
+	Module string
 }
 
 // available returns the figures whose Needs are met, and a note for each
 // skipped one.
 func available(figs []figure, lookPath func(string) (string, error)) (ok []figure, notes []string) {
 	for _, f := range figs {
-		if f.Needs != "" {
-			if _, err := lookPath(f.Needs); err != nil {
-				notes = append(notes, fmt.Sprintf("skipped %s: %s not found", f.Name, f.Needs))
-				continue
+		missing := ""
+		for _, prog := range strings.Fields(f.Needs) {
+			if _, err := lookPath(prog); err != nil {
+				missing = prog
+				break
 			}
+		}
+		if missing != "" {
+			notes = append(notes, fmt.Sprintf("skipped %s: %s not found", f.Name, missing))
+			continue
 		}
 		ok = append(ok, f)
 	}
@@ -187,10 +198,28 @@ func benchRegexp(pkg string, figs []figure) string {
 	return "^(" + strings.Join(tops, "|") + ")$"
 }
 
-// testArgs returns the go test arguments of one package run.
-func testArgs(pkg string, figs []figure, passthrough []string) []string {
-	args := []string{"test", "-run", "^$", "-bench", benchRegexp(pkg, figs), "-benchmem"}
+// testArgs returns the go test arguments of one package run and the
+// directory to run them in: the main module's root (""), or for a package
+// of a nested module that module's directory, with the package named
+// relative to it.
+func testArgs(pkg string, figs []figure, passthrough []string) (args []string, dir string) {
+	args = []string{"test", "-run", "^$", "-bench", benchRegexp(pkg, figs), "-benchmem"}
 	args = append(args, defaultTestFlags...)
 	args = append(args, passthrough...)
-	return append(args, pkg)
+	target := pkg
+	for _, f := range figs {
+		if f.Pkg == pkg && f.Module != "" {
+			dir = f.Module
+			rel, err := filepath.Rel(filepath.FromSlash(f.Module), filepath.FromSlash(pkg))
+			if err != nil {
+				rel = "."
+			}
+			target = "."
+			if rel != "." {
+				target = "./" + filepath.ToSlash(rel)
+			}
+			break
+		}
+	}
+	return append(args, target), dir
 }

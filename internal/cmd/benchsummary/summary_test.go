@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reflect"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,9 +42,7 @@ func TestParseBench_Lines(t *testing.T) {
 		{Name: "BenchmarkPoolApplyEvent/load=50/impl=pool", Iterations: 12724, Metrics: map[string]float64{
 			"ns/op": 18565, "blocks/s": 861826, "B/op": 518, "allocs/op": 0}},
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("parseBench:\ngot  %+v\nwant %+v", got, want)
-	}
+	assert.Equal(t, want, got, "parseBench:\ngot  %+v\nwant %+v", got, want)
 }
 
 func TestParseBench_Malformed(t *testing.T) {
@@ -55,9 +54,8 @@ func TestParseBench_Malformed(t *testing.T) {
 		"BenchmarkX-2 10 12",          // value without unit
 		"NotABenchmark-2 10 12 ns/op", // wrong prefix
 	} {
-		if got := parseBench(strings.NewReader(line)); len(got) != 0 {
-			t.Errorf("parseBench(%q) = %+v, want nothing", line, got)
-		}
+		got := parseBench(strings.NewReader(line))
+		assert.Empty(t, got, "parseBench(%q) = %+v, want nothing", line, got)
 	}
 }
 
@@ -90,9 +88,7 @@ func TestSummarize_AggregatesAndRatio(t *testing.T) {
 		"BENCH apply 861800 blocks/s",    // max rate
 		"BENCH bytes 72 bytes",           // median
 	}
-	if !slices.Equal(lines, want) || len(missing) != 0 {
-		t.Errorf("summarize:\ngot  %q, missing %v\nwant %q, none missing", lines, missing, want)
-	}
+	assert.False(t, !slices.Equal(lines, want) || len(missing) != 0, "summarize:\ngot  %q, missing %v\nwant %q, none missing", lines, missing, want)
 }
 
 func TestSummarize_Missing(t *testing.T) {
@@ -102,20 +98,13 @@ func TestSummarize_Missing(t *testing.T) {
 		{Name: "BenchmarkFilterInsert/lib=seiflotfy/n=1M", Metrics: map[string]float64{"ns/op": 50}}, // wrong metric
 	})
 	lines, missing := summarize(testFigures, s)
-	if want := []string{"BENCH fpr 0.0001 fraction"}; !slices.Equal(lines, want) {
-		t.Errorf("lines: got %q, want %q", lines, want)
-	}
-	if len(missing) != 2 {
-		t.Fatalf("missing: got %v, want 2 errors (baseline metric, pool benchmark)", missing)
-	}
+	want := []string{"BENCH fpr 0.0001 fraction"}
+	assert.True(t, slices.Equal(lines, want), "lines: got %q, want %q", lines, want)
+	require.Len(t, missing, 2, "missing: got %v, want 2 errors (baseline metric, pool benchmark)", missing)
 	for _, err := range missing {
-		if !errors.Is(err, errMissing) {
-			t.Errorf("missing error %v: got not errMissing, want errors.Is(err, errMissing)", err)
-		}
+		assert.ErrorIs(t, err, errMissing, "missing error %v: got not errMissing, want errors.Is(err, errMissing)", err)
 	}
-	if !strings.Contains(missing[0].Error(), "insert_vs_peer") || !strings.Contains(missing[1].Error(), "apply") {
-		t.Errorf("missing: got %v, want insert_vs_peer then apply", missing)
-	}
+	assert.False(t, !strings.Contains(missing[0].Error(), "insert_vs_peer") || !strings.Contains(missing[1].Error(), "apply"), "missing: got %v, want insert_vs_peer then apply", missing)
 }
 
 func TestFormatValue(t *testing.T) {
@@ -131,25 +120,34 @@ func TestFormatValue(t *testing.T) {
 		{75.35, "75.35"},
 		{72.16666, "72.17"},
 	} {
-		if got := formatValue(tc.v); got != tc.want {
-			t.Errorf("formatValue(%v): got %q, want %q", tc.v, got, tc.want)
-		}
+		got := formatValue(tc.v)
+		assert.Equal(t, tc.want, got, "formatValue(%v): got %q, want %q", tc.v, got, tc.want)
 	}
 }
 
 func TestBenchRegexp_SelectsTopLevels(t *testing.T) {
 	figs := append(slices.Clone(testFigures),
 		figure{Name: "other", Pkg: "./consumer", Bench: "BenchmarkLaneQuery/impl=wasm", Metric: "ns/op", Unit: "ns"})
-	if got, want := benchRegexp("./ckf", figs), "^(BenchmarkFilterInsert|BenchmarkPoolApplyEvent)$"; got != want {
-		t.Errorf("benchRegexp(./ckf): got %q, want %q", got, want)
+	got, want := benchRegexp("./ckf", figs), "^(BenchmarkFilterInsert|BenchmarkPoolApplyEvent)$"
+	assert.Equal(t, want, got, "benchRegexp(./ckf): got %q, want %q", got, want)
+	{
+		got, want := packages(figs), []string{"./ckf", "./consumer"}
+		assert.True(t, slices.Equal(got, want), "packages: got %q, want %q", got, want)
 	}
-	if got, want := packages(figs), []string{"./ckf", "./consumer"}; !slices.Equal(got, want) {
-		t.Errorf("packages: got %q, want %q", got, want)
-	}
-	args := testArgs("./ckf", figs, []string{"-benchtime=1s"})
-	if args[len(args)-1] != "./ckf" || args[len(args)-2] != "-benchtime=1s" {
-		t.Errorf("testArgs: got %q, want passthrough flags last before the package", args)
-	}
+	args, dir := testArgs("./ckf", figs, []string{"-benchtime=1s"})
+	assert.False(t, args[len(args)-1] != "./ckf" || args[len(args)-2] != "-benchtime=1s", "testArgs: got %q, want passthrough flags last before the package", args)
+	assert.Empty(t, dir, "testArgs: a main-module package runs in the root")
+}
+
+// A package of a nested module runs in that module's directory, named
+// relative to it (go test from the root would refuse it).
+func TestTestArgs_NestedModule(t *testing.T) {
+	figs := []figure{{Name: "w", Pkg: "./internal/integration/wasmtime", Module: "internal/integration/wasmtime",
+		Bench: "BenchmarkRuntimes/op=seq/depth=32/impl=wasmtime", Metric: "p50-ns", Unit: "ns"}}
+	args, dir := testArgs("./internal/integration/wasmtime", figs, nil)
+	require.Equal(t, "internal/integration/wasmtime", dir)
+	require.Equal(t, ".", args[len(args)-1])
+	require.Equal(t, "^(BenchmarkRuntimes)$", args[4])
 }
 
 // TestFigures_Valid checks the real figure table: every entry complete, names
@@ -159,20 +157,17 @@ func TestFigures_Valid(t *testing.T) {
 	nameRE := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 	seen := map[string]bool{}
 	for _, f := range figures {
-		if !nameRE.MatchString(f.Name) || seen[f.Name] {
-			t.Errorf("figure %q: got a duplicate or non-snake_case name", f.Name)
-		}
+		assert.False(t, !nameRE.MatchString(f.Name) || seen[f.Name], "figure %q: got a duplicate or non-snake_case name", f.Name)
 		seen[f.Name] = true
-		if f.Pkg == "" || f.Metric == "" || f.Unit == "" || !strings.HasPrefix(f.Bench, "Benchmark") {
-			t.Errorf("figure %q: got %+v, want Pkg, Bench, Metric and Unit set", f.Name, f)
-		}
+		assert.False(t, f.Pkg == "" || f.Metric == "" || f.Unit == "" || !strings.HasPrefix(f.Bench, "Benchmark"), "figure %q: got %+v, want Pkg, Bench, Metric and Unit set", f.Name, f)
 		for _, b := range []string{f.Bench, f.Base} {
-			if procsSuffix.MatchString(b) {
-				t.Errorf("figure %q: benchmark %q ends in -<digits>, which the parser strips", f.Name, b)
-			}
+			assert.False(t, procsSuffix.MatchString(b), "figure %q: benchmark %q ends in -<digits>, which the parser strips", f.Name, b)
 		}
-		if (f.Base != "") != (f.Unit == "ratio") {
-			t.Errorf("figure %q: got Base %q with unit %q, want a Base exactly for ratios", f.Name, f.Base, f.Unit)
+		assert.False(t, (f.Base != "") != (f.Unit == "ratio"), "figure %q: got Base %q with unit %q, want a Base exactly for ratios", f.Name, f.Base, f.Unit)
+		if f.Module != "" {
+			_, err := os.Stat(filepath.Join("..", "..", "..", f.Module, "go.mod"))
+			assert.NoError(t, err, "figure %q: module %q: want a directory with a go.mod", f.Name, f.Module)
+			assert.True(t, strings.HasPrefix(f.Pkg, "./"+f.Module), "figure %q: package %s outside its module %s", f.Name, f.Pkg, f.Module)
 		}
 	}
 }
@@ -209,22 +204,16 @@ func TestRun_EndToEnd(t *testing.T) {
 			t.Setenv(fakeGoEnv, tc.mode)
 			var stdout, stderr bytes.Buffer
 			status := run([]string{"-go", exe, "-rounds", "2", "--", "-benchtime=10ms"}, &stdout, &stderr)
-			if status != tc.wantStatus {
-				t.Errorf("status: got %d, want %d (stderr %q)", status, tc.wantStatus, stderr.String())
-			}
+			assert.Equal(t, tc.wantStatus, status, "status: got %d, want %d (stderr %q)", status, tc.wantStatus, stderr.String())
 			out := stdout.String()
-			if !strings.Contains(out, "BenchmarkFilterInsert/lib=ckf/n=1M-2") {
-				t.Errorf("stdout: got %q, want the raw benchmark output streamed", out)
-			}
+			assert.Contains(t, out, "BenchmarkFilterInsert/lib=ckf/n=1M-2", "stdout: got %q, want the raw benchmark output streamed", out)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			want := []string{"BENCH insert_vs_peer 1.634 ratio", "BENCH fpr 0.0001087 fraction", "BENCH apply 861800 blocks/s"}
-			if got := lines[len(lines)-3:]; !slices.Equal(got, want) {
-				t.Errorf("last lines: got %q, want %q", got, want)
-			}
+			got := lines[len(lines)-3:]
+			assert.True(t, slices.Equal(got, want), "last lines: got %q, want %q", got, want)
 			rounds := strings.Count(out, "# round ")
-			if wantRounds := map[string]int{"ok": 2, "fail": 1}[tc.mode]; rounds != wantRounds {
-				t.Errorf("rounds run: got %d, want %d (a failing go test stops further rounds)", rounds, wantRounds)
-			}
+			wantRounds := map[string]int{"ok": 2, "fail": 1}[tc.mode]
+			assert.Equal(t, wantRounds, rounds, "rounds run: got %d, want %d (a failing go test stops further rounds)", rounds, wantRounds)
 		})
 	}
 }
@@ -232,14 +221,13 @@ func TestRun_EndToEnd(t *testing.T) {
 func TestRun_BadFlags(t *testing.T) {
 	for _, args := range [][]string{{"-rounds", "0"}, {"-nosuchflag"}} {
 		var stdout, stderr bytes.Buffer
-		if status := run(args, &stdout, &stderr); status != 2 {
-			t.Errorf("run(%q): got status %d, want 2", args, status)
-		}
+		status := run(args, &stdout, &stderr)
+		assert.Equal(t, 2, status, "run(%q): got status %d, want 2", args, status)
 	}
 }
 
 func TestAvailable_SkipsFiguresWhoseProgramIsMissing(t *testing.T) {
-	figs := []figure{{Name: "a"}, {Name: "b", Needs: "node"}, {Name: "c", Needs: "go"}}
+	figs := []figure{{Name: "a"}, {Name: "b", Needs: "node"}, {Name: "c", Needs: "go"}, {Name: "d", Needs: "go node"}}
 	look := func(p string) (string, error) {
 		if p == "node" {
 			return "", errors.New("not found")
@@ -248,5 +236,17 @@ func TestAvailable_SkipsFiguresWhoseProgramIsMissing(t *testing.T) {
 	}
 	ok, notes := available(figs, look)
 	require.Equal(t, []figure{{Name: "a"}, {Name: "c", Needs: "go"}}, ok)
-	require.Equal(t, []string{"skipped b: node not found"}, notes)
+	require.Equal(t, []string{"skipped b: node not found", "skipped d: node not found"}, notes)
+}
+
+// -figures selects figures by name: the four-runtime table alone is one go
+// test run, in its nested module.
+func TestRun_FiguresFilter(t *testing.T) {
+	var out, errOut strings.Builder
+	require.Equal(t, 0, run([]string{"-n", "-rounds=1", "-figures", "^runtimes_"}, &out, &errOut), errOut.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 1, out.String())
+	require.Contains(t, lines[0], "BenchmarkRuntimes")
+	require.Contains(t, lines[0], "(in internal/integration/wasmtime)")
+	require.Equal(t, 2, run([]string{"-n", "-figures", "("}, &out, &errOut))
 }

@@ -116,8 +116,8 @@ func BenchmarkNodeQuery(b *testing.B) {
 	// One Node process for every run of the sub-benchmark: it installs the
 	// same state from a file, then answers "N" requests.
 	setup := s.setupFile(b)
-	cmd := exec.Command(node, "--no-warnings", filepath.Join("..", "..", "js", "bench", "query.mjs"),
-		filepath.Join("..", "..", "wasm", "host", "ckfconsumer.wasm"), setup)
+	cmd := exec.Command(node, "--no-warnings", filepath.Join("..", "..", "..", "js", "bench", "query.mjs"),
+		filepath.Join("..", "..", "..", "wasm", "host", "ckfconsumer.wasm"), setup)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(b, err)
 	stdout, err := cmd.StdoutPipe()
@@ -134,7 +134,7 @@ func BenchmarkNodeQuery(b *testing.B) {
 		for b.Loop() {
 			t0 := time.Now()
 			if err := in.QueryTokens(s.tokens, nodeBenchBlockSize, ckf.BaseSalt, &res); err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 			if len(lat) < cap(lat) {
 				lat = append(lat, time.Since(t0))

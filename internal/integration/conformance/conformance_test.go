@@ -1,7 +1,6 @@
 package conformance_test
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/client"
@@ -20,7 +20,7 @@ import (
 var update = flag.Bool("update", false, "rewrite testdata/conformance from the generator")
 
 // dir is the scenario directory seen from this package.
-var dir = filepath.Join("..", "..", conformance.Dir)
+var dir = filepath.Join("..", "..", "..", conformance.Dir)
 
 func TestScenarios_UpToDate(t *testing.T) {
 	for _, s := range conformance.Generate() {
@@ -33,9 +33,7 @@ func TestScenarios_UpToDate(t *testing.T) {
 		}
 		have, err := os.ReadFile(path)
 		require.NoError(t, err, "regenerate with `go test ./internal/integration/conformance -run TestScenarios_UpToDate -update`")
-		if !bytes.Equal(have, b) {
-			t.Errorf("%s is stale: got %d bytes on disk, want %d from the generator (regenerate with `go test ./internal/integration/conformance -run TestScenarios_UpToDate -update`)", path, len(have), len(b))
-		}
+		assert.Equal(t, string(b), string(have), "%s is stale: the generator (expected) differs from the file on disk (actual); regenerate with `go test ./internal/integration/conformance -run TestScenarios_UpToDate -update`", path)
 	}
 }
 
@@ -43,9 +41,7 @@ func load(t *testing.T) []conformance.Scenario {
 	t.Helper()
 	ss, err := conformance.LoadDir(dir)
 	require.NoError(t, err)
-	if len(ss) == 0 {
-		t.Fatalf("no scenarios in %s", dir)
-	}
+	require.NotEmpty(t, ss, "no scenarios in %s", dir)
 	return ss
 }
 
@@ -55,7 +51,7 @@ func runAll(t *testing.T, f conformance.Factory) {
 			diffs, err := conformance.Run(&s, f)
 			require.NoError(t, err)
 			for _, d := range diffs {
-				t.Error(d)
+				assert.Fail(t, d)
 			}
 		})
 	}
@@ -80,7 +76,7 @@ func TestNode(t *testing.T) {
 	if err != nil {
 		t.Skip("node not installed: the Node.js conformance host is skipped (install Node ≥ 20 to run it)")
 	}
-	wasm := filepath.Join("..", "..", "wasm", "host", "ckfconsumer.wasm")
+	wasm := filepath.Join("..", "..", "..", "wasm", "host", "ckfconsumer.wasm")
 	cmd := exec.Command(node, filepath.Join(dir, "run.mjs"), wasm, dir)
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)

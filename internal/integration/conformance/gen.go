@@ -78,6 +78,36 @@ func (s *source) store(tokens []uint32) []uint64 {
 	return ckf.AppendSequenceHashes(nil, locals)
 }
 
+// localsWith returns the local hashes of the complete blocks of tokens
+// hashed with a salt and hash options (namespace, multimodal hashes, Eagle
+// windows): ckf.LocalBlockHashMM over each block's window (Dynamo's
+// compute_block_hash_for_seq).
+func localsWith(tokens []uint32, salt uint64, o ckf.HashOptions) []uint64 {
+	w := genBlockSize
+	if o.Eagle {
+		w++
+	}
+	var locals []uint64
+	for i := range ckf.BlockCount(len(tokens), genBlockSize, o.Eagle) {
+		var mm []uint64
+		if i < len(o.MM) {
+			mm = o.MM[i]
+		}
+		locals = append(locals, ckf.LocalBlockHashMM(tokens[i*genBlockSize:i*genBlockSize+w], mm, salt))
+	}
+	return locals
+}
+
+// storeWith is store for blocks hashed by localsWith.
+func (s *source) storeWith(tokens []uint32, salt uint64, o ckf.HashOptions) {
+	ev := ckf.RouterEvent{WorkerID: s.worker, EventID: s.nextID, Kind: ckf.EventStored}
+	s.nextID++
+	for i, l := range localsWith(tokens, salt, o) {
+		ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: l ^ uint64(i+1)<<56, TokensHash: l})
+	}
+	s.apply(&ev)
+}
+
 // remove removes the blocks stored by store(tokens) from index from on.
 func (s *source) remove(tokens []uint32, from int) {
 	locals := ckf.AppendLocalBlockHashes(nil, tokens, genBlockSize, ckf.BaseSalt)
@@ -348,6 +378,7 @@ func Generate() []Scenario {
 		genLaneRecovery(),
 		genMalformedFrames(),
 		genAssignErrors(),
+		genTokenOptions(),
 	}
 }
 
@@ -720,5 +751,66 @@ func genAssignErrors() Scenario {
 	b.step(Step{Op: OpStatus, Note: "status of lane -1", Lane: -1, Want: Want{Code: int32(abi.ErrWrongLane)}})
 	b.step(Step{Op: OpWords, Note: "words of lane -1", Lane: -1, Want: Want{Code: int32(abi.ErrWrongLane)}})
 	b.step(Step{Op: OpStatus, Note: "status of unconfigured lane 9", Lane: 9, Want: Want{}})
+	return b.s
+}
+
+// queryWith adds a QueryTokensWith step whose expected depths are the
+// model's for the sequence hashes of blocks stored with the same inputs
+// (storeWith's rule, not the consumer's).
+func (b *builder) queryWith(note string, tokens []uint32, bs int, salt uint64, o ckf.HashOptions) {
+	var mm [][]U64
+	for _, l := range o.MM {
+		mm = append(mm, u64s(l))
+	}
+	st := Step{Op: OpQuery, Note: note, Kind: abi.QueryTokensWith, Tokens: tokens, BlockSize: bs, Salt: U64(salt), MM: mm, Eagle: o.Eagle}
+	if bs <= 0 {
+		st.Want = Want{Code: int32(abi.ErrInvalidQuery)}
+		b.step(st)
+		return
+	}
+	st.Want = b.queryWant(ckf.AppendSequenceHashes(nil, localsWith(tokens, salt, o)))
+	b.step(st)
+}
+
+func genTokenOptions() Scenario {
+	b := newBuilder("token_options", "query by tokens with a cache namespace (salt), per-block multimodal hashes and Eagle windows (kind 3)", 0, 1)
+	s0, s1 := newSource(0, 21), newSource(1, 22)
+	tenant := ckf.Salt("", "tenant-a")
+	reqM := request(4242, 5)
+	images := ckf.HashOptions{MM: [][]uint64{nil, {0xfeedface, 0x1234}, nil, {0xabcdef0123456789}}}
+	s0.storeWith(reqM, tenant, images)
+	s1.store(reqM) // the same tokens, base model, no images
+	reqE := request(777, 4)
+	reqE = append(reqE, 99) // an Eagle window reaches one token past its block
+	eagle := ckf.HashOptions{Eagle: true}
+	s1.storeWith(reqE, ckf.BaseSalt, eagle)
+
+	b.queryWith("before any lane is ready", reqM, genBlockSize, tenant, images)
+	b.assign("lane 0", s0.id, lease(0, 1), abi.OK)
+	b.assign("lane 1", s1.id, lease(1, 1), abi.OK)
+	b.snapshot("lane 0 snapshot", s0.subscribe(lease(0, 1)))
+	b.snapshot("lane 1 snapshot", s1.subscribe(lease(1, 1)))
+
+	b.queryWith("tenant, the stored images", reqM, genBlockSize, tenant, images)
+	swapped := ckf.HashOptions{MM: [][]uint64{nil, {0x1234, 0xfeedface}, nil, {0xabcdef0123456789}}}
+	b.queryWith("tenant, a block's images in another order (sorted before hashing)", reqM, genBlockSize, tenant, swapped)
+	extra := ckf.HashOptions{MM: append(append([][]uint64(nil), images.MM...), nil, nil, []uint64{7})}
+	b.queryWith("tenant, lists past the last block (ignored)", reqM, genBlockSize, tenant, extra)
+	b.queryWith("tenant, no images", reqM, genBlockSize, tenant, ckf.HashOptions{})
+	b.step(Step{Op: OpQuery, Note: "tenant, kind 2 (no options)", Kind: abi.QueryTokens, Tokens: reqM, BlockSize: genBlockSize,
+		Salt: U64(tenant), Want: b.queryWant(ckf.AppendSequenceHashes(nil, localsWith(reqM, tenant, ckf.HashOptions{})))})
+	other := ckf.HashOptions{MM: [][]uint64{nil, {0xfeedface, 0x1234}, nil, {0xabcdef0123456788}}}
+	b.queryWith("tenant, another image in block 3", reqM, genBlockSize, tenant, other)
+	b.queryWith("base model, the stored images", reqM, genBlockSize, ckf.BaseSalt, images)
+	b.queryWith("another namespace, the stored images", reqM, genBlockSize, ckf.Salt("", "tenant-b"), images)
+	b.queryWith("Eagle windows", reqE, genBlockSize, ckf.BaseSalt, eagle)
+	b.queryWith("Eagle windows, the last window one token short", reqE[:len(reqE)-1], genBlockSize, ckf.BaseSalt, eagle)
+	b.queryWith("the Eagle request without Eagle windows", reqE, genBlockSize, ckf.BaseSalt, ckf.HashOptions{})
+	b.queryWith("Eagle windows and images", reqE, genBlockSize, ckf.BaseSalt, ckf.HashOptions{Eagle: true, MM: [][]uint64{nil, {5}}})
+	b.queryWith("empty request", nil, genBlockSize, tenant, images)
+	b.queryWith("block size 0", reqM, 0, tenant, images)
+	b.queryWith("block size -1", reqM, -1, tenant, eagle)
+	b.words(0)
+	b.words(1)
 	return b.s
 }

@@ -100,6 +100,8 @@ func Exec(c client.Lanes, st *Step) (Want, error) {
 			err = c.QuerySequenceHashes(hashes, &res)
 		case abi.QueryTokens:
 			err = c.QueryTokens(st.Tokens, st.BlockSize, uint64(st.Salt), &res)
+		case abi.QueryTokensWith:
+			err = c.QueryTokensWith(st.Tokens, st.BlockSize, uint64(st.Salt), st.HashOptions(), &res)
 		default:
 			return Want{}, fmt.Errorf("unknown query kind %d", st.Kind)
 		}
@@ -130,6 +132,19 @@ func Exec(c client.Lanes, st *Step) (Want, error) {
 		return Want{SHA256: WordsDigest(w)}, nil
 	}
 	return Want{}, fmt.Errorf("unknown op %q", st.Op)
+}
+
+// HashOptions returns the step's MM and Eagle as ckf.HashOptions.
+func (st *Step) HashOptions() ckf.HashOptions {
+	o := ckf.HashOptions{Eagle: st.Eagle}
+	for _, l := range st.MM {
+		mm := make([]uint64, len(l))
+		for i, h := range l {
+			mm[i] = uint64(h)
+		}
+		o.MM = append(o.MM, mm)
+	}
+	return o
 }
 
 // WordsDigest is the hex SHA-256 of words as u64 little-endian.

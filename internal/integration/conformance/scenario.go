@@ -2,9 +2,10 @@
 // (SPEC §10, docs/abi.md): scenario files under testdata/conformance, produced
 // by the real producer (ckf.Pool + producer.Publisher) and wire encoder, run
 // step by step against any [client.Lanes] — the native consumer, the
-// WebAssembly module under wazero — and, through testdata/conformance/run.mjs,
-// against the module under Node.js. Every implementation must produce exactly
-// the results written in the files.
+// WebAssembly module under wazero, and the module under wasmtime (the nested
+// module internal/integration/wasmtime, cgo) — and, through
+// testdata/conformance/run.mjs, against the module under Node.js. Every
+// implementation must produce exactly the results written in the files.
 //
 // Expected results are not recorded from a consumer run: outcomes, faults
 // and sequences are declared by the generator step by step (the SPEC §8.3
@@ -44,7 +45,7 @@ const (
 	OpAssign   Op = "assign"   // Assignment bytes (abi encoding)
 	OpRetire   Op = "retire"   // Lane
 	OpApply    Op = "apply"    // Frame bytes (wire v1 body, no length prefix)
-	OpQuery    Op = "query"    // Kind, Hashes or Tokens (+ BlockSize, Salt)
+	OpQuery    Op = "query"    // Kind, Hashes or Tokens (+ BlockSize, Salt; MM, Eagle for kind 3)
 	OpContains Op = "contains" // Hash
 	OpStatus   Op = "status"   // Lane
 	OpWords    Op = "words"    // Lane: digest of the lane's column
@@ -68,7 +69,11 @@ type Step struct {
 	Tokens     []uint32 `json:"tokens,omitempty"`
 	BlockSize  int      `json:"block_size,omitempty"`
 	Salt       U64      `json:"salt,omitempty"`
-	Hash       U64      `json:"hash,omitempty"`
+	// MM and Eagle are the hash options of kind abi.QueryTokensWith:
+	// per-block multimodal hashes (list i for block i) and Eagle windows.
+	MM    [][]U64 `json:"mm,omitempty"`
+	Eagle bool    `json:"eagle,omitempty"`
+	Hash  U64     `json:"hash,omitempty"`
 
 	Want Want `json:"want"`
 }

@@ -37,9 +37,7 @@ func (p *pool) checkFaults(closed bool) {
 		}
 		got = append(got, f)
 	}
-	if len(got) != len(p.wantFaults) {
-		t.Fatalf("pool %d: got %d faults %v, want %d %v", p.idx, len(got), got, len(p.wantFaults), p.wantFaults)
-	}
+	require.Len(t, got, len(p.wantFaults), "pool %d: got %d faults %v, want %d %v", p.idx, len(got), got, len(p.wantFaults), p.wantFaults)
 	for i, f := range got {
 		require.ErrorIs(t, f.Err, p.wantFaults[i], "pool %d: fault %d: %v", p.idx, i, f)
 	}
@@ -62,9 +60,7 @@ func (p *pool) checkStats(st producer.ActorStats) {
 		return agg{s.Members, s.Contributions, s.UniqueBlocks, s.ResidentBlocks, s.UnknownRemovals,
 			s.ParentNotFound, s.CapacityFailures, s.OccupiedBuckets, s.OccupiedSlots}
 	}
-	if of(st.Pool) != of(sh) {
-		t.Fatalf("pool %d: actor pool stats %+v, shadow %+v", p.idx, of(st.Pool), of(sh))
-	}
+	require.Equal(t, of(sh), of(st.Pool), "pool %d: actor pool stats %+v, shadow %+v", p.idx, of(st.Pool), of(sh))
 	// The model's ownership, independently of ckf.
 	var want []ckf.MemberCount
 	owners := map[uint64]uint32{}
@@ -85,13 +81,10 @@ func (p *pool) checkStats(st producer.ActorStats) {
 	require.Equal(t, contributions, st.Pool.Contributions, "pool %d: actor contributions (want the model's)", p.idx)
 	require.Equal(t, len(owners), st.Pool.UniqueBlocks, "pool %d: actor unique blocks (want the model's)", p.idx)
 	for c, n := range owners {
-		if got, _ := p.shadow.Owners(c); got != n {
-			t.Fatalf("pool %d: shadow owners of %#x = %d, model %d", p.idx, c, got, n)
-		}
+		got, _ := p.shadow.Owners(c)
+		require.Equal(t, n, got, "pool %d: shadow owners of %#x = %d, model %d", p.idx, c, got, n)
 	}
-	if st.Pool.OccupiedSlots != int(st.Pool.ResidentBlocks) {
-		t.Fatalf("pool %d: %d occupied slots for %d resident blocks", p.idx, st.Pool.OccupiedSlots, st.Pool.ResidentBlocks)
-	}
+	require.Equal(t, int(st.Pool.ResidentBlocks), st.Pool.OccupiedSlots, "pool %d: %d occupied slots for %d resident blocks", p.idx, st.Pool.OccupiedSlots, st.Pool.ResidentBlocks)
 	require.Equal(t, p.wantStale, st.StaleEventsDropped, "pool %d: actor stale events (want the model's)", p.idx)
 	require.Equal(t, p.wantUnknownEvents, st.UnknownRemovalEvents, "pool %d: actor unknown-removal events (want the model's)", p.idx)
 	require.Equal(t, p.wantCapacityEvents, st.CapacityOmissionEvents, "pool %d: actor capacity-omission events (want the model's)", p.idx)
@@ -119,9 +112,7 @@ func (p *pool) checkpoint(resub bool) {
 	p.heartbeat(st.Sequence)
 	p.compare(st.Pool.ResidentBlocks)
 	if resub || p.lost {
-		if p.lost && !p.deactivated {
-			t.Fatalf("pool %d: a lost delta went unnoticed past a heartbeat", p.idx)
-		}
+		require.False(t, p.lost && !p.deactivated, "pool %d: a lost delta went unnoticed past a heartbeat", p.idx)
 		p.resubscribe()
 	}
 }
@@ -133,24 +124,21 @@ func (p *pool) compare(resident uint64) {
 	t := p.r.t
 	t.Helper()
 	if sw := p.shadow.Words(); !slices.Equal(p.mirror, sw) {
-		t.Fatalf("pool %d: the producer's stream differs from the shadow pool in %s", p.idx, diffWords(p.mirror, sw))
+		require.Fail(t, fmt.Sprintf("pool %d: the producer's stream differs from the shadow pool in %s", p.idx, diffWords(p.mirror, sw)))
 	}
 	st := p.laneStatus()
 	if !p.healthy() {
-		if st.Ready {
-			t.Fatalf("pool %d: lane %d ready after a lost delta", p.idx, p.lane)
-		}
+		require.False(t, st.Ready, "pool %d: lane %d ready after a lost delta", p.idx, p.lane)
 		return
 	}
 	require.True(t, st.Ready, "pool %d: lane ready", p.idx)
 	require.Equal(t, p.lastSeq, st.InstalledSequence, "pool %d: lane sequence", p.idx)
 	w := p.laneWords()
 	if !slices.Equal(w, p.mirror) {
-		t.Fatalf("pool %d: lane %d differs from the producer's table in %s", p.idx, p.lane, diffWords(w, p.mirror))
+		require.Fail(t, fmt.Sprintf("pool %d: lane %d differs from the producer's table in %s", p.idx, p.lane, diffWords(w, p.mirror)))
 	}
-	if n := occupiedSlots(w); uint64(n) != resident {
-		t.Fatalf("pool %d: lane holds %d fingerprints, producer %d resident blocks", p.idx, n, resident)
-	}
+	n := occupiedSlots(w)
+	require.Equal(t, resident, uint64(n), "pool %d: lane holds %d fingerprints, producer %d resident blocks", p.idx, n, resident)
 }
 
 // checkQueries asks the consumer for every chain a member holds: where the
@@ -162,9 +150,8 @@ func (p *pool) compare(resident uint64) {
 func (r *rig) checkQueries() {
 	t := r.t
 	t.Helper()
-	if got := r.cons.ReadyMask(); got != r.laneMask {
-		t.Fatalf("ready mask %#x, want %#x", got, r.laneMask)
-	}
+	got := r.cons.ReadyMask()
+	require.Equal(t, r.laneMask, got, "ready mask %#x, want %#x", got, r.laneMask)
 	chains := map[uint64][]uint64{}
 	for _, p := range r.pools {
 		for _, m := range p.members {
@@ -197,15 +184,12 @@ func (r *rig) checkQueries() {
 					resident++
 				}
 				df, dl := int(fast.Depths[p.lane]), int(lin.Depths[p.lane])
-				if df < resident || dl < resident {
-					t.Fatalf("pool %d lane %d: chain of %d blocks (query %d) with %d resident: fast depth %d, linear %d (false negative)",
-						p.idx, p.lane, len(path), len(q), resident, df, dl)
-				}
+				require.GreaterOrEqual(t, df, resident, "pool %d lane %d: chain of %d blocks (query %d) with %d resident: fast depth %d, linear %d (false negative)", p.idx, p.lane, len(path), len(q), resident, df, dl)
+				require.GreaterOrEqual(t, dl, resident, "pool %d lane %d: chain of %d blocks (query %d) with %d resident: fast depth %d, linear %d (false negative)", p.idx, p.lane, len(path), len(q), resident, df, dl)
 				if len(q) == len(path) && resident == len(path) {
 					r.fullChains++
-					if df != len(path) || dl != len(path) {
-						t.Fatalf("pool %d lane %d: fully resident chain of %d: fast depth %d, linear %d", p.idx, p.lane, len(path), df, dl)
-					}
+					require.Len(t, path, df, "pool %d lane %d: fully resident chain of %d: fast depth %d, linear %d", p.idx, p.lane, len(path), df, dl)
+					require.Len(t, path, dl, "pool %d lane %d: fully resident chain of %d: fast depth %d, linear %d", p.idx, p.lane, len(path), df, dl)
 				} else if len(q) == len(path) && resident > 0 {
 					r.partialChains++
 				}

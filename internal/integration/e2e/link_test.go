@@ -4,6 +4,7 @@ package e2e
 // lane, each with the answer the lane must give.
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/stretchr/testify/require"
@@ -47,9 +48,7 @@ func (p *pool) forward(sub *producer.Subscription, wait bool) {
 		require.Equal(t, p.lease, d.Lease, "pool %d: delta lease", p.idx)
 		require.Equal(t, p.lastSeq, d.BaseSequence, "pool %d: delta base sequence", p.idx)
 		require.Equal(t, p.lastSeq+1, d.Sequence, "pool %d: delta sequence", p.idx)
-		if len(d.Images) == 0 {
-			t.Fatalf("pool %d: empty delta %d", p.idx, d.Sequence)
-		}
+		require.NotEmpty(t, d.Images, "pool %d: empty delta %d", p.idx, d.Sequence)
 		for _, im := range d.Images {
 			p.mirror[im.Bucket] = im.Word
 		}
@@ -107,9 +106,7 @@ func (p *pool) deliver() {
 		if want.Outcome == consumer.Deactivated || want.Outcome == consumer.IgnoredForeignLease {
 			want.Sequence = got.Sequence // the lane's installed sequence is not the frame's
 		}
-		if got != want {
-			t.Fatalf("pool %d lane %d: %v frame %d: got %v, want %v", p.idx, p.lane, s.kind, s.sequence, got, want)
-		}
+		require.Equal(t, want, got, "pool %d lane %d: %v frame %d: got %v, want %v", p.idx, p.lane, s.kind, s.sequence, got, want)
 		if got.Outcome == consumer.Deactivated {
 			p.deactivated = true
 			p.faultLog = append(p.faultLog, got)
@@ -156,22 +153,20 @@ func (p *pool) resubscribe() {
 		p.forward(old, true) // closed by the Subscribe above
 		require.ErrorIs(t, old.Err(), producer.ErrSuperseded, "pool %d: old stream's end", p.idx)
 		p.deliver()
-		if snap.Sequence != p.lastSeq {
-			t.Fatalf("pool %d: snapshot at %d, old stream at %d", p.idx, snap.Sequence, p.lastSeq)
-		}
+		require.Equal(t, p.lastSeq, snap.Sequence, "pool %d: snapshot at %d, old stream at %d", p.idx, snap.Sequence, p.lastSeq)
 		if !slices.Equal(snap.Words, p.mirror) {
-			t.Fatalf("pool %d: snapshot differs from the old stream's table in %s", p.idx, diffWords(snap.Words, p.mirror))
+			require.Fail(t, fmt.Sprintf("pool %d: snapshot differs from the old stream's table in %s", p.idx, diffWords(snap.Words, p.mirror)))
 		}
 		if p.healthy() {
 			if w := p.laneWords(); !slices.Equal(w, snap.Words) {
-				t.Fatalf("pool %d: lane %d differs from the producer's snapshot in %s", p.idx, p.lane, diffWords(w, snap.Words))
+				require.Fail(t, fmt.Sprintf("pool %d: lane %d differs from the producer's snapshot in %s", p.idx, p.lane, diffWords(w, snap.Words)))
 			}
 		}
 	}
 	require.Equal(t, lease, snap.Lease, "pool %d: snapshot lease", p.idx)
 	require.Equal(t, p.h.Identity(), snap.Identity, "pool %d: snapshot identity", p.idx)
 	if sw := p.shadow.Words(); !slices.Equal(snap.Words, sw) {
-		t.Fatalf("pool %d: producer snapshot differs from the shadow pool in %s", p.idx, diffWords(snap.Words, sw))
+		require.Fail(t, fmt.Sprintf("pool %d: producer snapshot differs from the shadow pool in %s", p.idx, diffWords(snap.Words, sw)))
 	}
 	p.sub, p.lease = sub, lease
 	p.mirror, p.lastSeq = slices.Clone(snap.Words), snap.Sequence
@@ -184,9 +179,7 @@ func (p *pool) resubscribe() {
 	before := p.buf.Len()
 	require.NoError(t, p.snapW.WriteSnapshot(&snap), "pool %d: WriteSnapshot", p.idx)
 	chunks := (len(snap.Words) + p.r.cfg.ChunkWords - 1) / p.r.cfg.ChunkWords
-	if max := chunks * (wire.LengthPrefixBytes + p.r.chunkLimit); p.buf.Len()-before > max {
-		t.Fatalf("pool %d: snapshot took %d bytes, more than %d chunks of ≤ %d", p.idx, p.buf.Len()-before, chunks, p.r.chunkLimit)
-	}
+	require.LessOrEqual(t, p.buf.Len()-before, chunks*(wire.LengthPrefixBytes+p.r.chunkLimit), "pool %d: snapshot took %d bytes, more than %d chunks of ≤ %d", p.idx, p.buf.Len()-before, chunks, p.r.chunkLimit)
 	if chunks > 1 {
 		p.r.multiChunkSnapshots++
 	}
@@ -199,7 +192,7 @@ func (p *pool) resubscribe() {
 	require.Equal(t, snap.Sequence, st.InstalledSequence, "pool %d: lane sequence after install", p.idx)
 	require.Equal(t, lease, st.Lease, "pool %d: lane lease after install", p.idx)
 	if w := p.laneWords(); !slices.Equal(w, snap.Words) {
-		t.Fatalf("pool %d: installed lane differs from the snapshot in %s", p.idx, diffWords(w, snap.Words))
+		require.Fail(t, fmt.Sprintf("pool %d: installed lane differs from the snapshot in %s", p.idx, diffWords(w, snap.Words)))
 	}
 }
 

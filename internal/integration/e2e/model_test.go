@@ -7,6 +7,7 @@ package e2e
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/stretchr/testify/require"
@@ -101,7 +102,7 @@ func (p *pool) admit(m *member, epoch uint64, ev ckf.RouterEvent, wantErr error)
 		p.wantCapacityEvents++
 		p.r.capacityEvents++
 	case out.FirstError != nil:
-		t.Fatalf("pool %d: shadow event error %v, model expects none", p.idx, out.FirstError)
+		require.Fail(t, fmt.Sprintf("pool %d: shadow event error %v, model expects none", p.idx, out.FirstError))
 	}
 	return true, out
 }
@@ -182,9 +183,8 @@ func (p *pool) storeAtEpoch(m *member, epoch, tok uint64) {
 	m.nextExt++
 	ev := ckf.RouterEvent{WorkerID: m.id.WorkerID, DPRank: m.id.DPRank, Kind: ckf.EventStored,
 		Blocks: []ckf.StoredBlock{{BlockHash: m.nextExt, TokensHash: tok}}}
-	if ok, _ := p.admit(m, epoch, ev, nil); ok {
-		p.r.t.Fatalf("pool %d: the model applied an event at epoch %d (member at %d)", p.idx, epoch, m.epoch)
-	}
+	ok, _ := p.admit(m, epoch, ev, nil)
+	require.False(p.r.t, ok, "pool %d: the model applied an event at epoch %d (member at %d)", p.idx, epoch, m.epoch)
 }
 
 // remove removes the given external hashes (held or not).
@@ -203,9 +203,7 @@ func (p *pool) remove(m *member, exts []uint64) {
 		}
 		delete(m.held, h)
 	}
-	if out.UnknownRemovals != unknown {
-		t.Fatalf("pool %d: shadow counted %d unknown removals, model %d", p.idx, out.UnknownRemovals, unknown)
-	}
+	require.Equal(t, unknown, out.UnknownRemovals, "pool %d: shadow counted %d unknown removals, model %d", p.idx, out.UnknownRemovals, unknown)
 	if unknown > 0 {
 		p.wantUnknownEvents++
 	}

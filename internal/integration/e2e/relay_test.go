@@ -144,9 +144,7 @@ func TestRelay_EndToEndProperty(t *testing.T) {
 		runs[0], totals[0], totals[1], totals[2], totals[3], totals[4], totals[5], totals[6], totals[7], totals[8], totals[9])
 	// A guard on the generator, not on the relay: a hundred runs that never
 	// lose a delta or restart an actor would prove much less than they claim.
-	if !t.Failed() && runs[0] >= 100 && slices.Contains(totals[2:], 0) {
-		t.Fatalf("the generator missed a case: %v", totals)
-	}
+	require.False(t, !t.Failed() && runs[0] >= 100 && slices.Contains(totals[2:], 0), "the generator missed a case: %v", totals)
 }
 
 func runProperty(rt *rapid.T, maxSteps int, runs, totals *[10]int) {
@@ -205,9 +203,7 @@ func TestRelay_LostDeltaDeactivatesAtTheNextDelta(t *testing.T) {
 	require.Len(t, p.faultLog, 1, "faults")
 	require.Equal(t, want[0].Outcome, p.faultLog[0].Outcome, "fault outcome")
 	require.Equal(t, want[0].Fault, p.faultLog[0].Fault, "fault")
-	if r.cons.ReadyMask() != 0 {
-		t.Fatalf("ready mask %#x after the gap, want 0", r.cons.ReadyMask())
-	}
+	require.Equal(t, uint16(0), r.cons.ReadyMask(), "ready mask %#x after the gap, want 0", r.cons.ReadyMask())
 	epoch := p.lease.AssignmentEpoch
 	r.checkpoint([]int{0}) // recovers with a new epoch and a snapshot, then checks every chain
 	require.Equal(t, epoch+1, p.lease.AssignmentEpoch, "a new lease epoch")

@@ -231,13 +231,9 @@ func (p *pool) shutdown() {
 	lost := p.lost
 	p.deliver()
 	p.checkFaults(true)
-	if lost && !p.deactivated {
-		t.Fatalf("pool %d: a lost delta went unnoticed past the drain marker", p.idx)
-	}
+	require.False(t, lost && !p.deactivated, "pool %d: a lost delta went unnoticed past the drain marker", p.idx)
 	st := p.laneStatus()
-	if p.healthy() && st.Stats.DrainsAcknowledged == 0 {
-		t.Fatalf("pool %d: drain acknowledged but not counted", p.idx)
-	}
+	require.False(t, p.healthy() && st.Stats.DrainsAcknowledged == 0, "pool %d: drain acknowledged but not counted", p.idx)
 	p.compare(uint64(p.shadow.Stats().ResidentBlocks))
 }
 

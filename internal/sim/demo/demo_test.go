@@ -27,14 +27,10 @@ import (
 func runDemoReport(t *testing.T, args ...string) (*replay.Report, string) {
 	t.Helper()
 	o, err := parseDemo(args, io.Discard)
-	if err != nil {
-		t.Fatalf("parseDemo(%q): %v", args, err)
-	}
+	require.NoError(t, err, "parseDemo(%q)", args)
 	var out bytes.Buffer
 	rep, err := demo(context.Background(), o, &out)
-	if err != nil {
-		t.Fatalf("demo(%q): %v\n%s", args, err, out.String())
-	}
+	require.NoError(t, err, "demo(%q): %v\n%s", args, err, out.String())
 	return rep, out.String()
 }
 
@@ -45,42 +41,22 @@ func runDemoReport(t *testing.T, args ...string) (*replay.Report, string) {
 func checkSummary(t *testing.T, rep *replay.Report, out string, dcs int) {
 	t.Helper()
 	var table bytes.Buffer
-	if err := replay.WriteTable(&table, rep); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out, table.String()) {
-		t.Errorf("demo output does not end in the replay table of its report:\n%s\nwant:\n%s", out, table.String())
-	}
-	if rep.Requests == 0 || rep.RequestBlocks == 0 {
-		t.Fatalf("got %d requests, %d blocks; want some", rep.Requests, rep.RequestBlocks)
-	}
-	if rep.Lanes+rep.LanesNotReady != rep.Requests*uint64(dcs) {
-		t.Errorf("got %d lanes compared + %d not ready, want %d × %d", rep.Lanes, rep.LanesNotReady, rep.Requests, dcs)
-	}
-	if rep.Agree > rep.Requests || rep.WarmAgree > rep.WarmRequests || rep.HitBlocks > rep.RequestBlocks {
-		t.Errorf("inconsistent counts: agree %d/%d, warm %d/%d, hits %d/%d", rep.Agree, rep.Requests,
-			rep.WarmAgree, rep.WarmRequests, rep.HitBlocks, rep.RequestBlocks)
-	}
-	if !rep.Unclassified || rep.UnexplainedUnderReports != 0 || rep.UnderCapacity != 0 {
-		t.Errorf("got unclassified %v (unexplained %d, capacity %d), want unclassified reports: the demo cannot see the pools",
-			rep.Unclassified, rep.UnexplainedUnderReports, rep.UnderCapacity)
-	}
-	if rep.FPRProbes != 20_000 || rep.FPRBound <= 0 || rep.FilterLoad <= 0 {
-		t.Errorf("got %d FPR probes, bound %v at load %v; want 20000 probes at a measured load", rep.FPRProbes, rep.FPRBound, rep.FilterLoad)
-	}
-	if rep.DeliveryP50Ns <= 0 || rep.DeliveryP99Ns < rep.DeliveryP50Ns {
-		t.Errorf("got delivery p50 %d ns, p99 %d ns; want a measured delivery time", rep.DeliveryP50Ns, rep.DeliveryP99Ns)
-	}
+	require.NoError(t, replay.WriteTable(&table, rep))
+	assert.Contains(t, out, table.String(), "demo output does not end in the replay table of its report:\n%s\nwant:\n%s", out, table.String())
+	require.NotEqual(t, uint64(0), rep.Requests, "got %d requests, %d blocks; want some", rep.Requests, rep.RequestBlocks)
+	require.NotEqual(t, uint64(0), rep.RequestBlocks, "got %d requests, %d blocks; want some", rep.Requests, rep.RequestBlocks)
+	assert.Equal(t, rep.Requests*uint64(dcs), rep.Lanes+rep.LanesNotReady, "got %d lanes compared + %d not ready, want %d × %d", rep.Lanes, rep.LanesNotReady, rep.Requests, dcs)
+	assert.False(t, rep.Agree > rep.Requests || rep.WarmAgree > rep.WarmRequests || rep.HitBlocks > rep.RequestBlocks, "inconsistent counts: agree %d/%d, warm %d/%d, hits %d/%d", rep.Agree, rep.Requests, rep.WarmAgree, rep.WarmRequests, rep.HitBlocks, rep.RequestBlocks)
+	assert.False(t, !rep.Unclassified || rep.UnexplainedUnderReports != 0 || rep.UnderCapacity != 0, "got unclassified %v (unexplained %d, capacity %d), want unclassified reports: the demo cannot see the pools", rep.Unclassified, rep.UnexplainedUnderReports, rep.UnderCapacity)
+	assert.False(t, rep.FPRProbes != 20_000 || rep.FPRBound <= 0 || rep.FilterLoad <= 0, "got %d FPR probes, bound %v at load %v; want 20000 probes at a measured load", rep.FPRProbes, rep.FPRBound, rep.FilterLoad)
+	assert.False(t, rep.DeliveryP50Ns <= 0 || rep.DeliveryP99Ns < rep.DeliveryP50Ns, "got delivery p50 %d ns, p99 %d ns; want a measured delivery time", rep.DeliveryP50Ns, rep.DeliveryP99Ns)
 	for _, row := range []string{"best-DC agreement", "over-reports (lanes, blocks)", "under-reports (lanes, blocks)", "false-positive rate", "delivery p50 / p99 (wall)"} {
 		i := strings.Index(out, "\n"+row)
-		if i < 0 {
-			t.Errorf("summary lacks the %q row:\n%s", row, out)
+		if !assert.GreaterOrEqual(t, i, 0, "summary lacks the %q row:\n%s", row, out) {
 			continue
 		}
 		line, _, _ := strings.Cut(out[i+1:], "\n")
-		if strings.Contains(line, "n/a") {
-			t.Errorf("row %q is not measured: %q", row, line)
-		}
+		assert.False(t, strings.Contains(line, "n/a"), "row %q is not measured: %q", row, line)
 	}
 }
 
@@ -90,9 +66,7 @@ func TestDemo_SummaryIsTheReplayReport(t *testing.T) {
 	}
 	rep, out := runDemoReport(t, "--duration", "1s", "--consumer", "native", "--rate", "1000", "--probes", "20000")
 	checkSummary(t, rep, out, 3)
-	if !strings.Contains(out, "synthetic workload") {
-		t.Errorf("header does not name the synthetic workload:\n%s", out)
-	}
+	assert.Contains(t, out, "synthetic workload", "header does not name the synthetic workload:\n%s", out)
 }
 
 // The demo's default run (what `make run` runs, shortened) offers its latency
@@ -212,18 +186,11 @@ func TestDemo_EmbeddedTrace(t *testing.T) {
 	rep, out := runDemoReport(t, "--duration", "1s", "--consumer", "native", "--rate", "1000", "--probes", "20000", "--trace", "embedded")
 	checkSummary(t, rep, out, 3)
 	reqs, err := replay.EmbeddedTrace()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Requests > uint64(len(reqs)) {
-		t.Fatalf("got %d requests from a %d-request trace", rep.Requests, len(reqs))
-	}
-	if want := traceBlocks(reqs[:rep.Requests]); rep.RequestBlocks != want {
-		t.Errorf("got %d request blocks, want %d: the trace's first %d requests", rep.RequestBlocks, want, rep.Requests)
-	}
-	if !strings.Contains(out, replay.EmbeddedTraceName) {
-		t.Errorf("header does not name the trace:\n%s", out)
-	}
+	require.NoError(t, err)
+	require.LessOrEqual(t, rep.Requests, uint64(len(reqs)), "got %d requests from a %d-request trace", rep.Requests, len(reqs))
+	want := traceBlocks(reqs[:rep.Requests])
+	assert.Equal(t, want, rep.RequestBlocks, "got %d request blocks, want %d: the trace's first %d requests", rep.RequestBlocks, want, rep.Requests)
+	assert.Contains(t, out, replay.EmbeddedTraceName, "header does not name the trace:\n%s", out)
 }
 
 // A user's trace ends the demo when it runs out, before --duration; with

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"time"
@@ -45,7 +44,7 @@ func startDemoRelay(o demoOptions, feeds []dcFeed) (*demoRelay, error) {
 		return nil, err
 	}
 	cfg.NATS.URL = natsURL
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := slog.New(slog.DiscardHandler)
 	srv, err := server.New(cfg, quiet)
 	if err != nil {
 		stopNATS()

@@ -102,8 +102,6 @@ func printSummary(w io.Writer, rep *replay.Report, lanes []client.LaneInfo, mode
 // Call it only with the router stopped: the router serializes lane calls.
 func consumerBytes(l client.Lanes) (uint64, bool) {
 	switch c := l.(type) {
-	case *client.Native:
-		return c.C.Stats().TableBytes, true
 	case interface {
 		Stats() (consumer.Stats, error)
 	}:

@@ -97,11 +97,11 @@ func (r *demoRouter) stop() {
 // or the native package.
 func newLanes(ctx context.Context, kind string, m consumer.Manifest) (client.Lanes, func(), error) {
 	if kind == "native" {
-		c, err := consumer.New(m)
+		n, err := client.NewNative(m)
 		if err != nil {
 			return nil, nil, err
 		}
-		return &client.Native{C: c}, func() {}, nil
+		return n, func() {}, nil
 	}
 	rt, err := host.NewRuntime(ctx, host.NewConfig())
 	if err != nil {

@@ -43,6 +43,6 @@ func TestEngine_RestartDuringReplay(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("Restart deadlocked against the replay server")
+		require.Fail(t, "Restart deadlocked against the replay server")
 	}
 }

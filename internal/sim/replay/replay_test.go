@@ -22,9 +22,7 @@ import (
 func slice(t testing.TB, n int) []workload.Request {
 	t.Helper()
 	reqs, err := EmbeddedTrace()
-	if err != nil {
-		t.Fatalf("EmbeddedTrace: %v", err)
-	}
+	require.NoError(t, err, "EmbeddedTrace")
 	return reqs[:min(n, len(reqs))]
 }
 
@@ -56,9 +54,9 @@ func TestEmbeddedTrace_Shape(t *testing.T) {
 			distinct[id] = true
 		}
 	}
-	if len(reqs) != 3993 || refs != 121877 || len(distinct) != 43924 {
-		t.Fatalf("got %d requests, %d block refs, %d distinct blocks; want 3993, 121877, 43924", len(reqs), refs, len(distinct))
-	}
+	require.Len(t, reqs, 3993, "got %d requests, %d block refs, %d distinct blocks; want 3993, 121877, 43924", len(reqs), refs, len(distinct))
+	require.Equal(t, 121877, refs, "got %d requests, %d block refs, %d distinct blocks; want 3993, 121877, 43924", len(reqs), refs, len(distinct))
+	require.Len(t, distinct, 43924, "got %d requests, %d block refs, %d distinct blocks; want 3993, 121877, 43924", len(reqs), refs, len(distinct))
 }
 
 func TestRun_ExactIndexIsExact(t *testing.T) {
@@ -76,20 +74,11 @@ func TestRun_ExactIndexIsExact(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Exact = true
 			r, err := Run(context.Background(), tc.cfg, reqs)
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if r.Requests != uint64(len(reqs)) || r.Agree != r.Requests || r.AgreementPct != 100 {
-				t.Errorf("got agreement %d of %d (%.3f%%), want all %d", r.Agree, r.Requests, r.AgreementPct, len(reqs))
-			}
-			if r.OverReports != 0 || r.UnderReports != 0 || r.UnexplainedUnderReports != 0 {
-				t.Errorf("got over %d under %d unexplained %d, want 0", r.OverReports, r.UnderReports, r.UnexplainedUnderReports)
-			}
+			require.NoError(t, err, "Run")
+			assert.False(t, r.Requests != uint64(len(reqs)) || r.Agree != r.Requests || r.AgreementPct != 100, "got agreement %d of %d (%.3f%%), want all %d", r.Agree, r.Requests, r.AgreementPct, len(reqs))
+			assert.False(t, r.OverReports != 0 || r.UnderReports != 0 || r.UnexplainedUnderReports != 0, "got over %d under %d unexplained %d, want 0", r.OverReports, r.UnderReports, r.UnexplainedUnderReports)
 			// The slice must really stress the harness, or "exact" proves little.
-			if r.WarmRequests == 0 || r.CapacityOmissions == 0 || r.Lanes != r.Requests*uint64(tc.cfg.DataCenters) {
-				t.Errorf("got warm %d, omissions %d, lanes %d: the slice does not exercise sharing and capacity",
-					r.WarmRequests, r.CapacityOmissions, r.Lanes)
-			}
+			assert.False(t, r.WarmRequests == 0 || r.CapacityOmissions == 0 || r.Lanes != r.Requests*uint64(tc.cfg.DataCenters), "got warm %d, omissions %d, lanes %d: the slice does not exercise sharing and capacity", r.WarmRequests, r.CapacityOmissions, r.Lanes)
 		})
 	}
 }
@@ -109,27 +98,13 @@ func TestRun_EveryUnderReportIsExplained(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Run(context.Background(), tc.cfg, reqs)
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			if r.UnexplainedUnderReports != 0 {
-				t.Errorf("got %d unexplained under-reports of %d, want 0", r.UnexplainedUnderReports, r.UnderReports)
-			}
-			if got := r.UnderCapacity > 0; got != tc.wantCap {
-				t.Errorf("got %d under-reports explained by capacity, want some: %v", r.UnderCapacity, tc.wantCap)
-			}
-			if got := r.UnderInFlight > 0; got != tc.wantInfly {
-				t.Errorf("got %d under-reports explained by in-flight deltas, want some: %v", r.UnderInFlight, tc.wantInfly)
-			}
-			if r.UnderReports > r.UnderCapacity+r.UnderInFlight {
-				t.Errorf("got %d under-reports but only %d+%d explanations", r.UnderReports, r.UnderCapacity, r.UnderInFlight)
-			}
-			if r.OverReports != r.OverFalsePositive+r.OverStale {
-				t.Errorf("got %d over-reports, %d false positives + %d stale", r.OverReports, r.OverFalsePositive, r.OverStale)
-			}
-			if tc.cfg.Lag == 0 && r.OverStale != 0 {
-				t.Errorf("got %d stale over-reports without lag; want 0", r.OverStale)
-			}
+			require.NoError(t, err, "Run")
+			assert.Equal(t, uint64(0), r.UnexplainedUnderReports, "got %d unexplained under-reports of %d, want 0", r.UnexplainedUnderReports, r.UnderReports)
+			assert.Equal(t, tc.wantCap, r.UnderCapacity > 0, "got %d under-reports explained by capacity, want some: %v", r.UnderCapacity, tc.wantCap)
+			assert.Equal(t, tc.wantInfly, r.UnderInFlight > 0, "got %d under-reports explained by in-flight deltas, want some: %v", r.UnderInFlight, tc.wantInfly)
+			assert.LessOrEqual(t, r.UnderReports, r.UnderCapacity+r.UnderInFlight, "got %d under-reports but only %d+%d explanations", r.UnderReports, r.UnderCapacity, r.UnderInFlight)
+			assert.Equal(t, r.OverFalsePositive+r.OverStale, r.OverReports, "got %d over-reports, %d false positives + %d stale", r.OverReports, r.OverFalsePositive, r.OverStale)
+			assert.False(t, tc.cfg.Lag == 0 && r.OverStale != 0, "got %d stale over-reports without lag; want 0", r.OverStale)
 		})
 	}
 }
@@ -141,12 +116,9 @@ func TestRun_MissingExplanationIsCaught(t *testing.T) {
 	cfg.ExpectedBlocks = 0 // no capacity omission to hide behind
 	cfg.testSkipInflight = true
 	r, err := Run(context.Background(), cfg, slice(t, 1500))
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if r.UnderReports == 0 || r.UnexplainedUnderReports != r.UnderReports {
-		t.Fatalf("got %d unexplained of %d under-reports, want all of them (and some)", r.UnexplainedUnderReports, r.UnderReports)
-	}
+	require.NoError(t, err, "Run")
+	require.NotEqual(t, uint64(0), r.UnderReports, "got %d unexplained of %d under-reports, want all of them (and some)", r.UnexplainedUnderReports, r.UnderReports)
+	require.Equal(t, r.UnderReports, r.UnexplainedUnderReports, "got %d unexplained of %d under-reports, want all of them (and some)", r.UnexplainedUnderReports, r.UnderReports)
 }
 
 // TestRun_FullTraceTargets holds the targets on the whole trace at
@@ -165,18 +137,10 @@ func TestRun_FullTraceTargets(t *testing.T) {
 			cfg.FPRProbes = 100_000
 		}
 		r, err := Run(context.Background(), cfg, reqs)
-		if err != nil {
-			t.Fatalf("dcs=%d: Run: %v", dcs, err)
-		}
-		if r.AgreementPct < 99.9 || r.UnexplainedUnderReports != 0 {
-			t.Errorf("dcs=%d: got agreement %.3f%%, %d unexplained under-reports; want ≥ 99.9%%, 0", dcs, r.AgreementPct, r.UnexplainedUnderReports)
-		}
-		if !testing.Short() && (r.FPRRatio > 1.5 || r.FPRRatio < 1/1.5) {
-			t.Errorf("dcs=%d: got FPR %.3g vs bound %.3g (ratio %.2f) at load %.3f, want within 1.5×", dcs, r.FPR, r.FPRBound, r.FPRRatio, r.FilterLoad)
-		}
-		if r.Requests != uint64(len(reqs)) || r.Events == 0 || r.Deltas == 0 || r.ProducerBytesPerBlock <= 0 || r.ConsumerBytes == 0 {
-			t.Errorf("dcs=%d: got %+v, want a populated report", dcs, r)
-		}
+		require.NoError(t, err, "dcs=%d: Run", dcs)
+		assert.False(t, r.AgreementPct < 99.9 || r.UnexplainedUnderReports != 0, "dcs=%d: got agreement %.3f%%, %d unexplained under-reports; want ≥ 99.9%%, 0", dcs, r.AgreementPct, r.UnexplainedUnderReports)
+		assert.False(t, !testing.Short() && (r.FPRRatio > 1.5 || r.FPRRatio < 1/1.5), "dcs=%d: got FPR %.3g vs bound %.3g (ratio %.2f) at load %.3f, want within 1.5×", dcs, r.FPR, r.FPRBound, r.FPRRatio, r.FilterLoad)
+		assert.False(t, r.Requests != uint64(len(reqs)) || r.Events == 0 || r.Deltas == 0 || r.ProducerBytesPerBlock <= 0 || r.ConsumerBytes == 0, "dcs=%d: got %+v, want a populated report", dcs, r)
 	}
 }
 
@@ -187,14 +151,10 @@ func TestRun_CacheAwareBeatsRandom(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Policy, cfg.BlocksPerRank, cfg.FPRProbes = p, 512, 1000
 		r, err := Run(context.Background(), cfg, reqs)
-		if err != nil {
-			t.Fatalf("%v: Run: %v", p, err)
-		}
+		require.NoError(t, err, "%v: Run", p)
 		hit[p] = r.HitRatePct
 	}
-	if !(hit[CacheAware] > hit[Random]+5 && hit[CacheAware] > hit[RoundRobin]+5) {
-		t.Fatalf("got hit rates %v, want cache-aware well above random and round-robin", hit)
-	}
+	require.True(t, hit[CacheAware] > hit[Random]+5 && hit[CacheAware] > hit[RoundRobin]+5, "got hit rates %v, want cache-aware well above random and round-robin", hit)
 }
 
 // TestRun_WasmConsumerMatchesNative routes through the WebAssembly consumer:
@@ -206,16 +166,12 @@ func TestRun_WasmConsumerMatchesNative(t *testing.T) {
 	}
 	ctx := context.Background()
 	rt, err := host.NewRuntime(ctx, host.NewConfig())
-	if err != nil {
-		t.Fatalf("NewRuntime: %v", err)
-	}
+	require.NoError(t, err, "NewRuntime")
 	defer rt.Close(ctx)
 	reqs := slice(t, 600)
 	cfg := pressured(3, CacheAware)
 	native, err := Run(ctx, cfg, reqs)
-	if err != nil {
-		t.Fatalf("native: %v", err)
-	}
+	require.NoError(t, err, "native")
 	var instances []*host.Instance
 	var mu sync.Mutex
 	cfg.NewConsumer = func(m consumer.Manifest) (client.Lanes, error) {
@@ -226,23 +182,16 @@ func TestRun_WasmConsumerMatchesNative(t *testing.T) {
 		return in, err
 	}
 	wasm, err := Run(ctx, cfg, reqs)
-	if err != nil {
-		t.Fatalf("wasm: %v", err)
-	}
-	if len(instances) != 1 {
-		t.Fatalf("got %d wasm instances, want 1 (the consumer was not used)", len(instances))
-	}
+	require.NoError(t, err, "wasm")
+	require.Len(t, instances, 1, "got %d wasm instances, want 1 (the consumer was not used)", len(instances))
 	type acc struct{ agree, over, overB, under, underB, cap, infl, unexpl, hits, fprHits uint64 }
 	pick := func(r *Report) acc {
 		return acc{r.Agree, r.OverReports, r.OverBlocks, r.UnderReports, r.UnderBlocks, r.UnderCapacity,
 			r.UnderInFlight, r.UnexplainedUnderReports, r.HitBlocks, uint64(r.FPR * float64(r.FPRProbes*r.DataCenters))}
 	}
-	if g, w := pick(wasm), pick(native); g != w {
-		t.Fatalf("got wasm %+v, want native %+v", g, w)
-	}
-	if native.UnderReports == 0 {
-		t.Fatalf("the comparison saw no under-report; it would not notice a divergence")
-	}
+	g, w := pick(wasm), pick(native)
+	require.Equal(t, w, g, "got wasm %+v, want native %+v", g, w)
+	require.NotEqual(t, uint64(0), native.UnderReports, "the comparison saw no under-report; it would not notice a divergence")
 }
 
 func TestRun_Errors(t *testing.T) {
@@ -281,13 +230,10 @@ func TestRun_Errors(t *testing.T) {
 			cfg.FPRProbes = 10
 			tc.cfg(&cfg)
 			r, err := Run(tc.ctx, cfg, tc.reqs)
-			if !errors.Is(err, tc.want) || r != nil {
-				t.Fatalf("got %v, %v; want nil, %v", r, err, tc.want)
-			}
+			require.ErrorIs(t, err, tc.want, "got %v, %v; want nil, %v", r, err, tc.want)
+			require.Nil(t, r, "got %v, %v; want nil, %v", r, err, tc.want)
 			var ce *ConfigError
-			if errors.Is(tc.want, ErrInvalidConfig) && (!errors.As(err, &ce) || ce.Field == "") {
-				t.Fatalf("got %T %v, want a *ConfigError naming the field", err, err)
-			}
+			require.False(t, errors.Is(tc.want, ErrInvalidConfig) && (!errors.As(err, &ce) || ce.Field == ""), "got %T %v, want a *ConfigError naming the field", err, err)
 		})
 	}
 }
@@ -298,15 +244,11 @@ func TestRun_SpeedFollowsTraceClock(t *testing.T) {
 	cfg.Speed, cfg.FPRProbes = 2, 10 // 40 ms of trace at twice the speed: ≥ 20 ms
 	start := time.Now()
 	r, err := Run(context.Background(), cfg, reqs)
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if el := time.Since(start); el < 20*time.Millisecond {
-		t.Fatalf("got %v wall for 40 ms of trace at speed 2, want ≥ 20 ms", el)
-	}
-	if r.Requests != 2 || r.HitBlocks != 2 {
-		t.Fatalf("got %d requests, %d hit blocks; want 2, 2", r.Requests, r.HitBlocks)
-	}
+	require.NoError(t, err, "Run")
+	el := time.Since(start)
+	require.GreaterOrEqual(t, el, 20*time.Millisecond, "got %v wall for 40 ms of trace at speed 2, want ≥ 20 ms", el)
+	require.Equal(t, uint64(2), r.Requests, "got %d requests, %d hit blocks; want 2, 2", r.Requests, r.HitBlocks)
+	require.Equal(t, uint64(2), r.HitBlocks, "got %d requests, %d hit blocks; want 2, 2", r.Requests, r.HitBlocks)
 }
 
 func TestReadTrace_MalformedLineNamesIt(t *testing.T) {
@@ -321,44 +263,31 @@ func TestReadTrace_MalformedLineNamesIt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadTrace(strings.NewReader(tc.text))
 			var te *workload.TraceError
-			if !errors.As(err, &te) || te.Line != tc.line || !errors.Is(err, workload.ErrMalformedTrace) {
-				t.Fatalf("got %v, want a *workload.TraceError at line %d", err, tc.line)
-			}
-			if !strings.Contains(err.Error(), "line") {
-				t.Fatalf("got message %q, want it to name the line", err)
-			}
+			require.ErrorAs(t, err, &te, "got %v, want a *workload.TraceError at line %d", err, tc.line)
+			require.Equal(t, tc.line, te.Line, "got %v, want a *workload.TraceError at line %d", err, tc.line)
+			require.ErrorIs(t, err, workload.ErrMalformedTrace, "got %v, want a *workload.TraceError at line %d", err, tc.line)
+			require.Contains(t, err.Error(), "line", "got message %q, want it to name the line", err)
 		})
 	}
-	if _, err := ReadTrace(strings.NewReader("\n")); !errors.Is(err, ErrEmptyTrace) {
-		t.Fatalf("got %v for an empty trace, want ErrEmptyTrace", err)
-	}
+	_, err := ReadTrace(strings.NewReader("\n"))
+	require.ErrorIs(t, err, ErrEmptyTrace, "got %v for an empty trace, want ErrEmptyTrace", err)
 }
 
 func TestRepeat_ShiftsIDsAndTime(t *testing.T) {
 	reqs := []workload.Request{{TimestampMs: 0, HashIDs: []uint64{0, 1}}, {TimestampMs: 9, HashIDs: []uint64{0, 7}}}
 	got := Repeat(reqs, 3)
-	if len(got) != 6 {
-		t.Fatalf("got %d requests, want 6", len(got))
-	}
+	require.Len(t, got, 6, "got %d requests, want 6", len(got))
 	for p := range 3 {
 		for i, r := range reqs {
 			g := got[p*2+i]
-			if g.TimestampMs != r.TimestampMs+int64(p)*10 {
-				t.Errorf("pass %d req %d: got timestamp %d, want %d", p, i, g.TimestampMs, r.TimestampMs+int64(p)*10)
-			}
+			assert.Equal(t, r.TimestampMs+int64(p)*10, g.TimestampMs, "pass %d req %d: got timestamp %d, want %d", p, i, g.TimestampMs, r.TimestampMs+int64(p)*10)
 			for j, id := range r.HashIDs {
-				if g.HashIDs[j] != id+uint64(p)*8 {
-					t.Errorf("pass %d req %d: got id %d, want %d", p, i, g.HashIDs[j], id+uint64(p)*8)
-				}
+				assert.Equal(t, id+uint64(p)*8, g.HashIDs[j], "pass %d req %d: got id %d, want %d", p, i, g.HashIDs[j], id+uint64(p)*8)
 			}
 		}
 	}
-	if reqs[1].HashIDs[1] != 7 {
-		t.Fatalf("Repeat modified its input")
-	}
-	if len(Repeat(reqs, 1)) != 2 {
-		t.Fatalf("Repeat(…, 1) changed the trace")
-	}
+	require.Equal(t, uint64(7), reqs[1].HashIDs[1], "Repeat modified its input")
+	require.Len(t, Repeat(reqs, 1), 2, "Repeat(…, 1) changed the trace")
 }
 
 func TestParsePolicy_RoundTrips(t *testing.T) {
@@ -419,12 +348,10 @@ func TestRun_OddRequests(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.BlocksPerRank, cfg.Exact, cfg.FPRProbes = 64, exact, 10
 		r, err := Run(context.Background(), cfg, reqs)
-		if err != nil {
-			t.Fatalf("exact=%v: Run: %v", exact, err)
-		}
-		if r.Requests != 5 || r.UnexplainedUnderReports != 0 || (exact && (r.OverReports != 0 || r.UnderReports != 0)) {
-			t.Fatalf("exact=%v: got %+v", exact, r)
-		}
+		require.NoError(t, err, "exact=%v: Run", exact)
+		require.Equal(t, uint64(5), r.Requests, "exact=%v: got %+v", exact, r)
+		require.Equal(t, uint64(0), r.UnexplainedUnderReports, "exact=%v: got %+v", exact, r)
+		require.False(t, exact && (r.OverReports != 0 || r.UnderReports != 0), "exact=%v: got %+v", exact, r)
 		// The last request finds the two leading blocks of the second. The
 		// exact index also sends the second "long" request to the 64 blocks
 		// its twin left; the filter cannot see them yet (same millisecond,
@@ -432,11 +359,9 @@ func TestRun_OddRequests(t *testing.T) {
 		want := uint64(2)
 		if exact {
 			want += 64
-		} else if r.UnderInFlight == 0 {
-			t.Fatalf("got no in-flight under-report for the back-to-back twins")
+		} else {
+			require.NotZero(t, r.UnderInFlight, "got no in-flight under-report for the back-to-back twins")
 		}
-		if r.HitBlocks != want {
-			t.Fatalf("exact=%v: got %d hit blocks, want %d", exact, r.HitBlocks, want)
-		}
+		require.Equal(t, want, r.HitBlocks, "exact=%v: got %d hit blocks, want %d", exact, r.HitBlocks, want)
 	}
 }

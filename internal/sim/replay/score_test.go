@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"math"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // fakeExplainer answers fixed causes and records its calls.
@@ -89,20 +91,14 @@ func TestScorer_ObserveCounts(t *testing.T) {
 				ex = tt.ex
 			}
 			s, err := NewScorer(len(tt.obs[0].truth), ex)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			for _, o := range tt.obs {
-				if err := s.Observe(o.truth, o.reported, o.chosen, o.served, o.blocks, time.Microsecond); err != nil {
-					t.Fatalf("Observe: %v", err)
-				}
+				require.NoError(t, s.Observe(o.truth, o.reported, o.chosen, o.served, o.blocks, time.Microsecond), "Observe")
 			}
 			var got Report
 			s.Fill(&got)
 			tt.want.QueryP50Ns, tt.want.QueryP99Ns = 1000, 1000
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tt.want)
-			}
+			assert.Equal(t, tt.want, got, "got  %+v\nwant %+v", got, tt.want)
 		})
 	}
 }
@@ -125,31 +121,27 @@ func TestScorer_ObserveRejectsMalformed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _ := NewScorer(2, nil)
 			err := s.Observe(tt.truth, tt.reported, tt.chosen, tt.served, tt.blocks, 0)
-			if !errors.Is(err, ErrObservation) {
-				t.Fatalf("got %v, want ErrObservation", err)
-			}
+			require.ErrorIs(t, err, ErrObservation, "got %v, want ErrObservation", err)
 			var got Report
 			s.Fill(&got)
-			if !reflect.DeepEqual(got, Report{Unclassified: true}) {
-				t.Errorf("got %+v after a rejected observation, want nothing counted", got)
-			}
+			assert.Equal(t, Report{Unclassified: true}, got, "got %+v after a rejected observation, want nothing counted", got)
 		})
 	}
 }
 
 func TestNewScorer_RejectsDataCenters(t *testing.T) {
 	for _, n := range []int{0, -1, 17} {
-		if _, err := NewScorer(n, nil); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("NewScorer(%d) = %v, want ErrInvalidConfig", n, err)
-		}
+		_, err := NewScorer(n, nil)
+		assert.ErrorIs(t, err, ErrInvalidConfig, "NewScorer(%d) = %v, want ErrInvalidConfig", n, err)
 	}
 }
 
 func TestScorer_ExplainerErrorIsReturned(t *testing.T) {
 	boom := errors.New("boom")
 	s, _ := NewScorer(1, &fakeExplainer{err: boom})
-	if err := s.Observe([]int{2}, []int{1}, 0, 0, 2, 0); !errors.Is(err, boom) {
-		t.Fatalf("got %v, want the explainer's error", err)
+	{
+		err := s.Observe([]int{2}, []int{1}, 0, 0, 2, 0)
+		require.ErrorIs(t, err, boom, "got %v, want the explainer's error", err)
 	}
 }
 
@@ -187,23 +179,16 @@ func TestScorer_ProbeFPR(t *testing.T) {
 				}
 				return tt.mask(i), nil
 			}, tt.loads, tt.probes, 1)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("got error %v, want error: %v", err, tt.wantErr)
-			}
+			require.Equal(t, tt.wantErr, (err != nil), "got error %v, want error: %v", err, tt.wantErr)
 			var r Report
 			s.Fill(&r)
-			if r.FPR != tt.wantFPR || math.Abs(r.FPRBound-tt.wantBound) > 1e-15 || r.FPRProbes != tt.probes {
-				t.Errorf("got FPR %v bound %v probes %d, want %v, %v, %d", r.FPR, r.FPRBound, r.FPRProbes, tt.wantFPR, tt.wantBound, tt.probes)
-			}
-			if r.FPRBound > 0 && r.FPRRatio != r.FPR/r.FPRBound {
-				t.Errorf("got ratio %v, want %v", r.FPRRatio, r.FPR/r.FPRBound)
-			}
+			assert.False(t, r.FPR != tt.wantFPR || math.Abs(r.FPRBound-tt.wantBound) > 1e-15 || r.FPRProbes != tt.probes, "got FPR %v bound %v probes %d, want %v, %v, %d", r.FPR, r.FPRBound, r.FPRProbes, tt.wantFPR, tt.wantBound, tt.probes)
+			assert.False(t, r.FPRBound > 0 && r.FPRRatio != r.FPR/r.FPRBound, "got ratio %v, want %v", r.FPRRatio, r.FPR/r.FPRBound)
 		})
 	}
 	s, _ := NewScorer(2, nil)
-	if err := s.ProbeFPR(func(uint64) (uint16, error) { return 0, nil }, []float64{0.5}, 1, 1); !errors.Is(err, ErrObservation) {
-		t.Errorf("ProbeFPR with one load for two lanes = %v, want ErrObservation", err)
-	}
+	err := s.ProbeFPR(func(uint64) (uint16, error) { return 0, nil }, []float64{0.5}, 1, 1)
+	assert.ErrorIs(t, err, ErrObservation, "ProbeFPR with one load for two lanes = %v, want ErrObservation", err)
 }
 
 func TestScorer_QueryWindowAndFreshness(t *testing.T) {
@@ -212,20 +197,15 @@ func TestScorer_QueryWindowAndFreshness(t *testing.T) {
 		_ = s.Observe([]int{0}, []int{0}, 0, 0, 0, time.Duration(i)*time.Microsecond)
 	}
 	p50, p99, mark := s.QueryWindow(0)
-	if p50 != 51*time.Microsecond || p99 != 100*time.Microsecond || mark != 100 {
-		t.Errorf("got p50 %v p99 %v mark %d, want 51µs 100µs 100", p50, p99, mark)
-	}
+	assert.False(t, p50 != 51*time.Microsecond || p99 != 100*time.Microsecond || mark != 100, "got p50 %v p99 %v mark %d, want 51µs 100µs 100", p50, p99, mark)
 	_ = s.Observe([]int{0}, []int{0}, 0, 0, 0, time.Millisecond)
-	if p50, _, mark = s.QueryWindow(mark); p50 != time.Millisecond || mark != 101 {
-		t.Errorf("got window p50 %v mark %d, want 1ms over the last query, mark 101", p50, mark)
-	}
+	p50, _, mark = s.QueryWindow(mark)
+	assert.False(t, p50 != time.Millisecond || mark != 101, "got window p50 %v mark %d, want 1ms over the last query, mark 101", p50, mark)
 	s.ObserveFreshness(2 * time.Millisecond)
 	s.ObserveFreshness(4 * time.Millisecond)
 	var r Report
 	s.Fill(&r)
-	if r.FreshnessP50Ms != 4 || r.FreshnessP99Ms != 4 || s.Requests() != 101 || s.AgreementPct() != 100 {
-		t.Errorf("got freshness %v/%v, %d requests, agreement %v; want 4/4, 101, 100", r.FreshnessP50Ms, r.FreshnessP99Ms, s.Requests(), s.AgreementPct())
-	}
+	assert.False(t, r.FreshnessP50Ms != 4 || r.FreshnessP99Ms != 4 || s.Requests() != 101 || s.AgreementPct() != 100, "got freshness %v/%v, %d requests, agreement %v; want 4/4, 101, 100", r.FreshnessP50Ms, r.FreshnessP99Ms, s.Requests(), s.AgreementPct())
 }
 
 func TestWriteTable_UnmeasuredAndUnclassified(t *testing.T) {
@@ -233,9 +213,7 @@ func TestWriteTable_UnmeasuredAndUnclassified(t *testing.T) {
 	demo := &Report{Policy: "demo", Unclassified: true, OverReports: 2, OverBlocks: 5,
 		Unmeasured: []string{"capacity_omissions", "rank_hit_rate_pct", "fpr"}}
 	var buf bytes.Buffer
-	if err := WriteTable(&buf, full, demo); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, WriteTable(&buf, full, demo))
 	rows := map[string][]string{}
 	for _, l := range strings.Split(buf.String(), "\n") {
 		if label, rest, ok := strings.Cut(l, "  "); ok {
@@ -249,8 +227,7 @@ func TestWriteTable_UnmeasuredAndUnclassified(t *testing.T) {
 		{"false-positive rate", "0.0001 (bound 0.0001, 1.00×) n/a"},
 		{"over-reports (lanes, blocks)", "0, 0 (fp 0, stale 0) 2, 5 (unclassified)"},
 	} {
-		if got := strings.Join(rows[tc.row], " "); got != tc.want {
-			t.Errorf("row %q: got %q, want %q\n%s", tc.row, got, tc.want, buf.String())
-		}
+		got := strings.Join(rows[tc.row], " ")
+		assert.Equal(t, tc.want, got, "row %q: got %q, want %q\n%s", tc.row, got, tc.want, buf.String())
 	}
 }

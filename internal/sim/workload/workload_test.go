@@ -17,12 +17,10 @@ func TestTraceReader_Mooncake(t *testing.T) {
 	defer f.Close()
 	reqs, err := ReadTrace(f)
 	require.NoError(t, err, "ReadTrace")
-	if got, want := len(reqs), 200; got != want {
-		t.Fatalf("read %d requests, want %d", got, want)
-	}
-	if got, want := len(reqs[0].HashIDs), 79; got != want {
-		t.Errorf("first request has %d blocks, want %d", got, want)
-	}
+	got, want := len(reqs), 200
+	require.Equal(t, want, got, "read %d requests, want %d", got, want)
+	got, want = len(reqs[0].HashIDs), 79
+	assert.Equal(t, want, got, "first request has %d blocks, want %d", got, want)
 	assert.EqualValues(t, 40160, reqs[0].InputLength, "first request input length")
 	assert.EqualValues(t, 6, reqs[0].OutputLength, "first request output length")
 }
@@ -82,13 +80,11 @@ func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 		dc, r := n%3, (n/3)%fleet.Ranks()
 		events = fleet.Serve(events[:0], dc, r, chain, locals)
 		for i := range events {
-			if out := pools[dc].ApplyEvent(&events[i]); out.FirstError != nil {
-				t.Fatalf("request %d: pool rejected %v event: %v", n, events[i].Kind, out.FirstError)
-			}
+			out := pools[dc].ApplyEvent(&events[i])
+			require.NoError(t, out.FirstError, "request %d: pool rejected %v event", n, events[i].Kind)
 		}
-		if got, want := pools[dc].Stats().UniqueBlocks, fleet.HeldBlocks(dc); got != want {
-			t.Fatalf("request %d dc %d: pool tracks %d unique blocks, fleet holds %d", n, dc, got, want)
-		}
+		got, want := pools[dc].Stats().UniqueBlocks, fleet.HeldBlocks(dc)
+		require.Equal(t, want, got, "request %d dc %d: pool tracks %d unique blocks, fleet holds %d", n, dc, got, want)
 		for i, c := range chain {
 			owners, resident := pools[dc].Owners(c)
 			held := fleet.dcs[dc].held[c]
@@ -97,9 +93,9 @@ func TestFleet_PoolMatchesGroundTruth(t *testing.T) {
 				require.True(t, resident, "request %d block %d: held but not resident", n, i)
 			}
 		}
-		if d := fleet.Depth(dc, chain); d > len(chain) || d < fleet.RankDepth(dc, r, chain) {
-			t.Fatalf("request %d: dc depth %d inconsistent with rank depth %d", n, d, fleet.RankDepth(dc, r, chain))
-		}
+		d := fleet.Depth(dc, chain)
+		require.LessOrEqual(t, d, len(chain), "request %d: dc depth %d inconsistent with rank depth %d", n, d, fleet.RankDepth(dc, r, chain))
+		require.GreaterOrEqual(t, d, fleet.RankDepth(dc, r, chain), "request %d: dc depth %d inconsistent with rank depth %d", n, d, fleet.RankDepth(dc, r, chain))
 	}
 }
 
@@ -118,16 +114,13 @@ func TestFleet_EvictionKeepsCapacity(t *testing.T) {
 		}
 		events = fleet.Serve(events[:0], 0, 0, chain, locals)
 		for i := range events {
-			if out := pool.ApplyEvent(&events[i]); out.FirstError != nil {
-				t.Fatalf("pool rejected event: %v", out.FirstError)
-			}
+			out := pool.ApplyEvent(&events[i])
+			require.NoError(t, out.FirstError, "pool rejected event")
 		}
-		if got := fleet.HeldBlocks(0); got > 10 {
-			t.Fatalf("rank holds %d blocks, capacity 10", got)
-		}
-		if got, want := pool.Stats().UniqueBlocks, fleet.HeldBlocks(0); got != want {
-			t.Fatalf("pool tracks %d blocks, fleet holds %d", got, want)
-		}
+		got := fleet.HeldBlocks(0)
+		require.LessOrEqual(t, got, 10, "rank holds %d blocks, capacity 10", got)
+		got, want := pool.Stats().UniqueBlocks, fleet.HeldBlocks(0)
+		require.Equal(t, want, got, "pool tracks %d blocks, fleet holds %d", got, want)
 	}
 }
 
@@ -142,7 +135,5 @@ func TestSynthetic_SharesPrefixes(t *testing.T) {
 	for _, n := range first {
 		top = max(top, n)
 	}
-	if top < 100 {
-		t.Errorf("most popular system prompt starts %d of 1000 requests; want a Zipf head ≥ 100", top)
-	}
+	assert.GreaterOrEqual(t, top, 100, "most popular system prompt starts %d of 1000 requests; want a Zipf head ≥ 100", top)
 }

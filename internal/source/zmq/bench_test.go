@@ -1,7 +1,10 @@
 package zmq
 
 import (
+	"fmt"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 )
@@ -18,9 +21,7 @@ func BenchmarkDecodeConvert(b *testing.B) {
 		b.Run("form="+form.name, func(b *testing.B) {
 			const events, blocks, size = 64, 4, 16
 			e, err := engine.Start(engine.Config{Endpoint: "inproc://bench-" + form.name, Form: form.f, BlockSize: size})
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			defer e.Close()
 			var evs []engine.Event
 			tok := uint32(0)
@@ -36,9 +37,7 @@ func BenchmarkDecodeConvert(b *testing.B) {
 				evs = append(evs, ev)
 			}
 			payload, err := e.EncodeBatch(evs...)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			d := NewDecoder(Limits{})
 			cv := Converter{Worker: 1, BlockSize: size}
 			b.SetBytes(int64(len(payload)))
@@ -46,11 +45,11 @@ func BenchmarkDecodeConvert(b *testing.B) {
 			for b.Loop() {
 				bt, err := d.DecodeBatch(payload)
 				if err != nil {
-					b.Fatal(err)
+					require.Fail(b, fmt.Sprint(err))
 				}
 				for i := range bt.Events {
 					if _, ok, _, _ := cv.Convert(&bt.Events[i], 0, 1); !ok {
-						b.Fatal("not converted")
+						require.Fail(b, "not converted")
 					}
 				}
 			}

@@ -31,6 +31,19 @@ const (
 	DefaultMaxBackoff    = 5 * time.Second
 	// DefaultMaxReplayBatches bounds one replay (vLLM buffers 10,000).
 	DefaultMaxReplayBatches = 100_000
+	// DefaultMaxMessageBytes bounds one ZMQ message (its frames' bodies
+	// together); the relay passes its max_request_bytes instead.
+	DefaultMaxMessageBytes = 16 << 20
+	// MaxFramesPerMessage bounds a message's frames (an engine message has
+	// 3, a replay reply at most 4).
+	MaxFramesPerMessage = 16
+	// DefaultHandshakeTimeout bounds a peer's part of the ZMTP handshake.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultMaxPeers bounds the connections of a bound source.
+	DefaultMaxPeers = 1024
+	// DefaultMaxRanks bounds the data-parallel ranks a bound source tracks
+	// when dp_ranks is not configured.
+	DefaultMaxRanks = 64
 )
 
 // Config configures one ZMQ source.
@@ -54,6 +67,11 @@ type Config struct {
 	// size in tokens (required).
 	Worker    uint64
 	BlockSize int
+	// Eagle: the pool's hash format is Dynamo's DYNAMO_EAGLE_V1 — every
+	// block is hashed over block_size+1 tokens at a block_size stride, and
+	// events of the standard format are dropped (DropHashFormat); without
+	// it, bigram (Eagle) events are the ones dropped.
+	Eagle bool
 	// SourceTimeout resets a rank heard nothing from for this long.
 	SourceTimeout time.Duration
 	// ReplayTimeout bounds one replay request.
@@ -64,6 +82,18 @@ type Config struct {
 	MaxReplayBatches int
 	// Limits bound one batch.
 	Limits Limits
+	// Ingest tunes event conversion and the failing state (health.go).
+	Ingest IngestOptions
+	// MaxMessageBytes bounds one message from a peer: a frame header
+	// announcing more drops the peer's connection before anything is
+	// allocated. Default DefaultMaxMessageBytes.
+	MaxMessageBytes int64
+	// HandshakeTimeout bounds a peer's part of the ZMTP handshake. Default
+	// DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// MaxPeers bounds the connections of a bound source (handshaking or
+	// open); more are closed at once. Default DefaultMaxPeers.
+	MaxPeers int
 	// Logger receives the transition and rejection lines. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -87,6 +117,15 @@ func (c Config) withDefaults() Config {
 	if c.MaxReplayBatches == 0 {
 		c.MaxReplayBatches = DefaultMaxReplayBatches
 	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxPeers == 0 {
+		c.MaxPeers = DefaultMaxPeers
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -102,8 +141,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: block_size must be ≥ 1", ErrInvalidConfig)
 	case c.DPRanks < 0 || c.DPRanks > 1024:
 		return fmt.Errorf("%w: dp_ranks must be in [1, 1024]", ErrInvalidConfig)
-	case c.SourceTimeout < 0 || c.ReplayTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
+	case c.MaxMessageBytes < 0 || c.MaxPeers < 0:
+		return fmt.Errorf("%w: negative max_message_bytes or max_peers", ErrInvalidConfig)
+	case c.SourceTimeout < 0 || c.ReplayTimeout < 0 || c.HandshakeTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("%w: negative or inverted durations", ErrInvalidConfig)
+	case c.Ingest.FailWindow < 0:
+		return fmt.Errorf("%w: fail_window must be ≥ 0", ErrInvalidConfig)
+	case c.Ingest.MaxNamespaceBlocks < 0:
+		return fmt.Errorf("%w: max_namespace_blocks must be ≥ 0", ErrInvalidConfig)
 	}
 	for _, ep := range []string{c.Endpoint, c.Bind, c.Replay} {
 		if ep == "" {

@@ -5,49 +5,250 @@ import (
 )
 
 // DropReason says why (part of) an engine event was not admitted on purpose.
+// It is the "reason" label of ckfrelay_source_dropped_reason_total and a key
+// of the catalog's dropped_by_reason.
 type DropReason string
 
-// Drop reasons.
+// Drop reasons. The group and namespace ones carry Dynamo's labels
+// (lib/kv-router/src/zmq_wire/mod.rs, ZmqEventFilterReason).
 const (
 	DropNone        DropReason = ""
 	DropBlockSize   DropReason = "block_size"   // the event's block size is not the configured one
 	DropShortTokens DropReason = "short_tokens" // token_ids do not cover every block
 	DropDuplicate   DropReason = "duplicate"    // a block hash repeats within the event (or equals its parent)
-	DropRemote      DropReason = "remote"       // locality other than LOCAL
+	DropRemote      DropReason = "remote"       // locality other than LOCAL (REMOTE or unknown)
 	DropUnknown     DropReason = "unknown_type" // an event type this relay does not know
+	DropMedium      DropReason = "unknown_medium"
+	// DropStringTokens: token_ids holding strings (TensorRT-LLM's
+	// EventTokenId = int | str), whose block keys cannot be computed.
+	DropStringTokens DropReason = "string_token_ids"
+	DropKind         DropReason = "non_main_attention_kind"   // kv_cache_spec_kind not a full-attention kind
+	DropUnknownKind  DropReason = "unknown_kind"              // a kv_cache_spec_kind this relay does not know
+	DropGroup        DropReason = "non_main_attention_group"  // the group was learned as a non-main kind
+	DropUnlearned    DropReason = "unlearned_group_idx"       // a non-zero group whose kind was never seen
+	DropAmbiguous    DropReason = "ambiguous_cache_namespace" // the parent was seen under two namespaces
+	DropNSLimit      DropReason = "namespace_limit"           // the namespace table is full
+	DropParentLost   DropReason = "parent_lost"               // degraded rank: the parent was not heard since the reset
+	// DropHashFormat: a BlockStored of the other hash format than the
+	// pool's (bigram Eagle token_ids into a dynamo_standard_v1 pool, flat
+	// token_ids into a dynamo_eagle_v1 one), whose keys no router of the
+	// pool would compute.
+	DropHashFormat DropReason = "hash_format"
 )
 
+// DefaultMaxNamespaceBlocks bounds a source's namespace table (block hashes
+// with a known namespace, over all its ranks).
+const DefaultMaxNamespaceBlocks = 1 << 20
+
+// maxGroups bounds the learned (dp rank, group) kinds of a source; past it a
+// new group is not learned (and, if non-zero, its events are dropped).
+const maxGroups = 4096
+
 // Converter turns engine events into the relay's [ckf.RouterEvent]s the way
-// NVIDIA Dynamo's ZMQ converter does: the engine's block hash is the external
-// block hash, tokens_hash is SPEC §3's local block hash of the block's token
-// ids (salted with lora_name), worker from the configuration, dp rank from
-// the batch.
+// NVIDIA Dynamo's ZMQ normalizer does (docs/ingest.md, "Conversion"): it
+// filters cache groups, propagates cache namespaces down each rank's parent
+// chain, drops non-local and unknown-medium events, and hashes every block
+// (tokens_hash: SPEC §3's local block hash, seeded with ckf.Salt(lora_name,
+// namespace), multimodal hashes appended, Eagle windows). It keeps per-rank
+// state (group kinds, namespaces); the zero value beyond Worker and
+// BlockSize is ready to use. Not safe for concurrent use.
 type Converter struct {
 	Worker    uint64
 	BlockSize int
+	// Eagle is the pool's hash format: Eagle windows (block_size+1 tokens
+	// at a block_size stride, Dynamo's DYNAMO_EAGLE_V1) for bigram events;
+	// the events of the other format are dropped (DropHashFormat).
+	Eagle bool
+	// ImageTokenID, when HasImageToken, substitutes each run of that token in
+	// a block with multimodal content by ckf.PadValue(mm_hash) and hashes the
+	// block without its mm hashes (Dynamo's image_token_id normalisation).
+	ImageTokenID  uint32
+	HasImageToken bool
+	// MaxNamespaceBlocks bounds the namespace table (default
+	// DefaultMaxNamespaceBlocks).
+	MaxNamespaceBlocks int
+
+	groups map[groupKey]string           // learned kv_cache_spec_kind
+	ns     map[uint32]map[uint64]nsEntry // per dp rank: block hash → namespace
+	nsLen  int
 }
 
-// Tier maps an engine medium to a storage tier as Dynamo does; absent or
-// unknown media are the device tier.
-func Tier(medium string) ckf.StorageTier {
-	switch medium {
-	case "CPU", "CPU_PINNED", "CPU_TIER1":
-		return ckf.TierHostPinned
-	case "CPU_TIER2", "DISK", "NVME", "STORAGE":
-		return ckf.TierDisk
-	case "EXTERNAL", "NETWORK", "REMOTE", "SHARED":
-		return ckf.TierExternal
-	}
-	return ckf.TierDevice
+type groupKey struct{ dp, group uint32 }
+
+// nsEntry is a block's namespace, or ambiguous (seen under two).
+type nsEntry struct {
+	ns        string
+	ambiguous bool
 }
+
+// Tier maps an engine medium to a storage tier as Dynamo does; ok is false
+// for an unknown medium (dropped: fail closed). An absent or empty medium is
+// the device tier.
+func Tier(medium string) (tier ckf.StorageTier, ok bool) {
+	switch medium {
+	case "", "GPU", "DEVICE":
+		return ckf.TierDevice, true
+	case "CPU", "CPU_PINNED", "CPU_TIER1":
+		return ckf.TierHostPinned, true
+	case "CPU_TIER2", "DISK", "NVME", "STORAGE":
+		return ckf.TierDisk, true
+	case "EXTERNAL", "NETWORK", "REMOTE", "SHARED":
+		return ckf.TierExternal, true
+	}
+	return ckf.TierDevice, false
+}
+
+// mainKinds are the kv_cache_spec_kinds indexed (prompt-prefix attention);
+// otherKinds the known kinds that are not.
+var (
+	mainKinds  = []string{"full_attention", "mla_attention", "sink_full_attention"}
+	otherKinds = []string{"sliding_window", "sliding_window_mla", "mamba", "chunked_local_attention",
+		"encoder_only_attention", "cross_attention"}
+)
+
+func kindReason(kind string, learned bool) DropReason {
+	for _, k := range mainKinds {
+		if k == kind {
+			return DropNone
+		}
+	}
+	for _, k := range otherKinds {
+		if k == kind {
+			if learned {
+				return DropGroup
+			}
+			return DropKind
+		}
+	}
+	return DropUnknownKind
+}
+
+// groupFilter learns a BlockStored's group kind and says whether ev's group
+// is indexed (Dynamo zmq_wire/mod.rs filter_reason).
+func (c *Converter) groupFilter(ev *Event, dp uint32) DropReason {
+	if ev.Type != BlockStored && ev.Type != BlockRemoved {
+		return DropNone
+	}
+	if ev.Type == BlockStored && ev.HasGroup && ev.Kind != "" {
+		if c.groups == nil {
+			c.groups = map[groupKey]string{}
+		}
+		k := groupKey{dp, ev.GroupIdx}
+		if _, ok := c.groups[k]; ok || len(c.groups) < maxGroups {
+			c.groups[k] = ev.Kind
+		}
+	}
+	if ev.Kind != "" {
+		return kindReason(ev.Kind, false)
+	}
+	if !ev.HasGroup {
+		return DropNone
+	}
+	if kind, ok := c.groups[groupKey{dp, ev.GroupIdx}]; ok {
+		return kindReason(kind, true)
+	}
+	if ev.GroupIdx == 0 {
+		return DropNone
+	}
+	return DropUnlearned
+}
+
+// namespace propagates cache namespaces per dp rank (Dynamo zmq_wire/mod.rs
+// propagate_cache_namespace) and returns the namespace a BlockStored is
+// hashed under.
+func (c *Converter) namespace(ev *Event, dp uint32) (string, DropReason) {
+	switch ev.Type {
+	case BlockStored:
+		ns := ev.Namespace
+		tab := c.ns[dp]
+		if ns == "" && ev.HasParent {
+			if e, ok := tab[ev.ParentHash]; ok {
+				if e.ambiguous {
+					return "", DropAmbiguous
+				}
+				ns = e.ns
+			}
+		}
+		if ns == "" {
+			// Unsalted blocks are not kept, but a hash already held under a
+			// namespace becomes ambiguous.
+			for _, h := range ev.BlockHashes {
+				if e, ok := tab[h]; ok && !e.ambiguous {
+					tab[h] = nsEntry{ambiguous: true}
+				}
+			}
+			return "", DropNone
+		}
+		max := c.MaxNamespaceBlocks
+		if max <= 0 {
+			max = DefaultMaxNamespaceBlocks
+		}
+		if c.nsLen+len(ev.BlockHashes) > max {
+			return "", DropNSLimit
+		}
+		if tab == nil {
+			if c.ns == nil {
+				c.ns = map[uint32]map[uint64]nsEntry{}
+			}
+			tab = map[uint64]nsEntry{}
+			c.ns[dp] = tab
+		}
+		for _, h := range ev.BlockHashes {
+			e, ok := tab[h]
+			switch {
+			case !ok:
+				tab[h] = nsEntry{ns: ns}
+				c.nsLen++
+			case e.ambiguous || e.ns != ns:
+				tab[h] = nsEntry{ambiguous: true}
+			}
+		}
+		return ns, DropNone
+	case BlockRemoved:
+		tab := c.ns[dp]
+		for _, h := range ev.BlockHashes {
+			if e, ok := tab[h]; ok && !e.ambiguous {
+				delete(tab, h)
+				c.nsLen--
+			}
+		}
+	case AllBlocksCleared:
+		c.ForgetRank(dp)
+	}
+	return "", DropNone
+}
+
+// ForgetRank drops the namespace table of dp (its blocks are gone: a clear,
+// or a reset of the rank).
+func (c *Converter) ForgetRank(dp uint32) {
+	c.nsLen -= len(c.ns[dp])
+	delete(c.ns, dp)
+}
+
+// NamespaceBlocks returns the size of the namespace table.
+func (c *Converter) NamespaceBlocks() int { return c.nsLen }
 
 // Convert returns the relay event of ev (ok false when nothing is left to
 // admit), the number of blocks dropped and why.
-func (c Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.RouterEvent, ok bool, dropped int, why DropReason) {
-	out = ckf.RouterEvent{WorkerID: c.Worker, DPRank: dpRank, EventID: eventID, StorageTier: Tier(ev.Medium)}
+func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.RouterEvent, ok bool, dropped int, why DropReason) {
+	if ev.Type == Unknown {
+		return ckf.RouterEvent{}, false, 0, DropUnknown
+	}
+	if why := c.groupFilter(ev, dpRank); why != DropNone {
+		return ckf.RouterEvent{}, false, len(ev.BlockHashes), why
+	}
+	ns, why := c.namespace(ev, dpRank)
+	if why != DropNone {
+		return ckf.RouterEvent{}, false, len(ev.BlockHashes), why
+	}
 	if ev.Locality != "" && ev.Locality != "LOCAL" {
 		return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropRemote
 	}
+	tier, known := Tier(ev.Medium)
+	if !known {
+		return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropMedium
+	}
+	out = ckf.RouterEvent{WorkerID: c.Worker, DPRank: dpRank, EventID: eventID, StorageTier: tier}
 	switch ev.Type {
 	case BlockStored:
 		out.Kind = ckf.EventStored
@@ -58,18 +259,41 @@ func (c Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.Ro
 		if ev.BlockSize != c.BlockSize {
 			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropBlockSize
 		}
-		salt := ckf.Salt(ev.LoRAName, "")
-		n := min(len(ev.BlockHashes), len(ev.TokenIDs)/c.BlockSize)
+		if ev.StringTokens {
+			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropStringTokens
+		}
+		if ev.Eagle != c.Eagle {
+			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropHashFormat
+		}
+		salt := ckf.Salt(ev.LoRAName, ns)
+		n := min(len(ev.BlockHashes), ckf.BlockCount(len(ev.TokenIDs), c.BlockSize, ev.Eagle))
 		if n < len(ev.BlockHashes) {
 			dropped, why = len(ev.BlockHashes)-n, DropShortTokens
 		}
 		if n == 0 {
 			return ckf.RouterEvent{}, false, dropped, why
 		}
+		w := c.BlockSize
+		if ev.Eagle {
+			w++
+		}
 		out.Blocks = make([]ckf.StoredBlock, n)
 		for i := range n {
-			toks := ev.TokenIDs[i*c.BlockSize : (i+1)*c.BlockSize]
-			out.Blocks[i] = ckf.StoredBlock{BlockHash: ev.BlockHashes[i], TokensHash: ckf.LocalBlockHash(toks, salt)}
+			toks := ev.TokenIDs[i*c.BlockSize : i*c.BlockSize+w]
+			var mm []uint64
+			if i < len(ev.MM) {
+				mm = ev.MM[i]
+			}
+			var th uint64
+			switch {
+			case len(mm) == 0:
+				th = ckf.LocalBlockHash(toks, salt)
+			case c.HasImageToken:
+				th = ckf.LocalBlockHash(substitutePads(toks, c.ImageTokenID, mm), salt)
+			default:
+				th = ckf.LocalBlockHashMM(toks, mm, salt)
+			}
+			out.Blocks[i] = ckf.StoredBlock{BlockHash: ev.BlockHashes[i], TokensHash: th}
 		}
 		return out, true, dropped, why
 	case BlockRemoved:
@@ -81,6 +305,31 @@ func (c Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.Ro
 		return out, true, 0, DropNone
 	}
 	return ckf.RouterEvent{}, false, 0, DropUnknown
+}
+
+// substitutePads replaces the n-th run of image tokens by the pad value of
+// the n-th mm hash (the last one when runs outnumber hashes), in wire order
+// (Dynamo zmq_wire/convert.rs substitute_pad_values).
+func substitutePads(toks []uint32, image uint32, mm []uint64) []uint32 {
+	out := make([]uint32, len(toks))
+	obj, inRun := 0, false
+	var pad uint32
+	for i, t := range toks {
+		if t != image {
+			if inRun {
+				inRun = false
+				obj++
+			}
+			out[i] = t
+			continue
+		}
+		if !inRun {
+			inRun = true
+			pad = ckf.PadValue(mm[min(obj, len(mm)-1)])
+		}
+		out[i] = pad
+	}
+	return out
 }
 
 func hasDuplicate(ev *Event) bool {

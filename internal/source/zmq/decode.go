@@ -112,8 +112,26 @@ type Event struct {
 	TokenIDs    []uint32
 	BlockSize   int
 	LoRAName    string
-	Medium      string // "" when absent
+	Medium      string // "" when absent (an empty string reads as absent)
 	Locality    string // "" when absent
+
+	// HasGroup and GroupIdx are the KV-cache group (hybrid models); Kind is
+	// kv_cache_spec_kind ("" when absent).
+	HasGroup bool
+	GroupIdx uint32
+	Kind     string
+	// Namespace is the cache namespace (cache_salt) the event carries, from
+	// whichever source the engine used (docs/ingest.md); "" when none.
+	Namespace string
+	// MM holds each block's multimodal hashes (nil: none in any block; a nil
+	// element: none in that block), from block_mm_infos or extra_keys.
+	MM [][]uint64
+	// Eagle marks bigram token_ids, flattened: block i is hashed over
+	// TokenIDs[i*block_size : (i+1)*block_size+1].
+	Eagle bool
+	// StringTokens marks token_ids holding a string (TensorRT-LLM's
+	// EventTokenId = int | str): the event cannot be hashed and is dropped.
+	StringTokens bool
 }
 
 // Batch is one decoded payload: [ts, events, dp_rank?, publisher_id?].
@@ -148,7 +166,28 @@ type Decoder struct {
 	rd      bytes.Reader
 	str     []byte // stringBytes' buffer
 	dec     *msgpack.Decoder
+	// Per event: what the namespace and multimodal hashes are derived from
+	// once every field is read (a map may give lora_name after extra_keys).
+	extra    [][]extraKey // extra_keys, one entry per block
+	hasExtra bool
+	mmInfos  [][]uint64 // block_mm_infos
+	hasInfos bool
+	salt     string // top-level cache_salt, or SGLang's position-7 metadata map
+	hasSalt  bool
 }
+
+// extraKey is one item of a block's extra_keys: a bare string, an
+// (identifier, offset) tuple, or anything else (ignored).
+type extraKey struct {
+	kind uint8 // extraString, extraTuple, extraOther
+	s    string
+}
+
+const (
+	extraOther uint8 = iota
+	extraString
+	extraTuple
+)
 
 // NewDecoder returns a decoder enforcing limits (zero fields take
 // [DefaultLimits]).
@@ -168,58 +207,49 @@ func NewDecoder(limits Limits) *Decoder {
 }
 
 // DecodeBatch decodes one payload whole or rejects it with a [*DecodeError].
-// The returned batch owns its slices.
+// The batch is an array [ts, events, data_parallel_rank?, publisher_id?, …]
+// or a map with those keys (docs/ingest.md). The returned batch owns its
+// slices.
 func (d *Decoder) DecodeBatch(payload []byte) (Batch, error) {
 	d.payload = payload
 	d.rd.Reset(payload)
 	d.dec.Reset(&d.rd)
 	var b Batch
+	var err error
+	if d.isMap() {
+		b, err = d.batchMap()
+	} else {
+		b, err = d.batchArray()
+	}
+	if err != nil {
+		return Batch{}, err
+	}
+	if d.rd.Len() != 0 {
+		return Batch{}, malformed(ReasonTrailing, nil, "%d bytes after the batch", d.rd.Len())
+	}
+	return b, nil
+}
+
+func (d *Decoder) batchArray() (Batch, error) {
+	var b Batch
 	n, err := d.arrayLen()
 	if err != nil || n < 2 {
-		return Batch{}, malformed(ReasonBatch, err, "batch is not an array of at least 2 elements")
+		return Batch{}, malformed(ReasonBatch, err, "batch is neither a map nor an array of at least 2 elements")
 	}
 	if b.Timestamp, err = d.number(); err != nil {
 		return Batch{}, malformed(ReasonBatch, err, "ts is not a number")
 	}
-	ne, err := d.arrayLen()
-	if err != nil || ne < 0 {
-		return Batch{}, malformed(ReasonBatch, err, "events is not an array")
-	}
-	if ne > d.limits.MaxEvents {
-		return Batch{}, malformed(ReasonLimit, nil, "%d events > limit %d", ne, d.limits.MaxEvents)
-	}
-	b.Events = make([]Event, 0, min(ne, len(payload)))
-	for i := range ne {
-		ev, err := d.event()
-		if err != nil {
-			var de *DecodeError
-			if errors.As(err, &de) {
-				de.Detail = fmt.Sprintf("event %d: %s", i, de.Detail)
-			}
-			return Batch{}, err
-		}
-		b.Events = append(b.Events, ev)
+	if b.Events, err = d.events(); err != nil {
+		return Batch{}, err
 	}
 	if n >= 3 {
-		if d.isNil() {
-			_ = d.dec.DecodeNil()
-		} else {
-			r, err := d.dec.DecodeInt64()
-			if err != nil || r < 0 || r > math.MaxUint32 {
-				return Batch{}, malformed(ReasonBatch, err, "data_parallel_rank is not nil or a uint32")
-			}
-			b.HasDPRank, b.DPRank = true, uint32(r)
+		if err := d.dpRank(&b); err != nil {
+			return Batch{}, err
 		}
 	}
 	if n >= 4 {
-		if d.isNil() {
-			_ = d.dec.DecodeNil()
-		} else {
-			id, err := d.bytesOrString()
-			if err != nil {
-				return Batch{}, malformed(ReasonBatch, err, "publisher_id is not nil, bytes or a string")
-			}
-			b.PublisherID = id
+		if err := d.publisherID(&b); err != nil {
+			return Batch{}, err
 		}
 	}
 	for range max(0, n-4) { // later batch fields are ignored
@@ -227,10 +257,113 @@ func (d *Decoder) DecodeBatch(payload []byte) (Batch, error) {
 			return Batch{}, err
 		}
 	}
-	if d.rd.Len() != 0 {
-		return Batch{}, malformed(ReasonTrailing, nil, "%d bytes after the batch", d.rd.Len())
+	return b, nil
+}
+
+// batchMap decodes the map form {"ts", "events", "data_parallel_rank",
+// "publisher_id"} by field name ("dp_rank" is read as data_parallel_rank, as
+// Dynamo's KvEventBatch aliases it); unknown keys are skipped.
+func (d *Decoder) batchMap() (Batch, error) {
+	var b Batch
+	n, err := d.dec.DecodeMapLen()
+	if err != nil {
+		return Batch{}, malformed(ReasonBatch, err, "batch map")
+	}
+	var seen uint8
+	for range n {
+		k, err := d.stringBytes()
+		if err != nil {
+			return Batch{}, malformed(ReasonBatch, err, "batch map key is not a string")
+		}
+		bit := uint8(0)
+		switch string(k) {
+		case "ts":
+			bit = 1
+		case "events":
+			bit = 2
+		case "data_parallel_rank", "dp_rank":
+			bit = 4
+		case "publisher_id":
+			bit = 8
+		default:
+			if err := d.skip(0); err != nil {
+				return Batch{}, err
+			}
+			continue
+		}
+		if seen&bit != 0 {
+			return Batch{}, malformed(ReasonBatch, nil, "duplicate batch key %q", k)
+		}
+		seen |= bit
+		switch bit {
+		case 1:
+			if b.Timestamp, err = d.number(); err != nil {
+				return Batch{}, malformed(ReasonBatch, err, "ts is not a number")
+			}
+		case 2:
+			if b.Events, err = d.events(); err != nil {
+				return Batch{}, err
+			}
+		case 4:
+			err = d.dpRank(&b)
+		case 8:
+			err = d.publisherID(&b)
+		}
+		if err != nil {
+			return Batch{}, err
+		}
+	}
+	if seen&3 != 3 {
+		return Batch{}, malformed(ReasonBatch, nil, "batch map without ts or events")
 	}
 	return b, nil
+}
+
+func (d *Decoder) events() ([]Event, error) {
+	ne, err := d.arrayLen()
+	if err != nil || ne < 0 {
+		return nil, malformed(ReasonBatch, err, "events is not an array")
+	}
+	if ne > d.limits.MaxEvents {
+		return nil, malformed(ReasonLimit, nil, "%d events > limit %d", ne, d.limits.MaxEvents)
+	}
+	evs := make([]Event, 0, min(ne, len(d.payload)))
+	for i := range ne {
+		ev, err := d.event()
+		if err != nil {
+			var de *DecodeError
+			if errors.As(err, &de) {
+				de.Detail = fmt.Sprintf("event %d: %s", i, de.Detail)
+			}
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	return evs, nil
+}
+
+func (d *Decoder) dpRank(b *Batch) error {
+	if d.isNil() {
+		return d.dec.DecodeNil()
+	}
+	r, err := d.dec.DecodeInt64()
+	if err != nil || r < 0 || r > math.MaxUint32 {
+		return malformed(ReasonBatch, err, "data_parallel_rank is not nil or a uint32")
+	}
+	b.HasDPRank, b.DPRank = true, uint32(r)
+	return nil
+}
+
+func (d *Decoder) publisherID(b *Batch) error {
+	if d.isNil() {
+		return d.dec.DecodeNil()
+	}
+	id, err := d.bytesOrString()
+	if err != nil {
+		return malformed(ReasonBatch, err, "publisher_id is not nil, bytes or a string")
+	}
+	b.PublisherID = id
+	return nil
 }
 
 func (d *Decoder) event() (Event, error) {
@@ -247,12 +380,21 @@ func (d *Decoder) event() (Event, error) {
 	return Event{}, malformed(ReasonEvent, nil, "neither a tagged array nor a map (code %#x)", c)
 }
 
-// Positional layouts (msgspec array_like, tag first). Fields past the last
-// known one are skipped; a short array ends early (defaults omitted).
+// Positional layouts (msgspec array_like, tag first), as vLLM's
+// kv_events.py declares the fields. Fields past the last known one are
+// skipped; a short array ends early (defaults omitted).
 //
 //	BlockStored:  tag, block_hashes, parent_block_hash, token_ids, block_size,
-//	              lora_id, medium, lora_name (older SGLang: a metadata map), …
-//	BlockRemoved: tag, block_hashes, medium, …
+//	              lora_id, medium, lora_name (SGLang: a metadata map),
+//	              extra_keys, group_idx, kv_cache_spec_kind,
+//	              kv_cache_spec_sliding_window, locality, …
+//	BlockRemoved: tag, block_hashes, medium, group_idx, locality, …
+var (
+	storedOrder = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+		"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality"}
+	removedOrder = []string{"block_hashes", "medium", "group_idx", "locality"}
+)
+
 func (d *Decoder) positional() (Event, error) {
 	n, _ := d.arrayLen()
 	if n < 1 {
@@ -266,6 +408,7 @@ func (d *Decoder) positional() (Event, error) {
 	if ev.Type == 0 {
 		ev.Type = Unknown
 	}
+	d.beginEvent()
 	fields := n - 1
 	var order []string
 	switch ev.Type {
@@ -273,12 +416,12 @@ func (d *Decoder) positional() (Event, error) {
 		if fields < 4 {
 			return Event{}, malformed(ReasonRequired, nil, "BlockStored has %d fields, want at least 4", fields)
 		}
-		order = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}
+		order = storedOrder
 	case BlockRemoved:
 		if fields < 1 {
 			return Event{}, malformed(ReasonRequired, nil, "BlockRemoved has no block_hashes")
 		}
-		order = []string{"block_hashes", "medium"}
+		order = removedOrder
 	}
 	for i := range fields {
 		if i < len(order) {
@@ -291,18 +434,20 @@ func (d *Decoder) positional() (Event, error) {
 			return Event{}, err
 		}
 	}
-	return ev, nil
+	return ev, d.endEvent(&ev)
 }
 
 // knownKeys are the map keys the decoder reads (a repeated one is malformed).
 var knownKeys = []string{"type", "block_hashes", "parent_block_hash", "token_ids", "block_size",
-	"lora_id", "medium", "lora_name", "locality"}
+	"lora_id", "medium", "lora_name", "locality", "extra_keys", "group_idx", "kv_cache_spec_kind",
+	"kv_cache_spec_sliding_window", "cache_salt", "block_mm_infos"}
 
 // named decodes a map event tagged under "type". Unknown keys are skipped.
 func (d *Decoder) named() (Event, error) {
 	n, _ := d.dec.DecodeMapLen()
 	var ev Event
-	var seen uint16 // bit i: knownKeys[i] was read
+	d.beginEvent()
+	var seen uint32 // bit i: knownKeys[i] was read
 	for range n {
 		kb, err := d.stringBytes()
 		if err != nil {
@@ -347,11 +492,43 @@ func (d *Decoder) named() (Event, error) {
 			return Event{}, malformed(ReasonRequired, nil, "BlockRemoved without block_hashes")
 		}
 	}
-	return ev, nil
+	return ev, d.endEvent(&ev)
+}
+
+func (d *Decoder) beginEvent() {
+	d.extra, d.hasExtra = d.extra[:0], false
+	d.mmInfos, d.hasInfos = nil, false
+	d.salt, d.hasSalt = "", false
+}
+
+// endEvent derives what depends on several fields, as Dynamo's
+// deserializer does (lib/kv-router/src/zmq_wire/deserialize.rs,
+// extra_keys.rs): the namespace is cache_salt when the event has one (an
+// empty one is none), else a "dynamo-cache-salt:"-tagged string in the first
+// block's extra_keys (an item equal to lora_name is passed over once); the
+// multimodal hashes are block_mm_infos when present, else those extra_keys
+// items that name multimodal content.
+func (d *Decoder) endEvent(ev *Event) error {
+	if ev.Type != BlockStored {
+		return nil
+	}
+	switch {
+	case d.hasSalt:
+		ev.Namespace = d.salt
+	case d.hasExtra && len(d.extra) > 0:
+		ev.Namespace = extraNamespace(d.extra[0], ev.LoRAName)
+	}
+	switch {
+	case d.hasInfos:
+		ev.MM = d.mmInfos
+	case d.hasExtra:
+		ev.MM = extraMM(d.extra, ev.LoRAName)
+	}
+	return nil
 }
 
 // field decodes one known field into ev, or skips an unknown one.
-// positional marks the older array form, where position 7 may hold SGLang's
+// positional marks the array form, where position 7 may hold SGLang's
 // metadata map instead of lora_name.
 func (d *Decoder) field(ev *Event, name string, positional bool) error {
 	var err error
@@ -368,7 +545,7 @@ func (d *Decoder) field(ev *Event, name string, positional bool) error {
 			return malformed(ReasonField, err, "parent_block_hash")
 		}
 	case "token_ids":
-		ev.TokenIDs, err = d.tokens()
+		err = d.tokens(ev)
 	case "block_size":
 		var v int64
 		v, err = d.dec.DecodeInt64()
@@ -383,12 +560,36 @@ func (d *Decoder) field(ev *Event, name string, positional bool) error {
 		if _, err = d.dec.DecodeInt64(); err != nil {
 			return malformed(ReasonField, err, "lora_id is not nil or an integer")
 		}
-	case "medium", "lora_name", "locality":
+	case "group_idx", "kv_cache_spec_sliding_window":
+		if d.isNil() {
+			return d.dec.DecodeNil()
+		}
+		v, err := d.dec.DecodeInt64()
+		if err != nil || v < 0 || v > math.MaxUint32 {
+			return malformed(ReasonField, err, "%s is not nil or a uint32", name)
+		}
+		if name == "group_idx" {
+			ev.HasGroup, ev.GroupIdx = true, uint32(v)
+		}
+	case "extra_keys":
+		return d.extraKeys()
+	case "block_mm_infos":
+		return d.blockMMInfos()
+	case "cache_salt":
+		if d.isNil() {
+			return d.dec.DecodeNil()
+		}
+		b, err := d.stringBytes()
+		if err != nil {
+			return malformed(ReasonField, err, "cache_salt is not nil or a string")
+		}
+		d.salt, d.hasSalt = string(b), true
+	case "medium", "lora_name", "locality", "kv_cache_spec_kind":
 		if d.isNil() {
 			return d.dec.DecodeNil()
 		}
 		if positional && name == "lora_name" && d.isMap() {
-			return d.skip(0) // older SGLang: metadata map in this slot
+			return d.sglangMetadata() // SGLang: metadata map in this slot
 		}
 		var b []byte
 		if b, err = d.stringBytes(); err != nil {
@@ -400,6 +601,8 @@ func (d *Decoder) field(ev *Event, name string, positional bool) error {
 			ev.Medium = s
 		case "lora_name":
 			ev.LoRAName = s
+		case "kv_cache_spec_kind":
+			ev.Kind = s
 		default:
 			ev.Locality = s
 		}
@@ -407,6 +610,33 @@ func (d *Decoder) field(ev *Event, name string, positional bool) error {
 		return d.skip(0)
 	}
 	return err
+}
+
+// sglangMetadata reads SGLang's positional metadata map ({"cache_salt": …});
+// other keys are skipped.
+func (d *Decoder) sglangMetadata() error {
+	n, err := d.dec.DecodeMapLen()
+	if err != nil {
+		return malformed(ReasonField, err, "metadata map")
+	}
+	for range n {
+		k, err := d.stringBytes()
+		if err != nil {
+			return malformed(ReasonField, err, "metadata key is not a string")
+		}
+		if string(k) != "cache_salt" || d.isNil() {
+			if err := d.skip(0); err != nil {
+				return err
+			}
+			continue
+		}
+		b, err := d.stringBytes()
+		if err != nil {
+			return malformed(ReasonField, err, "metadata cache_salt is not nil or a string")
+		}
+		d.salt, d.hasSalt = string(b), true
+	}
+	return nil
 }
 
 func (d *Decoder) hashes() ([]uint64, error) {
@@ -464,29 +694,98 @@ func (d *Decoder) hash() (uint64, error) {
 	return binary.BigEndian.Uint64(w[:]), nil
 }
 
-// tokens reads token_ids. The elements go through wire's msgpack reader
-// over the payload bytes, not msgpack/v5's value-by-value path: token ids
-// are most of an engine batch, and that path made this loop the source's
+// tokens reads token_ids into ev. The elements go through wire's msgpack
+// reader over the payload bytes, not msgpack/v5's value-by-value path: token
+// ids are most of an engine batch, and that path made this loop the source's
 // largest cost (docs/RATIONALE.md, "Why does the ZMQ source read token ids
 // with wire's reader?"). The array header and the rest of the batch still go
-// through msgpack/v5.
-func (d *Decoder) tokens() ([]uint32, error) {
+// through msgpack/v5. Bigram token_ids (Eagle: [[a, b], …]) are flattened as
+// Dynamo does (each pair's first element, then the last pair's second); a
+// string element (TensorRT-LLM) marks the event instead of failing the batch.
+func (d *Decoder) tokens(ev *Event) error {
 	n, err := d.arrayLen()
 	if err != nil || n < 0 {
-		return nil, malformed(ReasonField, err, "token_ids is not an array")
+		return malformed(ReasonField, err, "token_ids is not an array")
 	}
 	if n > d.limits.MaxTokens {
-		return nil, malformed(ReasonLimit, nil, "%d token ids > limit %d", n, d.limits.MaxTokens)
+		return malformed(ReasonLimit, nil, "%d token ids > limit %d", n, d.limits.MaxTokens)
+	}
+	if n > 0 {
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return malformed(ReasonField, err, "token_ids truncated")
+		}
+		switch {
+		case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+			return d.bigrams(ev, n)
+		case msgpcode.IsString(c):
+			ev.StringTokens = true
+			for range n {
+				if err := d.skip(1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 	}
 	// The msgpack decoder reads d.rd without buffering (a *bytes.Reader is
 	// an io.ByteScanner), so the reader's position is the decoder's.
 	rest := d.payload[len(d.payload)-d.rd.Len():]
 	out, used, err := appendTokenIDs(make([]uint32, 0, min(n, len(rest))), rest, n)
 	if err != nil {
-		return nil, err
+		if isStringAhead(rest, n) {
+			ev.StringTokens = true
+			for range n {
+				if err := d.skip(1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return err
 	}
 	_, _ = d.rd.Seek(int64(used), io.SeekCurrent)
-	return out, nil
+	ev.TokenIDs = out
+	return nil
+}
+
+// isStringAhead reports whether one of the n values at the start of b is a
+// string, reading only as far as it can (a mixed int/str token list).
+func isStringAhead(b []byte, n int) bool {
+	wd := wire.NewDecoder(b)
+	for range n {
+		if wd.Offset() < len(b) && msgpcode.IsString(b[wd.Offset()]) {
+			return true
+		}
+		if _, err := wd.Uint(math.MaxUint32, "token_ids"); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// bigrams reads n [first, second] token pairs and flattens them.
+func (d *Decoder) bigrams(ev *Event, n int) error {
+	if 2*n > d.limits.MaxTokens+2 {
+		return malformed(ReasonLimit, nil, "%d token pairs > limit", n)
+	}
+	out := make([]uint32, 0, min(n+1, d.rd.Len()))
+	var last uint32
+	for range n {
+		if m, err := d.arrayLen(); err != nil || m != 2 {
+			return malformed(ReasonField, err, "token_ids mixes single ids and pairs, or a pair is not 2 ids")
+		}
+		rest := d.payload[len(d.payload)-d.rd.Len():]
+		pair, used, err := appendTokenIDs(nil, rest, 2)
+		if err != nil {
+			return err
+		}
+		_, _ = d.rd.Seek(int64(used), io.SeekCurrent)
+		out = append(out, pair[0])
+		last = pair[1]
+	}
+	ev.TokenIDs, ev.Eagle = append(out, last), true
+	return nil
 }
 
 // appendTokenIDs appends the n msgpack integers at the start of b to dst and
@@ -546,7 +845,8 @@ func knownKey(k []byte) int {
 
 // commonValues are the string field values engines send on every event; a
 // decoded value equal to one shares its string instead of allocating.
-var commonValues = []string{"GPU", "CPU", "CPU_TIER1", "CPU_TIER2", "STORAGE", "DISK", "LOCAL"}
+var commonValues = []string{"GPU", "CPU", "CPU_TIER1", "CPU_TIER2", "STORAGE", "DISK", "LOCAL",
+	"full_attention", "mla_attention", "sink_full_attention", "sliding_window", "mamba"}
 
 func intern(b []byte) string {
 	for _, v := range commonValues {

@@ -32,6 +32,8 @@ func TestDecodeBatch_AcceptedForms(t *testing.T) {
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
 	stored := Event{Type: BlockStored, BlockHashes: []uint64{10, math.MaxUint64}, HasParent: true, ParentHash: 9,
 		TokenIDs: toks, BlockSize: 4, LoRAName: "ad", Medium: "GPU"}
+	storedFull := stored
+	storedFull.HasGroup, storedFull.Kind = true, "full_attention"
 	cases := []struct {
 		name  string
 		batch []any
@@ -39,7 +41,7 @@ func TestDecodeBatch_AcceptedForms(t *testing.T) {
 	}{
 		{"positional vLLM, int hashes, dp rank", []any{1.5, []any{
 			[]any{"BlockStored", []any{uint64(10), int64(-1)}, uint64(9), toks, 4, nil, "GPU", "ad", nil, 0, "full_attention", nil},
-		}, 3}, Batch{Timestamp: 1.5, Events: []Event{stored}, HasDPRank: true, DPRank: 3}},
+		}, 3}, Batch{Timestamp: 1.5, Events: []Event{storedFull}, HasDPRank: true, DPRank: 3}},
 		{"positional with byte hashes and a publisher id", []any{2, []any{
 			[]any{"BlockStored", []any{digest(10), digest(math.MaxUint64)}, digest(9), toks, 4, 7, "GPU", "ad"},
 		}, nil, []byte{1, 2}}, Batch{Timestamp: 2, Events: []Event{stored}, PublisherID: []byte{1, 2}}},
@@ -48,7 +50,7 @@ func TestDecodeBatch_AcceptedForms(t *testing.T) {
 			[]any{"BlockStored", []any{11}, nil, toks[:4], 4, nil, "CPU_TIER1", map[string]any{"cache_salt": "x"}},
 		}}, Batch{Events: []Event{
 			{Type: BlockStored, BlockHashes: []uint64{10}, TokenIDs: toks[:4], BlockSize: 4},
-			{Type: BlockStored, BlockHashes: []uint64{11}, TokenIDs: toks[:4], BlockSize: 4, Medium: "CPU_TIER1"},
+			{Type: BlockStored, BlockHashes: []uint64{11}, TokenIDs: toks[:4], BlockSize: 4, Medium: "CPU_TIER1", Namespace: "x"},
 		}}},
 		{"named events with unknown fields", []any{1.0, []any{
 			map[string]any{"type": "BlockStored", "block_hashes": []any{10, int64(-1)}, "parent_block_hash": 9,
@@ -59,7 +61,7 @@ func TestDecodeBatch_AcceptedForms(t *testing.T) {
 		}, 0, nil, "a fifth element"}, Batch{Timestamp: 1, HasDPRank: true, Events: []Event{
 			{Type: BlockStored, BlockHashes: []uint64{10, math.MaxUint64}, HasParent: true, ParentHash: 9,
 				TokenIDs: toks, BlockSize: 4, LoRAName: "ad", Medium: "GPU", Locality: "LOCAL"},
-			{Type: BlockRemoved, BlockHashes: []uint64{10}},
+			{Type: BlockRemoved, BlockHashes: []uint64{10}, HasGroup: true, GroupIdx: 2},
 			{Type: AllBlocksCleared},
 		}}},
 		{"positional removed and cleared, an unknown type", []any{1.0, []any{
@@ -67,7 +69,7 @@ func TestDecodeBatch_AcceptedForms(t *testing.T) {
 			[]any{"AllBlocksCleared"},
 			[]any{"BlockUpdated", 1, 2},
 		}}, Batch{Timestamp: 1, Events: []Event{
-			{Type: BlockRemoved, BlockHashes: []uint64{5, 6}, Medium: "CPU"},
+			{Type: BlockRemoved, BlockHashes: []uint64{5, 6}, Medium: "CPU", HasGroup: true, Locality: "x"},
 			{Type: AllBlocksCleared},
 			{Type: Unknown},
 		}}},
@@ -151,7 +153,7 @@ func TestDecodeBatch_Rejections(t *testing.T) {
 		for range 100 {
 			v = []any{v}
 		}
-		_, err := NewDecoder(Limits{}).DecodeBatch(mp(t, []any{1.0, []any{[]any{"BlockRemoved", []any{1}, nil, v}}}))
+		_, err := NewDecoder(Limits{}).DecodeBatch(mp(t, []any{1.0, []any{[]any{"BlockRemoved", []any{1}, nil, nil, nil, v}}}))
 		var de *DecodeError
 		require.ErrorAs(t, err, &de)
 		assert.Equal(t, ReasonNesting, de.Reason)
@@ -213,7 +215,8 @@ func FuzzDecodeBatch(f *testing.F) {
 			require.LessOrEqual(t, len(ev.BlockHashes), 64)
 			require.LessOrEqual(t, len(ev.TokenIDs), 1024)
 			// Every accepted event converts without panicking.
-			_, _, _, _ = Converter{Worker: 1, BlockSize: 4}.Convert(&ev, b.DPRank, 1)
+			cv := Converter{Worker: 1, BlockSize: 4}
+			_, _, _, _ = cv.Convert(&ev, b.DPRank, 1)
 		}
 		// Decoding is deterministic and the decoder reusable.
 		again, err := d.DecodeBatch(payload)

@@ -28,17 +28,13 @@ type harness struct {
 	faults atomic.Int64
 }
 
+// quietLogger discards the source's log; ZMQ_TEST_LOG=1 shows it on stderr
+// at debug level.
 func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct{}
-
-func (testWriter) Write(p []byte) (int, error) {
 	if os.Getenv("ZMQ_TEST_LOG") != "" {
-		return os.Stderr.Write(p)
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return len(p), nil
+	return slog.New(slog.DiscardHandler)
 }
 
 func newHarness(t testing.TB, cfg Config) *harness {
@@ -101,18 +97,6 @@ func rankOf(st source.Status, dp uint32) (source.RankStatus, bool) {
 		}
 	}
 	return source.RankStatus{}, false
-}
-
-// waitSeq waits until the source has applied rank dp's stream up to seq.
-func (hs *harness) waitSeq(dp uint32, seq int64) source.RankStatus {
-	hs.t.Helper()
-	var last source.RankStatus
-	require.Eventually(hs.t, func() bool {
-		r, ok := rankOf(hs.src.Status(), dp)
-		last = r
-		return ok && int64(r.Seq) == seq && r.State != RankReset
-	}, 10*time.Second, 2*time.Millisecond, "rank %d never reached seq %d", dp, seq)
-	return last
 }
 
 // publishUntilSeen heartbeats until the source has applied the engine's

@@ -23,8 +23,11 @@ const debianPython = "/usr/bin/python3"
 // TestInterop_PythonPublisher runs testdata/engine_pub.py, a publisher that
 // writes the engine wire format from its own reading of it (pyzmq +
 // msgpack, no code shared with the relay), including a batch lost on the
-// wire that only its replay socket holds, and checks the pool holds exactly
-// the GPU blocks the script says it holds.
+// wire that only its replay socket holds, in both batch forms and both event
+// forms, with namespaces, multimodal extra_keys, a hybrid model's other
+// group, Eagle bigrams and an unknown medium, and checks the pool holds
+// exactly the GPU blocks the script says it holds, under the keys the
+// script's own model gives them (namespace, mm hashes, token windows).
 func TestInterop_PythonPublisher(t *testing.T) {
 	if _, err := os.Stat(debianPython); err != nil {
 		t.Skip("interop needs Debian's /usr/bin/python3 with python3-zmq and python3-msgpack (apt-get install -y python3 python3-zmq python3-msgpack)")
@@ -32,15 +35,22 @@ func TestInterop_PythonPublisher(t *testing.T) {
 	if err := exec.Command(debianPython, "-c", "import zmq, msgpack").Run(); err != nil {
 		t.Skip("interop needs python3-zmq and python3-msgpack for /usr/bin/python3 (apt-get install -y python3-zmq python3-msgpack)")
 	}
-	for _, c := range []struct{ form, layout string }{{"array", "old"}, {"map", "new"}} {
-		t.Run(c.form+"_"+c.layout, func(t *testing.T) { runPythonPublisher(t, c.form, c.layout) })
+	for _, c := range []struct{ form, layout, batch, hash string }{
+		{"array", "old", "array", "standard"}, {"map", "new", "array", "standard"}, {"array", "new", "map", "standard"},
+		{"map", "old", "map", "standard"}, {"array", "new", "array", "eagle"}, {"map", "new", "map", "eagle"},
+	} {
+		t.Run(c.form+"_"+c.layout+"_batch_"+c.batch+"_"+c.hash, func(t *testing.T) { runPythonPublisher(t, c.form, c.layout, c.batch, c.hash) })
 	}
 }
 
-func runPythonPublisher(t *testing.T, form, layout string) {
+// runPythonPublisher runs one variant; hash is the pool's hash format
+// (standard: the publisher's one Eagle chain is dropped; eagle: every chain
+// is Eagle and kept).
+func runPythonPublisher(t *testing.T, form, layout, batch, hash string) {
 	pub, rep := endpoint(t, 1)
 	const blockSize = 4
-	cmd := exec.Command(debianPython, "testdata/engine_pub.py", pub, rep, strconv.Itoa(blockSize), form, layout)
+	eagle := hash == "eagle"
+	cmd := exec.Command(debianPython, "testdata/engine_pub.py", pub, rep, strconv.Itoa(blockSize), form, layout, batch, hash)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
@@ -60,7 +70,7 @@ func runPythonPublisher(t *testing.T, form, layout string) {
 	}
 	require.Equal(t, "ready", readLine())
 
-	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Topic: "kv-events", Worker: 11, BlockSize: blockSize})
+	hs := newHarness(t, Config{Endpoint: pub, Replay: rep, Topic: "kv-events", Worker: 11, BlockSize: blockSize, Eagle: eagle})
 	waitLive := func(seq int64) {
 		require.Eventually(t, func() bool {
 			r, ok := rankOf(hs.src.Status(), 0)
@@ -79,6 +89,8 @@ func runPythonPublisher(t *testing.T, form, layout string) {
 		Parent *uint64
 		Tokens []uint32
 		Lora   *string
+		NS     *string
+		MM     []uint64
 	}
 	require.NoError(t, json.Unmarshal([]byte(readLine()), &held))
 	st := hs.src.Status()
@@ -97,7 +109,11 @@ func runPythonPublisher(t *testing.T, form, layout string) {
 		if b.Lora != nil {
 			lora = *b.Lora
 		}
-		local := ckf.LocalBlockHash(b.Tokens, ckf.Salt(lora, ""))
+		ns := ""
+		if b.NS != nil {
+			ns = *b.NS
+		}
+		local := ckf.LocalBlockHashMM(b.Tokens, b.MM, ckf.Salt(lora, ns))
 		if b.Parent == nil {
 			return local
 		}
@@ -108,6 +124,15 @@ func runPythonPublisher(t *testing.T, form, layout string) {
 		require.NoError(t, err)
 		truth[h] = engine.Block{Hash: h, Canonical: canon(h)}
 	}
-	require.Len(t, truth, 3+2-1+2+1)
+	want := 3 + 2 - 1 + 2 + 1 + 2 + 1 + 2
+	if eagle {
+		want += 2 // the Eagle chain, dropped by a standard pool
+	} else {
+		assert.Positive(t, st.DroppedByReason[string(DropHashFormat)], "the Eagle chain into a standard pool")
+	}
+	require.Len(t, truth, want)
+	for _, why := range []DropReason{DropBlockSize, DropKind, DropGroup, DropMedium} {
+		assert.Positive(t, st.DroppedByReason[string(why)], why)
+	}
 	requireExact(t, hs.pool, ckf.Member{WorkerID: 11}, truth)
 }

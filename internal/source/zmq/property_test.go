@@ -93,7 +93,7 @@ func randomHistory(t *testing.T, seed uint64) {
 		assert.Positive(t, st.Degraded, "a degraded rank is counted")
 		assert.LessOrEqual(t, memberBlocks(hs.pool, m), len(truth))
 	default:
-		t.Fatalf("rank left in state %q", r.State)
+		require.Fail(t, fmt.Sprintf("rank left in state %q", r.State))
 	}
 	assert.Zero(t, hs.faults.Load(), "no history may fault the pool")
 }

@@ -26,14 +26,19 @@ const EndOfReplay int64 = -1
 // payload] and [topic, seq, payload] (each after the DEALER's empty
 // delimiter). It gives up after timeout or beyond maxBatches replies, and
 // with [ErrReplayOverrun] as soon as the first reply is not start (an engine
-// answers with its whole buffer; there is no point receiving it).
+// answers with its whole buffer; there is no point receiving it). The
+// timeout covers the dial and the ZMTP handshake too: a tcp:// endpoint goes
+// through the source's guarded transport, whose handshake ends at the
+// context's deadline.
 func Replay(ctx context.Context, ep string, start int64, timeout time.Duration, maxBatches int) ([]Message, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	g := *guardOf(ctx)
+	g.own = zmq4.Dealer
+	ctx, cancel := context.WithTimeout(withGuard(ctx, g), timeout)
 	defer cancel()
 	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(timeout),
 		zmq4.WithTimeout(timeout), zmq4.WithLogger(zmqLogger))
 	defer d.Close()
-	if err := d.Dial(ep); err != nil {
+	if err := d.Dial(subEndpoint(ep)); err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %v", ErrReplay, ep, err)
 	}
 	req := binary.BigEndian.AppendUint64(nil, uint64(start))

@@ -1,6 +1,7 @@
 package zmq
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -51,5 +52,37 @@ func TestReplay_OverrunAndLayouts(t *testing.T) {
 		require.Empty(t, got, "nothing at or after 9 yet")
 		_, err = Replay(t.Context(), rep, 2, time.Second, 2)
 		require.ErrorIs(t, err, ErrReplay, "more than maxBatches")
+	}
+}
+
+// A replay endpoint that accepts TCP and never speaks ZMTP costs one replay
+// timeout, not the peer's patience: the timeout covers the handshake.
+func TestReplay_SilentPeerCostsOneTimeout(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Replay(t.Context(), "tcp://"+l.Addr().String(), 0, 300*time.Millisecond, 10)
+		done <- err
+	}()
+	held = append(held, <-accepted)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ErrReplay)
+	case <-time.After(10 * time.Second):
+		require.Fail(t, "Replay still waits for a peer that never greets")
 	}
 }

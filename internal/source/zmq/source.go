@@ -1,6 +1,7 @@
 package zmq
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -8,6 +9,9 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,14 +32,22 @@ const (
 
 // Transition reasons (log lines, RankStatus.Reason).
 const (
-	reasonJoined    = "joined mid-stream"
-	reasonGap       = "sequence gap"
-	reasonNoReplay  = "no replay endpoint"
-	reasonOverrun   = "replay buffer overrun"
-	reasonReplayErr = "replay failed"
-	reasonRestart   = "engine restart"
-	reasonSilent    = "silent past source_timeout"
-	reasonReconnect = "reconnected"
+	reasonJoined      = "joined mid-stream"
+	reasonGap         = "sequence gap"
+	reasonNoReplay    = "no replay endpoint"
+	reasonOverrun     = "replay buffer overrun"
+	reasonReplayErr   = "replay failed"
+	reasonRestart     = "engine restart"
+	reasonSilent      = "silent past source_timeout"
+	reasonReconnect   = "reconnected"
+	reasonEpochRaised = "epoch raised by another writer"
+)
+
+// Rejection reasons of the source itself (the decoder's are in decode.go).
+const (
+	// ReasonRanks: a batch of a data-parallel rank beyond the source's
+	// ranks (dp_ranks, or DefaultMaxRanks).
+	ReasonRanks Reason = "ranks"
 )
 
 // recentBatches is how many applied batches' payload digests a rank keeps to
@@ -50,13 +62,17 @@ type Source struct {
 	cv  Converter
 
 	// Owned by Run's goroutine.
-	ranks   map[uint32]*rank
-	eventID uint64
+	ranks    map[uint32]*rank
+	maxRanks int
+	eventID  uint64
 
 	mu            sync.Mutex
 	st            source.Status
-	lastRejectLog time.Time
-	connected     int // sockets connected (bind: listening); guarded by mu
+	lastRefuseLog time.Time
+	connected     int    // sockets connected (bind: listening); guarded by mu
+	health        health // what could not be used (health.go); guarded by mu
+	notLive       int    // ranks whose published state is not live; guarded by mu
+	failingRanks  int    // ranks published as failing; guarded by mu
 }
 
 // rank is the per-DP-rank state of the stream.
@@ -79,6 +95,12 @@ type rank struct {
 	// Stored event whose parent was lost is dropped instead of faulting the
 	// pool. nil while the rank is exact.
 	known map[uint64]struct{}
+	// failing: the pool refused the rank's epoch; retried on each message.
+	failing bool
+	// idx is the rank's entry in Status().Ranks (sorted by DP rank);
+	// pubNotLive and pubFailing what that entry last said.
+	idx                    int
+	pubNotLive, pubFailing bool
 }
 
 func (r *rank) remember(seq int64, payload []byte) {
@@ -96,12 +118,19 @@ func New(cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	maxRanks := DefaultMaxRanks
+	if cfg.DPRanks > 0 {
+		maxRanks = cfg.DPRanks
+	}
 	cfg = cfg.withDefaults()
-	s := &Source{cfg: cfg, log: cfg.Logger.With("source", cfg.Name()), dec: NewDecoder(cfg.Limits),
-		cv: Converter{Worker: cfg.Worker, BlockSize: cfg.BlockSize}, ranks: map[uint32]*rank{}}
+	s := &Source{cfg: cfg, maxRanks: maxRanks, log: cfg.Logger.With("source", cfg.Name()), dec: NewDecoder(cfg.Limits),
+		cv: newConverter(cfg), ranks: map[uint32]*rank{}}
 	s.st = source.Status{Name: cfg.Name(), Engine: cfg.Engine, State: "connecting"}
 	return s, nil
 }
+
+// Config returns the source's configuration, defaults filled in.
+func (s *Source) Config() Config { return s.cfg }
 
 // Status reports the source's health.
 func (s *Source) Status() source.Status {
@@ -109,6 +138,9 @@ func (s *Source) Status() source.Status {
 	defer s.mu.Unlock()
 	st := s.st
 	st.Ranks = append([]source.RankStatus(nil), s.st.Ranks...)
+	st.RejectedByReason = maps.Clone(s.st.RejectedByReason)
+	st.DroppedByReason = maps.Clone(s.st.DroppedByReason)
+	s.overlayHealthLocked(&st, time.Now())
 	return st
 }
 
@@ -118,34 +150,52 @@ func (s *Source) update(f func(st *source.Status)) {
 	s.mu.Unlock()
 }
 
-// publishRanks copies the rank table into the status and derives the state.
-func (s *Source) publishRanks() {
-	rs := make([]source.RankStatus, 0, len(s.ranks))
-	state := "live"
-	for _, r := range s.ranks {
-		rs = append(rs, source.RankStatus{DPRank: r.member.DPRank, State: r.state, Epoch: catalog.U64(r.epoch),
-			Seq: catalog.I64(r.next - 1), Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)})
-		if r.state != RankLive {
-			state = "degraded"
-		}
+// stateLocked derives the source's state from its connections and ranks.
+func (s *Source) stateLocked() string {
+	switch {
+	case s.connected == 0:
+		return "connecting"
+	case s.failingRanks > 0:
+		return "failing"
+	case s.notLive > 0:
+		return "degraded"
 	}
-	sortRanks(rs)
-	s.update(func(st *source.Status) {
-		st.Ranks = rs
-		if s.connected > 0 {
-			st.State = state
-		} else {
-			st.State = "connecting"
-		}
-	})
+	return "live"
 }
 
-func sortRanks(rs []source.RankStatus) {
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && rs[j].DPRank < rs[j-1].DPRank; j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
-		}
+// publishRank copies r into its status entry and derives the state: O(1)
+// per message, whatever the number of ranks.
+func (s *Source) publishRank(r *rank) {
+	rs := source.RankStatus{DPRank: r.member.DPRank, State: r.state, Epoch: catalog.U64(r.epoch),
+		Seq: catalog.I64(r.next - 1), Reason: r.reason, Publisher: hex.EncodeToString(r.publisher)}
+	notLive := r.state != RankLive
+	s.mu.Lock()
+	s.st.Ranks[r.idx] = rs
+	s.notLive += b2i(notLive) - b2i(r.pubNotLive)
+	s.failingRanks += b2i(r.failing) - b2i(r.pubFailing)
+	r.pubNotLive, r.pubFailing = notLive, r.failing
+	s.st.State = s.stateLocked()
+	s.mu.Unlock()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
+	return 0
+}
+
+// addRank enters a new rank in the status, kept sorted by DP rank (rare:
+// at most maxRanks times).
+func (s *Source) addRank(r *rank) {
+	s.ranks[r.member.DPRank] = r
+	s.mu.Lock()
+	s.st.Ranks = append(s.st.Ranks, source.RankStatus{DPRank: r.member.DPRank, State: RankLive})
+	slices.SortFunc(s.st.Ranks, func(a, b source.RankStatus) int { return cmp.Compare(a.DPRank, b.DPRank) })
+	for i, e := range s.st.Ranks {
+		s.ranks[e.DPRank].idx = i
+	}
+	s.mu.Unlock()
 }
 
 // inbound is one message read by a socket goroutine.
@@ -181,7 +231,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 		case <-ctx.Done():
 			return nil
 		case m := <-msgs:
-			if err := s.handle(ctx, sink, m); err != nil {
+			if err := s.handle(ctx, sink, m); err != nil && !isEpochRefusal(err) {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -189,7 +239,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 				return err
 			}
 		case now := <-tick.C:
-			if err := s.checkSilence(ctx, sink, now); err != nil {
+			if err := s.checkSilence(ctx, sink, now); err != nil && !isEpochRefusal(err) {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -208,7 +258,7 @@ var zmqLogger = log.New(io.Discard, "", 0)
 func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<- inbound) {
 	backoff := s.cfg.MinBackoff
 	for ctx.Err() == nil {
-		sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false),
+		sub := zmq4.NewSub(s.guarded(ctx, zmq4.Sub), zmq4.WithDialerMaxRetries(0), zmq4.WithAutomaticReconnect(false),
 			zmq4.WithDialerTimeout(s.cfg.ReplayTimeout), zmq4.WithLogger(zmqLogger))
 		_ = sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
 		if err := sub.Dial(subEndpoint(ep)); err != nil {
@@ -224,9 +274,7 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 		s.log.Info("zmq source: connected", "endpoint", ep, "rank", rankIdx)
 		s.update(func(st *source.Status) {
 			s.connected++
-			if st.State == "connecting" {
-				st.State = "live"
-			}
+			st.State = s.stateLocked()
 		})
 		healthy := false
 		for {
@@ -237,9 +285,8 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 					s.update(func(st *source.Status) { st.Reconnects++; st.LastError = err.Error() })
 				}
 				s.update(func(st *source.Status) {
-					if s.connected--; s.connected == 0 {
-						st.State = "connecting"
-					}
+					s.connected--
+					st.State = s.stateLocked()
 				})
 				break
 			}
@@ -265,7 +312,7 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 func (s *Source) listenLoop(ctx context.Context, out chan<- inbound) {
 	backoff := s.cfg.MinBackoff
 	for ctx.Err() == nil {
-		sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(zmqLogger))
+		sub := zmq4.NewSub(s.guarded(ctx, zmq4.Sub), zmq4.WithAutomaticReconnect(false), zmq4.WithLogger(zmqLogger))
 		_ = sub.SetOption(zmq4.OptionSubscribe, s.cfg.Topic)
 		if err := sub.Listen(subEndpoint(s.cfg.Bind)); err != nil {
 			_ = sub.Close()
@@ -278,7 +325,7 @@ func (s *Source) listenLoop(ctx context.Context, out chan<- inbound) {
 			continue
 		}
 		s.log.Info("zmq source: listening", "bind", s.cfg.Bind)
-		s.update(func(st *source.Status) { s.connected++; st.State = "live" })
+		s.update(func(st *source.Status) { s.connected++; st.State = s.stateLocked() })
 		for ctx.Err() == nil {
 			msg, err := sub.Recv()
 			if err != nil {
@@ -304,10 +351,33 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// guarded returns ctx carrying the source's peer guard for a socket of
+// type own (transport.go).
+func (s *Source) guarded(ctx context.Context, own zmq4.SocketType) context.Context {
+	return withGuard(ctx, peerGuard{own: own,
+		limits:    frameLimits{MaxMessage: uint64(s.cfg.MaxMessageBytes), MaxFrames: MaxFramesPerMessage},
+		handshake: s.cfg.HandshakeTimeout, maxPeers: s.cfg.MaxPeers, refuse: s.refusePeer})
+}
+
+// refusePeer counts a connection the transport dropped for its peer's fault.
+func (s *Source) refusePeer(err error) {
+	s.mu.Lock()
+	s.st.PeersRefused++
+	s.st.LastError = err.Error()
+	logNow := time.Since(s.lastRefuseLog) >= rejectLogEvery
+	if logNow {
+		s.lastRefuseLog = time.Now()
+	}
+	s.mu.Unlock()
+	if logNow {
+		s.log.Warn("zmq source: dropped a peer", "err", err)
+	}
+}
+
 // rejectLogEvery rate-limits rejection log lines per source.
 const rejectLogEvery = time.Second
 
-func (s *Source) reject(err error, seq int64) {
+func (s *Source) reject(err error, seq int64, payload []byte) {
 	var de *DecodeError
 	reason := Reason("unknown")
 	if errors.As(err, &de) {
@@ -316,13 +386,10 @@ func (s *Source) reject(err error, seq int64) {
 	s.mu.Lock()
 	s.st.Rejected++
 	s.st.LastError = err.Error()
-	logNow := time.Since(s.lastRejectLog) >= rejectLogEvery
-	if logNow {
-		s.lastRejectLog = time.Now()
-	}
+	logNow := s.noteReject(reason, payload) // one line per reason per reasonLogEvery
 	s.mu.Unlock()
 	if logNow {
-		s.log.Warn("zmq source: rejected a batch", "reason", string(reason), "seq", seq, "err", err)
+		s.log.Warn("zmq source: rejected a batch", "reason", string(reason), "seq", seq, "err", err, "payload", excerpt(payload))
 	}
 }
 
@@ -330,12 +397,12 @@ func (s *Source) reject(err error, seq int64) {
 func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error {
 	msg, err := ParseMessage(in.frames)
 	if err != nil {
-		s.reject(err, -1)
+		s.reject(err, -1, nil)
 		return nil
 	}
 	b, err := s.dec.DecodeBatch(msg.Payload)
 	if err != nil {
-		s.reject(err, msg.Seq)
+		s.reject(err, msg.Seq, msg.Payload)
 		return nil
 	}
 	dp := uint32(max(in.socket, 0))
@@ -344,7 +411,11 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error
 	}
 	r := s.ranks[dp]
 	if r == nil {
-		r = &rank{member: ckf.Member{WorkerID: s.cfg.Worker, DPRank: dp}}
+		if len(s.ranks) >= s.maxRanks {
+			s.reject(malformed(ReasonRanks, nil, "data_parallel_rank %d is beyond the source's %d ranks", dp, s.maxRanks), msg.Seq, msg.Payload)
+			return nil
+		}
+		r = &rank{member: ckf.Member{WorkerID: s.cfg.Worker, DPRank: dp}, state: RankLive}
 		if s.cfg.Replay != "" {
 			// The replay socket sits at the same offset as the PUB socket
 			// the rank was heard on (bind mode: at the rank's offset).
@@ -353,11 +424,22 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error
 				r.replayEP, _ = RankEndpoint(s.cfg.Replay, in.socket)
 			}
 		}
-		s.ranks[dp] = r
+		s.addRank(r)
 	}
 	r.lastHeard = time.Now()
 	s.update(func(st *source.Status) { st.LastEvent = r.lastHeard })
-	defer s.publishRanks()
+	defer s.publishRank(r)
+	err = s.handleRank(ctx, sink, r, in, msg, b)
+	if isEpochRefusal(err) {
+		s.failRank(r, err)
+		return nil
+	}
+	return err
+}
+
+// handleRank processes one message of rank r.
+func (s *Source) handleRank(ctx context.Context, sink source.Sink, r *rank, in inbound, msg Message, b Batch) error {
+	dp := r.member.DPRank
 
 	restarted := false
 	if b.PublisherID != nil && r.publisher != nil && string(b.PublisherID) != string(r.publisher) {
@@ -401,11 +483,17 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, in inbound) error
 // begin starts r over: a new epoch with the rank reset, unless the current
 // epoch has admitted nothing yet (then the pool holds nothing of it and the
 // epoch is reused). degraded resets are always sent, so the pool counts them.
+//
+// The pool owns a member's epochs: a new epoch is one above both the
+// source's and the pool's record (docs/ingest.md, "Source epochs"). So a
+// rank first heard after a restart with --data-dir, or whose epoch an HTTP
+// bridge raised, starts above the recorded epoch with a reset (the pool may
+// hold blocks of an earlier lifetime). A reset still refused as stale (a
+// writer raised the epoch meanwhile) is retried above the new record; an
+// exhausted epoch space returns errEpochsExhausted.
 func (s *Source) begin(ctx context.Context, sink source.Sink, r *rank, degraded bool, reason string) error {
-	needReset := r.epoch > 0 && !r.fresh
-	if needReset || r.epoch == 0 {
-		r.epoch++
-	}
+	recorded, known := source.RecordedEpoch(sink, r.member)
+	needReset := (r.epoch > 0 && !r.fresh) || (known && (r.epoch == 0 || recorded > r.epoch))
 	r.fresh = true
 	r.synced, r.next = true, 0
 	r.recent = [recentBatches]struct {
@@ -413,17 +501,54 @@ func (s *Source) begin(ctx context.Context, sink source.Sink, r *rank, degraded 
 		digest uint64
 	}{}
 	r.state, r.reason, r.known = RankLive, "", nil
+	s.cv.ForgetRank(r.member.DPRank) // the rank's blocks are gone: so are their namespaces
 	if degraded {
 		r.state, r.reason, r.known = RankDegraded, reason, map[uint64]struct{}{}
+	}
+	if !needReset && r.epoch == 0 {
+		r.epoch = 1
 	}
 	if !needReset && !degraded {
 		return nil
 	}
-	if err := sink.ResetRank(ctx, r.epoch, r.member, degraded); err != nil {
-		return fmt.Errorf("zmq source: reset rank %d: %w", r.member.DPRank, err)
+	for try := 0; ; try++ {
+		base := max(r.epoch, recorded)
+		if needReset || base > r.epoch {
+			if base == math.MaxUint64 {
+				return fmt.Errorf("zmq source: reset rank %d: %w", r.member.DPRank, errEpochsExhausted)
+			}
+			r.epoch = base + 1
+		}
+		err := sink.ResetRank(ctx, r.epoch, r.member, degraded)
+		if err == nil {
+			r.failing = false
+			break
+		}
+		if !errors.Is(err, source.ErrStaleEpoch) || try == 2 {
+			return fmt.Errorf("zmq source: reset rank %d: %w", r.member.DPRank, err)
+		}
+		recorded, _ = source.RecordedEpoch(sink, r.member)
+		needReset = true
 	}
 	s.update(func(st *source.Status) { st.Resets++ })
 	return nil
+}
+
+// errEpochsExhausted: the member's recorded epoch is 2^64−1, so no new
+// epoch can be above it.
+var errEpochsExhausted = errors.New("the member's source epoch is exhausted (2^64-1)")
+
+// isEpochRefusal tells a refusal of the rank's epoch, on which the source
+// reports "failing" and keeps going, from a sink that stopped.
+func isEpochRefusal(err error) bool {
+	return errors.Is(err, source.ErrStaleEpoch) || errors.Is(err, errEpochsExhausted)
+}
+
+// failRank marks r as unable to take an epoch: the next message tries again.
+func (s *Source) failRank(r *rank, err error) {
+	r.synced, r.state, r.reason, r.failing = false, RankReset, err.Error(), true
+	s.log.Warn("zmq source: rank's epoch refused; retrying on its next message", "rank", r.member.DPRank, "err", err)
+	s.update(func(st *source.Status) { st.LastError = err.Error() })
 }
 
 // restart handles a publisher that started over: a new epoch, the rank
@@ -453,7 +578,7 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 	if check {
 		start = from - 1
 	}
-	replies, err := Replay(ctx, replayEP, start, s.cfg.ReplayTimeout, s.cfg.MaxReplayBatches)
+	replies, err := Replay(s.guarded(ctx, zmq4.Dealer), replayEP, start, s.cfg.ReplayTimeout, s.cfg.MaxReplayBatches)
 	if err != nil {
 		s.log.Warn("zmq source: replay failed", "rank", r.member.DPRank, "endpoint", replayEP, "from", start, "err", err)
 		if from == msg.Seq && r.synced {
@@ -497,7 +622,7 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 		}
 		rb, err := s.dec.DecodeBatch(rep.Payload)
 		if err != nil {
-			s.reject(err, rep.Seq)
+			s.reject(err, rep.Seq, rep.Payload)
 			return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonReplayErr)
 		}
 		cover = append(cover, decoded{rep, rb})
@@ -531,9 +656,21 @@ func (s *Source) degrade(ctx context.Context, sink source.Sink, r *rank, msg Mes
 	return s.apply(ctx, sink, r, msg, b)
 }
 
-// apply admits one batch of r's stream (msg.Seq == r.next).
+// apply admits one batch of r's stream (msg.Seq == r.next). When another
+// writer (an HTTP bridge's reset) has raised the member's epoch, the pool
+// dropped what the rank had admitted: the rank is reset above that epoch,
+// degraded, before the batch is admitted.
 func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Message, b Batch) error {
+	if cur, ok := source.RecordedEpoch(sink, r.member); ok && cur > r.epoch {
+		s.log.Warn("zmq source: another writer raised the rank's epoch; rank reset (degraded)", "rank", r.member.DPRank, "epoch", r.epoch, "recorded", cur)
+		if err := s.begin(ctx, sink, r, true, reasonEpochRaised); err != nil {
+			return err
+		}
+		s.update(func(st *source.Status) { st.Degraded++ })
+		r.next = msg.Seq
+	}
 	var dropped uint64
+	drops := batchDrops{events: len(b.Events)}
 	// The batch's events go to the pool as one command (one mailbox send).
 	evs := make([]ckf.RouterEvent, 0, len(b.Events))
 	for i := range b.Events {
@@ -541,12 +678,14 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 		if r.known != nil && ev.Type == BlockStored && ev.HasParent {
 			if _, ok := r.known[ev.ParentHash]; !ok {
 				dropped += uint64(len(ev.BlockHashes))
+				drops.add(DropParentLost, len(ev.BlockHashes), true)
 				continue
 			}
 		}
 		s.eventID++
-		out, ok, n, _ := s.cv.Convert(ev, r.member.DPRank, s.eventID)
+		out, ok, n, why := s.cv.Convert(ev, r.member.DPRank, s.eventID)
 		dropped += uint64(n)
+		drops.add(why, n, !ok)
 		if !ok {
 			if ev.Type == Unknown {
 				dropped++
@@ -586,26 +725,28 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 		st.Events += catalog.U64(events)
 		st.Dropped += catalog.U64(dropped)
 	})
+	s.noteBatch(&drops, msg.Payload)
 	return nil
 }
 
 // checkSilence resets every rank heard nothing from for SourceTimeout.
 func (s *Source) checkSilence(ctx context.Context, sink source.Sink, now time.Time) error {
-	changed := false
 	for _, r := range s.ranks {
 		if !r.synced || now.Sub(r.lastHeard) < s.cfg.SourceTimeout {
 			continue
 		}
 		s.log.Warn("zmq source: rank silent; reset", "rank", r.member.DPRank, "silent_for", now.Sub(r.lastHeard).Round(time.Millisecond))
 		if err := s.begin(ctx, sink, r, false, ""); err != nil {
+			if isEpochRefusal(err) {
+				s.failRank(r, err)
+				s.publishRank(r)
+				continue
+			}
 			return err
 		}
 		r.synced, r.state, r.reason = false, RankReset, reasonSilent
 		s.update(func(st *source.Status) { st.Silences++ })
-		changed = true
-	}
-	if changed {
-		s.publishRanks()
+		s.publishRank(r)
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
 package zmq
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"sync/atomic"
@@ -23,8 +25,8 @@ func (c *countingConn) Read(p []byte) (int, error) {
 }
 
 func TestSubEndpoint_BuffersOnlyTCP(t *testing.T) {
-	assert.Equal(t, bufferedTCP+"://127.0.0.1:5557", subEndpoint("tcp://127.0.0.1:5557"))
-	assert.Equal(t, bufferedTCP+"://*:5557", subEndpoint("tcp://*:5557"))
+	assert.Equal(t, guardedTCP+"://127.0.0.1:5557", subEndpoint("tcp://127.0.0.1:5557"))
+	assert.Equal(t, guardedTCP+"://*:5557", subEndpoint("tcp://*:5557"))
 	assert.Equal(t, "ipc:///tmp/x", subEndpoint("ipc:///tmp/x"))
 	assert.Equal(t, "inproc://x", subEndpoint("inproc://x"))
 }
@@ -58,7 +60,8 @@ func TestBufferedConn_ReadsManyFramesPerSystemCall(t *testing.T) {
 	_, err = w.Write(wire.Bytes()) // all of it in the socket before reading
 	require.NoError(t, err)
 	counted := &countingConn{Conn: raw}
-	c := newBufferedConn(counted)
+	c := &zmtpConn{Conn: counted, r: bufio.NewReaderSize(counted, readBufferSize), g: guardOf(context.Background()),
+		t: frameTracker{lim: frameLimits{MaxMessage: DefaultMaxMessageBytes, MaxFrames: MaxFramesPerMessage}}}
 	for m := range messages {
 		for f := range 3 {
 			var hdr [2]byte

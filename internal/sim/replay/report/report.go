@@ -13,11 +13,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/ckfrelay/ckfrelay/internal/sim/replay"
 )
@@ -65,7 +68,7 @@ func Write(dir string, p Page) error {
 		if err != nil {
 			return fmt.Errorf("report: %s: %w", pl.file, err)
 		}
-		if err := plt.Save(16*vg.Centimeter, 10*vg.Centimeter, filepath.Join(dir, pl.file)); err != nil {
+		if err := Save(plt, 18*vg.Centimeter, 10*vg.Centimeter, filepath.Join(dir, pl.file)); err != nil {
 			return fmt.Errorf("report: %s: %w", pl.file, err)
 		}
 	}
@@ -85,7 +88,6 @@ func TTFTCDF(p Page) (*plot.Plot, error) {
 	plt := newPlot("Time to first token (latency model)", "TTFT (ms, log scale)", "fraction of requests")
 	plt.X.Scale = plot.LogScale{}
 	plt.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	plt.Legend.Top, plt.Legend.Left = true, true // the CDF's empty corner
 	var lines []any
 	for _, r := range p.Reports {
 		var xy plotter.XYs
@@ -133,25 +135,86 @@ func series(p Page, title, ylabel string, y func(replay.SeriesPoint) float64) (*
 func TradeOff(p Page) (*plot.Plot, error) {
 	plt := newPlot("Remote cached prefix vs recompute at home (idle ranks)", "prompt tokens (log scale)",
 		"home TTFT / remote TTFT (log scale)")
-	plt.X.Scale, plt.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	plt.X.Tick.Marker, plt.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	plt.X.Scale = plot.LogScale{}
+	plt.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	// Y is plotted as log10 on a linear axis with decade labels: gonum places
+	// an axis label at the middle of the axis's value range, which on a log
+	// scale sits near the top, and pads the plot down by the label's overhang
+	// (an empty band under the title).
+	plt.Y.Tick.Marker = decadeTicks{}
 	s := p.Sweep
 	var lines []any
 	for i, rtt := range s.RTTMs {
 		var xy plotter.XYs
 		for j, tok := range s.PromptTokens {
-			xy = append(xy, plotter.XY{X: float64(tok), Y: math.Max(s.Speedup[i][j], 1e-3)})
+			xy = append(xy, plotter.XY{X: float64(tok), Y: math.Log10(math.Max(s.Speedup[i][j], 1e-3))})
 		}
 		lines = append(lines, fmt.Sprintf("RTT %g ms", rtt), xy)
 	}
 	if err := plotutil.AddLines(plt, lines...); err != nil {
 		return nil, err
 	}
-	one := plotter.NewFunction(func(float64) float64 { return 1 })
+	one := plotter.NewFunction(func(float64) float64 { return 0 }) // log10(1)
 	one.Color = color.Gray{Y: 128}
 	one.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 	plt.Add(one)
 	return plt, nil
+}
+
+// decadeTicks labels a log10-valued axis at its integer values as the
+// powers of ten they stand for (0 → "1", 2 → "100", -1 → "0.1").
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for e := math.Floor(lo); e <= math.Ceil(hi); e++ {
+		if e >= lo && e <= hi {
+			ticks = append(ticks, plot.Tick{Value: e, Label: strconv.FormatFloat(math.Pow(10, e), 'g', -1, 64)})
+		}
+	}
+	return ticks
+}
+
+// legendGap separates the data area from the legend beside it.
+const legendGap = 4 * vg.Millimeter
+
+// Save writes plt to file (the format from its extension, as plot.Save) with
+// the legend in a column right of the data instead of over it: the curves
+// of every plot here reach every corner at some point.
+func Save(plt *plot.Plot, w, h vg.Length, file string) error {
+	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(file)), ".")
+	c, err := draw.NewFormattedCanvas(w, h, format)
+	if err != nil {
+		return err
+	}
+	data, legend := Split(plt, draw.New(c))
+	leg := plt.Legend
+	plt.Legend = plot.NewLegend()
+	plt.Draw(data)
+	plt.Legend = leg
+	leg.Draw(legend)
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// Split divides c into the plot's data area and, right of it, the column
+// its legend is drawn in (top-aligned, below the title's height).
+func Split(plt *plot.Plot, c draw.Canvas) (data, legend draw.Canvas) {
+	width := plt.Legend.Rectangle(c).Size().X
+	if width == 0 {
+		return c, draw.Crop(c, c.Size().X, 0, 0, 0)
+	}
+	data = draw.Crop(c, 0, -(width + legendGap), 0, 0)
+	legend = draw.Crop(c, c.Size().X-width, 0, 0, -plt.Title.TextStyle.Height(plt.Title.Text)-plt.Title.Padding)
+	legend.Rectangle.Min.X = data.Max.X + legendGap
+	return data, legend
 }
 
 func newPlot(title, x, y string) *plot.Plot {
@@ -159,8 +222,8 @@ func newPlot(title, x, y string) *plot.Plot {
 	plt.Title.Text = title
 	plt.X.Label.Text = x
 	plt.Y.Label.Text = y
-	plt.Legend.Top = false
-	plt.Legend.Left = false
+	plt.Legend.Top = true // in its own column (Save), from the top
+	plt.Legend.Left = true
 	plt.Add(plotter.NewGrid())
 	return plt
 }

@@ -1,0 +1,553 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/ckfrelay/ckfrelay/wire/cbi1"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
+)
+
+// GRPCConfig selects the gRPC transport (docs/deploy.md): the router follows
+// any server of Dynamo's WAN contract, dynamo.kvrelay.v1.KvEventRelay —
+// ckfrelay's relay (`relay serve --grpc-listen`) or Dynamo's own — with the
+// contract's client rules (docs/wire.md §8.2):
+//
+//   - one WatchKvPoolCatalog stream per router keeps the newest complete
+//     catalog; a target follows the catalog entry whose
+//     ProducerIdentity.pool_id.dc_id is the target's [Target.DCID] (two
+//     entries with that dc_id: ambiguous, not followed);
+//   - each lane subscribes with SubscribeKvPool under the exact
+//     expected_producer the catalog advertises, and its session ends when
+//     the catalog withdraws or replaces that key;
+//   - CBI1 snapshot chunks and deltas are checked (format, dc_id, sequences)
+//     and re-encoded as wire v1 frames under the lane's own lease, so the
+//     consumer's identity, gap and staleness checks (SPEC §8.3) keep their
+//     meaning; every session starts from a fresh snapshot;
+//   - a failed RPC's kv-relay-error-reason trailer (else its status code)
+//     decides what follows ([RelayError]); a reason after which the
+//     contract forbids an unchanged retry blocks the key until the catalog
+//     offers another one;
+//   - catalog entries with values this version does not know (identity
+//     source or version, CKF format, hash format, worker role, model
+//     target) are quarantined: their lanes stay retired ([ErrQuarantined]).
+type GRPCConfig struct {
+	// Target is the relay's gRPC address, e.g. "127.0.0.1:7879" (any
+	// grpc.NewClient target); ignored when Conn is set.
+	Target string
+	// DialOptions are used when the router dials Target itself. Default:
+	// plaintext (insecure.NewCredentials()); pass TLS credentials for a
+	// relay that serves TLS. Config.AuthToken is added as a bearer token
+	// per RPC either way.
+	DialOptions []grpc.DialOption
+	// Conn is an existing connection to use (its owner closes it).
+	Conn grpc.ClientConnInterface
+	// SubscriberID is the streams' subscriber_id, a diagnostic label
+	// (non-empty, at most 128 UTF-8 bytes, no control characters). Default
+	// "ckfrelay-router-<ConsumerInstance>".
+	SubscriberID string
+}
+
+// Errors of the gRPC transport.
+var (
+	// ErrNotInCatalog: the relay's catalog has no (or no unambiguous)
+	// entry for the target's dc_id, or no valid catalog was received yet.
+	ErrNotInCatalog = errors.New("client: grpc: pool not in the relay's catalog")
+	// ErrQuarantined: the catalog entry holds a value this version does not
+	// support or malformed data; its lane is not followed.
+	ErrQuarantined = errors.New("client: grpc: catalog entry quarantined")
+	// ErrKeyBlocked: the relay refused this producer key with a reason after
+	// which the contract forbids retrying it unchanged; the lane waits for
+	// the catalog to advertise another key.
+	ErrKeyBlocked = errors.New("client: grpc: producer key refused, waiting for a catalog change")
+	// ErrWithdrawn: the catalog withdrew or replaced the key a session
+	// followed.
+	ErrWithdrawn = errors.New("client: grpc: producer key withdrawn from the catalog")
+	// ErrInvalidPublication: a FilterUpdate or its CBI1 payload broke the
+	// contract (an unknown kind, a payload that does not decode, another
+	// producer, format or dc_id, sequences that disagree).
+	ErrInvalidPublication = errors.New("client: grpc: invalid publication")
+)
+
+// RelayError is an RPC the relay failed: the status error and the
+// contract's disposition for it (the trailer's reason, else the status
+// code's rule). errors.Is(err, ErrStreamClosed) holds for a stream that
+// ended without status (a clean EOF, which the contract treats as a
+// failure too).
+type RelayError struct {
+	RPC         string
+	Err         error
+	Disposition kvrelay.Reason
+}
+
+func (e *RelayError) Error() string {
+	name := "no reason"
+	if e.Disposition.Reason != kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_UNSPECIFIED {
+		name = e.Disposition.Name()
+	}
+	return fmt.Sprintf("client: grpc: %s: %v (%s)", e.RPC, e.Err, name)
+}
+
+func (e *RelayError) Unwrap() error { return e.Err }
+
+// blocksKey reports whether the contract forbids resubscribing to the same
+// key after d: every reason without backoff (contract mismatch, invalid
+// request, unsupported feature, pool not found, producer changed, invalid
+// publication, and FAILED_PRECONDITION without a reason).
+func blocksKey(d kvrelay.Reason) bool { return !d.Backoff }
+
+// catalogEntry is one supported (or quarantined) pool of the catalog.
+type catalogEntry struct {
+	key *kvrelaypb.ProducerIdentity // as the relay sent it, for expected_producer
+	id  ckf.ProducerIdentity
+	err error // non-nil: quarantined (or ambiguous); key may be nil
+}
+
+// grpcTransport is a router's gRPC connection and catalog, shared by its
+// lanes.
+type grpcTransport struct {
+	cfg   GRPCConfig
+	token string
+
+	mu      sync.Mutex
+	conn    grpc.ClientConnInterface
+	own     *grpc.ClientConn // the router dialed it and closes it
+	catalog map[uint64]catalogEntry
+	catErr  error // why there is no catalog (nil: one is installed)
+	blocked map[int]ckf.ProducerIdentity
+	active  map[int]*grpcSource
+	changed chan struct{} // closed and replaced on every catalog change
+}
+
+func newGRPCTransport(cfg GRPCConfig, token string, consumer uint64) (*grpcTransport, error) {
+	if cfg.SubscriberID == "" {
+		cfg.SubscriberID = fmt.Sprintf("ckfrelay-router-%d", consumer)
+	}
+	if err := kvrelay.CheckSubscriberID(cfg.SubscriberID); err != nil {
+		return nil, fmt.Errorf("client: grpc: %w", err)
+	}
+	if cfg.Conn == nil && cfg.Target == "" {
+		return nil, errors.New("client: grpc: Target or Conn is required")
+	}
+	return &grpcTransport{cfg: cfg, token: token, catErr: ErrNotInCatalog,
+		blocked: map[int]ckf.ProducerIdentity{}, active: map[int]*grpcSource{}, changed: make(chan struct{})}, nil
+}
+
+// client returns the relay stub, dialing on first use.
+func (t *grpcTransport) client() (kvrelaypb.KvEventRelayClient, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.conn == nil {
+		if t.cfg.Conn != nil {
+			t.conn = t.cfg.Conn
+		} else {
+			opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, t.cfg.DialOptions...)
+			cc, err := grpc.NewClient(t.cfg.Target, opts...)
+			if err != nil {
+				return nil, fmt.Errorf("client: grpc: %w", err)
+			}
+			t.conn, t.own = cc, cc
+		}
+	}
+	return kvrelaypb.NewKvEventRelayClient(t.conn), nil
+}
+
+func (t *grpcTransport) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.own != nil {
+		t.own.Close()
+	}
+	t.conn, t.own = nil, nil
+}
+
+// callCtx adds the bearer token to an RPC's context.
+func (t *grpcTransport) callCtx(ctx context.Context) context.Context {
+	if t.token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+t.token)
+}
+
+// callOpts raise the receive limit to the contract's 8 MiB (a full CBI1
+// chunk exceeds gRPC's default 4 MiB) and collect the trailer.
+func callOpts(trailer *metadata.MD) []grpc.CallOption {
+	return []grpc.CallOption{grpc.MaxCallRecvMsgSize(kvrelay.MaxMessageBytes), grpc.Trailer(trailer)}
+}
+
+// watchCatalog keeps the catalog current until ctx ends: it (re)opens
+// WatchKvPoolCatalog with backoff and installs every complete snapshot.
+func (t *grpcTransport) watchCatalog(ctx context.Context, lo, hi time.Duration, log func(msg string, args ...any)) {
+	failures := 0
+	for ctx.Err() == nil {
+		got, err := t.watchOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if got {
+			failures = 0
+		}
+		log("catalog watch ended", "err", err)
+		d := backoff(lo, hi, failures)
+		failures++
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watchOnce runs one catalog stream; got reports whether it installed a
+// snapshot.
+func (t *grpcTransport) watchOnce(ctx context.Context) (got bool, err error) {
+	cli, err := t.client()
+	if err != nil {
+		return false, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := &kvrelaypb.WatchKvPoolCatalogRequest{SubscriberId: t.cfg.SubscriberID}
+	kvrelay.StampRequest(req)
+	var trailer metadata.MD
+	stream, err := cli.WatchKvPoolCatalog(t.callCtx(wctx), req, callOpts(&trailer)...)
+	if err != nil {
+		return false, relayError("WatchKvPoolCatalog", err, trailer)
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			return got, relayError("WatchKvPoolCatalog", err, stream.Trailer())
+		}
+		cat, err := parseCatalog(m)
+		if err != nil {
+			// An invalid envelope or an ambiguous snapshot invalidates the
+			// catalog plane: no view until a valid snapshot arrives.
+			t.install(nil, err)
+			return got, err
+		}
+		t.install(cat, nil)
+		got = true
+	}
+}
+
+// relayError wraps an RPC failure with its disposition; a clean EOF counts
+// as an unexpected end (no reason, reconnect with a snapshot).
+func relayError(rpc string, err error, trailer metadata.MD) error {
+	if errors.Is(err, io.EOF) {
+		return &RelayError{RPC: rpc, Err: fmt.Errorf("%w: end of stream", ErrStreamClosed), Disposition: kvrelay.ForCode(codes.Unavailable)}
+	}
+	return &RelayError{RPC: rpc, Err: err, Disposition: kvrelay.Disposition(err, trailer)}
+}
+
+// install replaces the catalog (nil with the reason there is none), ends
+// every session whose key it no longer advertises, and unblocks keys the
+// catalog changed.
+func (t *grpcTransport) install(cat map[uint64]catalogEntry, why error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cat != nil {
+		t.catalog, t.catErr = cat, nil
+	} else {
+		t.catalog, t.catErr = nil, why
+	}
+	for lane, key := range t.blocked {
+		if e, ok := t.catalog[key.Pool.DCID]; cat != nil && (!ok || e.id != key) {
+			delete(t.blocked, lane)
+		}
+	}
+	if cat != nil {
+		for _, s := range t.active {
+			if e, ok := cat[s.id.Pool.DCID]; !ok || e.err != nil || e.id != s.id {
+				s.cancel(ErrWithdrawn)
+			}
+		}
+	}
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// parseCatalog validates a catalog update: the envelope and the snapshot
+// (a duplicate producer key invalidates it all), then each entry on its own
+// (an entry that fails is quarantined, the others kept).
+func parseCatalog(m *kvrelaypb.KvPoolCatalogUpdate) (map[uint64]catalogEntry, error) {
+	if err := kvrelay.CheckResponse(m); err != nil {
+		return nil, fmt.Errorf("client: grpc: catalog: %w", err)
+	}
+	if m.GetSnapshot() == nil {
+		return nil, fmt.Errorf("client: grpc: catalog revision %d without a snapshot", m.GetRevision())
+	}
+	cat := map[uint64]catalogEntry{}
+	keys := map[ckf.ProducerIdentity]bool{}
+	for i, d := range m.GetSnapshot().GetPools() {
+		id, err := checkDescriptor(d)
+		dc := d.GetProducer().GetPoolId().GetDcId()
+		if d.GetProducer().GetPoolId() == nil {
+			// Not identifiable: the snapshot cannot be applied safely.
+			return nil, fmt.Errorf("client: grpc: catalog entry %d has no pool_id", i)
+		}
+		if err == nil {
+			if keys[id] {
+				return nil, fmt.Errorf("client: grpc: catalog lists producer %+v twice", id)
+			}
+			keys[id] = true
+		}
+		e := catalogEntry{key: d.GetProducer(), id: id, err: err}
+		if _, dup := cat[dc]; dup {
+			e = catalogEntry{err: fmt.Errorf("%w: more than one entry with dc_id %d", ErrQuarantined, dc)}
+		}
+		cat[dc] = e
+	}
+	return cat, nil
+}
+
+// checkDescriptor converts a descriptor's producer and checks the fields a
+// router depends on; unknown values quarantine the entry (the contract's
+// "unsupported entry is not permission to use default semantics").
+func checkDescriptor(d *kvrelaypb.KvPoolDescriptor) (ckf.ProducerIdentity, error) {
+	id, err := kvrelay.ProducerFromWire(d.GetProducer())
+	if err != nil {
+		return id, fmt.Errorf("%w: %w", ErrQuarantined, err)
+	}
+	q := d.GetQuerySemantics()
+	switch {
+	case q == nil || q.GetKvBlockSize() == 0:
+		return id, fmt.Errorf("%w: query_semantics missing or kv_block_size 0", ErrQuarantined)
+	case q.GetHashFormat() != kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1 &&
+		q.GetHashFormat() != kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_EAGLE_V1:
+		return id, fmt.Errorf("%w: hash format %d", ErrQuarantined, int32(q.GetHashFormat()))
+	case len(d.GetPoolRoles()) == 0:
+		return id, fmt.Errorf("%w: no pool_roles", ErrQuarantined)
+	}
+	for _, r := range d.GetPoolRoles() {
+		if r <= kvrelaypb.WorkerRole_WORKER_ROLE_UNSPECIFIED || r > kvrelaypb.WorkerRole_WORKER_ROLE_LEGACY {
+			return id, fmt.Errorf("%w: worker role %d", ErrQuarantined, int32(r))
+		}
+	}
+	for _, reg := range d.GetRegistrations() {
+		if reg.GetTarget().GetBase() == nil && reg.GetTarget().GetLora() == nil {
+			return id, fmt.Errorf("%w: registration %q without a known model target", ErrQuarantined, reg.GetCanonicalModelId())
+		}
+	}
+	return id, nil
+}
+
+// open subscribes lane to the catalog's key for dcID.
+func (t *grpcTransport) open(ctx context.Context, dcID uint64, lease ckf.LaneLease) (frameSource, error) {
+	cli, err := t.client()
+	if err != nil {
+		return nil, err
+	}
+	lane := int(lease.PhysicalLane)
+	t.mu.Lock()
+	if t.catErr != nil {
+		// No catalog yet (or an invalid one): wait for the watcher's next
+		// install rather than fail at once, so a router's first sessions
+		// do not race its first catalog.
+		ch := t.changed
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		t.mu.Lock()
+	}
+	e, ok := t.catalog[dcID]
+	switch {
+	case t.catErr != nil:
+		why := t.catErr
+		t.mu.Unlock()
+		return nil, fmt.Errorf("%w (%v)", ErrNotInCatalog, why)
+	case !ok:
+		t.mu.Unlock()
+		return nil, fmt.Errorf("%w: dc_id %d", ErrNotInCatalog, dcID)
+	case e.err != nil:
+		t.mu.Unlock()
+		return nil, e.err
+	}
+	if b, ok := t.blocked[lane]; ok && b == e.id {
+		t.mu.Unlock()
+		return nil, fmt.Errorf("%w: %+v", ErrKeyBlocked, e.id)
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	s := &grpcSource{t: t, lane: lane, ctx: sctx, cancel: cancel, id: e.id, lease: lease}
+	t.active[lane] = s
+	t.mu.Unlock()
+
+	req := &kvrelaypb.SubscribeKvPoolRequest{SubscriberId: t.cfg.SubscriberID, ExpectedProducer: e.key}
+	kvrelay.StampRequest(req)
+	stream, err := cli.SubscribeKvPool(t.callCtx(sctx), req, callOpts(&s.trailer)...)
+	if err != nil {
+		s.Close()
+		return nil, s.fail(relayError("SubscribeKvPool", err, s.trailer))
+	}
+	s.stream = stream
+	return s, nil
+}
+
+// grpcSource is one SubscribeKvPool stream, translated to wire v1 frames.
+type grpcSource struct {
+	t       *grpcTransport
+	lane    int
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	stream  grpc.ServerStreamingClient[kvrelaypb.FilterUpdate]
+	trailer metadata.MD
+	id      ckf.ProducerIdentity
+	lease   ckf.LaneLease
+
+	cbi   cbi1.Frame
+	frame wire.Frame
+	buf   []byte
+	imgs  []ckf.BucketImage // a delta's images, deduplicated
+	seen  map[uint32]int    // bucket → index in imgs
+	word0 uint64            // bucket 0's word at the last translated sequence
+}
+
+// fail records a key the contract forbids retrying unchanged.
+func (s *grpcSource) fail(err error) error {
+	var re *RelayError
+	if errors.As(err, &re) && blocksKey(re.Disposition) {
+		s.t.mu.Lock()
+		s.t.blocked[s.lane] = s.id
+		s.t.mu.Unlock()
+	}
+	return err
+}
+
+// ReadRaw implements frameSource: the next FilterUpdate as a wire v1 frame
+// body under the lane's lease.
+func (s *grpcSource) ReadRaw() ([]byte, error) {
+	m, err := s.stream.Recv()
+	if err != nil {
+		if cerr := context.Cause(s.ctx); cerr != nil {
+			return nil, cerr
+		}
+		return nil, s.fail(relayError("SubscribeKvPool", err, s.stream.Trailer()))
+	}
+	if err := s.translate(m); err != nil {
+		// The contract: invalidate the replica and close its stream; never
+		// skip a frame. The session's end retires the lane.
+		return nil, err
+	}
+	s.buf, err = wire.AppendFrame(s.buf[:0], &s.frame)
+	return s.buf, err
+}
+
+// translate checks m and fills s.frame with its wire v1 equivalent.
+func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
+	if err := kvrelay.CheckResponse(m); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidPublication, err)
+	}
+	id, err := kvrelay.ProducerFromWire(m.GetProducer())
+	if err != nil || id != s.id {
+		return fmt.Errorf("%w: update for producer %+v (%v), subscribed to %+v", ErrInvalidPublication, id, err, s.id)
+	}
+	switch m.GetKind() {
+	case kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT:
+		if len(m.GetPayload()) != 0 {
+			return fmt.Errorf("%w: heartbeat with a %d-byte payload", ErrInvalidPublication, len(m.GetPayload()))
+		}
+		s.frame.Kind = wire.KindHeartbeat
+		s.frame.Heartbeat = wire.Heartbeat{Identity: s.id, Lease: s.lease, LastSequence: m.GetSequence(),
+			UnixMicros: int64(min(m.GetSendTsUs(), 1<<63-1))}
+		return nil
+	case kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_DELTA:
+	default:
+		return fmt.Errorf("%w: filter update kind %d", ErrInvalidPublication, int32(m.GetKind()))
+	}
+	f := &s.cbi
+	if err := cbi1.Decode(m.GetPayload(), f); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidPublication, err)
+	}
+	if err := f.CheckFormat(s.id.Format); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidPublication, err)
+	}
+	switch {
+	case f.DCID != s.id.Pool.DCID:
+		return fmt.Errorf("%w: CBI1 dc_id %d, subscribed to %d", ErrInvalidPublication, f.DCID, s.id.Pool.DCID)
+	case f.Epoch != m.GetSequence():
+		return fmt.Errorf("%w: CBI1 epoch %d, update sequence %d", ErrInvalidPublication, f.Epoch, m.GetSequence())
+	}
+	if m.GetKind() == kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK {
+		if f.Kind != cbi1.KindSnapshotChunk {
+			return fmt.Errorf("%w: SNAPSHOT_CHUNK carries a CBI1 %v", ErrInvalidPublication, f.Kind)
+		}
+		if f.BucketOffset == 0 && len(f.Words) > 0 {
+			s.word0 = f.Words[0]
+		}
+		s.frame.Kind = wire.KindSnapshotChunk
+		s.frame.Snapshot = wire.SnapshotChunk{Identity: s.id, Lease: s.lease, Sequence: f.Epoch,
+			ChunkIndex: f.ChunkIndex, ChunkCount: f.ChunkCount, BucketOffset: f.BucketOffset, Words: f.Words}
+		return nil
+	}
+	switch {
+	case f.Kind != cbi1.KindDelta:
+		return fmt.Errorf("%w: DELTA carries a CBI1 %v", ErrInvalidPublication, f.Kind)
+	case f.BaseEpoch != m.GetBaseSequence():
+		return fmt.Errorf("%w: CBI1 base_epoch %d, update base_sequence %d", ErrInvalidPublication, f.BaseEpoch, m.GetBaseSequence())
+	}
+	s.frame.Kind = wire.KindDelta
+	s.frame.Delta = ckf.Delta{Identity: s.id, Lease: s.lease, BaseSequence: f.BaseEpoch, Sequence: f.Epoch, Images: s.images(f.Images)}
+	return nil
+}
+
+// images returns a CBI1 delta's images as a wire v1 delta takes them. CBI1
+// applies images in order, the last of a bucket winning, and allows an
+// empty delta; a wire v1 delta names each bucket once and holds at least
+// one image (SPEC §8.3). So repeated buckets keep their last image, and an
+// empty delta becomes bucket 0 rewritten with the word it already has
+// (tracked from the snapshot and every delta since), which changes nothing
+// and advances the sequence as the empty delta does.
+func (s *grpcSource) images(in []ckf.BucketImage) []ckf.BucketImage {
+	if len(in) == 0 {
+		return append(s.imgs[:0], ckf.BucketImage{Bucket: 0, Word: s.word0})
+	}
+	out := in
+	if len(in) > 1 {
+		if s.seen == nil {
+			s.seen = map[uint32]int{}
+		}
+		clear(s.seen)
+		out = s.imgs[:0]
+		for _, im := range in {
+			if i, dup := s.seen[im.Bucket]; dup {
+				out[i].Word = im.Word
+				continue
+			}
+			s.seen[im.Bucket] = len(out)
+			out = append(out, im)
+		}
+		s.imgs = out
+	}
+	for _, im := range out {
+		if im.Bucket == 0 {
+			s.word0 = im.Word
+		}
+	}
+	return out
+}
+
+// Close implements frameSource.
+func (s *grpcSource) Close() error {
+	s.cancel(nil)
+	s.t.mu.Lock()
+	if s.t.active[s.lane] == s {
+		delete(s.t.active, s.lane)
+	}
+	s.t.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,236 @@
+package grpcserver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/hub"
+	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/wire/cbi1"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
+)
+
+const (
+	reasonContract    = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_CONTRACT_MISMATCH
+	reasonInvalid     = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_INVALID_REQUEST
+	reasonUnsupported = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_UNSUPPORTED_FEATURE
+	reasonNotFound    = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_POOL_NOT_FOUND
+	reasonProducer    = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_PRODUCER_CHANGED
+	reasonLimit       = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_RESOURCE_LIMIT
+	reasonLagged      = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_SUBSCRIBER_LAGGED
+	reasonUnavailable = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE
+	reasonFenced      = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_INVALID_PUBLICATION
+	reasonInternal    = kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_INTERNAL
+)
+
+// findPool returns the hosted pool whose PoolId is id.
+func (g *Server) findPool(id ckf.PoolID) (server.KvPool, bool) {
+	for _, p := range g.relay.KvPools() {
+		if p.Identity().Pool == id {
+			return p, true
+		}
+	}
+	return server.KvPool{}, false
+}
+
+// SubscribeKvPool streams one pool's filter for the exact producer the
+// request expects: its CBI1 snapshot chunks, then contiguous deltas, with
+// heartbeats while idle. The snapshot and deltas are the pool's hub's, the
+// fan-out the HTTP stream reads.
+func (g *Server) SubscribeKvPool(req *kvrelaypb.SubscribeKvPoolRequest, stream grpc.ServerStreamingServer[kvrelaypb.FilterUpdate]) error {
+	ctx := stream.Context()
+	if err := kvrelay.CheckRequest(req); err != nil {
+		return kvrelay.Fail(ctx, reasonContract, "%v", err)
+	}
+	if err := kvrelay.CheckSubscriberID(req.GetSubscriberId()); err != nil {
+		return kvrelay.Fail(ctx, reasonInvalid, "%v", err)
+	}
+	want, err := producerFromWire(req.GetExpectedProducer())
+	switch {
+	case errors.Is(err, errUnsupportedIdentity):
+		return kvrelay.Fail(ctx, reasonUnsupported, "%v", err)
+	case err != nil:
+		return kvrelay.Fail(ctx, reasonInvalid, "%v", err)
+	}
+	pool, ok := g.findPool(want.Pool)
+	if !ok {
+		return kvrelay.Fail(ctx, reasonNotFound, "no pool with dc_id %d in this routing domain", want.Pool.DCID)
+	}
+	if cur := pool.Identity(); cur != want {
+		return kvrelay.Fail(ctx, reasonProducer, "pool %q publishes incarnation %d layout %d format %+v; refresh the catalog",
+			pool.Spec().Name, cur.ProducerIncarnation, cur.LayoutGeneration, cur.Format)
+	}
+	select {
+	case g.poolSlots <- struct{}{}:
+		defer func() { <-g.poolSlots }()
+	default:
+		return kvrelay.Fail(ctx, reasonLimit, "relay total pool stream limit %d reached", cap(g.poolSlots))
+	}
+	ps := &poolStream{g: g, pool: pool, want: want, stream: stream, ctx: ctx}
+	return ps.run()
+}
+
+// poolStream is one SubscribeKvPool stream.
+type poolStream struct {
+	g      *Server
+	pool   server.KvPool
+	want   ckf.ProducerIdentity
+	stream grpc.ServerStreamingServer[kvrelaypb.FilterUpdate]
+	ctx    context.Context
+	sub    *hub.Subscription
+	last   uint64 // the sequence of the last snapshot or delta sent
+	buf    []byte // the CBI1 payload, reused: Send has marshalled it when it returns
+	words  []uint64
+}
+
+func (ps *poolStream) run() error {
+	defer func() {
+		if ps.sub != nil {
+			ps.sub.Cancel()
+		}
+	}()
+	if err := ps.subscribe(); err != nil {
+		return err
+	}
+	if err := ps.snapshot(); err != nil {
+		return err
+	}
+	every := time.Duration(ps.g.cfg.HeartbeatInterval)
+	hb := time.NewTimer(every)
+	defer hb.Stop()
+	for {
+		wake := ps.sub.Wait()
+		d, ok, err := ps.sub.Poll()
+		switch {
+		case ok:
+			if err := ps.delta(d); err != nil {
+				return err
+			}
+			hb.Reset(every)
+			continue
+		case err != nil:
+			return ps.end(err)
+		}
+		select {
+		case <-wake:
+		case <-hb.C:
+			if err := ps.send(kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, ps.last, ps.last, nil); err != nil {
+				return err
+			}
+			hb.Reset(every)
+		case <-ps.ctx.Done():
+			return ps.ctx.Err()
+		}
+	}
+}
+
+// subscribe takes a hub subscription under a consumer instance of its own
+// and checks that it serves the expected producer.
+func (ps *poolStream) subscribe() error {
+	if ps.sub != nil {
+		ps.sub.Cancel()
+		ps.sub = nil
+	}
+	lease := ckf.LaneLease{ConsumerInstance: consumerBase + ps.g.consumers.Add(1), AssignmentEpoch: 1}
+	sub, err := ps.pool.Hub().Subscribe(lease)
+	switch {
+	case errors.Is(err, hub.ErrTooManySubscribers):
+		return kvrelay.Fail(ps.ctx, reasonLimit, "pool %q: subscriber limit reached (max_subscribers, shared with HTTP streams)", ps.pool.Spec().Name)
+	case err != nil:
+		return ps.end(err)
+	}
+	ps.sub = sub
+	if got := sub.Snapshot().Identity; got != ps.want {
+		return kvrelay.Fail(ps.ctx, reasonProducer, "pool %q now publishes incarnation %d layout %d; refresh the catalog",
+			ps.pool.Spec().Name, got.ProducerIncarnation, got.LayoutGeneration)
+	}
+	return nil
+}
+
+// snapshot sends the subscription's snapshot as CBI1 chunks of at most
+// cbi1.MaxChunkBuckets buckets, copying one chunk at a time out of the hub's
+// shared generation.
+func (ps *poolStream) snapshot() error {
+	snap := ps.sub.Snapshot()
+	f := snap.Identity.Format
+	total := int(f.BucketCount)
+	count := (total + cbi1.MaxChunkBuckets - 1) / cbi1.MaxChunkBuckets
+	if cap(ps.words) < min(total, cbi1.MaxChunkBuckets) {
+		ps.words = make([]uint64, min(total, cbi1.MaxChunkBuckets))
+	}
+	for i := range count {
+		off := i * cbi1.MaxChunkBuckets
+		n, err := ps.sub.ReadSnapshot(off, ps.words[:min(total-off, cbi1.MaxChunkBuckets)])
+		if err != nil {
+			return ps.end(err)
+		}
+		frame := cbi1.Frame{Header: cbi1.Header{Kind: cbi1.KindSnapshotChunk, Format: f, DCID: snap.Identity.Pool.DCID, Epoch: snap.Sequence},
+			ChunkIndex: uint32(i), ChunkCount: uint32(count), BucketOffset: uint64(off), Words: ps.words[:n]}
+		if ps.buf, err = cbi1.AppendFrame(ps.buf[:0], &frame); err != nil {
+			return kvrelay.Fail(ps.ctx, reasonInternal, "encode snapshot chunk: %v", err)
+		}
+		if err := ps.send(kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, snap.Sequence, snap.Sequence, ps.buf); err != nil {
+			return err
+		}
+	}
+	ps.last = snap.Sequence
+	return nil
+}
+
+// delta sends one delta. A publication with more images than a CBI1 delta
+// holds is sent as a snapshot instead (the contract's rule): the stream
+// takes a new hub subscription, whose snapshot is at that publication's
+// sequence or later, and continues with its deltas.
+func (ps *poolStream) delta(d ckf.Delta) error {
+	if len(d.Images) > ps.g.maxDeltaImages {
+		ps.g.log.Info("grpc: publication exceeds a CBI1 delta; sending a snapshot", "pool", ps.pool.Spec().Name,
+			"images", len(d.Images), "sequence", d.Sequence)
+		if err := ps.subscribe(); err != nil {
+			return err
+		}
+		return ps.snapshot()
+	}
+	var err error
+	ps.buf, err = cbi1.AppendFrame(ps.buf[:0], &cbi1.Frame{Header: cbi1.Header{Kind: cbi1.KindDelta, Format: d.Identity.Format,
+		DCID: d.Identity.Pool.DCID, Epoch: d.Sequence}, BaseEpoch: d.BaseSequence, Images: d.Images})
+	if err != nil {
+		return kvrelay.Fail(ps.ctx, reasonInternal, "encode delta: %v", err)
+	}
+	if err := ps.send(kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_DELTA, d.BaseSequence, d.Sequence, ps.buf); err != nil {
+		return err
+	}
+	ps.last = d.Sequence
+	return nil
+}
+
+func (ps *poolStream) send(kind kvrelaypb.FilterUpdateKind, base, seq uint64, payload []byte) error {
+	u := &kvrelaypb.FilterUpdate{Producer: producerToWire(ps.want), BaseSequence: base, Sequence: seq,
+		SendTsUs: uint64(time.Now().UnixMicro()), Kind: kind, Payload: payload}
+	kvrelay.StampResponse(u, ps.g.id)
+	return ps.stream.Send(u)
+}
+
+// end maps why the hub subscription ended (or was refused) to the
+// contract's reason.
+func (ps *poolStream) end(cause error) error {
+	name := ps.pool.Spec().Name
+	switch {
+	case errors.Is(cause, hub.ErrLagged):
+		return kvrelay.Fail(ps.ctx, reasonLagged, "pool %q: subscriber fell behind the relay's delta log; resubscribe for a snapshot", name)
+	case errors.Is(cause, server.ErrPoolFenced):
+		return kvrelay.Fail(ps.ctx, reasonFenced, "pool %q: producer fenced", name)
+	case errors.Is(cause, hub.ErrProducerChanged) && ps.pool.Identity() != ps.want:
+		return kvrelay.Fail(ps.ctx, reasonProducer, "pool %q: producer changed; refresh the catalog", name)
+	case errors.Is(cause, hub.ErrProducerChanged), errors.Is(cause, hub.ErrBrokenStream), errors.Is(cause, hub.ErrNotReady),
+		errors.Is(cause, hub.ErrClosed), errors.Is(cause, server.ErrPoolShuttingDown):
+		return kvrelay.Fail(ps.ctx, reasonUnavailable, "pool %q: publication restarting or stopped (%v); reconnect", name, cause)
+	case errors.Is(cause, context.Canceled) && ps.ctx.Err() != nil:
+		return ps.ctx.Err()
+	}
+	return kvrelay.Fail(ps.ctx, reasonInternal, "pool %q: %v", name, cause)
+}

@@ -1,0 +1,272 @@
+package zmq
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+	"github.com/zeebo/xxh3"
+)
+
+// NamespacePrefix tags a cache namespace that Dynamo passes to vLLM as a
+// cache_salt, which vLLM then reports in the first block's extra_keys
+// (Dynamo lib/kv-router/src/zmq_wire/extra_keys.rs, DYNAMO_CACHE_SALT_PREFIX).
+const NamespacePrefix = "dynamo-cache-salt:"
+
+// extraKeys reads extra_keys: nil, or one entry per block, each nil or an
+// array of items (a string; an [identifier, offset] tuple; anything else,
+// ignored).
+func (d *Decoder) extraKeys() error {
+	if d.isNil() {
+		return d.dec.DecodeNil()
+	}
+	n, err := d.arrayLen()
+	if err != nil || n < 0 {
+		return malformed(ReasonField, err, "extra_keys is not nil or an array")
+	}
+	if n > d.limits.MaxBlocks {
+		return malformed(ReasonLimit, nil, "%d extra_keys entries > limit %d", n, d.limits.MaxBlocks)
+	}
+	d.hasExtra = true
+	for range n {
+		if d.isNil() {
+			_ = d.dec.DecodeNil()
+			d.extra = append(d.extra, nil)
+			continue
+		}
+		m, err := d.arrayLen()
+		if err != nil || m < 0 {
+			return malformed(ReasonField, err, "an extra_keys entry is not nil or an array")
+		}
+		var items []extraKey
+		for range m {
+			it, err := d.extraItem()
+			if err != nil {
+				return err
+			}
+			items = append(items, it)
+		}
+		d.extra = append(d.extra, items)
+	}
+	return nil
+}
+
+func (d *Decoder) extraItem() (extraKey, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return extraKey{}, malformed(ReasonField, err, "extra_keys truncated")
+	}
+	switch {
+	case msgpcode.IsString(c):
+		b, err := d.stringBytes()
+		if err != nil {
+			return extraKey{}, malformed(ReasonField, err, "extra_keys string")
+		}
+		return extraKey{kind: extraString, s: string(b)}, nil
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		// An (identifier, start_offset) tuple (vLLM ≥ 0.19) is a string and an
+		// integer; any other array is ignored.
+		m, _ := d.arrayLen()
+		if m == 2 {
+			if c2, err := d.dec.PeekCode(); err == nil && msgpcode.IsString(c2) {
+				b, err := d.stringBytes()
+				if err != nil {
+					return extraKey{}, malformed(ReasonField, err, "extra_keys identifier")
+				}
+				id := string(b)
+				if c3, err := d.dec.PeekCode(); err == nil && isInt(c3) {
+					if err := d.skip(1); err != nil {
+						return extraKey{}, err
+					}
+					return extraKey{kind: extraTuple, s: id}, nil
+				}
+				return extraKey{}, d.skip(1)
+			}
+		}
+		for range m {
+			if err := d.skip(1); err != nil {
+				return extraKey{}, err
+			}
+		}
+		return extraKey{}, nil
+	}
+	return extraKey{}, d.skip(1)
+}
+
+// blockMMInfos reads Dynamo's explicit block_mm_infos: nil, or one entry per
+// block, each nil or {"mm_objects": [{"mm_hash": u64, "offsets": …}, …]}
+// (structs also accepted as arrays, mm_objects / mm_hash first).
+func (d *Decoder) blockMMInfos() error {
+	if d.isNil() {
+		return d.dec.DecodeNil()
+	}
+	n, err := d.arrayLen()
+	if err != nil || n < 0 {
+		return malformed(ReasonField, err, "block_mm_infos is not nil or an array")
+	}
+	if n > d.limits.MaxBlocks {
+		return malformed(ReasonLimit, nil, "%d block_mm_infos entries > limit %d", n, d.limits.MaxBlocks)
+	}
+	d.hasInfos = true
+	infos := make([][]uint64, 0, min(n, d.rd.Len()))
+	for range n {
+		if d.isNil() {
+			_ = d.dec.DecodeNil()
+			infos = append(infos, nil)
+			continue
+		}
+		var hs []uint64
+		err := d.structField("mm_objects", "a block_mm_infos entry", func() error {
+			m, err := d.arrayLen()
+			if err != nil || m < 0 {
+				return malformed(ReasonField, err, "mm_objects is not an array")
+			}
+			if m > d.limits.MaxBlocks {
+				return malformed(ReasonLimit, nil, "%d mm_objects > limit %d", m, d.limits.MaxBlocks)
+			}
+			for range m {
+				got := false
+				err := d.structField("mm_hash", "an mm_object", func() error {
+					h, err := d.hash()
+					if err != nil {
+						return malformed(ReasonField, err, "mm_hash")
+					}
+					hs, got = append(hs, h), true
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				if !got {
+					return malformed(ReasonRequired, nil, "mm_object without mm_hash")
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		infos = append(infos, hs)
+	}
+	d.mmInfos = infos
+	return nil
+}
+
+// structField reads a struct encoded as a map (calling read for key) or as
+// an array (calling read for its first element); everything else is skipped.
+func (d *Decoder) structField(key, what string, read func() error) error {
+	if d.isMap() {
+		n, err := d.dec.DecodeMapLen()
+		if err != nil {
+			return malformed(ReasonField, err, "%s", what)
+		}
+		for range n {
+			k, err := d.stringBytes()
+			if err != nil {
+				return malformed(ReasonField, err, "%s key is not a string", what)
+			}
+			if string(k) == key {
+				if err := read(); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := d.skip(1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	n, err := d.arrayLen()
+	if err != nil || n < 1 {
+		return malformed(ReasonField, err, "%s is neither a map nor a non-empty array", what)
+	}
+	if err := read(); err != nil {
+		return err
+	}
+	for range n - 1 {
+		if err := d.skip(1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// extraNamespace finds the tagged cache namespace among the first block's
+// extra_keys; the first string equal to lora (when set) is passed over.
+func extraNamespace(first []extraKey, lora string) string {
+	unmatched := lora != ""
+	for _, it := range first {
+		if it.kind != extraString {
+			continue
+		}
+		if unmatched && it.s == lora {
+			unmatched = false
+			continue
+		}
+		if ns, ok := strings.CutPrefix(it.s, NamespacePrefix); ok && ns != "" {
+			return ns
+		}
+	}
+	return ""
+}
+
+// extraMM derives each block's multimodal hashes from extra_keys: a bare
+// string counts only as a 64-hex digest (and never when equal to lora), a
+// tuple's identifier always ([MMHash]); nil when no block has any.
+func extraMM(extra [][]extraKey, lora string) [][]uint64 {
+	var out [][]uint64
+	for i, items := range extra {
+		var hs []uint64
+		for _, it := range items {
+			switch it.kind {
+			case extraString:
+				if lora != "" && it.s == lora {
+					continue
+				}
+				if h, ok := hexDigest(it.s); ok {
+					hs = append(hs, h)
+				}
+			case extraTuple:
+				if h, ok := MMHash(it.s); ok {
+					hs = append(hs, h)
+				}
+			}
+		}
+		if hs == nil {
+			continue
+		}
+		if out == nil {
+			out = make([][]uint64, len(extra))
+		}
+		out[i] = hs
+	}
+	return out
+}
+
+// MMHash maps a multimodal identifier to Dynamo's routing hash: a 64-hex
+// digest is its first 16 hex digits, anything else non-empty XXH3-64 (seed
+// 0) of its bytes (Dynamo protocols.rs hash_mm_identifier).
+func MMHash(id string) (uint64, bool) {
+	if id == "" {
+		return 0, false
+	}
+	if h, ok := hexDigest(id); ok {
+		return h, true
+	}
+	return xxh3.HashString(id), true
+}
+
+func hexDigest(s string) (uint64, bool) {
+	if len(s) != 64 {
+		return 0, false
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return 0, false
+		}
+	}
+	h, err := strconv.ParseUint(s[:16], 16, 64)
+	return h, err == nil
+}
