@@ -2,10 +2,30 @@ package producer
 
 import (
 	"container/list"
+	"fmt"
 	"sync"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
+
+// MaxSourceEpoch is the highest source epoch a reset or replacement may
+// announce (2^62). Epochs are counters or Unix nanoseconds (2^62 ns is the
+// year 2116), so the bound costs no real source anything; what it buys is
+// that repeated announcements, each within a bounded step, cannot climb a
+// member's epoch to 2^64−1 and leave its real source no higher epoch to
+// announce: past the ceiling the announcement is refused with
+// [ErrEpochOutOfRange], an error the caller sees, and 2^64−2^62 epochs stay
+// unused rather than wrapping.
+const MaxSourceEpoch = 1 << 62
+
+// checkEpochRange refuses an announced epoch above MaxSourceEpoch.
+func checkEpochRange(epoch uint64, m ckf.Member) error {
+	if epoch > MaxSourceEpoch {
+		return fmt.Errorf("%w: source epoch %d of worker %d rank %d is above the ceiling %d",
+			ErrEpochOutOfRange, epoch, m.WorkerID, m.DPRank, uint64(MaxSourceEpoch))
+	}
+	return nil
+}
 
 // sourceEpochs is the actor's record of each member's source epoch
 // (SPEC §7). A member's record lives as long as the member holds blocks.

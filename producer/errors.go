@@ -44,6 +44,9 @@ var (
 	// the member's without a reset or replacement barrier; it was not applied
 	// and is reported as a [FaultSourceProtocol] fault.
 	ErrUnannouncedSourceEpoch = errors.New("producer: source epoch advanced without a reset or replacement")
+	// ErrEpochOutOfRange: a reset or replacement announced a source epoch
+	// above [MaxSourceEpoch]; nothing changed.
+	ErrEpochOutOfRange = errors.New("producer: source epoch out of range")
 	// ErrLagged closes a [Subscription] whose bounded delta buffer overflowed;
 	// the consumer must subscribe again with a new lease. Nothing is skipped
 	// silently.

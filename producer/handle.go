@@ -184,7 +184,8 @@ func (h Handle) AdmitEvents(ctx context.Context, sourceEpoch uint64, evs []ckf.R
 // ReplaceRanks replaces the exact state of the given members in one atomic
 // rebuild (SPEC §4.5) and publishes the difference as one delta. A
 // replacement whose epoch is older than the member's current one fails the
-// whole batch with a [*StaleSourceEpochError] before anything is built; an
+// whole batch with a [*StaleSourceEpochError] (an epoch above
+// [MaxSourceEpoch] with [ErrEpochOutOfRange]) before anything is built; an
 // invalid replacement fails with the pool's error and the old state intact.
 // Neither is a fault. On success every member's epoch becomes its
 // replacement's. It waits for the result.
@@ -192,6 +193,11 @@ func (h Handle) ReplaceRanks(ctx context.Context, reps []RankReplacement) error 
 	a := h.a
 	if a == nil {
 		return ErrNotStarted
+	}
+	for i := range reps {
+		if err := checkEpochRange(reps[i].SourceEpoch, reps[i].Member); err != nil {
+			return err
+		}
 	}
 	var w int64
 	for i := range reps {
@@ -212,12 +218,16 @@ func (h Handle) ReplaceRanks(ctx context.Context, reps []RankReplacement) error 
 
 // ResetRank removes every block of member m, publishes the result and
 // records sourceEpoch as the member's epoch. An epoch older than the current
-// one returns a [*StaleSourceEpochError] and changes nothing. degraded marks
+// one returns a [*StaleSourceEpochError], one above [MaxSourceEpoch]
+// [ErrEpochOutOfRange]; either changes nothing. degraded marks
 // a reset caused by a failed tree dump; such resets are counted. An indexer
 // invariant violation met on the way fails the reset with an error matching
 // [ckf.ErrIndexerInvariantViolation] and delivers the same ProducerInvariant
 // fault a cleared event would; the member's state is removed regardless.
 func (h Handle) ResetRank(ctx context.Context, sourceEpoch uint64, m ckf.Member, degraded bool) error {
+	if err := checkEpochRange(sourceEpoch, m); err != nil {
+		return err
+	}
 	r, err := h.a.request(ctx, command{kind: cmdReset, epoch: sourceEpoch, member: m, degraded: degraded}, false)
 	if err != nil {
 		return err

@@ -35,6 +35,21 @@ func DecodeRouterEventMsgpack(data []byte) (ckf.RouterEvent, error) {
 	return ev, nil
 }
 
+// DecodeRouterEventMsgpackLimited is [DecodeRouterEventMsgpack] with at
+// most maxBlocks blocks (hashes) in the event (≤ 0: no limit): more fail
+// with an [ErrLimitExceeded] error as soon as the array header is read.
+func DecodeRouterEventMsgpackLimited(data []byte, maxBlocks int) (ckf.RouterEvent, error) {
+	r := reader{b: data}
+	ev, err := r.routerEvent(maxBlocks)
+	if err != nil {
+		return ckf.RouterEvent{}, err
+	}
+	if err := r.end(); err != nil {
+		return ckf.RouterEvent{}, err
+	}
+	return ev, nil
+}
+
 // DecodeRouterEventsMsgpack decodes a msgpack array of RouterEvents (the
 // batch form) and appends them to dst. On error it returns dst unchanged. It
 // applies no batch limits: decode untrusted input with

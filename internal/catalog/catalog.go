@@ -367,6 +367,15 @@ type Persistence struct {
 	StateWrittenAt      string  `json:"state_written_at,omitempty"`
 	RecoveredAgeSeconds float64 `json:"recovered_age_seconds,omitempty"`
 	RecoveredBlocks     int     `json:"recovered_checkpoint_blocks,omitempty"`
+	// Recovery is "complete" when the stored journal reached its
+	// high-water mark, "partial" when it ended before it (the newest
+	// write-ahead log was damaged or deleted): LostCommands journalled
+	// commands are gone, and the ResetRanks recovered ranks were reset
+	// (degraded) so no stale block is advertised. Empty when nothing was
+	// stored.
+	Recovery     string `json:"recovery,omitempty"`
+	LostCommands U64    `json:"lost_commands,omitempty"`
+	ResetRanks   int    `json:"reset_ranks,omitempty"`
 	// JournalPosition counts the commands journalled, DurablePosition those
 	// on disk; CheckpointPosition is where the stored checkpoint stands.
 	JournalPosition    U64    `json:"journal_position"`

@@ -138,15 +138,16 @@ var graph = map[string]rule{
 	"internal/natspub":          {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}},
 	"internal/testing/natstest": {imports: []string{"github.com/nats-io/nats-server/v2"}},
 	"internal/source/dynamonats": {
-		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
-		tests:   []string{"internal/testing/natstest", "producer"},
+		imports: []string{"ckf", "internal/catalog", "internal/source", "producer", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
+		tests:   []string{"internal/testing/natstest"},
 	},
 	"internal/sim/demo": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "github.com/nats-io/nats-server/v2"},
 	},
 	"cmd/relay": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
-		tests:   []string{"internal/sim/engine", "internal/source", "internal/testing/streamprobe"},
+		tests: []string{"internal/sim/engine", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer",
+			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},

@@ -25,7 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -66,16 +68,26 @@ func (o Options) withDefaults() Options {
 
 // Store is a relay's Pebble database.
 type Store struct {
-	db *pebble.DB
+	db  *pebble.DB
+	dir string
 }
 
-// Open opens (creating if needed) the database in dir.
+// ErrLocked: another process holds the data directory.
+var ErrLocked = errors.New("persist: data directory in use")
+
+// Open opens (creating if needed) the database in dir. A directory another
+// relay holds fails with [ErrLocked].
 func Open(dir string) (*Store, error) {
 	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{pebble.DefaultLogger}})
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
+		// Pebble's LOCK file is flock'ed by the process holding the
+		// database: another relay (or this one, twice).
+		return nil, fmt.Errorf("%w: another relay holds the data directory %s (its LOCK file is locked)", ErrLocked, dir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("persist: open %s: %w", dir, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, dir: dir}, nil
 }
 
 // Close closes the database; close every pool's journal first.
@@ -133,6 +145,8 @@ type PoolLog struct {
 	writeErr   error
 	lastCommit time.Time
 
+	mark      *os.File // the journal's high-water mark (watermark.go)
+	markErr   bool     // a mark write failed (logged once)
 	handle    producer.Handle
 	ckDone    sync.WaitGroup // a checkpoint in flight
 	wake      chan struct{}
@@ -157,6 +171,12 @@ type Recovered struct {
 	WrittenAt time.Time           // the last commit: how old the recovered state is
 	Blocks    int                 // lineage entries in the checkpoint
 	LoadTime  time.Duration       // reading and decoding
+	// Lost counts the journalled commands the high-water mark promises
+	// beyond Position: the database's newest write-ahead log was damaged
+	// or deleted, and its tail is gone. Restore then resets every
+	// recovered rank (ResetRanks of them), degraded.
+	Lost       uint64
+	ResetRanks int
 }
 
 // Load reads the pool's checkpoint and journal. Call it once, before
@@ -231,6 +251,14 @@ func (p *PoolLog) Load() (Recovered, error) {
 	if err := it.Close(); err != nil {
 		return rec, err
 	}
+	mark, f, err := openMark(p.store.dir, p.pool)
+	if err != nil {
+		return rec, err
+	}
+	p.mark = f
+	if mark > rec.Position {
+		rec.Lost = mark - rec.Position
+	}
 	p.mu.Lock()
 	p.position, p.durable, p.checkpoint = rec.Position, rec.Position, m.CheckpointPosition
 	p.mu.Unlock()
@@ -273,10 +301,57 @@ func (p *PoolLog) Restore(ctx context.Context, h producer.Handle, rec Recovered)
 	// Flush is answered after every command above: the replay is applied.
 	p.mu.Lock()
 	p.paused = false
-	p.recovered = Recovered{Found: rec.Found, WrittenAt: rec.WrittenAt, Blocks: rec.Blocks, Position: rec.Position, LoadTime: rec.LoadTime}
 	p.mu.Unlock()
 	go p.write()
+	if rec.Lost > 0 {
+		n, err := p.resetAfterLoss(ctx, h, rec)
+		if err != nil {
+			return err
+		}
+		rec.ResetRanks = n
+	}
+	p.mu.Lock()
+	p.recovered = Recovered{Found: rec.Found, WrittenAt: rec.WrittenAt, Blocks: rec.Blocks, Position: rec.Position,
+		LoadTime: rec.LoadTime, Lost: rec.Lost, ResetRanks: rec.ResetRanks}
+	p.mu.Unlock()
 	return nil
+}
+
+// resetAfterLoss resets, degraded, every rank the replay recovered, at the
+// epoch it recovered: the lost tail of the journal may have removed blocks
+// (advertising them again would send routers to evicted caches) or reset
+// the rank, so none of the recovered blocks can be trusted; the epochs can
+// (a lost reset only raised them, and the sources announce higher ones).
+// The resets are journalled, so a later restart does not bring the blocks
+// back. It returns how many ranks it reset.
+func (p *PoolLog) resetAfterLoss(ctx context.Context, h producer.Handle, rec Recovered) (int, error) {
+	p.opt.Logger.Error("persist: the journal ends before its high-water mark: the newest write-ahead log was damaged or deleted; "+
+		"every recovered rank is reset (degraded) so nothing stale is advertised",
+		"lost_commands", rec.Lost, "journal_position", rec.Position, "high_water_mark", rec.Position+rec.Lost)
+	st, err := h.ExportState(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("persist: reset after a damaged journal: %w", err)
+	}
+	for _, m := range st.Members {
+		if err := h.ResetRank(ctx, m.SourceEpoch, m.Lineage.Member, true); err != nil {
+			return 0, fmt.Errorf("persist: reset after a damaged journal: %w", err)
+		}
+	}
+	if err := h.Flush(ctx); err != nil && ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	// Once the resets are durable the journal is whole again: lower the
+	// mark to it (a commit only raises it), so the next start does not
+	// report the same loss.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.durable < p.position && p.writeErr == nil && !p.stopped {
+		p.cond.Wait()
+	}
+	if p.durable == p.position {
+		p.writeMark(p.durable)
+	}
+	return len(st.Members), nil
 }
 
 // Admitted implements [producer.Journal].
@@ -350,6 +425,7 @@ func (p *PoolLog) write() {
 			if err == nil {
 				p.durable = first + uint64(len(batch)) - 1
 				p.lastCommit = time.Now()
+				p.writeMark(p.durable)
 			}
 			due := err == nil && !p.ckRunning && !p.closing &&
 				(p.durable-p.checkpoint >= p.opt.CheckpointEvery || p.blocks >= p.opt.CheckpointEveryBlocks)
@@ -469,6 +545,10 @@ func (p *PoolLog) Close(ctx context.Context) error {
 	started := !p.paused
 	p.closing = true
 	p.cond.Broadcast()
+	if !started && p.mark != nil {
+		_ = p.mark.Close()
+		p.mark = nil
+	}
 	p.mu.Unlock()
 	if !started {
 		return nil
@@ -487,6 +567,10 @@ func (p *PoolLog) Close(ctx context.Context) error {
 	p.ckDone.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.mark != nil {
+		_ = p.mark.Close()
+		p.mark = nil
+	}
 	return p.writeErr
 }
 
@@ -502,6 +586,11 @@ type Stats struct {
 	RecoveredBlocks int
 	RecoveredAt     time.Time // when that state was last written
 	RecoveredLoad   time.Duration
+	// LostCommands is set when the journal ended before its high-water
+	// mark (a damaged or deleted write-ahead log): that many journalled
+	// commands were lost, and ResetRanks recovered ranks were reset.
+	LostCommands uint64
+	ResetRanks   int
 }
 
 // Stats returns the journal's state.
@@ -510,7 +599,7 @@ func (p *PoolLog) Stats() Stats {
 	defer p.mu.Unlock()
 	st := Stats{Position: p.position, Durable: p.durable, Checkpoint: p.checkpoint, LastCommit: p.lastCommit,
 		Recovered: p.recovered.Found, RecoveredBlocks: p.recovered.Blocks, RecoveredAt: p.recovered.WrittenAt,
-		RecoveredLoad: p.recovered.LoadTime}
+		RecoveredLoad: p.recovered.LoadTime, LostCommands: p.recovered.Lost, ResetRanks: p.recovered.ResetRanks}
 	if p.writeErr != nil {
 		st.WriteError = p.writeErr.Error()
 	}

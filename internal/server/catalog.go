@@ -45,6 +45,13 @@ func persistenceJSON(p *hostedPool, started time.Time) *catalog.Persistence {
 	c := &catalog.Persistence{Recovered: st.Recovered, RecoveredBlocks: st.RecoveredBlocks,
 		JournalPosition: catalog.U64(st.Position), DurablePosition: catalog.U64(st.Durable),
 		CheckpointPosition: catalog.U64(st.Checkpoint), WriteError: st.WriteError}
+	switch {
+	case st.LostCommands > 0:
+		c.Recovered = true // the mark says state was stored, even if none survived
+		c.Recovery, c.LostCommands, c.ResetRanks = "partial", catalog.U64(st.LostCommands), st.ResetRanks
+	case st.Recovered:
+		c.Recovery = "complete"
+	}
 	if !st.RecoveredAt.IsZero() {
 		c.StateWrittenAt = st.RecoveredAt.UTC().Format(time.RFC3339Nano)
 		c.RecoveredAgeSeconds = max(0, started.Sub(st.RecoveredAt).Seconds())

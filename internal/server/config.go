@@ -190,15 +190,24 @@ type Config struct {
 	// served at once (each may hold a body of max_request_bytes); beyond it
 	// a request is answered 503 overloaded with Retry-After. Default 16.
 	MaxConcurrentIngest int `json:"max_concurrent_ingest,omitempty"`
-	// MaxConnections bounds the open client connections (streams included);
-	// further connections wait in the listen backlog. Default 4096.
+	// MaxConnections bounds the open client connections (streams included).
+	// At the bound a new connection closes the longest-idle keep-alive
+	// connection, so health checks and fresh clients are still served; with
+	// none idle it waits in the listen backlog. Default 4096.
 	MaxConnections int `json:"max_connections,omitempty"`
+	// MaxIdlePerClient bounds the idle keep-alive connections one client
+	// address keeps: past it, its longest-idle one is closed. Default 256.
+	MaxIdlePerClient int `json:"max_idle_per_client,omitempty"`
 	// ReadHeaderTimeout bounds reading a request's headers. Default 10s.
 	ReadHeaderTimeout Duration `json:"read_header_timeout,omitempty"`
+	// BodyStartTimeout bounds the wait for an ingest request's first body
+	// byte, before it takes an ingest slot: a request announcing a body it
+	// does not send holds no slot, and is answered 408 after this. Default 2s.
+	BodyStartTimeout Duration `json:"body_start_timeout,omitempty"`
 	// BodyReadTimeout and MinBodyRate bound reading a request body: it must
 	// arrive within BodyReadTimeout plus one second per MinBodyRate bytes
 	// received, or the request is answered 408 and the connection closed.
-	// Defaults 10s and 65,536 bytes/s.
+	// Defaults 5s and 65,536 bytes/s.
 	BodyReadTimeout Duration `json:"body_read_timeout,omitempty"`
 	MinBodyRate     int64    `json:"min_body_rate,omitempty"`
 	// IdleTimeout closes a keep-alive connection idle between requests for
@@ -278,7 +287,9 @@ const (
 	DefaultConcurrentIngest  = 16
 	DefaultMaxConnections    = 4096
 	DefaultReadHeader        = 10 * time.Second
-	DefaultBodyRead          = 10 * time.Second
+	DefaultBodyRead          = 5 * time.Second
+	DefaultBodyStart         = 2 * time.Second
+	DefaultMaxIdlePerClient  = 256
 	DefaultMinBodyRate       = 64 << 10
 	DefaultIdle              = 60 * time.Second
 	DefaultSourceEpochJump   = 1 << 48
@@ -307,6 +318,8 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxConnections, DefaultMaxConnections)
 	setDefault(&c.ReadHeaderTimeout, Duration(DefaultReadHeader))
 	setDefault(&c.BodyReadTimeout, Duration(DefaultBodyRead))
+	setDefault(&c.BodyStartTimeout, Duration(DefaultBodyStart))
+	setDefault(&c.MaxIdlePerClient, DefaultMaxIdlePerClient)
 	setDefault(&c.MinBodyRate, DefaultMinBodyRate)
 	setDefault(&c.IdleTimeout, Duration(DefaultIdle))
 	setDefault(&c.MaxSourceEpochJump, DefaultSourceEpochJump)
@@ -363,10 +376,10 @@ func (c Config) Validate() error {
 		return invalid("max_lease_records %d < max_subscribers %d", c.MaxLeaseRecords, c.MaxSubscribers)
 	case c.HeartbeatInterval <= 0 || c.ShutdownGrace <= 0 || c.StreamWriteTimeout <= 0:
 		return invalid("heartbeat_interval, shutdown_grace and stream_write_timeout must be > 0")
-	case c.MaxConcurrentIngest < 1, c.MaxConnections < 1, c.MinBodyRate < 1:
-		return invalid("max_concurrent_ingest, max_connections and min_body_rate must be ≥ 1")
-	case c.ReadHeaderTimeout <= 0 || c.BodyReadTimeout <= 0 || c.IdleTimeout <= 0 || c.MaxLeaseEpochLead <= 0 || c.StreamStallTimeout <= 0:
-		return invalid("read_header_timeout, body_read_timeout, idle_timeout, max_lease_epoch_lead and stream_stall_timeout must be > 0")
+	case c.MaxConcurrentIngest < 1, c.MaxConnections < 1, c.MinBodyRate < 1, c.MaxIdlePerClient < 1:
+		return invalid("max_concurrent_ingest, max_connections, max_idle_per_client and min_body_rate must be ≥ 1")
+	case c.ReadHeaderTimeout <= 0 || c.BodyReadTimeout <= 0 || c.BodyStartTimeout <= 0 || c.IdleTimeout <= 0 || c.MaxLeaseEpochLead <= 0 || c.StreamStallTimeout <= 0:
+		return invalid("read_header_timeout, body_start_timeout, body_read_timeout, idle_timeout, max_lease_epoch_lead and stream_stall_timeout must be > 0")
 	case c.AuthToken != "" && c.AuthTokenFile != "":
 		return invalid("auth_token and auth_token_file are exclusive")
 	}

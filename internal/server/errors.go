@@ -45,6 +45,10 @@ type apiError struct {
 	// admitted, when set, is how many events of the batch were admitted
 	// before the error: the request failed part way through admission.
 	admitted *int
+	// closeConn answers with Connection: close: the request's framing is
+	// lost (a malformed or cut body), or the client is not to keep the
+	// connection (401).
+	closeConn bool
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -64,6 +68,8 @@ func classify(err error) *apiError {
 		return apiErr(http.StatusRequestEntityTooLarge, CodeTooLarge, err.Error())
 	case errors.Is(err, wire.ErrLimitExceeded):
 		return apiErr(http.StatusRequestEntityTooLarge, CodeLimitExceeded, err.Error())
+	case errors.Is(err, producer.ErrEpochOutOfRange):
+		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, err.Error())
 	case errors.Is(err, producer.ErrUnannouncedSourceEpoch):
 		return apiErr(http.StatusBadRequest, CodeUnannounced, err.Error())
 	case errors.As(err, new(*producer.AdmissionError)):
@@ -102,6 +108,9 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	case http.StatusRequestTimeout:
 		// The body was not read to its end: the connection cannot carry
 		// another request.
+		w.Header().Set("Connection", "close")
+	}
+	if ae.closeConn {
 		w.Header().Set("Connection", "close")
 	}
 	body := map[string]any{"error": map[string]string{"code": ae.code, "message": ae.message}}

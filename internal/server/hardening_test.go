@@ -170,9 +170,11 @@ func TestServer_IngestConcurrencyIsBounded(t *testing.T) {
 	s, _ := startTestServer(t, cfg)
 	h := s.Handler()
 
-	// The first request holds the only slot while its body trickles in.
+	// The first request holds the only slot while its body trickles in
+	// (it takes the slot once its first byte has arrived).
 	pr, pw := io.Pipe()
 	first := make(chan *httptest.ResponseRecorder)
+	go func() { _, _ = pw.Write([]byte(`[`)) }()
 	go func() {
 		req := httptest.NewRequest("POST", "/v1/pools/dc-a/events?source_epoch=1", pr)
 		req.Header.Set("Content-Type", "application/json")
@@ -191,7 +193,7 @@ func TestServer_IngestConcurrencyIsBounded(t *testing.T) {
 	// Reads are not ingest: the catalog still answers.
 	assert.Equal(t, http.StatusOK, serveOnce(h, "GET", "/v1/pools", "", nil).Code)
 
-	_, err := pw.Write([]byte(`[]`))
+	_, err := pw.Write([]byte(`]`))
 	require.NoError(t, err)
 	require.NoError(t, pw.Close())
 	assert.Equal(t, http.StatusAccepted, (<-first).Code)
@@ -261,19 +263,19 @@ func TestServer_IdleAndHeaderTimeoutsCloseConnections(t *testing.T) {
 func TestServer_ConnectionsAreBounded(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxConnections = 2
-	_, _, addr := serveReal(t, cfg)
+	s, _, addr := serveReal(t, cfg)
 	var held []net.Conn
 	for range 2 {
-		c, br := rawRequest(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		resp, err := http.ReadResponse(br, nil)
-		require.NoError(t, err)
-		resp.Body.Close()
-		held = append(held, c) // kept alive: each holds one of the two
+		// Busy: a request whose body is still arriving.
+		c, _ := rawRequest(t, addr, "POST /v1/pools/dc-a/events?source_epoch=1 HTTP/1.1\r\nHost: x\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 10\r\n\r\n[")
+		held = append(held, c) // each holds one of the two
 	}
+	require.Eventually(t, func() bool { return len(s.ingestSlots) == 2 }, 5*time.Second, time.Millisecond)
 	c, br := rawRequest(t, addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
 	_, err := br.ReadByte()
-	require.Error(t, err, "a third connection must not be served while two are open")
+	require.Error(t, err, "a third connection must not be served while two are busy")
 	var ne net.Error
 	require.ErrorAs(t, err, &ne)
 	require.True(t, ne.Timeout())

@@ -84,7 +84,11 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" && !bearerMatches(r.Header.Get("Authorization"), want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="ckfrelay"`)
-			s.writeError(w, apiErr(http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token"))
+			// Close the connection: an unauthenticated peer keeps no
+			// connection (and no slot of max_connections) open.
+			ae := apiErr(http.StatusUnauthorized, CodeUnauthorized, "missing or wrong bearer token")
+			ae.closeConn = true
+			s.writeError(w, ae)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -101,9 +105,14 @@ func bearerMatches(header string, want []byte) bool {
 
 // ingest bounds the request bodies read and decoded at once: a request past
 // MaxConcurrentIngest is answered 503 overloaded (with Retry-After) before
-// its body is read, so memory stays at most MaxConcurrentIngest bodies.
+// its body is read, so memory stays at most MaxConcurrentIngest bodies. A
+// request takes its slot only once its body is arriving (awaitBody), so
+// connections that announce a body and send nothing hold no slot.
 func (s *Server) ingest(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
+		if err := s.awaitBody(w, r); err != nil {
+			return err
+		}
 		select {
 		case s.ingestSlots <- struct{}{}:
 			defer func() { <-s.ingestSlots }()
@@ -152,6 +161,52 @@ func uintParam(r *http.Request, name string, required bool) (uint64, error) {
 	return n, nil
 }
 
+// awaitBody waits, for at most BodyStartTimeout, until the first byte of
+// r's body has arrived, and puts it back in front of the body. A request
+// without a body returns at once. The wait for nothing is answered 408
+// (Connection: close) without an ingest slot ever being taken.
+func (s *Server) awaitBody(w http.ResponseWriter, r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(time.Duration(s.cfg.BodyStartTimeout))) // best effort: a recorder has none
+	var first [1]byte
+	for {
+		n, err := r.Body.Read(first[:])
+		if n > 0 {
+			r.Body = &prefixedBody{first: first[0], ReadCloser: r.Body}
+			return nil
+		}
+		if err == io.EOF {
+			return nil // an empty body: nothing to hold a slot for
+		}
+		if err != nil {
+			if isTimeout(err) {
+				ae := apiErr(http.StatusRequestTimeout, CodeRequestTimeout, fmt.Sprintf(
+					"no body byte within body_start_timeout %s", time.Duration(s.cfg.BodyStartTimeout)))
+				return ae
+			}
+			return bodyError(err)
+		}
+	}
+}
+
+// prefixedBody is a body whose first byte awaitBody already read.
+type prefixedBody struct {
+	first byte
+	done  bool
+	io.ReadCloser
+}
+
+func (b *prefixedBody) Read(p []byte) (int, error) {
+	if b.done || len(p) == 0 {
+		return b.ReadCloser.Read(p)
+	}
+	p[0], b.done = b.first, true
+	return 1, nil
+}
+
 // readBody reads a request body within the configured size limit and read
 // deadline: the body must arrive within BodyReadTimeout plus one second per
 // MinBodyRate bytes received, so a trickled or stalled body is cut (408)
@@ -184,9 +239,24 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		if err != nil {
 			// The deadline stays: the server then gives up on the unread
 			// rest at once and closes the connection.
-			return nil, err
+			return nil, bodyError(err)
 		}
 	}
+}
+
+// bodyError classifies a failed body read. The size limit (413) and the
+// read deadline (408) keep their own answers; anything else the body
+// reader says — a malformed chunked encoding, a body cut by the peer's FIN
+// before its Content-Length or final chunk — is the client's fault: 400
+// bad_request, and the connection is closed since its framing is lost.
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || isTimeout(err) {
+		return err
+	}
+	ae := apiErr(http.StatusBadRequest, CodeBadRequest, "reading the request body: "+err.Error())
+	ae.closeConn = true
+	return ae
 }
 
 // mediaType returns the request's media type, application/json when unset.
@@ -230,9 +300,14 @@ func (s *Server) decodeEvents(mt string, body []byte) ([]ckf.RouterEvent, error)
 }
 
 // checkEpoch refuses a source epoch farther than MaxSourceEpochJump above
-// member m's current one (above 0 for a member the pool does not know): an
-// epoch near 2^64 would leave the worker no higher epoch to announce.
+// member m's current one (above 0 for a member the pool does not know), or
+// above producer.MaxSourceEpoch whatever the step: an epoch near 2^64 would
+// leave the worker no higher epoch to announce.
 func (s *Server) checkEpoch(p *hostedPool, m ckf.Member, epoch uint64) error {
+	if epoch > producer.MaxSourceEpoch {
+		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, fmt.Sprintf(
+			"source epoch %d of worker %d rank %d is above the ceiling 2^62 (%d)", epoch, m.WorkerID, m.DPRank, uint64(producer.MaxSourceEpoch)))
+	}
 	base, _ := p.handle.SourceEpoch(m)
 	if epoch > base && epoch-base > s.cfg.MaxSourceEpochJump {
 		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, fmt.Sprintf(

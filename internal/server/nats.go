@@ -152,8 +152,9 @@ func closeReason(cause error) wire.CloseReason {
 
 // newDynamoSource builds the source of a SourceSpec with engine "dynamo":
 // Dynamo's KV events on NATS (docs/ingest.md "Dynamo over NATS"). The pool's
-// source switch (sources.go) calls it for that engine.
-func newDynamoSource(spec SourceSpec) (source.Source, error) {
+// source switch (sources.go) calls it for that engine, with the pool's
+// max_members: the source tracks at most that many members.
+func newDynamoSource(spec SourceSpec, cfg Config, maxMembers int) (source.Source, error) {
 	if spec.URL == "" || spec.Subject == "" {
 		return nil, invalid("dynamo source: url and subject are required")
 	}
@@ -162,7 +163,8 @@ func newDynamoSource(spec SourceSpec) (source.Source, error) {
 		return nil, invalid("dynamo source: endpoint, bind, replay, image_token_id, fail_window and max_namespace_blocks are ZMQ fields")
 	}
 	s, err := dynamonats.New(dynamonats.Config{URL: spec.URL, Subject: spec.Subject, Stream: spec.Stream,
-		Durable: spec.Durable, SourceTimeout: time.Duration(spec.SourceTimeout)})
+		Durable: spec.Durable, SourceTimeout: time.Duration(spec.SourceTimeout), MaxMembers: maxMembers,
+		Limits: wire.BatchLimits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocksPerEvent: cfg.MaxBlocksPerEvent}})
 	if err != nil {
 		return nil, invalid("%v", err)
 	}

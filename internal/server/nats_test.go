@@ -447,7 +447,7 @@ func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
 	cfg := natsTestConfig(ns.URL(), time.Second)
 	s := startNATSRelay(t, cfg)
 	const subject = "namespace.dynamo.component.backend.kv-events"
-	src, err := newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL(), Subject: subject})
+	src, err := newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL(), Subject: subject}, Config{}.WithDefaults(), 0)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -488,7 +488,7 @@ func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
 			r.QuerySequenceHashes(seq, &res) == nil && res.Depths[0] == 0
 	}, 10*time.Second, time.Millisecond, "old lifetime's chain at depth %d", res.Depths[0])
 	assert.EqualValues(t, uint64(1), src.Status().Resets)
-	_, err = newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL()})
+	_, err = newDynamoSource(SourceSpec{Engine: "dynamo", URL: ns.URL()}, Config{}.WithDefaults(), 0)
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
 

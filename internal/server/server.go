@@ -29,6 +29,7 @@ type Server struct {
 	ingestSlots chan struct{} // a token per ingest request in progress
 	nats        *natsOut      // nil unless cfg.NATS.URL is set
 	sources     *poolSources  // engine sources (sources.go)
+	listener    atomic.Pointer[boundedListener]
 }
 
 // New validates cfg (after applying defaults), starts every pool's actor and
@@ -108,7 +109,10 @@ func (s *Server) Handler() http.Handler { return s.http.Handler }
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	ln = newBoundedListener(ln, s.cfg.MaxConnections)
+	bl := newBoundedListener(ln, s.cfg.MaxConnections, s.cfg.MaxIdlePerClient)
+	s.http.ConnState = bl.connState
+	s.listener.Store(bl)
+	ln = bl
 	var err error
 	if s.http.TLSConfig != nil {
 		err = s.http.ServeTLS(ln, "", "") // certificates loaded by New

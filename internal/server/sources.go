@@ -52,7 +52,7 @@ func newSource(spec SourceSpec, pool PoolSpec, cfg Config, log *slog.Logger) (so
 				MaxNamespaceBlocks: spec.MaxNamespaceBlocks},
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	case "dynamo":
-		return newDynamoSource(spec)
+		return newDynamoSource(spec, cfg, pool.MaxMembers)
 	}
 	return nil, fmt.Errorf("unknown engine %q", spec.Engine)
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/ckfrelay/ckfrelay/producer"
+	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,6 +33,15 @@ type Config struct {
 	SourceTimeout time.Duration
 	// Options are extra NATS connection options.
 	Options []nats.Option
+	// Limits bound what one message may carry, as they bound an HTTP batch
+	// (zero fields: DefaultLimits).
+	Limits wire.BatchLimits
+	// MaxMembers bounds the members (worker_id, dp_rank) the source tracks:
+	// the events of a member past it are dropped and counted (Dropped,
+	// LastError), so a flood of distinct worker ids costs bounded memory.
+	// The relay sets the pool's max_members; zero means
+	// ckf.DefaultMaxMembers.
+	MaxMembers int
 }
 
 // Source is a running Dynamo NATS source.
@@ -52,17 +63,34 @@ type decision struct {
 	admit bool
 }
 
-// incoming is one message and how to settle it (JetStream: ack or nak).
+// incoming is one message and how to settle it (JetStream: ack, nak or
+// term).
 type incoming struct {
 	data   []byte
-	settle func(admitted bool)
+	settle func(settlement)
 }
+
+// settlement is what becomes of a JetStream message.
+type settlement uint8
+
+const (
+	ack  settlement = iota // handled (admitted, dropped as old, or malformed)
+	nak                    // not handled yet: redeliver (the sink was busy or stopping)
+	term                   // never handleable: do not redeliver (a refused reset)
+)
+
+// errTerminal marks a message the sink refused for good: redelivering it
+// would be refused again, forever.
+var errTerminal = errors.New("dynamonats: message refused for good")
 
 type memberState struct {
 	publisher uint64 // publisher_id of the current lifetime
 	epoch     uint64 // source epoch of that lifetime
 	next      uint64 // next expected envelope sequence
-	seen      time.Time
+	// wrapped: the lifetime's sequence passed 2^64−1 and next restarted at
+	// 0; sequences of the upper half are then the old ones (seqOrder).
+	wrapped bool
+	seen    time.Time
 }
 
 // New returns a source; it does nothing until Run.
@@ -72,6 +100,15 @@ func New(cfg Config) (*Source, error) {
 	}
 	if (cfg.Stream == "") != (cfg.Durable == "") {
 		return nil, errors.New("dynamonats: stream and durable must be set together")
+	}
+	if cfg.Limits.MaxEvents <= 0 {
+		cfg.Limits.MaxEvents = DefaultLimits.MaxEvents
+	}
+	if cfg.Limits.MaxBlocksPerEvent <= 0 {
+		cfg.Limits.MaxBlocksPerEvent = DefaultLimits.MaxBlocksPerEvent
+	}
+	if cfg.MaxMembers <= 0 {
+		cfg.MaxMembers = ckf.DefaultMaxMembers
 	}
 	name := "dynamo@" + cfg.Subject
 	if cfg.Stream != "" {
@@ -155,7 +192,18 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 		case m := <-msgs:
 			err := s.handle(ctx, sink, m.data)
 			if m.settle != nil {
-				m.settle(err == nil) // not admitted: JetStream redelivers it
+				switch {
+				case err == nil:
+					m.settle(ack)
+				case errors.Is(err, errTerminal):
+					m.settle(term) // redelivering it would be refused again
+				default:
+					m.settle(nak) // not admitted: JetStream redelivers it
+				}
+			}
+			if errors.Is(err, errTerminal) {
+				s.update(func(st *source.Status) { st.Dropped++; st.LastError = err.Error() })
+				continue
 			}
 			if err != nil {
 				if ctx.Err() != nil {
@@ -205,11 +253,14 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		// Redeliveries and duplicates are filtered by envelope sequence.
-		in := incoming{data: m.Data(), settle: func(ok bool) {
-			if ok {
+		in := incoming{data: m.Data(), settle: func(st settlement) {
+			switch st {
+			case ack:
 				_ = m.Ack()
-			} else {
+			case nak:
 				_ = m.Nak()
+			case term:
+				_ = m.Term()
 			}
 		}}
 		select {
@@ -225,7 +276,7 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 
 // handle admits one message.
 func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) error {
-	env, evs, err := Decode(data, s.evs[:0])
+	env, evs, err := DecodeLimited(data, s.evs[:0], s.cfg.Limits)
 	s.evs = evs[:0]
 	now := time.Now()
 	if err != nil {
@@ -240,6 +291,15 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) erro
 		if !seen {
 			// Every event of one envelope shares its sequence: decide once
 			// per member and message.
+			if _, known := s.members[ev.Member()]; !known && len(s.members) >= s.cfg.MaxMembers {
+				s.decided[ev.Member()] = decision{}
+				s.update(func(st *source.Status) {
+					st.Dropped++
+					st.LastError = fmt.Sprintf("worker %d rank %d dropped: the source already tracks max_members %d members",
+						ev.WorkerID, ev.DPRank, s.cfg.MaxMembers)
+				})
+				continue
+			}
 			var err error
 			if d.epoch, d.admit, err = s.admitOrder(ctx, sink, ev.Member(), env, now); err != nil {
 				return err
@@ -268,31 +328,78 @@ func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member,
 	case st == nil || st.publisher != env.PublisherID:
 		epoch := uint64(now.UnixNano())
 		if st != nil {
-			epoch = max(epoch, st.epoch+1)
-			if err := sink.ResetRank(ctx, epoch, m, false); err != nil {
+			var err error
+			if epoch, err = s.reset(ctx, sink, max(epoch, st.epoch+1), m, false); err != nil {
 				return 0, false, err
 			}
 			s.update(func(st *source.Status) { st.Resets++; st.Restarts++ })
 		}
 		s.members[m] = &memberState{publisher: env.PublisherID, epoch: epoch, next: env.Sequence, seen: now}
 		st = s.members[m]
-	case env.Enveloped && env.Sequence < st.next:
+	case env.Enveloped && seqOrder(st, env.Sequence) < 0:
 		// Seen before: a redelivery or a duplicate.
 		s.update(func(st *source.Status) { st.Dropped++ })
 		return 0, false, nil
-	case env.Enveloped && env.Sequence > st.next:
-		epoch := max(uint64(now.UnixNano()), st.epoch+1)
-		if err := sink.ResetRank(ctx, epoch, m, true); err != nil {
+	case env.Enveloped && seqOrder(st, env.Sequence) > 0:
+		epoch, err := s.reset(ctx, sink, max(uint64(now.UnixNano()), st.epoch+1), m, true)
+		if err != nil {
 			return 0, false, err
 		}
 		s.update(func(s *source.Status) { s.Gaps++; s.Resets++ })
-		st.epoch = epoch
+		st.epoch, st.wrapped = epoch, false
 	}
 	if env.Enveloped {
+		// Sequence 2^64−1 is followed by 0: an explicit wrap, not a gap
+		// (seqOrder).
 		st.next = env.Sequence + 1
+		if st.next == 0 {
+			st.wrapped = true
+		} else if st.next == 1<<63 {
+			st.wrapped = false // the old upper half is behind for good
+		}
 	}
 	st.seen = now
 	return st.epoch, true, nil
+}
+
+// seqOrder places seq against member st's next expected sequence: -1 seen
+// before (a duplicate or redelivery), 0 the next one, +1 past a gap.
+// Sequences compare as unsigned 64-bit numbers, except after a wrap (the
+// sequence passed 2^64−1 and went on at 0): until the lifetime reaches 2^63
+// again, a sequence of the upper half is one from before the wrap, hence
+// seen before.
+func seqOrder(st *memberState, seq uint64) int {
+	switch {
+	case seq == st.next:
+		return 0
+	case st.wrapped && seq >= 1<<63:
+		return -1
+	case seq < st.next:
+		return -1
+	}
+	return 1
+}
+
+// reset resets member m at epoch, or — when the pool already holds a higher
+// epoch for it (a bridge reset it over HTTP, or a restarted relay recovered
+// a later one) — at one above the pool's, and returns the epoch used. A
+// reset the pool refuses for good (an epoch past the ceiling) returns an
+// errTerminal error: the message is dropped, counted and, on JetStream,
+// terminated instead of redelivered forever.
+func (s *Source) reset(ctx context.Context, sink source.Sink, epoch uint64, m ckf.Member, degraded bool) (uint64, error) {
+	err := sink.ResetRank(ctx, epoch, m, degraded)
+	var stale *producer.StaleSourceEpochError
+	if errors.As(err, &stale) && stale.Current < producer.MaxSourceEpoch {
+		epoch = stale.Current + 1 // adopt the pool's epoch
+		err = sink.ResetRank(ctx, epoch, m, degraded)
+	}
+	switch {
+	case err == nil:
+		return epoch, nil
+	case errors.Is(err, producer.ErrStaleSourceEpoch), errors.Is(err, producer.ErrEpochOutOfRange):
+		return 0, fmt.Errorf("%w: reset of worker %d rank %d: %w", errTerminal, m.WorkerID, m.DPRank, err)
+	}
+	return 0, err
 }
 
 // expire resets every member silent for SourceTimeout.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // recorder is a Sink that records the calls a source makes, in order.
@@ -91,12 +92,22 @@ func FuzzDecode(f *testing.F) {
 	b, _ = Encode(Envelope{PublisherID: 1, Sequence: 2}, []ckf.RouterEvent{stored(1, 2), stored(2, 3)})
 	f.Add(b)
 	f.Add([]byte(`{"worker_id": 3, "event": {"event_id": 8, "data": "cleared"}}`))
+	// Hostile envelopes: negative integers, the array form, trailing bytes.
+	neg, _ := msgpack.Marshal(map[string]any{"publisher_id": int8(-5), "sequence": int64(-1), "payload": []byte{0x80}})
+	f.Add(neg)
+	arr, _ := msgpack.Marshal([]any{"t", uint64(1), uint64(2), uint64(3), b})
+	f.Add(arr)
+	f.Add(append(append([]byte(nil), b...), 0xc0))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		env, evs, err := Decode(data, nil)
 		if err != nil {
 			require.Empty(t, evs)
 			return
 		}
+		for i := range evs {
+			require.LessOrEqual(t, evs[i].BlockCount(), DefaultLimits.MaxBlocksPerEvent)
+		}
+		require.LessOrEqual(t, len(evs), DefaultLimits.MaxEvents)
 		if env.Enveloped {
 			// What decodes re-encodes and decodes to the same events.
 			again, err := Encode(env, evs)

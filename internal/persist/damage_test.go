@@ -1,0 +1,117 @@
+//go:build unix
+
+package persist
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestOpen_HeldDirectoryIsErrLocked: a data dir another process holds (this
+// test binary re-run as a helper that opens the store and waits) fails with
+// ErrLocked naming the directory.
+func TestOpen_HeldDirectoryIsErrLocked(t *testing.T) {
+	if dir := os.Getenv("CKFRELAY_PERSIST_HOLD"); dir != "" {
+		st, err := Open(dir)
+		if err != nil {
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("held\n")
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until the parent closes stdin
+		_ = st.Close()
+		os.Exit(0)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOpen_HeldDirectoryIsErrLocked$")
+	cmd.Env = append(os.Environ(), "CKFRELAY_PERSIST_HOLD="+dir)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "held\n", line)
+
+	_, err = Open(dir)
+	require.ErrorIs(t, err, ErrLocked)
+	assert.Contains(t, err.Error(), "another relay holds the data directory "+dir)
+}
+
+// TestPoolLog_JournalShorterThanItsMarkResetsTheRanks: a journal that ends
+// before its high-water mark (the tail of the newest write-ahead log lost:
+// simulated here by deleting the last journalled commands, as a truncated
+// log would) is reported with the exact count lost, every recovered rank is
+// reset degraded at its recovered epoch, and the resets are journalled so
+// the next start is whole again and still empty.
+func TestPoolLog_JournalShorterThanItsMarkResetsTheRanks(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := Open(dir)
+	require.NoError(t, err)
+	pl := st.Pool("dc-a", Options{})
+	rec, err := pl.Load()
+	require.NoError(t, err)
+	require.Zero(t, rec.Lost)
+	h := startActor(t, pl)
+	require.NoError(t, pl.Restore(ctx, h, rec))
+	drive(t, h, 0)
+	drive(t, h, 1)
+	want, err := h.ExportState(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return pl.Stats().Durable == want.JournalPosition }, 5*time.Second, time.Millisecond)
+	require.NoError(t, h.Shutdown(ctx))
+	require.NoError(t, pl.Close(ctx))
+	// The last 5 commands are gone from the journal; the mark still says
+	// they were committed.
+	require.NoError(t, st.db.DeleteRange(logKey("dc-a", want.JournalPosition-4), logKey("dc-a", want.JournalPosition+1), pebble.Sync))
+	require.NoError(t, st.Close())
+
+	st, err = Open(dir)
+	require.NoError(t, err)
+	pl = st.Pool("dc-a", Options{})
+	rec, err = pl.Load()
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), rec.Lost)
+	require.Equal(t, want.JournalPosition-5, rec.Position)
+	h2 := startActor(t, pl)
+	require.NoError(t, pl.Restore(ctx, h2, rec))
+	s := pl.Stats()
+	assert.Equal(t, uint64(5), s.LostCommands)
+	assert.Positive(t, s.ResetRanks)
+	got, err := h2.ExportState(ctx)
+	require.NoError(t, err)
+	for _, m := range got.Members {
+		assert.Empty(t, m.Lineage.Blocks, "member %v still advertises blocks", m.Lineage.Member)
+	}
+	require.NoError(t, h2.Shutdown(ctx))
+	require.NoError(t, pl.Close(ctx))
+	require.NoError(t, st.Close())
+
+	st, err = Open(dir)
+	require.NoError(t, err)
+	defer st.Close()
+	pl = st.Pool("dc-a", Options{})
+	rec, err = pl.Load()
+	require.NoError(t, err)
+	assert.Zero(t, rec.Lost, "the resets made the journal whole again")
+	h3 := startActor(t, pl)
+	require.NoError(t, pl.Restore(ctx, h3, rec))
+	got, err = h3.ExportState(ctx)
+	require.NoError(t, err)
+	for _, m := range got.Members {
+		assert.Empty(t, m.Lineage.Blocks, "member %v came back after the resets", m.Lineage.Member)
+	}
+	require.NoError(t, h3.Shutdown(ctx))
+	require.NoError(t, pl.Close(ctx))
+}
