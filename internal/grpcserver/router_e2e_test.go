@@ -95,8 +95,7 @@ func (r *e2eRelay) table(t *testing.T, pool string) (uint64, []uint64) {
 // draining its stream and the relay lags it.
 type gatedLanes struct {
 	client.Lanes
-	mu   sync.RWMutex
-	held bool
+	mu sync.RWMutex
 }
 
 func (g *gatedLanes) ApplyFrame(b []byte) (consumer.Result, error) {
