@@ -94,7 +94,7 @@ var graph = map[string]rule{
 	"internal/server": {
 		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
-		tests: []string{"client", "consumer", "internal/testing/natstest", "internal/sim/engine", "internal/testing/streamprobe"},
+		tests: []string{"client", "consumer", "internal/grpcserver", "internal/testing/natstest", "internal/sim/engine", "internal/testing/streamprobe"},
 	},
 	"internal/sim/workload": {
 		imports: []string{"ckf", "github.com/zeebo/xxh3"},
@@ -142,7 +142,7 @@ var graph = map[string]rule{
 		tests:   []string{"internal/testing/natstest"},
 	},
 	"internal/sim/demo": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "github.com/nats-io/nats-server/v2"},
+		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats-server/v2", "google.golang.org/grpc"},
 	},
 	"cmd/relay": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},

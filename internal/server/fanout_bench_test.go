@@ -1,6 +1,6 @@
 //go:build unix
 
-package server
+package server_test
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/grpcserver"
+	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 )
 
@@ -39,7 +41,8 @@ func (p *probeLanes) ApplyFrame(b []byte) (consumer.Result, error) {
 	return res, err
 }
 
-// countingListener counts the bytes the relay writes to its HTTP clients.
+// countingListener counts the bytes the relay writes to its HTTP (or gRPC)
+// clients.
 type countingListener struct {
 	net.Listener
 	out *atomic.Uint64
@@ -77,34 +80,40 @@ func heapAlloc() uint64 {
 	return ms.HeapAlloc
 }
 
-// BenchmarkFanout feeds one pool's frames to 64 routers, through the relay's
-// HTTP hub (one stream each) or through NATS JetStream (the relay publishes
-// once; an embedded nats-server fans out), side by side. One op is a batch
-// of 16 Stored events of 4 new blocks, flushed; it ends when a probe router
-// sees the batch's first block. Reported per op: freshness (admission to
-// visible at the probe router, p50/p99) and process CPU per subscriber;
-// once: live heap per subscriber after every router installed its snapshot.
-// Everything runs in one process (relay, NATS server, routers), so CPU and
-// heap include the routers' own work, the same in both variants; the
-// difference between the variants is the transport's. relay-out-B/op is
-// what the relay itself sends per op: every HTTP stream's bytes, or its one
-// NATS connection's (heartbeats included in both).
+// BenchmarkFanout feeds one pool's frames to 64 routers, side by side in one
+// run, through the relay's HTTP hub (one stream each), through NATS
+// JetStream (the relay publishes once; an embedded nats-server fans out), or
+// through the relay's gRPC service, Dynamo's dynamo.kvrelay.v1 contract
+// (internal/grpcserver: one catalog stream and one SubscribeKvPool stream per
+// router, CBI1 payloads, on the same hub and publisher lease as HTTP). One op
+// is a batch of 16 Stored events of 4 new blocks, flushed; it ends when a
+// probe router sees the batch's first block. Reported per op: freshness
+// (admission to visible at the probe router, p50/p99) and process CPU per
+// subscriber; once: live heap per subscriber after every router installed
+// its snapshot. Everything runs in one process (relay, NATS server,
+// routers), so CPU and heap include the routers' own work, the same for
+// every transport but gRPC's, whose routers also decode protobuf and CBI1
+// and re-encode wire v1 frames; the rest of the difference is the
+// transport's. relay-out-B/op is what the relay itself sends per op: every
+// HTTP stream's bytes, its one NATS connection's, or every gRPC
+// connection's (heartbeats, and over gRPC the catalog revisions, included).
 func BenchmarkFanout(b *testing.B) {
-	for _, transport := range []string{"http", "nats"} {
+	for _, transport := range []string{"http", "nats", "grpc"} {
 		b.Run("transport="+transport+"/routers=64", func(b *testing.B) { benchFanout(b, transport, 64) })
 	}
 }
 
 func benchFanout(b *testing.B, transport string, routers int) {
 	const eventsPerBatch, blocksPerEvent = 16, 4
-	cfg := Config{Pools: []PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 14}}, MaxSubscribers: routers + 8}
+	cfg := server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 14}}, MaxSubscribers: routers + 8}
 	var natsURL string
 	if transport == "nats" {
 		ns := natstest.Start(b, natstest.Options{})
 		natsURL = ns.URL()
-		cfg.NATS = NATSOut{URL: natsURL}
+		cfg.NATS = server.NATSOut{URL: natsURL}
 	}
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := server.New(cfg, log)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,11 +121,27 @@ func benchFanout(b *testing.B, transport string, routers int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var httpOut atomic.Uint64
+	var httpOut, grpcOut atomic.Uint64
 	go func() { _ = s.Serve(countingListener{Listener: ln, out: &httpOut}) }()
+	var g *grpcserver.Server
+	var gaddr string
+	if transport == "grpc" {
+		if g, err = grpcserver.New(s, log); err != nil {
+			b.Fatal(err)
+		}
+		gln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		gaddr = gln.Addr().String()
+		go func() { _ = g.Serve(countingListener{Listener: gln, out: &grpcOut}) }()
+	}
 	egress := func() uint64 {
-		if s.nats != nil {
-			return s.nats.nc.Stats().OutBytes
+		switch transport {
+		case "nats":
+			return s.NATSOutBytesForTest()
+		case "grpc":
+			return grpcOut.Load()
 		}
 		return httpOut.Load()
 	}
@@ -124,6 +149,9 @@ func benchFanout(b *testing.B, transport string, routers int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = s.Shutdown(ctx)
+		if g != nil {
+			_ = g.Shutdown(ctx)
+		}
 	}()
 	if transport == "nats" {
 		for s.NATSStats()["p"].Snapshots == 0 {
@@ -151,11 +179,14 @@ func benchFanout(b *testing.B, transport string, routers int) {
 			probe = &probeLanes{Native: native, seen: make(chan struct{}, 1)}
 			lanes = probe
 		}
-		rc := client.Config{ConsumerInstance: uint64(100 + i), Targets: []client.Target{{Pool: "p", Lane: 0}},
+		rc := client.Config{ConsumerInstance: uint64(100 + i), Targets: []client.Target{{Pool: "p", Lane: 0, DCID: 1}},
 			HTTPClient: &http.Client{Transport: &http.Transport{}}}
-		if transport == "nats" {
+		switch transport {
+		case "nats":
 			rc.NATS = &client.NATSConfig{URL: natsURL}
-		} else {
+		case "grpc":
+			rc.GRPC = &client.GRPCConfig{Target: gaddr} // a connection per router, as HTTP's transport per router
+		default:
 			rc.RelayURL = "http://" + ln.Addr().String()
 		}
 		r, err := client.New(rc, lanes)
@@ -173,7 +204,6 @@ func benchFanout(b *testing.B, transport string, routers int) {
 	}
 	heapPerSub := float64(heapAlloc()-heap0) / float64(routers)
 
-	p := s.pools["p"]
 	var next uint64 = 1
 	fresh := make([]time.Duration, 0, b.N)
 	ev := ckf.RouterEvent{Kind: ckf.EventStored}
@@ -191,13 +221,13 @@ func benchFanout(b *testing.B, transport string, routers int) {
 			if e == 0 {
 				first = ev.Blocks[0].TokensHash // a root: its canonical hash is its tokens hash
 			}
-			if err := p.admit(ctx, 1, ev); err != nil {
+			if err := s.AdmitForTest(ctx, "p", ev); err != nil {
 				b.Fatal(err)
 			}
 		}
 		t0 := time.Now()
 		probe.key.Store(first)
-		if err := p.handle.Flush(ctx); err != nil {
+		if err := s.FlushForTest(ctx, "p"); err != nil {
 			b.Fatal(err)
 		}
 		select {

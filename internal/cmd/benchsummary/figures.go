@@ -219,7 +219,9 @@ var figures = []figure{
 
 	// Fan-out to 64 routers of one pool: through the relay's HTTP hub (a
 	// stream each) vs through NATS JetStream (one publish, an embedded
-	// nats-server fans out). One process holds relay, NATS server and
+	// nats-server fans out) vs through the relay's dynamo.kvrelay.v1 gRPC
+	// service (a catalog and a SubscribeKvPool stream each, CBI1 payloads,
+	// the same hub as HTTP). One process holds relay, NATS server and
 	// routers: cpu and heap per subscriber include the routers' own work;
 	// relay-out is what the relay alone sends per op (16 events × 4 blocks).
 	{Name: "relay_fanout64_http_fresh_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=http/routers=64", Metric: "fresh-p50-ns", Unit: "ns"},
@@ -234,6 +236,14 @@ var figures = []figure{
 	{Name: "relay_fanout64_http_relay_out_bytes_per_op", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=http/routers=64", Metric: "relay-out-B/op", Unit: "bytes"},
 	{Name: "relay_fanout64_nats_relay_out_bytes_per_op", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Metric: "relay-out-B/op", Unit: "bytes"},
 	{Name: "relay_fanout64_nats_vs_http_relay_out", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=nats/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "relay-out-B/op", Unit: "ratio"},
+	{Name: "relay_fanout64_grpc_fresh_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "fresh-p50-ns", Unit: "ns"},
+	{Name: "relay_fanout64_grpc_fresh_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "fresh-p99-ns", Unit: "ns"},
+	{Name: "relay_fanout64_grpc_vs_http_fresh_p50", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "fresh-p50-ns", Unit: "ratio"},
+	{Name: "relay_fanout64_grpc_cpu_ns_per_op_sub", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "cpu-ns/op/sub", Unit: "ns"},
+	{Name: "relay_fanout64_grpc_vs_http_cpu", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "cpu-ns/op/sub", Unit: "ratio"},
+	{Name: "relay_fanout64_grpc_heap_bytes_per_sub", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "heap-B/sub", Unit: "bytes"},
+	{Name: "relay_fanout64_grpc_relay_out_bytes_per_op", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "relay-out-B/op", Unit: "bytes"},
+	{Name: "relay_fanout64_grpc_vs_http_relay_out", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "relay-out-B/op", Unit: "ratio"},
 }
 
 // runtimeFigures are the four-runtime table (internal/integration/wasmtime

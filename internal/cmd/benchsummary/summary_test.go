@@ -250,3 +250,28 @@ func TestRun_FiguresFilter(t *testing.T) {
 	require.Contains(t, lines[0], "(in internal/integration/wasmtime)")
 	require.Equal(t, 2, run([]string{"-n", "-figures", "("}, &out, &errOut))
 }
+
+// TestFigures_FanoutSideBySide checks that the fan-out table reports every
+// transport of BenchmarkFanout (HTTP, NATS and gRPC) with the same five
+// metrics, and each other transport's CPU and relay egress as a ratio to
+// HTTP's measured in the same rounds.
+func TestFigures_FanoutSideBySide(t *testing.T) {
+	const top, base = "BenchmarkFanout/transport=", "BenchmarkFanout/transport=http/routers=64"
+	have := map[[3]string]bool{} // bench, base, metric
+	for _, f := range figures {
+		if f.Pkg == "./internal/server" && strings.HasPrefix(f.Bench, top) {
+			have[[3]string{f.Bench, f.Base, f.Metric}] = true
+		}
+	}
+	for _, tr := range []string{"http", "nats", "grpc"} {
+		bench := top + tr + "/routers=64"
+		for _, m := range []string{"fresh-p50-ns", "fresh-p99-ns", "cpu-ns/op/sub", "heap-B/sub", "relay-out-B/op"} {
+			assert.True(t, have[[3]string{bench, "", m}], "no figure for %s %s", bench, m)
+		}
+		if tr != "http" {
+			for _, m := range []string{"cpu-ns/op/sub", "relay-out-B/op"} {
+				assert.True(t, have[[3]string{bench, base, m}], "no %s ratio of %s to HTTP", m, bench)
+			}
+		}
+	}
+}

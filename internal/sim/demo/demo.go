@@ -35,7 +35,7 @@ type demoOptions struct {
 	trace         string // "" synthetic, "embedded", or a Mooncake-format file
 	fprProbes     int
 	report        string // directory for the HTML report, "" for none
-	transport     string // "http" or "nats" (demo_nats.go)
+	transport     string // "http", "nats" (nats.go) or "grpc" (grpc.go)
 	command       string // the command line, for the report
 }
 
@@ -75,7 +75,7 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 60*time.Second, "give up if the router's lanes are not all ready within this")
 	fs.StringVar(&o.trace, "trace", "", `requests from a Mooncake-format JSONL trace, in order at --rate (timestamps ignored), instead of the synthetic generator; "embedded" for the Mooncake synthetic trace`)
 	fs.IntVar(&o.fprProbes, "probes", 200_000, "never-stored keys probed against every lane for the false-positive rate")
-	fs.StringVar(&o.transport, "transport", "http", "how the router hears the relay: http (a stream per pool) or nats (JetStream, an embedded nats-server)")
+	fs.StringVar(&o.transport, "transport", "http", "how the router hears the relay: http (a stream per pool), nats (JetStream, an embedded nats-server) or grpc (Dynamo's dynamo.kvrelay.v1 contract, which the relay serves beside HTTP)")
 	fs.StringVar(&o.report, "report", "", "write an HTML report with SVG plots and its JSON into this directory at the end")
 	if err := fs.Parse(args); err != nil {
 		return o, ErrUsage
@@ -86,8 +86,8 @@ func parseDemo(args []string, stderr io.Writer) (demoOptions, error) {
 		return o, ErrUsage
 	}
 	switch {
-	case o.transport != "http" && o.transport != "nats":
-		fmt.Fprintf(stderr, "demo: --transport must be http or nats, not %q\n", o.transport)
+	case o.transport != "http" && o.transport != "nats" && o.transport != "grpc":
+		fmt.Fprintf(stderr, "demo: --transport must be http, nats or grpc, not %q\n", o.transport)
 		return o, ErrUsage
 	case o.consumer != "wasm" && o.consumer != "native":
 		fmt.Fprintf(stderr, "demo: --consumer must be wasm or native, not %q\n", o.consumer)
@@ -186,8 +186,12 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 	if err := openFeeds(ctx, feeds, relay.base); err != nil {
 		return nil, err
 	}
+	relayAddr := relay.base
+	if relay.grpc != "" {
+		relayAddr += " (gRPC " + relay.grpc + ")"
+	}
 	fmt.Fprintf(stdout, "ckfrelay demo: %d data centers × %d workers × %d ranks, %d blocks per rank; relay %s; %d buckets per pool; %s consumer; %s; router over %s\n",
-		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, relay.base, relay.format.BucketCount, o.consumer, src.name, o.transport)
+		o.dataCenters, o.workers, o.ranks, o.blocksPerRank, relayAddr, relay.format.BucketCount, o.consumer, src.name, o.transport)
 	router, err := startDemoRouter(ctx, o, relay)
 	if err != nil {
 		return nil, err
@@ -202,7 +206,7 @@ func demo(ctx context.Context, o demoOptions, stdout io.Writer) (*replay.Report,
 		return nil, err
 	}
 	rep := loop.report(ctx)
-	if err := printSummary(stdout, rep, router.laneInfo, &loop.model); err != nil {
+	if err := printSummary(stdout, rep, router.laneInfo, router.grpc, &loop.model); err != nil {
 		return rep, err
 	}
 	if o.report != "" {

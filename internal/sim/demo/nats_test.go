@@ -19,6 +19,11 @@ func TestDemo_OverNATS(t *testing.T) {
 }
 
 func TestDemo_TransportFlag(t *testing.T) {
+	for _, tr := range []string{"http", "nats", "grpc"} {
+		o, err := parseDemo([]string{"--transport", tr}, io.Discard)
+		require.NoError(t, err, tr)
+		assert.Equal(t, tr, o.transport)
+	}
 	_, err := parseDemo([]string{"--transport", "carrier-pigeon"}, io.Discard)
 	require.ErrorIs(t, err, ErrUsage)
 	o, err := parseDemo(nil, io.Discard)

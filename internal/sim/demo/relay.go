@@ -9,11 +9,13 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
+	"github.com/ckfrelay/ckfrelay/internal/grpcserver"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 )
 
 // demoRelay is the demo's relay: one pool per data center, dc-0 … dc-N,
-// serving HTTP on a loopback port.
+// serving HTTP on a loopback port (and, for --transport grpc, Dynamo's
+// dynamo.kvrelay.v1 contract on another).
 type demoRelay struct {
 	srv      *server.Server
 	cfg      server.Config // as the server completed it
@@ -24,6 +26,12 @@ type demoRelay struct {
 	// pools through an embedded nats-server (nil for HTTP); stopNATS stops it.
 	nats     *client.NATSConfig
 	stopNATS func()
+	// grpc is the relay's gRPC address when --transport grpc serves the
+	// pools over dynamo.kvrelay.v1 beside HTTP ("" otherwise); gsrv serves
+	// it.
+	grpc   string
+	gsrv   *grpcserver.Server
+	served chan error // gsrv.Serve's result
 }
 
 // poolName names data center d's pool.
@@ -56,16 +64,47 @@ func startDemoRelay(o demoOptions, feeds []dcFeed) (*demoRelay, error) {
 		return nil, err
 	}
 	go func() { _ = srv.Serve(ln) }()
-	format, _ := ckf.Config{ExpectedBlocks: expected, Seed: ckf.DefaultSeed, MaxKicks: ckf.DefaultMaxKicks,
+	r := &demoRelay{srv: srv, cfg: srv.Config(), base: "http://" + ln.Addr().String(), expected: expected,
+		nats: natsCfg, stopNATS: stopNATS}
+	if o.transport == "grpc" {
+		if err := r.serveGRPC(quiet); err != nil {
+			r.close()
+			return nil, err
+		}
+	}
+	r.format, _ = ckf.Config{ExpectedBlocks: expected, Seed: ckf.DefaultSeed, MaxKicks: ckf.DefaultMaxKicks,
 		VerificationWindow: ckf.DefaultVerificationWindow, PublishEveryNEvents: 1}.Format()
-	return &demoRelay{srv: srv, cfg: srv.Config(), base: "http://" + ln.Addr().String(), expected: expected, format: format,
-		nats: natsCfg, stopNATS: stopNATS}, nil
+	return r, nil
+}
+
+// serveGRPC serves the relay's pools over gRPC on a loopback port, as
+// `relay serve --grpc-listen` does: the same pools, hubs and publisher
+// leases as the HTTP streams.
+func (r *demoRelay) serveGRPC(log *slog.Logger) error {
+	g, err := grpcserver.New(r.srv, log)
+	if err != nil {
+		return fmt.Errorf("demo: grpc: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = g.Shutdown(context.Background())
+		return fmt.Errorf("demo: grpc: %w", err)
+	}
+	r.gsrv, r.grpc, r.served = g, ln.Addr().String(), make(chan error, 1)
+	go func() { r.served <- g.Serve(ln) }()
+	return nil
 }
 
 // close shuts the relay down, waiting at most 5 s for its streams.
 func (r *demoRelay) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// The pools first (their HTTP and gRPC filter streams end with the
+	// published tail), then the gRPC catalog and load streams.
 	_ = r.srv.Shutdown(ctx)
+	if r.gsrv != nil {
+		_ = r.gsrv.Shutdown(ctx)
+		<-r.served
+	}
 	r.stopNATS()
 }

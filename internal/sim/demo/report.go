@@ -85,11 +85,14 @@ func writeDemoReport(w io.Writer, o demoOptions, trace string, rep *replay.Repor
 
 // printSummary prints the lanes' final state, the load the latency model
 // ran at and the report's table.
-func printSummary(w io.Writer, rep *replay.Report, lanes []client.LaneInfo, model *modelLoad) error {
+func printSummary(w io.Writer, rep *replay.Report, lanes []client.LaneInfo, grpc *grpcCounts, model *modelLoad) error {
 	fmt.Fprintf(w, "\nsummary after %d requests (%d events, %d blocks) against the fleet's exact ground truth\n",
 		rep.Requests, rep.Events, rep.EventBlocks)
 	for d, li := range lanes {
 		fmt.Fprintf(w, "  lane %d (%s)  sequence %d  resubscribes %d  staleness %v\n", d, li.Pool, li.Sequence, li.Resubscribes, li.Staleness.Round(time.Millisecond))
+	}
+	if grpc != nil {
+		fmt.Fprintf(w, "  over gRPC: %d SubscribeKvPool streams, %d FilterUpdates received\n", grpc.streams.Load(), grpc.updates.Load())
 	}
 	if rep.LanesNotReady > 0 {
 		fmt.Fprintf(w, "  %d lane answers missing (lane not ready), not scored\n", rep.LanesNotReady)

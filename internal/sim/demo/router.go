@@ -23,6 +23,7 @@ type demoRouter struct {
 	delivery *deliveryLanes // wraps lanes for the client
 	dcs      int
 	laneInfo []client.LaneInfo // each lane's state when the router stopped
+	grpc     *grpcCounts       // what arrived over gRPC (nil: HTTP or NATS)
 
 	closeLanes func()
 	cancel     context.CancelFunc
@@ -39,15 +40,20 @@ func startDemoRouter(ctx context.Context, o demoOptions, relay *demoRelay) (*dem
 	var targets []client.Target
 	for d := range o.dataCenters {
 		m.Lanes[d] = &ckf.PoolID{Domain: domain, DCID: uint64(d + 1)}
-		targets = append(targets, client.Target{Pool: poolName(d), Lane: d})
+		targets = append(targets, client.Target{Pool: poolName(d), Lane: d, DCID: uint64(d + 1)})
 	}
 	lanes, closeLanes, err := newLanes(ctx, o.consumer, m)
 	if err != nil {
 		return nil, err
 	}
 	rcfg := client.Config{RelayURL: relay.base, ConsumerInstance: demoConsumerInstance, Targets: targets, IdleTimeout: 5 * time.Second}
-	if relay.nats != nil {
+	var counts *grpcCounts
+	switch {
+	case relay.nats != nil:
 		rcfg.RelayURL, rcfg.NATS = "", relay.nats
+	case relay.grpc != "":
+		counts = &grpcCounts{}
+		rcfg.RelayURL, rcfg.GRPC = "", demoGRPC(relay.grpc, counts)
 	}
 	delivery := &deliveryLanes{Lanes: lanes}
 	cr, err := client.New(rcfg, delivery)
@@ -56,7 +62,7 @@ func startDemoRouter(ctx context.Context, o demoOptions, relay *demoRelay) (*dem
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &demoRouter{Router: cr, lanes: lanes, delivery: delivery, dcs: o.dataCenters, closeLanes: closeLanes, cancel: cancel, done: make(chan struct{})}
+	r := &demoRouter{Router: cr, lanes: lanes, delivery: delivery, dcs: o.dataCenters, grpc: counts, closeLanes: closeLanes, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		_ = cr.Run(rctx)
