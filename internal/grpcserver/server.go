@@ -68,6 +68,8 @@ type Server struct {
 	// Stream limits, one per streaming RPC.
 	catalogSlots, poolSlots, readinessSlots, loadSlots, servingSlots chan struct{}
 	consumers                                                        atomic.Uint64
+	connSlots                                                        chan struct{} // one per open connection (listener.go)
+	refusedConns                                                     atomic.Uint64 // connections closed at max_connections
 
 	catalog *feed[*kvrelaypb.KvPoolCatalogUpdate]
 	load    *feed[*kvrelaypb.KvPoolLoadUpdate]
@@ -98,14 +100,17 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 		id:           &kvrelaypb.RelayIdentity{DrtInstanceId: instance, RelayIncarnation: relay.Incarnation()},
 		catalogSlots: make(chan struct{}, cfg.GRPC.MaxStreams), poolSlots: make(chan struct{}, cfg.GRPC.MaxStreams),
 		readinessSlots: make(chan struct{}, cfg.GRPC.MaxStreams), loadSlots: make(chan struct{}, cfg.GRPC.MaxStreams),
-		servingSlots: make(chan struct{}, cfg.GRPC.MaxStreams),
-		catalog:      newFeed[*kvrelaypb.KvPoolCatalogUpdate](loadHistory), load: newFeed[*kvrelaypb.KvPoolLoadUpdate](loadHistory),
+		servingSlots: make(chan struct{}, cfg.GRPC.MaxStreams), connSlots: make(chan struct{}, cfg.GRPC.MaxConnections),
+		catalog: newFeed[*kvrelaypb.KvPoolCatalogUpdate](loadHistory), load: newFeed[*kvrelaypb.KvPoolLoadUpdate](loadHistory),
 		serving:        newFeed[*kvrelaypb.ServingLoadUpdate](loadHistory),
 		maxDeltaImages: cbi1.MaxDeltaImages, stop: make(chan struct{}), loopDone: make(chan struct{})}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(kvrelay.MaxMessageBytes), grpc.MaxSendMsgSize(kvrelay.MaxMessageBytes),
 		// Find dead transports, so a vanished subscriber frees its slot.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// and close connections that finish no handshake, or carry no RPC.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
+			MaxConnectionIdle: time.Duration(cfg.GRPC.IdleTimeout)}),
+		grpc.ConnectionTimeout(time.Duration(cfg.GRPC.HandshakeTimeout)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}
 	if cfg.TLSCertFile != "" {
@@ -156,7 +161,7 @@ func checkToken(ctx context.Context, want []byte) error {
 
 // Serve accepts connections on ln until Shutdown.
 func (g *Server) Serve(ln net.Listener) error {
-	err := g.grpc.Serve(ln)
+	err := g.grpc.Serve(&boundedListener{Listener: ln, slots: g.connSlots, refused: &g.refusedConns})
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}

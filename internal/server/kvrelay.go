@@ -35,12 +35,24 @@ type GRPCConfig struct {
 	// host name and the gRPC listen address, stable across restarts
 	// (relay_incarnation, the start time, tells restarts apart).
 	InstanceID uint64 `json:"instance_id,omitempty"`
+	// MaxConnections bounds the listener's open connections; a connection
+	// beyond it is closed at once (and counted), so idle or half-open peers
+	// cannot exhaust the relay's descriptors. Default 1024.
+	MaxConnections int `json:"max_connections,omitempty"`
+	// HandshakeTimeout bounds a connection's TLS and HTTP/2 handshake;
+	// IdleTimeout closes a connection that has had no RPC for that long.
+	// Defaults 5s and 2m.
+	HandshakeTimeout Duration `json:"handshake_timeout,omitempty"`
+	IdleTimeout      Duration `json:"idle_timeout,omitempty"`
 }
 
 // Defaults of GRPCConfig.
 const (
 	DefaultGRPCMaxStreams   = 256
 	DefaultGRPCLoadInterval = time.Second
+	DefaultGRPCMaxConns     = 1024
+	DefaultGRPCHandshake    = 5 * time.Second
+	DefaultGRPCIdle         = 2 * time.Minute
 )
 
 // KvPoolSpec is a pool's descriptive metadata in the gRPC catalog
@@ -100,6 +112,9 @@ var WorkerRoles = []string{"prefill", "decode", "encode", "aggregated", "legacy"
 func (c *GRPCConfig) withDefaults() {
 	setDefault(&c.MaxStreams, DefaultGRPCMaxStreams)
 	setDefault(&c.LoadInterval, Duration(DefaultGRPCLoadInterval))
+	setDefault(&c.MaxConnections, DefaultGRPCMaxConns)
+	setDefault(&c.HandshakeTimeout, Duration(DefaultGRPCHandshake))
+	setDefault(&c.IdleTimeout, Duration(DefaultGRPCIdle))
 }
 
 func (c GRPCConfig) validate() error {
@@ -108,6 +123,9 @@ func (c GRPCConfig) validate() error {
 	}
 	if c.LoadInterval < Duration(10*time.Millisecond) {
 		return invalid("grpc.load_interval %v < 10ms", time.Duration(c.LoadInterval))
+	}
+	if c.MaxConnections < 1 || c.HandshakeTimeout <= 0 || c.IdleTimeout <= 0 {
+		return invalid("grpc.max_connections must be ≥ 1, grpc.handshake_timeout and grpc.idle_timeout > 0")
 	}
 	return nil
 }
