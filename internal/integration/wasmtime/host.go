@@ -469,6 +469,16 @@ func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res
 	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) { putUint32s(b, tokens) }, blockSize, salt, res)
 }
 
+// QueryTokensWith implements client.Lanes: query kind abi.QueryTokensWith,
+// the request in the token query layout (abi.PutTokenQuery).
+func (in *Instance) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error {
+	n := abi.TokenQuerySize(len(tokens), o)
+	if n < 0 || uint64(n) > math.MaxUint32 {
+		return fmt.Errorf("%w: token query of %d tokens and %d multimodal lists exceeds the ABI's u32 sizes", consumer.ErrInvalidQuery, len(tokens), len(o.MM))
+	}
+	return in.query(abi.QueryTokensWith, n, 1, func(b []byte) { abi.PutTokenQuery(b, tokens, o) }, blockSize, salt, res)
+}
+
 // littleEndianHost reports whether this host stores integers as the module
 // reads them (wasm is little-endian): then query input is one copy.
 var littleEndianHost = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
