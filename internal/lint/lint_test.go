@@ -468,7 +468,6 @@ func matchesCitation(h, cite string) bool {
 // t.Fatal*/t.Error* directly, each with why. Entries only go away: an entry
 // with no such call left fails the test, so convert, then delete the line.
 var plainFailAllowed = map[string]string{
-	"internal/server/":       "server benches: being rewritten alongside the server in progress",
 	"cmd/relay/soak_test.go": "relay soak: being rewritten in progress",
 }
 
