@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/internal/testing/streamprobe"
 	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -109,9 +109,7 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		defer resp.Body.Close()
-		if err := probe.Run(resp.Body); errors.Is(err, streamprobe.ErrClosed) {
-			t.Errorf("the measuring consumer was closed: %v", err)
-		}
+		assert.NotErrorIs(t, probe.Run(resp.Body), streamprobe.ErrClosed, "the measuring consumer was closed")
 	}()
 	<-probe.Ready()
 
@@ -162,8 +160,7 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusAccepted {
-					t.Errorf("events: %s", resp.Status)
+				if !assert.Equal(t, http.StatusAccepted, resp.StatusCode, "events: %s", resp.Status) {
 					return
 				}
 				events.Add(64)
@@ -240,16 +237,16 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 			defer wg.Done()
 			for n := 0; ctx.Err() == nil; n++ {
 				req, err := hostileReqs[(n+g)%len(hostileReqs)]()
-				require.NoError(t, err)
+				if !assert.NoError(t, err) { // not require: this is not the test's goroutine
+					return
+				}
 				resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 				if err != nil {
 					return
 				}
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode < 400 {
-					t.Errorf("hostile request %d answered %s", (n+g)%len(hostileReqs), resp.Status)
-				}
+				assert.GreaterOrEqual(t, resp.StatusCode, 400, "hostile request %d answered %s", (n+g)%len(hostileReqs), resp.Status)
 				hostile.Add(1)
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -311,13 +308,8 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 
 func assertOK(t *testing.T, err error, resp *http.Response) bool {
 	t.Helper()
-	if err != nil {
-		t.Error(err)
+	if !assert.NoError(t, err) {
 		return false
 	}
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("stream: %s", resp.Status)
-		return false
-	}
-	return true
+	return assert.Equal(t, http.StatusOK, resp.StatusCode, "stream: %s", resp.Status)
 }

@@ -62,7 +62,7 @@ func testConfig() server.Config {
 
 func startRelay(t *testing.T, cfg server.Config, dial ...grpc.DialOption) *testRelay {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	srv, err := server.New(cfg, log)
 	require.NoError(t, err)
 	g, err := New(srv, log)

@@ -45,7 +45,7 @@ type e2eRelay struct {
 
 func startE2ERelay(t *testing.T, cfg server.Config, grpcAddr string) *e2eRelay {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	srv, err := server.New(cfg, log)
 	require.NoError(t, err)
 	g, err := New(srv, log)

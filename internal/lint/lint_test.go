@@ -467,10 +467,7 @@ func matchesCitation(h, cite string) bool {
 // plainFailAllowed lists the test files and directories that still call
 // t.Fatal*/t.Error* directly, each with why. Entries only go away: an entry
 // with no such call left fails the test, so convert, then delete the line.
-var plainFailAllowed = map[string]string{
-	"internal/server/":       "server benches: being rewritten alongside the server in progress",
-	"cmd/relay/soak_test.go": "relay soak: being rewritten in progress",
-}
+var plainFailAllowed = map[string]string{}
 
 // testingTypes are the parameter types whose Fatal*/Error* the rule reports.
 var testingTypes = map[string]bool{"*testing.T": true, "*testing.B": true, "*testing.F": true, "testing.TB": true, "*rapid.T": true}

@@ -11,6 +11,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/stretchr/testify/require"
 )
 
 // benchRelay is a relay serving on a loopback port for a benchmark, with its
@@ -30,19 +31,13 @@ type benchRelay struct {
 func startBenchRelay(b *testing.B, cfg server.Config, log *slog.Logger) *benchRelay {
 	b.Helper()
 	srv, err := server.New(cfg, log)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	go func() { _ = srv.Serve(ln) }()
 	r := &benchRelay{srv: srv, cfg: srv.Config(), url: "http://" + ln.Addr().String()}
 	format, err := r.cfg.Pools[0].Format()
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	r.m = consumer.Manifest{ConsumerInstance: 100, Domain: r.cfg.Domain(), Format: format, VerificationWindow: 2}
 	r.m.Lanes[0] = &ckf.PoolID{Domain: r.cfg.Domain(), DCID: r.cfg.Pools[0].DCID}
 	return r

@@ -4,7 +4,7 @@ package server_test
 
 import (
 	"context"
-	"io"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -22,6 +22,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/grpcserver"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+	"github.com/stretchr/testify/require"
 )
 
 // probeLanes reports when a probed key first becomes visible on its lanes.
@@ -112,27 +113,20 @@ func benchFanout(b *testing.B, transport string, routers int) {
 		natsURL = ns.URL()
 		cfg.NATS = server.NATSOut{URL: natsURL}
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	s, err := server.New(cfg, log)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	var httpOut, grpcOut atomic.Uint64
 	go func() { _ = s.Serve(countingListener{Listener: ln, out: &httpOut}) }()
 	var g *grpcserver.Server
 	var gaddr string
 	if transport == "grpc" {
-		if g, err = grpcserver.New(s, log); err != nil {
-			b.Fatal(err)
-		}
+		g, err = grpcserver.New(s, log)
+		require.NoError(b, err)
 		gln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		gaddr = gln.Addr().String()
 		go func() { _ = g.Serve(countingListener{Listener: gln, out: &grpcOut}) }()
 	}
@@ -171,9 +165,7 @@ func benchFanout(b *testing.B, transport string, routers int) {
 		m := consumer.Manifest{ConsumerInstance: uint64(100 + i), Domain: domain, Format: format, VerificationWindow: 2}
 		m.Lanes[0] = &ckf.PoolID{Domain: domain, DCID: 1}
 		native, err := client.NewNative(m)
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		var lanes client.Lanes = native
 		if i == 0 {
 			probe = &probeLanes{Native: native, seen: make(chan struct{}, 1)}
@@ -190,9 +182,7 @@ func benchFanout(b *testing.B, transport string, routers int) {
 			rc.RelayURL = "http://" + ln.Addr().String()
 		}
 		r, err := client.New(rc, lanes)
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		rs = append(rs, r)
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = r.Run(ctx) }()
@@ -222,18 +212,18 @@ func benchFanout(b *testing.B, transport string, routers int) {
 				first = ev.Blocks[0].TokensHash // a root: its canonical hash is its tokens hash
 			}
 			if err := s.AdmitForTest(ctx, "p", ev); err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 		}
 		t0 := time.Now()
 		probe.key.Store(first)
 		if err := s.FlushForTest(ctx, "p"); err != nil {
-			b.Fatal(err)
+			require.Fail(b, fmt.Sprint(err))
 		}
 		select {
 		case <-probe.seen:
 		case <-time.After(30 * time.Second):
-			b.Fatalf("probe never saw the batch (%+v)", rs[0].Lane(0))
+			require.FailNow(b, fmt.Sprintf("probe never saw the batch (%+v)", rs[0].Lane(0)))
 		}
 		fresh = append(fresh, time.Since(t0))
 	}

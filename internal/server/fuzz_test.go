@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -46,7 +45,7 @@ func FuzzHandlers(f *testing.F) {
 	}
 	cfg := testConfig()
 	cfg.MaxRequestBytes = 64 << 10
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(f, err)
 	f.Cleanup(func() { _ = s.Shutdown(context.Background()) })
 	h := s.Handler()

@@ -30,10 +30,12 @@ import (
 )
 
 // serveReal runs s.Serve on a loopback listener (the http.Server settings:
-// timeouts, connection bound) and returns its base URL and address.
+// timeouts, connection bound, and TLS when cfg names a key pair) and returns
+// its base URL (https:// under TLS, else http://) and address. Cleanup shuts
+// it down and requires Serve to have returned nil.
 func serveReal(t *testing.T, cfg Config) (*Server, string, string) {
 	t.Helper()
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -43,9 +45,13 @@ func serveReal(t *testing.T, cfg Config) (*Server, string, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = s.Shutdown(ctx)
-		require.NoError(t, <-done)
+		require.NoError(t, <-done, "Serve")
 	})
-	return s, "http://" + ln.Addr().String(), ln.Addr().String()
+	scheme := "http://"
+	if cfg.TLSCertFile != "" {
+		scheme = "https://"
+	}
+	return s, scheme + ln.Addr().String(), ln.Addr().String()
 }
 
 // serveOnce sends one request to h in process and returns the recorder.

@@ -16,6 +16,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 	"github.com/ckfrelay/ckfrelay/internal/testing/streamprobe"
 	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkIngest measures ingest end to end, the same batches through both
@@ -36,9 +37,7 @@ func BenchmarkIngest(b *testing.B) {
 func benchIngest(b *testing.B, transport string) {
 	const eventsPerBatch, blocksPerEvent, blockSize = 64, 4, 16
 	base, err := engine.FreePorts(2)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	pub, rep := fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+1)
 	// A deep subscriber queue: the burst must not drop the consumer into
 	// re-snapshots, which would measure slow-subscriber recovery instead.
@@ -46,26 +45,21 @@ func benchIngest(b *testing.B, transport string) {
 	var eng *engine.Engine
 	if transport == "zmq" {
 		eng, err = engine.Start(engine.Config{Endpoint: pub, Replay: rep, BlockSize: blockSize, BufferSteps: 1 << 20})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		defer eng.Close()
 		cfg.Pools[0].Sources = []server.SourceSpec{{Engine: "vllm", Endpoint: pub, Replay: rep, Worker: 1, BlockSize: blockSize}}
 	}
-	r := startBenchRelay(b, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := startBenchRelay(b, cfg, slog.New(slog.DiscardHandler))
 	defer r.stop()
 	url := r.url
 
 	// The subscriber: a native consumer applying every frame.
 	c, err := consumer.New(r.m)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	probe := streamprobe.New(c)
 	resp, err := http.Get(url + "/v1/pools/p/stream?consumer=100&lane=0&epoch=1")
-	if err != nil || resp.StatusCode != http.StatusOK {
-		b.Fatalf("subscribe: %v", err)
-	}
+	require.NoError(b, err, "subscribe")
+	require.Equal(b, http.StatusOK, resp.StatusCode, "subscribe")
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -127,11 +121,9 @@ func benchIngest(b *testing.B, transport string) {
 		deadline := time.Now().Add(10 * time.Second)
 		for !visible(w.first) {
 			if time.Now().After(deadline) {
-				b.Fatal("the zmq source never delivered a batch")
+				require.FailNow(b, "the zmq source never delivered a batch")
 			}
-			if err := eng.PublishEncoded(w.payload); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, eng.PublishEncoded(w.payload))
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
@@ -150,17 +142,17 @@ func benchIngest(b *testing.B, transport string) {
 	send := func(bt *batch) {
 		if transport == "zmq" {
 			if err := eng.PublishEncoded(bt.payload); err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 		} else {
 			resp, err := hc.Post(url+"/v1/pools/p/events?source_epoch=1", "application/json", bytes.NewReader(bt.body))
 			if err != nil {
-				b.Fatal(err)
+				require.Fail(b, fmt.Sprint(err))
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusAccepted {
-				b.Fatalf("events: %s", resp.Status)
+				require.Fail(b, fmt.Sprintf("events: %s", resp.Status))
 			}
 		}
 	}
@@ -168,7 +160,7 @@ func benchIngest(b *testing.B, transport string) {
 		deadline := time.Now().Add(30 * time.Second)
 		for !visible(key) {
 			if time.Now().After(deadline) {
-				b.Fatal(what + " never reached the consumer")
+				require.FailNow(b, what+" never reached the consumer")
 			}
 			time.Sleep(50 * time.Microsecond)
 		}
@@ -191,14 +183,14 @@ func benchIngest(b *testing.B, transport string) {
 	// Freshness, paced: send one batch, wait until the consumer holds it.
 	for i := warmup + b.N; i < len(batches); i++ {
 		measured := probe.Measured()
-		if !probe.Probe(batches[i].first, time.Now()) {
-			b.Fatal("a probe was still pending")
+		if !probe.Probe(batches[i].first, time.Now()) { // no testify call between the probe's clock and the send
+			require.Fail(b, "a probe was still pending")
 		}
 		send(&batches[i])
 		deadline := time.Now().Add(10 * time.Second)
 		for probe.Measured() == measured {
 			if time.Now().After(deadline) {
-				b.Fatal("a paced batch never reached the consumer")
+				require.FailNow(b, "a paced batch never reached the consumer")
 			}
 			time.Sleep(20 * time.Microsecond) // the reader takes the time, not this loop
 		}
@@ -210,8 +202,6 @@ func benchIngest(b *testing.B, transport string) {
 	}
 	if transport == "zmq" {
 		st := r.srv.SourceStatuses("p")
-		if st[0].Gaps+st[0].Rejected+st[0].Degraded > 0 {
-			b.Fatalf("the zmq source lost batches: %+v", st[0])
-		}
+		require.Zero(b, st[0].Gaps+st[0].Rejected+st[0].Degraded, "the zmq source lost batches: %+v", st[0])
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/internal/testing/streamprobe"
 	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkRelayLoad posts batches of Stored events (64 events × 4 new blocks)
@@ -29,16 +30,13 @@ func BenchmarkRelayLoad(b *testing.B) {
 	base := r.url
 
 	c, err := consumer.New(r.m)
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	probe := streamprobe.New(c)
 	ready := make(chan struct{}, subscribers)
 	for i := range subscribers {
 		resp, err := http.Get(fmt.Sprintf("%s/v1/pools/p/stream?consumer=%d&lane=0&epoch=1", base, 100+i))
-		if err != nil || resp.StatusCode != http.StatusOK {
-			b.Fatalf("subscriber %d: %v", i, err)
-		}
+		require.NoError(b, err, "subscriber %d", i)
+		require.Equal(b, http.StatusOK, resp.StatusCode, "subscriber %d", i)
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
@@ -97,12 +95,12 @@ func BenchmarkRelayLoad(b *testing.B) {
 		probe.Probe(ckf.AppendSequenceHashes(nil, []uint64{firstLocal})[0], time.Now())
 		resp, err := hc.Post(base+"/v1/pools/p/events?source_epoch=1", "application/json", bytes.NewReader(body))
 		if err != nil {
-			b.Fatal(err)
+			require.Fail(b, fmt.Sprint(err))
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusAccepted {
-			b.Fatalf("events: %s", resp.Status)
+			require.Fail(b, fmt.Sprintf("events: %s", resp.Status))
 		}
 	}
 	elapsed := time.Since(start)

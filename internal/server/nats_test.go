@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http/httptest"
@@ -34,7 +33,7 @@ func natsTestConfig(url string, snapshotEvery time.Duration) Config {
 
 func startNATSRelay(t *testing.T, cfg Config) *Server {
 	t.Helper()
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -556,7 +555,7 @@ func TestNATS_ServerDownAtRelayStart(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	ns.Shutdown()
 	cfg := natsTestConfig(ns.URL(), time.Second)
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err, "a NATS server that is down must not stop the relay")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -34,7 +33,7 @@ func testConfig() Config {
 
 func startTestServer(t *testing.T, cfg Config) (*Server, *httptest.Server) {
 	t.Helper()
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err, "New")
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {

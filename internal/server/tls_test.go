@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"io"
 	"io/fs"
 	"log/slog"
 	"math/big"
@@ -61,19 +60,7 @@ func TestServer_TLSAndAuth(t *testing.T) {
 	certFile, keyFile, roots := selfSigned(t, t.TempDir())
 	cfg.TLSCertFile, cfg.TLSKeyFile = certFile, keyFile
 	cfg.AuthToken = "tok"
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.Shutdown(ctx)
-		assert.NoError(t, <-done, "Serve")
-	})
-	base := "https://" + ln.Addr().String()
+	_, base, addr := serveReal(t, cfg)
 	tlsClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
 
 	get := func(c *http.Client, url, token string) (int, error) {
@@ -96,7 +83,7 @@ func TestServer_TLSAndAuth(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, code, "TLS without token")
 	// A plain-HTTP request to the TLS port gets no API answer: an error, or
 	// any status but 200.
-	if code, err := get(&http.Client{Timeout: 5 * time.Second}, "http://"+ln.Addr().String()+"/v1/pools", "tok"); err == nil {
+	if code, err := get(&http.Client{Timeout: 5 * time.Second}, "http://"+addr+"/v1/pools", "tok"); err == nil {
 		assert.NotEqual(t, http.StatusOK, code, "plain HTTP on the TLS port answered 200")
 	}
 	// A client that does not trust the certificate is refused.
@@ -109,7 +96,7 @@ func TestServer_TLSAndAuth(t *testing.T) {
 func TestNew_BadTLSFilesFailBeforeServing(t *testing.T) {
 	cfg := testConfig()
 	cfg.TLSCertFile, cfg.TLSKeyFile = filepath.Join(t.TempDir(), "missing.pem"), filepath.Join(t.TempDir(), "missing.key")
-	s, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := New(cfg, slog.New(slog.DiscardHandler))
 	if err == nil {
 		_ = s.Shutdown(context.Background())
 	}
