@@ -144,9 +144,10 @@ var graph = map[string]rule{
 	"internal/sim/demo": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats-server/v2", "google.golang.org/grpc"},
 	},
+	"internal/tail": {imports: []string{"ckf", "client", "internal/catalog", "wire"}},
 	"cmd/relay": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
-		tests: []string{"internal/sim/engine", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer",
+		imports: []string{"client", "consumer", "internal/grpcserver", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "internal/tail", "wasm/host", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
+		tests: []string{"ckf", "internal/catalog", "internal/sim/engine", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
 	},
 	"cmd/wasmbuild": {
