@@ -147,10 +147,11 @@ var graph = map[string]rule{
 	"internal/sim/demo": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats-server/v2", "google.golang.org/grpc"},
 	},
-	"internal/tail": {imports: []string{"ckf", "client", "internal/catalog", "wire"}},
+	"internal/serve": {imports: []string{"internal/grpcserver", "internal/server"}},
+	"internal/tail":  {imports: []string{"ckf", "client", "internal/catalog", "wire"}},
 	"cmd/relay": {
-		imports: []string{"internal/grpcserver", "internal/server", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
-		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer", "wasm/host", "wire",
+		imports: []string{"internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
+		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer", "wasm/host", "wire",
 			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
 	},
 	"cmd/wasmbuild": {
