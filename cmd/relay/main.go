@@ -3,18 +3,27 @@
 //	relay serve [flags]     host pools over HTTP (see README "HTTP API")
 //	relay tail [flags]      print a pool's frame stream as JSON lines
 //	relay demo [flags]      three data centers, a synthetic fleet and a router, in one process
+//	relay replay [flags]    replay a Mooncake trace through simulated data centers, scored against exact truth
 //
-// Run "relay <command> -h" for each command's flags.
+// Run "relay <command> -h" for each command's flags. Each command is one
+// small file here that calls the Run of the package that owns it:
+// internal/serve, internal/tail, internal/sim/demo and
+// internal/sim/replay/replaycmd.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 )
+
+// errUsage is what a subcommand returns for bad flags (its package's usage
+// error translated); the command exits 2.
+var errUsage = errors.New("usage")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

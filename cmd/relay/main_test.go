@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,9 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/server"
-	"github.com/ckfrelay/ckfrelay/wire"
 )
 
 func TestRun_UsageErrorsExit2(t *testing.T) {
@@ -61,55 +58,6 @@ func TestRun_ServeInvalidConfigExits1(t *testing.T) {
 	// A pool flag without dc= is a configuration error, not a usage error.
 	got := run(context.Background(), []string{"serve", "--listen", "127.0.0.1:0", "--pool", "a:dc=1", "--pool", "a:dc=2"}, &out, &errb)
 	assert.False(t, got != 1 || !strings.Contains(errb.String(), "duplicate pool name"), "run(serve, duplicate pools) = %d, stderr %q; want 1 naming the duplicate", got, errb.String())
-}
-
-// tailFrames prints one JSON object per frame, words and images in hex, and
-// stops after the close frame.
-func TestTailFrames_JSONLinesWithHexWords(t *testing.T) {
-	id := ckf.ProducerIdentity{Pool: ckf.PoolID{DCID: 3}, ProducerIncarnation: 9, Format: ckf.NewFormat(ckf.DefaultSeed, 4)}
-	lease := ckf.LaneLease{ConsumerInstance: 5, PhysicalLane: 2, AssignmentEpoch: 11}
-	var buf bytes.Buffer
-	w := wire.NewWriter(&buf, 0)
-	snap := ckf.Snapshot{Identity: id, Lease: lease, Sequence: 7, Words: []uint64{0, 0xdeadbeef, 1 << 63, 42}}
-	require.NoError(t, w.WriteSnapshot(&snap))
-	frames := []wire.Frame{
-		{Kind: wire.KindDelta, Delta: ckf.Delta{Identity: id, Lease: lease, BaseSequence: 7, Sequence: 8, Images: []ckf.BucketImage{{Bucket: 1, Word: 0xabc}}}},
-		{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: id, Lease: lease, LastSequence: 8, UnixMicros: 1}},
-		{Kind: wire.KindDrainMarker, Drain: ckf.DrainMarker{Lease: lease, ExpectedSequence: 8}},
-		{Kind: wire.KindClose, Close: wire.Close{Reason: wire.CloseShuttingDown, Message: "bye"}},
-		{Kind: wire.KindHeartbeat, Heartbeat: wire.Heartbeat{Identity: id, Lease: lease, LastSequence: 8}}, // after close: not printed
-	}
-	for i := range frames {
-		require.NoError(t, w.WriteFrame(&frames[i]))
-	}
-	var out bytes.Buffer
-	require.NoError(t, tailFrames(&buf, &out, 0), "tailFrames")
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	wantKinds := []string{"snapshot_chunk", "delta", "heartbeat", "drain_marker", "close"}
-	require.Len(t, lines, len(wantKinds), "got %d lines, want %d:\n%s", len(lines), len(wantKinds), out.String())
-	var got []map[string]any
-	for i, l := range lines {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &m), "line %d %q is not JSON", i, l)
-		assert.False(t, m["kind"] != wantKinds[i], "line %d kind %v, want %s", i, m["kind"], wantKinds[i])
-		got = append(got, m)
-	}
-	ws := fmt.Sprint(got[0]["words"])
-	assert.Equal(t, "[0000000000000000 00000000deadbeef 8000000000000000 000000000000002a]", ws, "snapshot words %s, want 16-digit hex", ws)
-	assert.False(t, got[0]["sequence"] != "7" || fmt.Sprint(got[0]["lease"]) != "map[consumer:5 epoch:11 lane:2]", "snapshot line %v, want sequence 7 under lease 5/2/11", got[0])
-	im := fmt.Sprint(got[1]["images"])
-	assert.Equal(t, "[map[bucket:1 word:0000000000000abc]]", im, "delta images %s, want bucket 1 word in hex", im)
-	assert.False(t, got[3]["expected_sequence"] != "8" || got[4]["reason"] != "shutting_down", "drain %v / close %v, want expected 8 and reason shutting_down", got[3], got[4])
-
-	// --frames limits the output.
-	out.Reset()
-	buf.Reset()
-	_ = w.WriteSnapshot(&snap)
-	_ = w.WriteFrame(&frames[0])
-	err := tailFrames(&buf, &out, 1)
-	assert.False(t, err != nil || strings.Count(out.String(), "\n") != 1, "tailFrames(limit 1) = %v, %q; want one line", err, out.String())
-	// A corrupt stream is an error, not a panic.
-	assert.Error(t, tailFrames(strings.NewReader("\x00\x00\x00\x05garbage"), io.Discard, 0), "tailFrames(garbage) = nil, want an error")
 }
 
 // run tail against a live in-process relay: the snapshot's words are the

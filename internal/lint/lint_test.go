@@ -127,9 +127,12 @@ var graph = map[string]rule{
 	"internal/cmd/benchsummary":    {},
 	"internal/cmd/wasirun":         {imports: []string{"github.com/tetratelabs/wazero"}},
 	"internal/sim/replay/report":   {imports: []string{"internal/sim/replay", "gonum.org/v1/plot"}},
-	"internal/cmd/nativeconsumer":  {imports: []string{"client", "internal/integration/conformance", "wasm/abi"}},
-	"internal/lint":                {},
-	"internal/persist":             {imports: []string{"ckf", "producer", "wire", "github.com/cockroachdb/pebble/v2"}},
+	"internal/sim/replay/replaycmd": {
+		imports: []string{"client", "consumer", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
+	},
+	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/integration/conformance", "wasm/abi"}},
+	"internal/lint":               {},
+	"internal/persist":            {imports: []string{"ckf", "producer", "wire", "github.com/cockroachdb/pebble/v2"}},
 	"internal/source/zmq": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/go-zeromq/zmq4", "github.com/go-zeromq/zmq4/transport", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
 		tests:   []string{"internal/sim/engine", "producer", "pgregory.net/rapid"},
@@ -144,9 +147,11 @@ var graph = map[string]rule{
 	"internal/sim/demo": {
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats-server/v2", "google.golang.org/grpc"},
 	},
+	"internal/serve": {imports: []string{"internal/grpcserver", "internal/server"}},
+	"internal/tail":  {imports: []string{"ckf", "client", "internal/catalog", "wire"}},
 	"cmd/relay": {
-		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/sim/demo", "internal/sim/replay", "internal/sim/replay/report", "internal/server", "internal/sim/workload", "wasm/host", "wire", "github.com/schollz/progressbar/v3", "golang.org/x/term"},
-		tests: []string{"internal/sim/engine", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer",
+		imports: []string{"internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
+		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer", "wasm/host", "wire",
 			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
 	},
 	"cmd/wasmbuild": {
