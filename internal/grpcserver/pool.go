@@ -52,7 +52,7 @@ func (g *Server) SubscribeKvPool(req *kvrelaypb.SubscribeKvPoolRequest, stream g
 	}
 	want, err := producerFromWire(req.GetExpectedProducer())
 	switch {
-	case errors.Is(err, errUnsupportedIdentity):
+	case errors.Is(err, kvrelay.ErrUnsupportedIdentity):
 		return kvrelay.Fail(ctx, reasonUnsupported, "%v", err)
 	case err != nil:
 		return kvrelay.Fail(ctx, reasonInvalid, "%v", err)
