@@ -156,7 +156,7 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 		rt.Close(ctx)
 		return nil, fmt.Errorf("%w: compile: %v", ErrModule, err)
 	}
-	for _, name := range exportNames {
+	for _, name := range abi.ExportNames {
 		if _, ok := compiled.ExportedFunctions()[name]; !ok {
 			rt.Close(ctx)
 			return nil, fmt.Errorf("%w: missing export %q", ErrModule, name)

@@ -65,7 +65,7 @@ func (in *Instance) fresh(ctx context.Context) (*module, error) {
 	p, v, err := mod.input(len(in.enc))
 	if err == nil {
 		copy(v, in.enc)
-		err = mod.check("configure", fnConfigure, uint64(p), uint64(len(in.enc)))
+		err = mod.check("configure", abi.ExportConfigure, uint64(p), uint64(len(in.enc)))
 	}
 	if err != nil {
 		mod.close()
@@ -75,7 +75,7 @@ func (in *Instance) fresh(ctx context.Context) (*module, error) {
 }
 
 // check calls an export that returns 0 or a negative code.
-func (m *module) check(op string, fn int, params ...uint64) error {
+func (m *module) check(op string, fn abi.Export, params ...uint64) error {
 	v, err := m.call(fn, params...)
 	if err != nil {
 		return err
@@ -157,10 +157,10 @@ func (in *Instance) resetLocked(cause error) error {
 		p, v, err := mod.input(len(enc))
 		if err == nil {
 			copy(v, enc)
-			err = mod.check("assign", fnAssign, uint64(p), uint64(len(enc)))
+			err = mod.check("assign", abi.ExportAssign, uint64(p), uint64(len(enc)))
 		}
 		if err == nil {
-			err = mod.check("retire", fnRetire, uint64(l))
+			err = mod.check("retire", abi.ExportRetire, uint64(l))
 		}
 		if err != nil {
 			mod.close()
@@ -181,7 +181,7 @@ func (in *Instance) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) e
 			return err
 		}
 		copy(v, enc)
-		if err := m.check("assign", fnAssign, uint64(p), uint64(len(enc))); err != nil {
+		if err := m.check("assign", abi.ExportAssign, uint64(p), uint64(len(enc))); err != nil {
 			return err
 		}
 		if int(lease.PhysicalLane) < len(in.assigned) {
@@ -197,7 +197,7 @@ func (in *Instance) Retire(lane int) error {
 		if lane < 0 || lane > 1<<16 {
 			return &Error{Op: "retire", Code: abi.ErrWrongLane}
 		}
-		return m.check("retire", fnRetire, uint64(lane))
+		return m.check("retire", abi.ExportRetire, uint64(lane))
 	})
 }
 
@@ -210,14 +210,14 @@ func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 			return err
 		}
 		copy(v, frame)
-		code, err := m.call(fnApply, uint64(p), uint64(len(frame)))
+		code, err := m.call(abi.ExportApply, uint64(p), uint64(len(frame)))
 		if err != nil {
 			return err
 		}
 		if c := abi.Code(int32(code)); c < 0 {
 			return &Error{Op: "apply", Code: c, Message: m.lastError()}
 		}
-		if _, err := m.call(fnLastResult, uint64(m.out)); err != nil {
+		if _, err := m.call(abi.ExportLastResult, uint64(m.out)); err != nil {
 			return err
 		}
 		res = abi.ReadResult(m.record(abi.ResultSize)).Result
@@ -257,7 +257,7 @@ func (m *module) query(kind int, count, width int, fill func(b []byte), blockSiz
 		return err
 	}
 	fill(v)
-	code, err := m.call(fnQuery, uint64(kind), uint64(p), uint64(count), uint64(blockSize), salt, uint64(m.out))
+	code, err := m.call(abi.ExportQuery, uint64(kind), uint64(p), uint64(count), uint64(blockSize), salt, uint64(m.out))
 	if err != nil {
 		return err
 	}
@@ -273,17 +273,17 @@ func (m *module) query(kind int, count, width int, fill func(b []byte), blockSiz
 
 // Query implements client.Lanes.
 func (in *Instance) Query(locals []uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QueryLocalHashes, len(locals), 8, func(b []byte) { putUint64s(b, locals) }, 0, 0, res)
+	return in.query(abi.QueryLocalHashes, len(locals), 8, func(b []byte) { abi.PutUint64s(b, locals) }, 0, 0, res)
 }
 
 // QuerySequenceHashes implements client.Lanes.
 func (in *Instance) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QuerySequenceHashes, len(seq), 8, func(b []byte) { putUint64s(b, seq) }, 0, 0, res)
+	return in.query(abi.QuerySequenceHashes, len(seq), 8, func(b []byte) { abi.PutUint64s(b, seq) }, 0, 0, res)
 }
 
 // QueryTokens implements client.Lanes.
 func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) { putUint32s(b, tokens) }, blockSize, salt, res)
+	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) { abi.PutUint32s(b, tokens) }, blockSize, salt, res)
 }
 
 // QueryTokensWith implements client.Lanes: query kind abi.QueryTokensWith,
@@ -303,7 +303,7 @@ func (in *Instance) Contains(seqHash uint64) (uint16, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := m.call(fnContains, seqHash)
+	v, err := m.call(abi.ExportContains, seqHash)
 	if err == nil {
 		if c := abi.Code(int32(v)); c < 0 {
 			err = &Error{Op: "contains", Code: c, Message: m.lastError()}
@@ -323,7 +323,7 @@ func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
 		if lane < 0 || lane > 1<<16 {
 			return &Error{Op: "lane_status", Code: abi.ErrWrongLane}
 		}
-		if err := m.check("lane_status", fnLaneStatus, uint64(lane), uint64(m.out)); err != nil {
+		if err := m.check("lane_status", abi.ExportLaneStatus, uint64(lane), uint64(m.out)); err != nil {
 			return err
 		}
 		s = abi.ReadLaneStatus(m.record(abi.LaneStatusSize), &in.manifest, lane)
@@ -343,7 +343,7 @@ func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 		if err != nil {
 			return err
 		}
-		if err := m.check("lane_words", fnLaneWords, uint64(lane), uint64(p), uint64(8*n)); err != nil {
+		if err := m.check("lane_words", abi.ExportLaneWords, uint64(lane), uint64(p), uint64(8*n)); err != nil {
 			return err
 		}
 		v, _ := m.mem.Read(p, uint32(8*n))
@@ -359,7 +359,7 @@ func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 func (in *Instance) Stats() (consumer.Stats, error) {
 	var s consumer.Stats
 	err := in.do(func(m *module) error {
-		if err := m.check("stats", fnStats, uint64(m.out)); err != nil {
+		if err := m.check("stats", abi.ExportStats, uint64(m.out)); err != nil {
 			return err
 		}
 		s = abi.ReadStats(m.record(abi.StatsSize))
@@ -373,7 +373,7 @@ func (in *Instance) Stats() (consumer.Stats, error) {
 func (in *Instance) LiveBuffers() (int, error) {
 	var n int
 	err := in.do(func(m *module) error {
-		v, err := m.call(fnLiveBuffers)
+		v, err := m.call(abi.ExportLiveBuffers)
 		n = int(int32(v))
 		return err
 	})

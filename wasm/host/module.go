@@ -9,32 +9,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/wasm/abi"
 )
 
-// Export indexes into module.fns.
-const (
-	fnABIVersion = iota
-	fnAlloc
-	fnFree
-	fnConfigure
-	fnAssign
-	fnRetire
-	fnApply
-	fnLastResult
-	fnLastError
-	fnQuery
-	fnContains
-	fnLaneStatus
-	fnLaneWords
-	fnStats
-	fnSalt
-	fnLiveBuffers
-	numExports
-)
-
-var exportNames = [numExports]string{
-	"abi_version", "alloc", "free", "configure", "assign", "retire", "apply", "last_result",
-	"last_error", "query", "contains", "lane_status", "lane_words", "stats", "salt", "live_buffers",
-}
-
 // recordBytes is the size of the fixed output buffer: the largest record.
 const recordBytes = 256
 
@@ -43,7 +17,7 @@ const recordBytes = 256
 type module struct {
 	mod   api.Module
 	mem   api.Memory
-	fns   [numExports]api.Function
+	fns   [abi.NumExports]api.Function
 	stack [6]uint64
 	ctx   context.Context
 
@@ -54,7 +28,7 @@ type module struct {
 
 func newModule(mod api.Module) *module {
 	m := &module{mod: mod, mem: mod.Memory(), ctx: context.Background()}
-	for i, n := range exportNames {
+	for i, n := range abi.ExportNames {
 		m.fns[i] = mod.ExportedFunction(n)
 	}
 	return m
@@ -62,19 +36,19 @@ func newModule(mod api.Module) *module {
 
 // call invokes export fn with params and returns its single result. An
 // error means the call trapped (the module's state is undefined).
-func (m *module) call(fn int, params ...uint64) (uint64, error) {
+func (m *module) call(fn abi.Export, params ...uint64) (uint64, error) {
 	st := m.stack[:max(len(params), 1)]
 	copy(st, params)
 	if err := m.fns[fn].CallWithStack(m.ctx, st); err != nil {
-		return 0, fmt.Errorf("%s: %w", exportNames[fn], err)
+		return 0, fmt.Errorf("%s: %w", abi.ExportNames[fn], err)
 	}
 	return st[0], nil
 }
 
 func (m *module) call0(name string) (uint64, error) {
-	for i, n := range exportNames {
+	for i, n := range abi.ExportNames {
 		if n == name {
-			return m.call(i)
+			return m.call(abi.Export(i))
 		}
 	}
 	return 0, fmt.Errorf("no export %q", name)
@@ -91,7 +65,7 @@ func (m *module) setup() error {
 }
 
 func (m *module) alloc(n uint32) (uint32, error) {
-	p, err := m.call(fnAlloc, uint64(n))
+	p, err := m.call(abi.ExportAlloc, uint64(n))
 	if err != nil {
 		return 0, err
 	}
@@ -110,7 +84,7 @@ func (m *module) input(n int) (uint32, []byte, error) {
 	}
 	if uint32(n) > m.scratchCap || m.scratch == 0 {
 		if m.scratch != 0 {
-			if _, err := m.call(fnFree, uint64(m.scratch)); err != nil {
+			if _, err := m.call(abi.ExportFree, uint64(m.scratch)); err != nil {
 				return 0, nil, err
 			}
 			m.scratch, m.scratchCap = 0, 0
@@ -138,7 +112,7 @@ func (m *module) record(n uint32) []byte {
 
 // lastError reads the module's last error message.
 func (m *module) lastError() string {
-	n, err := m.call(fnLastError, uint64(m.out), recordBytes)
+	n, err := m.call(abi.ExportLastError, uint64(m.out), recordBytes)
 	if err != nil || int32(n) <= 0 {
 		return ""
 	}
@@ -147,7 +121,7 @@ func (m *module) lastError() string {
 		// Long message: read it through a scratch buffer.
 		p, _, err := m.input(int(n))
 		if err == nil {
-			if _, err := m.call(fnLastError, uint64(p), n); err == nil {
+			if _, err := m.call(abi.ExportLastError, uint64(p), n); err == nil {
 				v, _ := m.mem.Read(p, uint32(n))
 				return string(v)
 			}

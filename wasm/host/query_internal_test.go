@@ -38,7 +38,7 @@ func TestQueryExport_BuffersCheckedEveryCall(t *testing.T) {
 	require.NoError(t, err)
 	query := func(kind int, ptr uint32, count uint32, out uint32) abi.Code {
 		t.Helper()
-		v, err := m.call(fnQuery, uint64(kind), uint64(ptr), uint64(count), 16, 0, uint64(out))
+		v, err := m.call(abi.ExportQuery, uint64(kind), uint64(ptr), uint64(count), 16, 0, uint64(out))
 		require.NoError(t, err, "the query export trapped")
 		return abi.Code(int32(v))
 	}
@@ -68,7 +68,7 @@ func TestQueryExport_BuffersCheckedEveryCall(t *testing.T) {
 	}
 	assert.Equal(t, abi.ErrBadArgument, query(9, p, 4, m.out), "unknown kind")
 
-	_, err = m.call(fnFree, uint64(p))
+	_, err = m.call(abi.ExportFree, uint64(p))
 	require.NoError(t, err)
 	for _, kind := range []int{abi.QuerySequenceHashes, abi.QueryTokens} {
 		assert.Equal(t, abi.ErrBadArgument, query(kind, p, 4, m.out), "kind %d: freed input buffer", kind)
@@ -98,7 +98,7 @@ func TestQueryExport_TokenQueryLayout(t *testing.T) {
 		p, v, err := m.input(len(b))
 		require.NoError(t, err)
 		copy(v, b)
-		code, err := m.call(fnQuery, abi.QueryTokensWith, uint64(p), uint64(count), 4, ckf.BaseSalt, uint64(m.out))
+		code, err := m.call(abi.ExportQuery, abi.QueryTokensWith, uint64(p), uint64(count), 4, ckf.BaseSalt, uint64(m.out))
 		require.NoError(t, err, "the query export trapped")
 		return abi.Code(int32(code))
 	}

@@ -27,7 +27,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"unsafe"
 
 	wt "github.com/bytecodealliance/wasmtime-go/v39"
 
@@ -78,31 +77,6 @@ func (e *Error) Unwrap() error {
 	return ErrGuest
 }
 
-// Export indexes into Instance.fns.
-const (
-	fnABIVersion = iota
-	fnAlloc
-	fnFree
-	fnConfigure
-	fnAssign
-	fnRetire
-	fnApply
-	fnLastResult
-	fnLastError
-	fnQuery
-	fnContains
-	fnLaneStatus
-	fnLaneWords
-	fnStats
-	fnLiveBuffers
-	numExports
-)
-
-var exportNames = [numExports]string{
-	"abi_version", "alloc", "free", "configure", "assign", "retire", "apply", "last_result",
-	"last_error", "query", "contains", "lane_status", "lane_words", "stats", "live_buffers",
-}
-
 // recordBytes is the size of the output buffer: the largest record.
 const recordBytes = 256
 
@@ -138,7 +112,7 @@ func NewRuntimeWithConfig(cfg *wt.Config, wasm []byte, cacheDir string) (*Runtim
 	for _, e := range mod.Exports() {
 		have[e.Name()] = true
 	}
-	for _, n := range append(exportNames[:], "_initialize", "memory") {
+	for _, n := range append(abi.ExportNames[:], "_initialize", "memory") {
 		if !have[n] {
 			return nil, fmt.Errorf("%w: missing export %q", ErrModule, n)
 		}
@@ -194,7 +168,7 @@ type Instance struct {
 	mu       sync.Mutex
 	store    *wt.Store // nil once closed
 	mem      *wt.Memory
-	fns      [numExports]*wt.Func
+	fns      [abi.NumExports]*wt.Func
 	manifest consumer.Manifest
 	dead     error // the trap that ended the instance
 
@@ -221,10 +195,10 @@ func (r *Runtime) NewInstance(m consumer.Manifest) (*Instance, error) {
 		return fail(fmt.Errorf("%w: _initialize: %v", ErrModule, err))
 	}
 	in.mem = inst.GetExport(store, "memory").Memory()
-	for i, n := range exportNames {
+	for i, n := range abi.ExportNames {
 		in.fns[i] = inst.GetFunc(store, n)
 	}
-	if v, err := in.call(fnABIVersion); err != nil || v != abi.Version {
+	if v, err := in.call(abi.ExportABIVersion); err != nil || v != abi.Version {
 		return fail(fmt.Errorf("%w: abi version %d, want %d (%v)", ErrModule, v, abi.Version, err))
 	}
 	p, err := in.alloc(recordBytes)
@@ -234,7 +208,7 @@ func (r *Runtime) NewInstance(m consumer.Manifest) (*Instance, error) {
 	in.out = p
 	enc := abi.AppendManifest(nil, &m)
 	if err := in.withInput(enc, func(p, n uint32) error {
-		return in.check("configure", fnConfigure, int32(p), int32(n))
+		return in.check("configure", abi.ExportConfigure, int32(p), int32(n))
 	}); err != nil {
 		return fail(err)
 	}
@@ -271,17 +245,17 @@ func (in *Instance) lock() error {
 
 // call invokes an export (every one returns an i32). A trap marks the
 // instance dead.
-func (in *Instance) call(fn int, args ...any) (int32, error) {
+func (in *Instance) call(fn abi.Export, args ...any) (int32, error) {
 	v, err := in.fns[fn].Call(in.store, args...)
 	if err != nil {
-		in.dead = fmt.Errorf("%s: %v", exportNames[fn], err)
+		in.dead = fmt.Errorf("%s: %v", abi.ExportNames[fn], err)
 		return 0, fmt.Errorf("%w: %v", ErrTrapped, in.dead)
 	}
 	return v.(int32), nil
 }
 
 // check calls an export that returns 0 or a negative code.
-func (in *Instance) check(op string, fn int, args ...any) error {
+func (in *Instance) check(op string, fn abi.Export, args ...any) error {
 	v, err := in.call(fn, args...)
 	if err != nil {
 		return err
@@ -293,7 +267,7 @@ func (in *Instance) check(op string, fn int, args ...any) error {
 }
 
 func (in *Instance) alloc(n uint32) (uint32, error) {
-	p, err := in.call(fnAlloc, int32(n))
+	p, err := in.call(abi.ExportAlloc, int32(n))
 	if err != nil {
 		return 0, err
 	}
@@ -318,7 +292,7 @@ func (in *Instance) input(n int) (uint32, error) {
 		return in.scratch, nil
 	}
 	if in.scratch != 0 {
-		if _, err := in.call(fnFree, int32(in.scratch)); err != nil {
+		if _, err := in.call(abi.ExportFree, int32(in.scratch)); err != nil {
 			return 0, err
 		}
 		in.scratch, in.scratchCap = 0, 0
@@ -350,7 +324,7 @@ func (in *Instance) record(n uint32) []byte {
 
 // lastError reads the module's last error message.
 func (in *Instance) lastError() string {
-	n, err := in.call(fnLastError, int32(in.out), int32(recordBytes))
+	n, err := in.call(abi.ExportLastError, int32(in.out), int32(recordBytes))
 	if err != nil || n <= 0 {
 		return ""
 	}
@@ -361,7 +335,7 @@ func (in *Instance) lastError() string {
 	if err != nil {
 		return ""
 	}
-	if _, err := in.call(fnLastError, int32(p), n); err != nil {
+	if _, err := in.call(abi.ExportLastError, int32(p), n); err != nil {
 		return ""
 	}
 	return string(in.view()[p : p+uint32(n)])
@@ -383,7 +357,7 @@ func (in *Instance) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) e
 	}
 	defer in.mu.Unlock()
 	enc := abi.AppendAssignment(nil, &identity, &lease)
-	return in.withInput(enc, func(p, n uint32) error { return in.check("assign", fnAssign, int32(p), int32(n)) })
+	return in.withInput(enc, func(p, n uint32) error { return in.check("assign", abi.ExportAssign, int32(p), int32(n)) })
 }
 
 // Retire implements client.Lanes.
@@ -396,7 +370,7 @@ func (in *Instance) Retire(lane int) error {
 	if err != nil {
 		return err
 	}
-	return in.check("retire", fnRetire, l)
+	return in.check("retire", abi.ExportRetire, l)
 }
 
 // ApplyFrame implements client.Lanes.
@@ -407,14 +381,14 @@ func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	}
 	defer in.mu.Unlock()
 	err := in.withInput(frame, func(p, n uint32) error {
-		code, err := in.call(fnApply, int32(p), int32(n))
+		code, err := in.call(abi.ExportApply, int32(p), int32(n))
 		if err != nil {
 			return err
 		}
 		if code < 0 {
 			return &Error{Op: "apply", Code: abi.Code(code), Message: in.lastError()}
 		}
-		if _, err := in.call(fnLastResult, int32(in.out)); err != nil {
+		if _, err := in.call(abi.ExportLastResult, int32(in.out)); err != nil {
 			return err
 		}
 		res = abi.ReadResult(in.record(abi.ResultSize)).Result
@@ -441,7 +415,7 @@ func (in *Instance) query(kind int32, count, width int, fill func(b []byte), blo
 		return err
 	}
 	fill(in.view()[p : p+uint32(count*width)])
-	code, err := in.call(fnQuery, kind, int32(p), int32(count), bs, int64(salt), int32(in.out))
+	code, err := in.call(abi.ExportQuery, kind, int32(p), int32(count), bs, int64(salt), int32(in.out))
 	if err != nil {
 		return err
 	}
@@ -456,17 +430,17 @@ func (in *Instance) query(kind int32, count, width int, fill func(b []byte), blo
 
 // Query implements client.Lanes.
 func (in *Instance) Query(locals []uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QueryLocalHashes, len(locals), 8, func(b []byte) { putUint64s(b, locals) }, 0, 0, res)
+	return in.query(abi.QueryLocalHashes, len(locals), 8, func(b []byte) { abi.PutUint64s(b, locals) }, 0, 0, res)
 }
 
 // QuerySequenceHashes implements client.Lanes.
 func (in *Instance) QuerySequenceHashes(seq []uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QuerySequenceHashes, len(seq), 8, func(b []byte) { putUint64s(b, seq) }, 0, 0, res)
+	return in.query(abi.QuerySequenceHashes, len(seq), 8, func(b []byte) { abi.PutUint64s(b, seq) }, 0, 0, res)
 }
 
 // QueryTokens implements client.Lanes.
 func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *consumer.QueryResult) error {
-	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) { putUint32s(b, tokens) }, blockSize, salt, res)
+	return in.query(abi.QueryTokens, len(tokens), 4, func(b []byte) { abi.PutUint32s(b, tokens) }, blockSize, salt, res)
 }
 
 // QueryTokensWith implements client.Lanes: query kind abi.QueryTokensWith,
@@ -479,42 +453,13 @@ func (in *Instance) QueryTokensWith(tokens []uint32, blockSize int, salt uint64,
 	return in.query(abi.QueryTokensWith, n, 1, func(b []byte) { abi.PutTokenQuery(b, tokens, o) }, blockSize, salt, res)
 }
 
-// littleEndianHost reports whether this host stores integers as the module
-// reads them (wasm is little-endian): then query input is one copy.
-var littleEndianHost = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
-
-// putUint32s writes v into b as little-endian u32s: one copy of v's memory on
-// a little-endian host, where a per-element loop costs as much as the
-// module's whole hashing kernel for a 1024-block token query (BENCHMARKS.md,
-// "Four runtimes").
-func putUint32s(b []byte, v []uint32) {
-	if littleEndianHost && len(v) > 0 {
-		copy(b[:4*len(v)], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)))
-		return
-	}
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], x)
-	}
-}
-
-// putUint64s is putUint32s for u64s.
-func putUint64s(b []byte, v []uint64) {
-	if littleEndianHost && len(v) > 0 {
-		copy(b[:8*len(v)], unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 8*len(v)))
-		return
-	}
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(b[8*i:], x)
-	}
-}
-
 // Contains implements client.Lanes.
 func (in *Instance) Contains(seqHash uint64) (uint16, error) {
 	if err := in.lock(); err != nil {
 		return 0, err
 	}
 	defer in.mu.Unlock()
-	v, err := in.call(fnContains, int64(seqHash))
+	v, err := in.call(abi.ExportContains, int64(seqHash))
 	if err != nil {
 		return 0, err
 	}
@@ -535,7 +480,7 @@ func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	if err != nil {
 		return consumer.LaneStatus{}, err
 	}
-	if err := in.check("lane_status", fnLaneStatus, l, int32(in.out)); err != nil {
+	if err := in.check("lane_status", abi.ExportLaneStatus, l, int32(in.out)); err != nil {
 		return consumer.LaneStatus{}, err
 	}
 	return abi.ReadLaneStatus(in.record(abi.LaneStatusSize), &in.manifest, lane), nil
@@ -556,7 +501,7 @@ func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	if err != nil {
 		return dst, err
 	}
-	if err := in.check("lane_words", fnLaneWords, l, int32(p), int32(8*n)); err != nil {
+	if err := in.check("lane_words", abi.ExportLaneWords, l, int32(p), int32(8*n)); err != nil {
 		return dst, err
 	}
 	v := in.view()[p : p+uint32(8*n)]
@@ -572,7 +517,7 @@ func (in *Instance) Stats() (consumer.Stats, error) {
 		return consumer.Stats{}, err
 	}
 	defer in.mu.Unlock()
-	if err := in.check("stats", fnStats, int32(in.out)); err != nil {
+	if err := in.check("stats", abi.ExportStats, int32(in.out)); err != nil {
 		return consumer.Stats{}, err
 	}
 	return abi.ReadStats(in.record(abi.StatsSize)), nil
@@ -585,6 +530,6 @@ func (in *Instance) LiveBuffers() (int, error) {
 		return 0, err
 	}
 	defer in.mu.Unlock()
-	v, err := in.call(fnLiveBuffers)
+	v, err := in.call(abi.ExportLiveBuffers)
 	return int(v), err
 }

@@ -1,4 +1,4 @@
-package host
+package abi
 
 import (
 	"encoding/binary"
@@ -28,8 +28,8 @@ func TestPutUints_LittleEndian(t *testing.T) {
 			}
 			got32 := make([]byte, 4*n+3)
 			got64 := make([]byte, 8*n+5)
-			putUint32s(got32, u32)
-			putUint64s(got64, u64)
+			PutUint32s(got32, u32)
+			PutUint64s(got64, u64)
 			require.Equal(t, append(want32, 0, 0, 0), got32, "u32, n=%d le=%v", n, le)
 			require.Equal(t, append(want64, 0, 0, 0, 0, 0), got64, "u64, n=%d le=%v", n, le)
 		}
