@@ -94,14 +94,14 @@ var figures = []figure{
 	// everything is applied and published) against direct Pool.ApplyEvent on
 	// the same 4-block Stored/Removed ring; admission latency at 50% of the
 	// measured maximum rate.
-	{Name: "producer_actor_vs_pool", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor", Base: "BenchmarkActorAdmit/impl=pool", Metric: "ns/op", Unit: "ratio"},
-	{Name: "producer_actor_events_per_s", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor", Metric: "events/s", Unit: "events/s"},
-	{Name: "producer_actor_blocks_per_s", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor", Metric: "blocks/s", Unit: "blocks/s"},
-	{Name: "producer_pool_events_per_s", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=pool", Metric: "events/s", Unit: "events/s"},
-	{Name: "producer_actor_batch64_events_per_s", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Metric: "events/s", Unit: "events/s"},
-	{Name: "producer_actor_batch64_vs_actor", Pkg: "./internal/producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=actor", Metric: "ns/op", Unit: "ratio"},
-	{Name: "producer_admit_p50_ns", Pkg: "./internal/producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p50-ns", Unit: "ns"},
-	{Name: "producer_admit_p99_ns", Pkg: "./internal/producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p99-ns", Unit: "ns"},
+	{Name: "producer_actor_vs_pool", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor", Base: "BenchmarkActorAdmit/impl=pool", Metric: "ns/op", Unit: "ratio"},
+	{Name: "producer_actor_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor", Metric: "events/s", Unit: "events/s"},
+	{Name: "producer_actor_blocks_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "producer_pool_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=pool", Metric: "events/s", Unit: "events/s"},
+	{Name: "producer_actor_batch64_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Metric: "events/s", Unit: "events/s"},
+	{Name: "producer_actor_batch64_vs_actor", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=actor", Metric: "ns/op", Unit: "ratio"},
+	{Name: "producer_admit_p50_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p50-ns", Unit: "ns"},
+	{Name: "producer_admit_p99_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p99-ns", Unit: "ns"},
 
 	// relay: batches of 64 Stored events × 4 blocks POSTed over loopback HTTP
 	// into one pool with 16 stream subscribers attached; freshness is POST

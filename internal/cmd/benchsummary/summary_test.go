@@ -164,6 +164,10 @@ func TestFigures_Valid(t *testing.T) {
 			assert.False(t, procsSuffix.MatchString(b), "figure %q: benchmark %q ends in -<digits>, which the parser strips", f.Name, b)
 		}
 		assert.False(t, (f.Base != "") != (f.Unit == "ratio"), "figure %q: got Base %q with unit %q, want a Base exactly for ratios", f.Name, f.Base, f.Unit)
+		// The package must exist: a moved package otherwise fails only in
+		// `make bench` ("setup failed"), which no test runs.
+		info, err := os.Stat(filepath.Join("..", "..", "..", f.Pkg))
+		assert.True(t, err == nil && info.IsDir(), "figure %q: package directory %s does not exist", f.Name, f.Pkg)
 		if f.Module != "" {
 			_, err := os.Stat(filepath.Join("..", "..", "..", f.Module, "go.mod"))
 			assert.NoError(t, err, "figure %q: module %q: want a directory with a go.mod", f.Name, f.Module)
