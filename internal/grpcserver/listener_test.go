@@ -1,7 +1,9 @@
 package grpcserver
 
 import (
+	"io"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -48,6 +50,13 @@ func TestListener_SilentPeersAreBoundedAndClosed(t *testing.T) {
 	defer extra.Close()
 	assert.True(t, closedWithin(extra, 2*time.Second), "a connection beyond max_connections is closed at once")
 	assert.Positive(t, r.g.RefusedConnections())
+	resp, err := http.Get(r.http + "/metrics")
+	require.NoError(t, err)
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^ckfrelay_grpc_connections_refused_total [1-9]`, string(metrics), "the refusal is counted on /metrics")
+	assert.Regexp(t, `(?m)^ckfrelay_grpc_connections_open 4$`, string(metrics))
 
 	for i, c := range silent {
 		assert.True(t, closedWithin(c, 5*time.Second), "silent connection %d is closed after the handshake timeout", i)

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zeebo/xxh3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -135,6 +136,15 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 				}
 				return h(srv, ss)
 			}))
+	}
+	if err := relay.RegisterMetrics(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckfrelay_grpc_connections_refused_total",
+			Help: "gRPC connections closed at once because grpc.max_connections were open."},
+			func() float64 { return float64(g.refusedConns.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckfrelay_grpc_connections_open",
+			Help: "Open connections of the gRPC listener."},
+			func() float64 { return float64(len(g.connSlots)) })); err != nil {
+		return nil, fmt.Errorf("grpcserver: metrics: %w", err)
 	}
 	g.grpc = grpc.NewServer(opts...)
 	kvrelaypb.RegisterKvEventRelayServer(g.grpc, g)

@@ -117,7 +117,7 @@ var graph = map[string]rule{
 	"wire/kvrelay/kvrelaypb": {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	"internal/grpcserver": {
 		imports: []string{"ckf", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
-			"github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
+			"github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
 		tests: []string{"client", "consumer", "wire"},
 	},
 	"internal/catalog":             {imports: []string{"ckf"}},

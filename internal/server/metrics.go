@@ -51,6 +51,17 @@ func newMetrics() *metrics {
 	return m
 }
 
+// RegisterMetrics adds collectors of a component the server hosts (the gRPC
+// listener) to the relay's /metrics.
+func (s *Server) RegisterMetrics(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := s.m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // poolCollector reads each pool's actor statistics at scrape time.
 type poolCollector struct {
 	pools func() []*hostedPool
