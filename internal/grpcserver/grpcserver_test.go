@@ -34,7 +34,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/server"
-	"github.com/ckfrelay/ckfrelay/wire"
+	"github.com/ckfrelay/ckfrelay/internal/testing/streamtable"
 	"github.com/ckfrelay/ckfrelay/wire/cbi1"
 	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
 	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
@@ -192,51 +192,6 @@ func (rp *replica) apply(u *kvrelaypb.FilterUpdate) {
 	}
 }
 
-// httpTable follows the pool's HTTP stream until it reaches sequence at
-// and returns its table then.
-func (r *testRelay) httpTable(t *testing.T, pool string, at uint64) []uint64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("%s/v1/pools/%s/stream?consumer=99&lane=0&epoch=%d", r.http, pool, time.Now().UnixNano()), nil)
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	rd := wire.NewReader(resp.Body, server.DefaultMaxFrameBytes)
-	var words []uint64
-	var seq uint64
-	installed := false
-	for {
-		var f wire.Frame
-		require.NoError(t, rd.ReadFrame(&f))
-		switch f.Kind {
-		case wire.KindSnapshotChunk:
-			c := f.Snapshot
-			if words == nil {
-				words = make([]uint64, c.Identity.Format.BucketCount)
-			}
-			copy(words[c.BucketOffset:], c.Words)
-			if c.ChunkIndex+1 == c.ChunkCount {
-				seq, installed = c.Sequence, true
-			}
-		case wire.KindDelta:
-			for _, im := range f.Delta.Images {
-				words[im.Bucket] = im.Word
-			}
-			seq = f.Delta.Sequence
-		case wire.KindClose:
-			require.FailNow(t, "http stream closed", "%+v", f.Close)
-		}
-		if installed && seq == at {
-			return words
-		}
-		require.LessOrEqual(t, seq, at)
-	}
-}
-
 func TestGetRelayInfo(t *testing.T) {
 	r := startRelay(t, testConfig())
 	info, err := r.client.GetRelayInfo(t.Context(), stamped(&kvrelaypb.RelayInfoRequest{}))
@@ -309,7 +264,7 @@ func TestSubscribeKvPool_MatchesHTTPStream(t *testing.T) {
 		require.NoError(t, err)
 		rp.apply(u)
 	}
-	assert.Equal(t, r.httpTable(t, "dc-a", rp.seq), rp.words, "snapshot")
+	assert.Equal(t, streamtable.At(t, r.http, "dc-a", 99, rp.seq, 10*time.Second), rp.words, "snapshot")
 
 	for i := range 5 {
 		r.post(t, "dc-a", storedJSON(2, uint64(10+i), 30))
@@ -326,7 +281,7 @@ func TestSubscribeKvPool_MatchesHTTPStream(t *testing.T) {
 		rp.apply(u)
 	}
 	assert.GreaterOrEqual(t, rp.deltas, 5)
-	assert.Equal(t, r.httpTable(t, "dc-a", rp.seq), rp.words, "after deltas")
+	assert.Equal(t, streamtable.At(t, r.http, "dc-a", 99, rp.seq, 10*time.Second), rp.words, "after deltas")
 	// The HTTP stream leaves the hub when its handler sees the cancel; the
 	// gRPC stream stays: it is a subscriber of the same hub.
 	require.Eventually(t, func() bool { return p.Hub().Stats().Subscribers == 1 }, 5*time.Second, time.Millisecond)
@@ -450,7 +405,7 @@ func TestSubscribeKvPool_OversizeDeltaBecomesSnapshot(t *testing.T) {
 	}
 	assert.Equal(t, 2, rp.snapshots, "the large publication came as a snapshot")
 	assert.GreaterOrEqual(t, rp.deltas, 1, "and the stream went on with deltas")
-	assert.Equal(t, r.httpTable(t, "dc-a", rp.seq), rp.words)
+	assert.Equal(t, streamtable.At(t, r.http, "dc-a", 99, rp.seq, 10*time.Second), rp.words)
 }
 
 // TestLoadReadinessServing: pool-load windows count the exact state's

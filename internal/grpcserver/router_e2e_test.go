@@ -24,6 +24,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/internal/testing/streamtable"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -83,8 +84,7 @@ func (r *e2eRelay) table(t *testing.T, pool string) (uint64, []uint64) {
 			require.NoError(t, err)
 			require.Eventually(t, func() bool { return p.Hub().Stats().Sequence >= st.Sequence }, 10*time.Second, time.Millisecond)
 			seq := p.Hub().Stats().Sequence
-			tr := &testRelay{http: r.http}
-			return seq, tr.httpTable(t, pool, seq)
+			return seq, streamtable.At(t, r.http, pool, 99, seq, 10*time.Second)
 		}
 	}
 	require.FailNow(t, "no such pool", "%q", pool)

@@ -118,9 +118,10 @@ var graph = map[string]rule{
 	"internal/grpcserver": {
 		imports: []string{"ckf", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
 			"github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests: []string{"client", "consumer", "wire"},
+		tests: []string{"client", "consumer", "internal/testing/streamtable", "wire"},
 	},
 	"internal/catalog":             {imports: []string{"ckf"}},
+	"internal/testing/streamtable": {imports: []string{"wire", "github.com/stretchr/testify"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
 	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer"}},
 	"internal/wasmbuild":           {},
@@ -151,7 +152,7 @@ var graph = map[string]rule{
 	"internal/tail":  {imports: []string{"ckf", "client", "internal/catalog", "wire"}},
 	"cmd/relay": {
 		imports: []string{"internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
-		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "producer", "wasm/host", "wire",
+		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "internal/testing/streamtable", "producer", "wasm/host", "wire",
 			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
 	},
 	"cmd/wasmbuild": {
