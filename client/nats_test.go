@@ -8,7 +8,6 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/client/natsjs"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,11 +19,7 @@ import (
 // SnapshotTimeout, so the lane retries with the new snapshot.
 func TestNATS_StalledSnapshotGivesUpWithinItsBudget(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := ns.JetStream(t)
 	layout, err := natsjs.For("", "p")
 	require.NoError(t, err)
 	ctx := context.Background()

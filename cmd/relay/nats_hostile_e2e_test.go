@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -40,13 +39,9 @@ func dynStored(worker, hash uint64, blocks int) ckf.RouterEvent {
 func TestE2E_HostileDynamoPublisher(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	const subject = "namespace.dynamo.component.backend.kv-events"
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := ns.JetStream(t)
 	ctx := context.Background()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "kv", Subjects: []string{subject}})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "kv", Subjects: []string{subject}})
 	require.NoError(t, err)
 	cfg := server.Config{Listen: "127.0.0.1:0", MaxSourceEpochJump: 1 << 63,
 		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 16, MaxMembers: 64, PublishEveryNEvents: 1,

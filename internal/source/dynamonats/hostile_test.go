@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -190,13 +189,9 @@ func (p *poolSink) counts() (int, int) {
 func TestSource_StaleResetIsNotRedeliveredForever(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	const subject = "namespace.dynamo.component.backend.kv-events"
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := ns.JetStream(t)
 	ctx := context.Background()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "kv", Subjects: []string{subject}})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "kv", Subjects: []string{subject}})
 	require.NoError(t, err)
 	high, stuck := ckf.Member{WorkerID: 1}, ckf.Member{WorkerID: 2}
 	sink := &poolSink{epochs: map[ckf.Member]uint64{high: 1 << 61, stuck: producer.MaxSourceEpoch}}

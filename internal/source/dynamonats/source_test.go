@@ -213,13 +213,9 @@ func (e epochSink) ReplaceRanks(context.Context, []producer.RankReplacement) err
 func TestSource_JetStreamDurable(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	const subject = "namespace.dynamo.component.backend.kv-events"
-	nc, err := nats.Connect(ns.URL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := ns.JetStream(t)
 	ctx := context.Background()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "namespace-dynamo-component-backend-kv-events", Subjects: []string{subject}})
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "namespace-dynamo-component-backend-kv-events", Subjects: []string{subject}})
 	require.NoError(t, err)
 	for i := range uint64(3) {
 		_, err := js.Publish(ctx, subject, envelope(t, 9, i, stored(1, i)))

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Server is one embedded NATS server with JetStream on files.
@@ -97,6 +99,22 @@ func (s *Server) start() {
 
 // URL is the client URL.
 func (s *Server) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.opts.Port) }
+
+// JetStream connects a client to s for the rest of the test (closed at its
+// end) and returns the connection and its JetStream context.
+func (s *Server) JetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(s.URL())
+	if err != nil {
+		t.Fatalf("natstest: connect %s: %v", s.URL(), err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	return nc, js
+}
 
 // LeafURL is the leaf-node URL of a server started with LeafListen.
 func (s *Server) LeafURL() string {
