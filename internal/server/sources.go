@@ -179,7 +179,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(sourceRejectedReason, prometheus.CounterValue, float64(v), append(l, why)...)
 		}
 		failing := 0.0
-		if st.State == "failing" {
+		if st.State == source.StateFailing {
 			failing = 1
 		}
 		ch <- prometheus.MustNewConstMetric(sourceFailing, prometheus.GaugeValue, failing, l...)

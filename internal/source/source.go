@@ -64,6 +64,11 @@ type Source interface {
 	Status() Status
 }
 
+// StateFailing is the source state operators alert on: connected, but what
+// it hears cannot be used (every batch rejected or dropped for a while, or an
+// epoch the pool refuses); Status.LastError or LastDropReason says why.
+const StateFailing = "failing"
+
 // Status is a source's health as the catalog and metrics show it; the
 // shape is the catalog's (internal/catalog), where every JSON shape of
 // GET /v1/pools lives.

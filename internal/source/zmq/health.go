@@ -8,11 +8,11 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/source"
 )
 
-// StateFailing is a source state: for at least FailWindow every batch that
-// carried anything was rejected or had every event dropped, and one still was
-// within the last FailWindow (docs/ingest.md, "A source that hears nothing
-// useful"). Operators alert on it.
-const StateFailing = "failing"
+// StateFailing is source.StateFailing: here, for at least FailWindow every
+// batch that carried anything was rejected or had every event dropped, and
+// one still was within the last FailWindow (docs/ingest.md, "A source that
+// hears nothing useful"), or the pool refused a rank's epoch.
+const StateFailing = source.StateFailing
 
 // DefaultFailWindow is how long a source must hear nothing useful before it
 // reads failing.

@@ -160,7 +160,7 @@ func (s *Source) stateLocked() string {
 	case s.connected == 0:
 		return "connecting"
 	case s.failingRanks > 0:
-		return "failing"
+		return StateFailing
 	case s.notLive > 0:
 		return "degraded"
 	}
