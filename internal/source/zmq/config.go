@@ -126,6 +126,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxPeers == 0 {
 		c.MaxPeers = DefaultMaxPeers
 	}
+	if c.Ingest.FailWindow <= 0 {
+		c.Ingest.FailWindow = DefaultFailWindow
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -148,11 +148,7 @@ func (s *Source) noteBatch(b *batchDrops, payload []byte) {
 // overlayHealth turns a connected source's state into failing when the
 // window says so. s.mu is held.
 func (s *Source) overlayHealthLocked(st *source.Status, now time.Time) {
-	w := s.cfg.Ingest.FailWindow
-	if w <= 0 {
-		w = DefaultFailWindow
-	}
-	if !s.health.failing(now, w) {
+	if !s.health.failing(now, s.cfg.Ingest.FailWindow) {
 		return
 	}
 	switch st.State {
