@@ -200,6 +200,13 @@ func randomWords(rng *rand.Rand, n uint64) []uint64 {
 
 func startGRPCRouter(t *testing.T, addr string, mutate func(*Config)) (*Router, *Native) {
 	t.Helper()
+	return startGRPCRouterWith(t, addr, mutate, nil)
+}
+
+// startGRPCRouterWith is startGRPCRouter with before applied to the router
+// before it runs (to set test hooks without racing Run).
+func startGRPCRouterWith(t *testing.T, addr string, mutate func(*Config), before func(*Router)) (*Router, *Native) {
+	t.Helper()
 	n := newNative(t)
 	cfg := Config{GRPC: &GRPCConfig{Target: addr}, ConsumerInstance: testConsumer,
 		Targets:    []Target{{Pool: "p", Lane: 0, DCID: testPool.DCID}},
@@ -209,6 +216,9 @@ func startGRPCRouter(t *testing.T, addr string, mutate func(*Config)) (*Router, 
 	}
 	r, err := New(cfg, n)
 	require.NoError(t, err)
+	if before != nil {
+		before(r)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
@@ -384,14 +394,31 @@ func TestGRPC_ReasonsDecideTheRetry(t *testing.T) {
 func TestGRPC_WithdrawnKeyEndsTheSession(t *testing.T) {
 	f, addr := startFakeKV(t)
 	f.setCatalog(1, descriptor(testID))
-	r, _ := startGRPCRouter(t, addr, nil)
+	// The error a session ended with, read at its backoff: LastError alone
+	// may already hold the next attempt's ("pool not in the catalog").
+	ended := make(chan string, 64)
+	r, _ := startGRPCRouterWith(t, addr, nil, func(r *Router) {
+		r.onBackoff = func(lane int, _ time.Duration) {
+			select {
+			case ended <- r.Lane(lane).LastError:
+			default:
+			}
+		}
+	})
 	s := f.next(t)
 	f.sendSnapshot(t, s, testID, 1, make([]uint64, 64), 64)
 	require.Eventually(t, func() bool { return r.Lane(0).Ready }, 5*time.Second, time.Millisecond)
+	for len(ended) > 0 { // sessions that ended before this one
+		<-ended
+	}
 	f.setCatalog(2)
 	require.Eventually(t, func() bool { return !r.Lane(0).Ready }, 5*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { return r.Lane(0).LastError != "" }, 5*time.Second, time.Millisecond)
-	assert.Contains(t, r.Lane(0).LastError, ErrWithdrawn.Error())
+	select {
+	case why := <-ended:
+		assert.Contains(t, why, ErrWithdrawn.Error(), "the session ends because its key was withdrawn")
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "the withdrawn session never ended")
+	}
 	<-s.done
 	f.none(t, 100*time.Millisecond)
 }
