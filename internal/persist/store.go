@@ -229,6 +229,9 @@ func (p *PoolLog) Load() (Recovered, error) {
 	}
 	rec.State.JournalPosition = m.CheckpointPosition
 	rec.Position = m.CheckpointPosition
+	// The journal's blocks count toward CheckpointEveryBlocks as this
+	// run's do: the bound holds across restarts, not only within one.
+	var blocks uint64
 	it, err = db.NewIter(&pebble.IterOptions{LowerBound: logKey(p.pool, m.CheckpointPosition+1), UpperBound: poolKey(p.pool, 'm')})
 	if err != nil {
 		return rec, err
@@ -247,6 +250,7 @@ func (p *PoolLog) Load() (Recovered, error) {
 		}
 		rec.Journal = append(rec.Journal, r)
 		rec.Position = pos
+		blocks += r.blocks()
 	}
 	if err := it.Close(); err != nil {
 		return rec, err
@@ -260,7 +264,7 @@ func (p *PoolLog) Load() (Recovered, error) {
 		rec.Lost = mark - rec.Position
 	}
 	p.mu.Lock()
-	p.position, p.durable, p.checkpoint = rec.Position, rec.Position, m.CheckpointPosition
+	p.position, p.durable, p.checkpoint, p.blocks = rec.Position, rec.Position, m.CheckpointPosition, blocks
 	p.mu.Unlock()
 	rec.LoadTime = time.Since(start)
 	return rec, nil
