@@ -740,6 +740,34 @@ func (p *PoolLog) Close(ctx context.Context) error {
 	return p.writeErr
 }
 
+// WaitDurable waits until every command journalled before the call is
+// committed. It returns nil also once the journal stopped on a store
+// failure (Stats.WriteError): the pool then runs without persistence,
+// nothing more becomes durable, and a caller holding acknowledgements until
+// then would only stall its upstream. It returns ctx's error when ctx ends
+// first, and an error when the journal was closed first.
+func (p *PoolLog) WaitDurable(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pos := p.position
+	for p.durable < pos && p.writeErr == nil && !p.stopped && ctx.Err() == nil {
+		p.cond.Wait()
+	}
+	switch {
+	case p.durable >= pos || p.writeErr != nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return errors.New("persist: journal closed before the commands were durable")
+}
+
 // Stats is a point-in-time view of a pool's journal.
 type Stats struct {
 	Position   uint64    // commands journalled

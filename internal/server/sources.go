@@ -72,7 +72,7 @@ func (s *Server) startSources() error {
 			rs := &runningSource{pool: p.spec.Name, src: src, done: make(chan struct{})}
 			go func() {
 				defer close(rs.done)
-				if err := src.Run(ctx, p.handle); err != nil {
+				if err := src.Run(ctx, p.sink()); err != nil {
 					p.log.Error("source stopped", "source", src.Status().Name, "err", err)
 				}
 			}()

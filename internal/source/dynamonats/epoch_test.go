@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -177,4 +178,60 @@ func TestSource_NATSReconnectIsNotARestart(t *testing.T) {
 	st := s.Status()
 	assert.EqualValues(t, 1, st.Reconnects)
 	assert.Zero(t, st.Restarts)
+}
+
+// gatedSink is a real pool whose Durable waits for the test's release.
+type gatedSink struct {
+	producer.Handle
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedSink) Durable(ctx context.Context) error {
+	select {
+	case g.entered <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-g.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestSource_JetStreamAcksOnlyWhatIsDurable: on JetStream a message is
+// acknowledged only after the sink says the events it admitted are durable;
+// until then the server holds it as pending (a crash now redelivers it).
+func TestSource_JetStreamAcksOnlyWhatIsDurable(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	const subject = "ns.dynamo.backend.kv-events"
+	_, js := ns.JetStream(t)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "kv", Subjects: []string{subject}})
+	require.NoError(t, err)
+	rp := startRealPool(t)
+	sink := &gatedSink{Handle: rp.h, entered: make(chan struct{}), release: make(chan struct{})}
+	_, err = js.Publish(ctx, subject, envelope(t, 7, 0, stored(1, 1)))
+	require.NoError(t, err)
+	runOn(t, Config{URL: ns.URL(), Subject: subject, Stream: "kv", Durable: "relay"}, sink)
+
+	select {
+	case <-sink.entered:
+	case <-time.After(10 * time.Second):
+		require.Fail(t, "the source never waited for durability before acknowledging")
+	}
+	assert.Equal(t, []uint64{101}, rp.blocks(t, 1), "admitted")
+	cons, err := js.Consumer(ctx, "kv", "relay")
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, info.AckFloor.Stream, "not acknowledged before it is durable")
+	assert.Equal(t, 1, info.NumAckPending)
+	close(sink.release)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.AckFloor.Stream == 1 && info.NumAckPending == 0
+	}, 10*time.Second, time.Millisecond, "acknowledged once durable")
 }

@@ -222,6 +222,9 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 		defer t.Stop()
 		tick = t.C
 	}
+	// JetStream messages handled but not yet acknowledged: they are
+	// acknowledged together once what they admitted is durable.
+	var acks []func(settlement)
 	for {
 		select {
 		case m := <-msgs:
@@ -229,12 +232,15 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 			if m.settle != nil {
 				switch {
 				case err == nil:
-					m.settle(ack)
+					acks = append(acks, m.settle)
 				case errors.Is(err, errTerminal):
 					m.settle(term) // redelivering it would be refused again
 				default:
 					m.settle(nak) // not admitted: JetStream redelivers it
 				}
+			}
+			if len(acks) > 0 && (len(msgs) == 0 || len(acks) >= maxAckBatch) {
+				acks = s.ackDurable(ctx, sink, acks)
 			}
 			if errors.Is(err, errTerminal) {
 				s.update(func(st *source.Status) { st.Dropped++; st.LastError = err.Error() })
@@ -254,6 +260,45 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// maxAckBatch bounds the messages acknowledged after one wait for
+// durability: a busy consumer still acknowledges steadily (MaxAckPending is
+// 4,096).
+const maxAckBatch = 256
+
+// DurableSink is a Sink that tells when what it admitted is durable: the
+// relay gives its sources one when the pool has a data dir, and Durable
+// returns once the pool's journal committed every command admitted before
+// the call. The JetStream consumer acknowledges a message only after that
+// (docs/ingest.md "Dynamo: when a message is acknowledged"), so a relay
+// killed between admitting a message's events and committing them has the
+// message redelivered, not lost.
+type DurableSink interface {
+	source.Sink
+	Durable(ctx context.Context) error
+}
+
+// ackDurable acknowledges acks once the events they admitted are durable
+// (at once when sink does not keep them) and returns acks emptied. When the
+// wait fails (the source is stopping) the messages are left unacknowledged:
+// JetStream redelivers them after AckWait to the next run.
+func (s *Source) ackDurable(ctx context.Context, sink source.Sink, acks []func(settlement)) []func(settlement) {
+	if ds, ok := sink.(DurableSink); ok {
+		if err := ds.Durable(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.update(func(st *source.Status) { st.LastError = err.Error() })
+				for _, a := range acks {
+					a(nak)
+				}
+			}
+			return acks[:0]
+		}
+	}
+	for _, a := range acks {
+		a(ack)
+	}
+	return acks[:0]
 }
 
 // durable binds (or creates) the durable pull consumer and feeds msgs.
