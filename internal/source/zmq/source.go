@@ -69,11 +69,12 @@ type Source struct {
 	mu            sync.Mutex
 	st            source.Status
 	lastRefuseLog time.Time
-	logs          logLimiter // recovery lines (logs.go)
 	connected     int    // sockets connected (bind: listening); guarded by mu
 	health        health // what could not be used (health.go); guarded by mu
 	notLive       int    // ranks whose published state is not live; guarded by mu
 	failingRanks  int    // ranks published as failing; guarded by mu
+
+	logs logLimiter // thins the recovery lines (logs.go)
 }
 
 // rank is the per-DP-rank state of the stream.
@@ -590,7 +591,8 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 	if check {
 		start = from - 1
 	}
-	replies, err := Replay(s.guarded(ctx, zmq4.Dealer), replayEP, start, s.cfg.ReplayTimeout, s.cfg.MaxReplayBatches)
+	replies, err := Replay(s.guarded(ctx, zmq4.Dealer), replayEP, start, msg.Seq,
+		ReplayLimits{Timeout: s.cfg.ReplayTimeout, MaxBatches: s.cfg.MaxReplayBatches, MaxBytes: s.cfg.MaxReplayBytes})
 	if err != nil {
 		s.logs.log(s.log, slog.LevelWarn, "zmq source: replay failed", "rank", r.member.DPRank, "endpoint", replayEP, "from", start, "err", err)
 		if from == msg.Seq && r.synced {
