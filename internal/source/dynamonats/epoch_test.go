@@ -78,10 +78,6 @@ func runOn(t *testing.T, cfg Config, sink source.Sink) (*Source, func()) {
 	return s, stop
 }
 
-func removed(worker, id uint64, hashes ...uint64) ckf.RouterEvent {
-	return ckf.RouterEvent{WorkerID: worker, EventID: id, Kind: ckf.EventRemoved, BlockHashes: hashes}
-}
-
 // TestSource_MemberBackAfterTimeoutIsAdmitted: a member reset for silence
 // past source_timeout and then heard again (same publisher, next sequence)
 // is announced under a new epoch and its events are applied — not refused by
