@@ -322,7 +322,8 @@ type Recovered struct {
 	LoadTime  time.Duration       // reading and decoding
 	// Lost counts the journalled commands the high-water mark promises
 	// beyond Position: the database's newest write-ahead log was damaged
-	// or deleted, and its tail is gone. Restore then resets every
+	// or deleted, and its tail is gone, or the last run's store stopped
+	// taking writes (abandon) and these commands never reached it. Restore then resets every
 	// recovered rank (ResetRanks of them), degraded.
 	Lost       uint64
 	ResetRanks int
@@ -478,7 +479,8 @@ func (p *PoolLog) Restore(ctx context.Context, h producer.Handle, rec Recovered)
 // The resets are journalled, so a later restart does not bring the blocks
 // back. It returns how many ranks it reset.
 func (p *PoolLog) resetAfterLoss(ctx context.Context, h producer.Handle, rec Recovered) (int, error) {
-	p.opt.Logger.Error("persist: the journal ends before its high-water mark: the newest write-ahead log was damaged or deleted; "+
+	p.opt.Logger.Error("persist: the journal ends before its high-water mark: the newest write-ahead log was damaged or deleted, "+
+		"or the data dir stopped taking writes in the last run; "+
 		"every recovered rank is reset (degraded) so nothing stale is advertised",
 		"lost_commands", rec.Lost, "journal_position", rec.Position, "high_water_mark", rec.Position+rec.Lost)
 	st, err := h.ExportState(ctx)

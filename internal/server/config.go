@@ -172,6 +172,11 @@ type Config struct {
 	// DataDir, when set, keeps every pool's exact state there (a Pebble
 	// database) so a relay killed without warning restarts with it.
 	DataDir string `json:"data_dir,omitempty"`
+	// DataDirReserveBytes is the free space the data dir's file system must
+	// keep: below it the pools stop writing and go on without persistence
+	// (docs/limits.md "Data directory"). 0 means persist.DefaultReserveBytes
+	// (256 MiB); negative turns the check off.
+	DataDirReserveBytes int64 `json:"data_dir_reserve_bytes,omitempty"`
 	// CacheSemantics and RoutingScope name the routing domain; their digests
 	// are XXH3-128 of the strings, marked explicit when set and
 	// default-derived ("ckfrelay/default") otherwise.
