@@ -271,7 +271,7 @@ const maxAckBatch = 256
 // relay gives its sources one when the pool has a data dir, and Durable
 // returns once the pool's journal committed every command admitted before
 // the call. The JetStream consumer acknowledges a message only after that
-// (docs/ingest.md "Dynamo: when a message is acknowledged"), so a relay
+// (docs/ingest.md "When a message is acknowledged (JetStream)"), so a relay
 // killed between admitting a message's events and committing them has the
 // message redelivered, not lost.
 type DurableSink interface {
