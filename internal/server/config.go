@@ -133,6 +133,10 @@ type SourceSpec struct {
 	// announcing more is disconnected. Default: the relay's
 	// max_request_bytes.
 	MaxMessageBytes int64 `json:"max_message_bytes,omitempty"`
+	// MaxReplayBytes bounds the bytes one replay request may return (a ZMQ
+	// source); past it the gap is not filled and the rank is reset
+	// degraded. Default zmq.DefaultMaxReplayBytes (64 MiB).
+	MaxReplayBytes int64 `json:"max_replay_bytes,omitempty"`
 	// ImageTokenID, when set, is the model's image placeholder token: a
 	// multimodal block is hashed with each run of it replaced by the pad
 	// value of its mm hash instead of with the mm hashes appended (Dynamo's
