@@ -427,15 +427,15 @@ func TestGRPC_WithdrawnKeyEndsTheSession(t *testing.T) {
 // not know is not followed; a later valid entry is.
 func TestGRPC_QuarantinesUnknownValues(t *testing.T) {
 	for name, mutate := range map[string]func(d *kvrelaypb.KvPoolDescriptor){
-		"hash format":         func(d *kvrelaypb.KvPoolDescriptor) { d.QuerySemantics.HashFormat = 3 },
-		"unspecified hash":    func(d *kvrelaypb.KvPoolDescriptor) { d.QuerySemantics.HashFormat = 0 },
-		"block size 0":        func(d *kvrelaypb.KvPoolDescriptor) { d.QuerySemantics.KvBlockSize = 0 },
-		"worker role":         func(d *kvrelaypb.KvPoolDescriptor) { d.PoolRoles = append(d.PoolRoles, 6) },
-		"no roles":            func(d *kvrelaypb.KvPoolDescriptor) { d.PoolRoles = nil },
-		"identity source":     func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.PoolId.IndexerDomain.RoutingScope.Source = 3 },
-		"identity version":    func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.PoolId.IdentityVersion = 2 },
-		"ckf format":          func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.CkfFormat.FormatVersion = 2 },
-		"layout generation 0": func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.LayoutGeneration = 0 },
+		"hash format":      func(d *kvrelaypb.KvPoolDescriptor) { d.QuerySemantics.HashFormat = 3 },
+		"unspecified hash": func(d *kvrelaypb.KvPoolDescriptor) { d.QuerySemantics.HashFormat = 0 },
+		"block size 0":     func(d *kvrelaypb.KvPoolDescriptor) { d.QuerySemantics.KvBlockSize = 0 },
+		"worker role":      func(d *kvrelaypb.KvPoolDescriptor) { d.PoolRoles = append(d.PoolRoles, 6) },
+		"no roles":         func(d *kvrelaypb.KvPoolDescriptor) { d.PoolRoles = nil },
+		"identity source":  func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.PoolId.IndexerDomain.RoutingScope.Source = 3 },
+		"identity version": func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.PoolId.IdentityVersion = 2 },
+		"ckf format":       func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.CkfFormat.FormatVersion = 2 },
+		"layout gen 0":     func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.LayoutGeneration = 0 },
 		"model target unset": func(d *kvrelaypb.KvPoolDescriptor) {
 			d.Registrations = []*kvrelaypb.ModelRegistration{{CanonicalModelId: "m"}}
 		},
