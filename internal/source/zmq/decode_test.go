@@ -236,6 +236,14 @@ func FuzzDecodeBatch(f *testing.F) {
 		[]any{1.0, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{digest(1)}, "token_ids": toks, "block_size": 4}}, nil, []byte{1}},
 		[]any{1.0, []any{[]any{"BlockRemoved", []any{5}, "CPU"}, []any{"AllBlocksCleared"}}},
 		[]any{1.0, []any{}},
+		// Full trailing tails, ownership, marker-form multimodal keys.
+		[]any{1.0, []any{
+			[]any{"BlockStored", []any{1, 2}, nil, []any{1, 1, 3, 2, 2, 5, 1, 2}, 4, nil, "GPU", nil,
+				[]any{[]any{"0000000000000007" + "000000000000000000000000000000000000000000000000"}, []any{[]any{"000000000000000a" + "000000000000000000000000000000000000000000000000", 0}}},
+				0, "full_attention", nil, "LOCAL", nil},
+			[]any{"BlockRemoved", []any{5}, nil, 3, "full_attention", nil, "LOCAL", "kvcr"},
+			[]any{"AllBlocksCleared", "kvcr"},
+		}},
 	} {
 		f.Add(mp(f, b))
 	}
@@ -251,6 +259,9 @@ func FuzzDecodeBatch(f *testing.F) {
 			require.LessOrEqual(t, len(ev.TokenIDs), 1024)
 			// Every accepted event converts without panicking.
 			cv := Converter{Worker: 1, BlockSize: 4}
+			if len(payload)%2 == 0 { // the placeholder rules too
+				cv.ImageTokenID, cv.HasImageToken, cv.VideoTokenID, cv.HasVideoToken = 1, true, 2, len(payload)%4 == 0
+			}
 			_, _, _, _ = cv.Convert(&ev, b.DPRank, 1)
 		}
 		// Decoding is deterministic and the decoder reusable.
