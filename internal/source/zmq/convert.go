@@ -277,24 +277,24 @@ func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.R
 	}
 	if ev.HasOwnership {
 		if ev.Ownership == "kvcr" {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropOwnership
+			return ckf.RouterEvent{}, false, whole(ev), DropOwnership
 		}
-		return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropUnknownOwnership
+		return ckf.RouterEvent{}, false, whole(ev), DropUnknownOwnership
 	}
 	if ev.Locality != "" && ev.Locality != "LOCAL" {
-		return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropRemote
+		return ckf.RouterEvent{}, false, whole(ev), DropRemote
 	}
 	tier, known := Tier(ev.Medium)
 	if !known {
-		return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropMedium
+		return ckf.RouterEvent{}, false, whole(ev), DropMedium
 	}
 	ns := ev.Namespace
 	if tier == ckf.TierDevice || tier == ckf.TierHostPinned {
 		if why := c.groupFilter(ev, dpRank); why != DropNone {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), why
+			return ckf.RouterEvent{}, false, whole(ev), why
 		}
 		if ns, why = c.namespace(ev, dpRank, tier); why != DropNone {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), why
+			return ckf.RouterEvent{}, false, whole(ev), why
 		}
 	}
 	out = ckf.RouterEvent{WorkerID: c.Worker, DPRank: dpRank, EventID: eventID, StorageTier: tier}
@@ -303,16 +303,16 @@ func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.R
 		out.Kind = ckf.EventStored
 		out.HasParent, out.ParentHash = ev.HasParent, ev.ParentHash
 		if hasDuplicate(ev) {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropDuplicate
+			return ckf.RouterEvent{}, false, whole(ev), DropDuplicate
 		}
 		if ev.BlockSize != c.BlockSize {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropBlockSize
+			return ckf.RouterEvent{}, false, whole(ev), DropBlockSize
 		}
 		if ev.StringTokens {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropStringTokens
+			return ckf.RouterEvent{}, false, whole(ev), DropStringTokens
 		}
 		if ev.Eagle != c.Eagle {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropHashFormat
+			return ckf.RouterEvent{}, false, whole(ev), DropHashFormat
 		}
 		salt := ckf.Salt(ev.LoRAName, ns)
 		n := min(len(ev.BlockHashes), ckf.BlockCount(len(ev.TokenIDs), c.BlockSize, ev.Eagle))
@@ -352,6 +352,10 @@ func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.R
 	}
 	return ckf.RouterEvent{}, false, 0, DropUnknown
 }
+
+// whole is what dropping all of ev counts: its blocks, or 1 for an event
+// without any (docs/ingest.md), as the drop reasons count it.
+func whole(ev *Event) int { return max(len(ev.BlockHashes), 1) }
 
 // normalize returns a block's tokens with its placeholder runs replaced by
 // the pad values of its multimodal hashes, when Dynamo's converter would

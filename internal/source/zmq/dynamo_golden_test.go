@@ -171,3 +171,13 @@ func TestDynamo_GroupMetadata(t *testing.T) {
 	assert.Equal(t, DropNone, rm("", 0))
 	assert.Equal(t, DropUnlearned, rm("", 1), "kinds are learned per dp rank")
 }
+
+// TestConvert_DroppedClearCountsOne: a dropped event without blocks (an
+// AllBlocksCleared of another ownership) counts 1, as the reasons count it.
+func TestConvert_DroppedClearCountsOne(t *testing.T) {
+	var cv Converter
+	_, ok, n, why := cv.Convert(&Event{Type: AllBlocksCleared, Ownership: "kvcr", HasOwnership: true}, 0, 1)
+	assert.False(t, ok)
+	assert.Equal(t, DropOwnership, why)
+	assert.Equal(t, 1, n)
+}
