@@ -89,6 +89,19 @@ func TestDecodeBatch_AcceptedForms(t *testing.T) {
 				Kind: "full_attention", Locality: "REMOTE"},
 			{Type: BlockRemoved, BlockHashes: []uint64{5}},
 		}}},
+		// SGLang's own wire-format test (TestBlockStoredWireFormat, kv_events):
+		// the salt in extra_keys, its metadata map parked at position 14,
+		// and the reserved removal and clear tails.
+		{"SGLang's positional layouts", []any{1.0, []any{
+			[]any{"BlockStored", []any{123}, nil, []any{1, 2}, 2, nil, "GPU", nil, []any{[]any{"dynamo-cache-salt:tenant-a"}},
+				nil, nil, nil, nil, nil, map[string]any{"cache_salt": "tenant-a"}},
+			[]any{"BlockRemoved", []any{123}, nil, nil, nil, nil, nil, nil},
+			[]any{"AllBlocksCleared", nil},
+		}}, Batch{Timestamp: 1, Events: []Event{
+			{Type: BlockStored, BlockHashes: []uint64{123}, TokenIDs: []uint32{1, 2}, BlockSize: 2, Medium: "GPU", Namespace: "tenant-a"},
+			{Type: BlockRemoved, BlockHashes: []uint64{123}},
+			{Type: AllBlocksCleared},
+		}}},
 		// Dynamo's test_deserialize_sequence_accepts_main_attention_kind_without_group_idx_slot
 		// and a tail whose kinds do not fit the fixed layout: read by kind.
 		{"positional tails read by kind", []any{1.0, []any{
