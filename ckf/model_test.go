@@ -314,7 +314,7 @@ func (h *harness) step(c choices) bool {
 		}
 		ev.StorageTier = StorageTier(1 + tier)
 		out := h.p.ApplyEvent(ev)
-		require.Equal(h.t, ApplyOutcome{}, out, "step %d: non-device event outcome, want ignored", h.steps)
+		require.Equal(h.t, ApplyOutcome{MemberBlocks: len(h.m.lineage[m])}, out, "step %d: non-device event outcome, want ignored", h.steps)
 	case 5, 6: // device remove
 		hashes := h.genHashes(c, m)
 		unknown := h.m.remove(m, hashes)
@@ -472,10 +472,10 @@ func (h *harness) check() {
 	h.t.Helper()
 	p, m, step := h.p, h.m, h.steps
 	// Exact lineage per member.
-	require.Len(h.t, p.members, len(m.lineage), "step %d: members", step)
+	require.Equal(h.t, len(m.lineage), p.memberCount(), "step %d: members", step)
 	var contributions uint64
 	for mem, lin := range m.lineage {
-		ms := p.members[mem]
+		ms := p.member(mem)
 		require.NotNil(h.t, ms, "step %d: member %+v missing", step, mem)
 		require.Equal(h.t, lin, ms.lineage, "step %d: member %+v lineage", step, mem)
 		contributions += uint64(len(lin))
@@ -487,7 +487,7 @@ func (h *harness) check() {
 	// driven by the same logical history, and residency agrees per block.
 	require.Equal(h.t, m.ref.words(), p.t.words, "step %d: words against the reference", step)
 	require.Equal(h.t, m.ref.rng.State(), p.t.rng.State(), "step %d: RNG state against the reference", step)
-	require.Len(h.t, p.blocks, len(owners), "step %d: tracked blocks", step)
+	require.Equal(h.t, len(owners), p.blockCount(), "step %d: tracked blocks", step)
 	want := map[pairKey]int{}
 	resident := 0
 	for c, n := range owners {
