@@ -78,7 +78,6 @@ type Pool struct {
 	trackedBlockLimitRejections uint64
 
 	scratch applyScratch
-
 }
 
 // applyScratch is one goroutine's reusable buffers for canonicalisation and

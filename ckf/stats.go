@@ -55,12 +55,12 @@ const (
 
 // Slot sizes (key plus value) of the pool's maps.
 const (
-	lineageSlotBytes = 8 + 8                                   // external → canonical
+	lineageSlotBytes = 8 + 8                         // external → canonical
 	blockSlotBytes   = uint64(unsafe.Sizeof(struct { // canonical → owners, padded
 		c uint64
 		n uint32
 	}{}))
-	memberSlotBytes  = uint64(unsafe.Sizeof(Member{})) + 8     // member → *memberState
+	memberSlotBytes  = uint64(unsafe.Sizeof(Member{})) + 8 // member → *memberState
 	memberStateBytes = uint64(unsafe.Sizeof(memberState{}))
 )
 
