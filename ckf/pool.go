@@ -78,6 +78,10 @@ type Pool struct {
 	trackedBlockLimitRejections uint64
 
 	scratch applyScratch
+	par     *parallel // ApplyEvents' workers, made on first parallel use
+	// parallelMin is parallelMinBlocks; tests lower it to send small
+	// batches through the workers.
+	parallelMin uint64
 }
 
 // applyScratch is one goroutine's reusable buffers for canonicalisation and
@@ -111,6 +115,7 @@ func newEmptyPool(cfg Config, f Format, shardKey uint64) *Pool {
 		blocks:      make([]map[uint64]uint32, n),
 		shardKey:    shardKey,
 		nonResident: make(map[uint64]struct{}),
+		parallelMin: parallelMinBlocks,
 	}
 	for i := range n {
 		p.members[i] = make(map[Member]*memberState)
