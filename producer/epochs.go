@@ -112,3 +112,7 @@ func (s *sourceEpochs) settle(m ckf.Member, holds bool) {
 		s.pruned++
 	}
 }
+
+// noPruneWithin reports whether n more settles cannot prune a record: each
+// adds at most one idle record. Actor goroutine only.
+func (s *sourceEpochs) noPruneWithin(n int) bool { return s.idle.Len()+n <= s.maxIdle }

@@ -432,7 +432,12 @@ type actor struct {
 	timer      *time.Timer
 	timerArmed bool
 	stats      ActorStats // counters only; the rest is filled by statsNow
-	logs       struct{ unknown, capacity, stale, publish rateLimit }
+	batch      struct {   // applyBatch's reusable buffers
+		verdicts []epochVerdict
+		evs      []ckf.RouterEvent
+		outs     []ckf.ApplyOutcome
+	}
+	logs struct{ unknown, capacity, stale, publish rateLimit }
 }
 
 // fenced reports whether Fence was called: one atomic load, cheap enough
