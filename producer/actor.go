@@ -91,8 +91,32 @@ loop:
 			}
 		}
 		a.armTimer()
+		a.releaseApplied()
 	}
+	a.releaseApplied()
 	a.finish(fenced)
+}
+
+// releaseApplied returns the permits of the Apply commands run since the
+// last call: one semaphore hand-over per wake-up, not one per command (the
+// semaphore's lock is the one admission takes).
+func (a *actor) releaseApplied() {
+	if a.unreleased > 0 {
+		a.permits.Release(a.unreleased)
+		a.unreleased = 0
+	}
+}
+
+// wakeSenders lets senders waiting for mailbox space go once the mailbox
+// is at most half full: they wake once per half a mailbox of commands,
+// not once per command (see send).
+func (a *actor) wakeSenders() {
+	if a.spaceWaiters.Load() > 0 && len(a.mailbox) <= cap(a.mailbox)/2 {
+		select {
+		case a.space <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // burstSize bounds the commands run per wake-up without going back to the
@@ -169,6 +193,7 @@ func (a *actor) finish(fenced bool) {
 
 // handle runs one command. It returns false when a fence interrupted it.
 func (a *actor) handle(c *command) bool {
+	a.wakeSenders()
 	switch c.kind {
 	case cmdApply:
 		return a.apply(c)
@@ -203,8 +228,9 @@ func (a *actor) handle(c *command) bool {
 // alone. It returns false when a fence interrupted it.
 func (a *actor) apply(c *command) bool {
 	// The permits cover the whole command; they return once it has run,
-	// whether every event applied or a fence stopped it part way.
-	defer a.permits.Release(c.weight)
+	// whether every event applied or a fence stopped it part way, with the
+	// rest of the wake-up's (releaseApplied).
+	a.unreleased += c.weight
 	if len(c.evs) > 1 && a.pool.Config().ApplyWorkers > 1 && a.epochs.noPruneWithin(len(c.evs)) {
 		return a.applyBatch(c)
 	}
