@@ -665,3 +665,64 @@ func BenchmarkPoolApplyParallel(b *testing.B) {
 		}
 	}
 }
+
+// scaleBytes holds the exact-state heap per tracked block measured when a
+// scale sub-benchmark filled its pool, by benchmark name.
+var scaleBytes = map[string][2]float64{}
+
+// BenchmarkPoolApplyScale measures the relay's apply (ApplyEvents on a pool
+// of GOMAXPROCS apply workers, batches of 64 events) of the pool workload's
+// step at 1 M, 8 M and 32 M tracked blocks, each pool sized for its blocks
+// (ExpectedBlocks = n: 50% slot load), so the cost of a block as the pool
+// outgrows the caches shows. B/block is the live heap the fill added (the
+// filter, dirty window and workload are allocated before the first
+// reading), est-B/block Stats().ExactStateBytes / n. The fill goes through
+// the same ApplyEvents; it dominates the run time (tens of seconds at 32 M),
+// so benchsummary runs it in one round.
+func BenchmarkPoolApplyScale(b *testing.B) {
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	for _, n := range []struct {
+		name   string
+		blocks int
+	}{{"1M", 1 << 20}, {"8M", 8 << 20}, {"32M", 32 << 20}} {
+		b.Run("blocks="+n.name, func(b *testing.B) {
+			if prefilled.key != b.Name() {
+				prefilled.x, prefilled.w, prefilled.key = nil, nil, ""
+				cfg := ckf.DefaultConfig()
+				cfg.ExpectedBlocks = uint64(n.blocks)
+				cfg.PublishEveryNEvents = poolCadence
+				cfg.ApplyWorkers = runtime.GOMAXPROCS(0)
+				p, err := ckf.NewPool(cfg)
+				require.NoError(b, err, "NewPool")
+				x := &batchIndex{p: p, evs: make([]ckf.RouterEvent, 0, batchEvents)}
+				w := newChainWorkload(n.blocks)
+				before := heap()
+				require.NoError(b, w.fill(x, n.blocks), "fill")
+				require.NoError(b, x.flush(), "fill tail")
+				after := heap()
+				st := p.Stats()
+				require.Equal(b, n.blocks, st.UniqueBlocks, "tracked blocks after the fill")
+				scaleBytes[b.Name()] = [2]float64{(float64(after) - float64(before)) / float64(n.blocks), float64(st.ExactStateBytes) / float64(n.blocks)}
+				prefilled.key, prefilled.x, prefilled.w = b.Name(), x, w
+			}
+			x, w := prefilled.x.(*batchIndex), prefilled.w
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := w.step(x); err != nil {
+					require.Fail(b, fmt.Sprintf("step: %v", err))
+				}
+			}
+			require.NoError(b, x.flush(), "tail")
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")
+			b.ReportMetric(scaleBytes[b.Name()][0], "B/block")
+			b.ReportMetric(scaleBytes[b.Name()][1], "est-B/block")
+		})
+	}
+}
