@@ -149,6 +149,8 @@ var figures = []figure{
 	{Name: "ingest_http_freshness_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=http", Metric: "fresh-p50-ns", Unit: "ns"},
 	{Name: "ingest_http_freshness_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=http", Metric: "fresh-p99-ns", Unit: "ns"},
 	{Name: "ingest_zmq_vs_http_blocks_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Base: "BenchmarkIngest/transport=http", Metric: "blocks/s", Unit: "ratio"},
+	{Name: "ingest_zmq_vs_pool_apply", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Base: "BenchmarkIngest/transport=pool-apply", Metric: "blocks/s", Unit: "ratio"},
+	{Name: "ingest_pool_apply_blocks_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=pool-apply", Metric: "blocks/s", Unit: "blocks/s"},
 	{Name: "ingest_zmq_decode_convert_blocks_per_s", Pkg: "./internal/source/zmq", Bench: "BenchmarkDecodeConvert/form=positional", Metric: "blocks/s", Unit: "blocks/s"},
 
 	// wasm/host: the consumer module under wazero against the native consumer
