@@ -322,6 +322,7 @@ func (h *harness) step(c choices) bool {
 		out := h.p.ApplyEvent(removedEv(m, hashes...))
 		require.NoError(h.t, out.FirstError, "step %d remove %v", h.steps, hashes)
 		require.Equal(h.t, unknown, out.UnknownRemovals, "step %d remove %v: unknown removals", h.steps, hashes)
+		require.Equal(h.t, len(h.m.lineage[m]), out.MemberBlocks, "step %d remove: member blocks", h.steps)
 		h.checkOutcome(out, boundary, "remove")
 	case 7: // clear, from any tier
 		tier, _ := c.intn(4, "tier")
@@ -329,6 +330,7 @@ func (h *harness) step(c choices) bool {
 		boundary := h.admitted()
 		out := h.p.ApplyEvent(onTier(clearedEv(m), StorageTier(tier)))
 		require.NoError(h.t, out.FirstError, "step %d clear", h.steps)
+		require.Zero(h.t, out.MemberBlocks, "step %d clear: member blocks", h.steps)
 		h.checkOutcome(out, boundary, "clear")
 	case 8: // rank replacement
 		h.replace(c, m)
@@ -409,6 +411,7 @@ func (h *harness) applyStored(ev *RouterEvent) {
 	case out.FirstError != nil:
 		require.ErrorIs(h.t, out.FirstError, ErrCapacityExhausted, "step %d store %+v: want nil or a capacity omission", h.steps, ev)
 	}
+	require.Equal(h.t, len(h.m.lineage[m]), out.MemberBlocks, "step %d store: member blocks", h.steps)
 	h.checkOutcome(out, boundary, "store")
 }
 

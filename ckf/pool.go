@@ -230,26 +230,21 @@ func (p *Pool) PendingEventCount() uint64 { return p.pendingEvents }
 // [ErrMalformedEvent] or [ErrUnsupportedResidencyDomain] and is not admitted
 // (no cadence count, no change).
 func (p *Pool) ApplyEvent(ev *RouterEvent) ApplyOutcome {
-	out := p.applyEvent(ev)
-	if ev != nil {
-		out.MemberBlocks = p.MemberBlocks(ev.Member())
-	}
-	return out
-}
-
-func (p *Pool) applyEvent(ev *RouterEvent) ApplyOutcome {
 	var out ApplyOutcome
 	admit, err := admission(ev)
 	if !admit {
 		out.FirstError = err
+		if ev != nil {
+			out.MemberBlocks = p.MemberBlocks(ev.Member())
+		}
 		return out
 	}
 	p.pendingEvents++
 	switch ev.Kind {
 	case EventStored:
-		out.FirstError = p.applyStored(ev)
+		out.MemberBlocks, out.FirstError = p.applyStored(ev)
 	case EventRemoved:
-		out.UnknownRemovals, out.FirstError = p.applyRemoved(ev)
+		out.MemberBlocks, out.UnknownRemovals, out.FirstError = p.applyRemoved(ev)
 	case EventCleared:
 		out.FirstError = p.clearMember(ev.Member())
 	}
@@ -360,28 +355,32 @@ func canonicalize(ev *RouterEvent, ms *memberState, sc *applyScratch) error {
 	return nil
 }
 
-func (p *Pool) applyStored(ev *RouterEvent) error {
+// applyStored applies a device Stored event; it returns the member's blocks
+// after it and the event's first error.
+func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 	m := ev.Member()
 	shard := p.members[p.memberShard(m)]
 	ms := shard[m]
+	if ms != nil {
+		memberBlocks = len(ms.lineage)
+	}
 	sc := &p.scratch
 	if err := canonicalize(ev, ms, sc); err != nil {
 		if errors.Is(err, ErrParentBlockNotFound) {
 			p.parentNotFound++
 		}
-		return err
+		return memberBlocks, err
 	}
 	if len(ev.Blocks) == 0 {
-		return nil
+		return memberBlocks, nil
 	}
 	if err := p.admitLimits(ev, ms); err != nil {
-		return err
+		return memberBlocks, err
 	}
 	if ms == nil {
 		ms = &memberState{lineage: make(map[uint64]uint64, len(ev.Blocks))}
 		shard[m] = ms
 	}
-	var first error
 	for i, b := range ev.Blocks {
 		c := sc.canon[i]
 		if !sc.owned[i] {
@@ -401,7 +400,7 @@ func (p *Pool) applyStored(ev *RouterEvent) error {
 		}
 		first = cmp.Or(first, p.reofferOmitted(m, c))
 	}
-	return first
+	return len(ms.lineage), first
 }
 
 // place makes a block that just got its first owner resident (a full
@@ -459,7 +458,9 @@ func (p *Pool) admitLimits(ev *RouterEvent, ms *memberState) error {
 	return nil
 }
 
-func (p *Pool) applyRemoved(ev *RouterEvent) (unknown int, first error) {
+// applyRemoved applies a device Removed event; it returns the member's
+// blocks after it, the unknown removals and the first error.
+func (p *Pool) applyRemoved(ev *RouterEvent) (memberBlocks, unknown int, first error) {
 	m := ev.Member()
 	shard := p.members[p.memberShard(m)]
 	ms := shard[m]
@@ -480,10 +481,12 @@ func (p *Pool) applyRemoved(ev *RouterEvent) (unknown int, first error) {
 			first = err
 		}
 	}
-	if ms != nil && len(ms.lineage) == 0 {
-		delete(shard, m)
+	if ms != nil {
+		if memberBlocks = len(ms.lineage); memberBlocks == 0 {
+			delete(shard, m)
+		}
 	}
-	return unknown, first
+	return memberBlocks, unknown, first
 }
 
 // release drops one ownership of canonical; the last owner's release removes a

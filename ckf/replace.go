@@ -60,7 +60,7 @@ func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
 			if r.Events[i].StorageTier != TierDevice {
 				continue // only device-tier blocks are routed on
 			}
-			if err := next.applyStored(&r.Events[i]); err != nil && !errors.Is(err, ErrCapacityExhausted) {
+			if _, err := next.applyStored(&r.Events[i]); err != nil && !errors.Is(err, ErrCapacityExhausted) {
 				return nil, err
 			}
 		}
