@@ -71,9 +71,17 @@ func (p *Pool) parallelWorthIt(evs []RouterEvent) bool {
 	return p.cfg.MaxMembers == 0 || uint64(p.memberCount())+newMembers <= uint64(p.cfg.MaxMembers)
 }
 
-// parallel is ApplyEvents' reusable state: one record per event, one
-// worker per shard.
+// parallel is ApplyEvents' reusable state: two chunks (one in stage 3
+// while the next goes through stages 1 and 2), one scratch per worker.
 type parallel struct {
+	chunks      [2]*chunk
+	scratch     []applyScratch
+	ready, free chan *chunk
+}
+
+// chunk is a run of consecutive events of one batch on its way through the
+// stages: one record per event, one op arena per worker.
+type chunk struct {
 	recs    []eventRec
 	workers []applyWorker
 }
@@ -91,10 +99,9 @@ type eventRec struct {
 	memberBlocks   int
 }
 
-// applyWorker is one worker's scratch, ops and stage-1 counters, merged
-// into the pool after stage 1.
+// applyWorker is one worker's ops and stage-1 counters in one chunk; the
+// counters are merged into the pool after stage 1.
 type applyWorker struct {
-	sc              applyScratch
 	ops             []ownOp
 	unknownRemovals uint64
 	parentNotFound  uint64
@@ -118,33 +125,88 @@ const (
 	opRelease                  // a lineage entry removed: one owner less
 )
 
+// chunkBlocks is the size (in blocks) a batch is cut into: stage 3 of one
+// chunk runs while the workers take the next through stages 1 and 2.
+const chunkBlocks = 256
+
 func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutcome {
 	n := len(p.members)
 	if p.par == nil {
-		p.par = &parallel{workers: make([]applyWorker, n)}
+		par := &parallel{scratch: make([]applyScratch, n), ready: make(chan *chunk, 1), free: make(chan *chunk, 2)}
+		for i := range par.chunks {
+			par.chunks[i] = &chunk{workers: make([]applyWorker, n)}
+		}
+		p.par = par
 	}
 	par := p.par
-	par.recs = par.recs[:0]
+	var cuts []int // chunk ends
+	blocks := 0
+	for i := range evs {
+		if blocks += evs[i].BlockCount(); blocks >= p.chunkBlocks && i+1 < len(evs) {
+			cuts, blocks = append(cuts, i+1), 0
+		}
+	}
+	cuts = append(cuts, len(evs))
+	if len(cuts) == 1 {
+		ch := par.chunks[0]
+		p.stagesOneTwo(ch, evs)
+		dst = p.stageTable(ch, dst)
+		ch.reset()
+		return dst
+	}
+	// Stages 1 and 2 of chunk j+1 overlap stage 3 of chunk j: they share
+	// nothing (stage 3 reads only the chunk's ops, the omitted set and the
+	// table, which stages 1 and 2 never touch).
+	for _, ch := range par.chunks {
+		par.free <- ch
+	}
+	go func() {
+		lo := 0
+		for _, hi := range cuts {
+			ch := <-par.free
+			p.stagesOneTwo(ch, evs[lo:hi])
+			par.ready <- ch
+			lo = hi
+		}
+	}()
+	for range cuts {
+		ch := <-par.ready
+		dst = p.stageTable(ch, dst)
+		ch.reset()
+		par.free <- ch
+	}
+	for range par.chunks { // both are back: leave the channel empty
+		<-par.free
+	}
+	return dst
+}
+
+// stagesOneTwo takes evs through stages 1 and 2 in ch.
+func (p *Pool) stagesOneTwo(ch *chunk, evs []RouterEvent) {
 	for i := range evs {
 		ev := &evs[i]
 		admit, err := admission(ev)
-		par.recs = append(par.recs, eventRec{ev: ev, admit: admit, err: err, mshard: p.memberShard(ev.Member())})
+		ch.recs = append(ch.recs, eventRec{ev: ev, admit: admit, err: err, mshard: p.memberShard(ev.Member())})
 	}
-	p.runWorkers(p.stageMembers)
-	for k := range par.workers {
-		w := &par.workers[k]
+	p.runWorkers(func(k int) { p.stageMembers(ch, k) })
+	for k := range ch.workers {
+		w := &ch.workers[k]
 		p.unknownRemovals += w.unknownRemovals
 		p.parentNotFound += w.parentNotFound
 		p.contributions = uint64(int64(p.contributions) + w.contributions)
 		w.unknownRemovals, w.parentNotFound, w.contributions = 0, 0, 0
 	}
-	p.runWorkers(p.stageOwners)
-	dst = p.stageTable(dst)
-	for k := range par.workers {
-		par.workers[k].ops = par.workers[k].ops[:0]
+	p.runWorkers(func(k int) { p.stageOwners(ch, k) })
+}
+
+// reset empties ch for its next use, dropping its references to the
+// caller's events.
+func (ch *chunk) reset() {
+	for k := range ch.workers {
+		ch.workers[k].ops = ch.workers[k].ops[:0]
 	}
-	clear(par.recs) // drop the references to the caller's events
-	return dst
+	clear(ch.recs)
+	ch.recs = ch.recs[:0]
 }
 
 // runWorkers runs stage(k) for every shard k, shard 0 on the caller's
@@ -161,12 +223,12 @@ func (p *Pool) runWorkers(stage func(k int)) {
 // stageMembers is stage 1 for member shard k: every event of a member of
 // the shard, in order, validated and applied to the lineage; its ownership
 // changes are queued for stages 2 and 3.
-func (p *Pool) stageMembers(k int) {
-	par := p.par
-	w := &par.workers[k]
+func (p *Pool) stageMembers(ch *chunk, k int) {
+	w := &ch.workers[k]
+	sc := &p.par.scratch[k]
 	shard := p.members[k]
-	for i := range par.recs {
-		r := &par.recs[i]
+	for i := range ch.recs {
+		r := &ch.recs[i]
 		if r.mshard != k {
 			continue
 		}
@@ -175,11 +237,11 @@ func (p *Pool) stageMembers(k int) {
 		if r.admit {
 			switch r.ev.Kind {
 			case EventStored:
-				r.err = p.memberStored(w, shard, r.ev)
+				r.err = p.memberStored(w, sc, shard, r.ev)
 			case EventRemoved:
 				r.unknown = p.memberRemoved(w, shard, r.ev)
 			case EventCleared:
-				p.memberCleared(w, shard, m)
+				p.memberCleared(w, sc, shard, m)
 			}
 		}
 		r.opEnd = len(w.ops)
@@ -191,10 +253,10 @@ func (p *Pool) stageMembers(k int) {
 
 // memberStored is applyStored's lineage part. No bound can refuse the event
 // (parallelWorthIt), so only validation can.
-func (p *Pool) memberStored(w *applyWorker, shard map[Member]*memberState, ev *RouterEvent) error {
+func (p *Pool) memberStored(w *applyWorker, sc *applyScratch, shard map[Member]*memberState, ev *RouterEvent) error {
 	m := ev.Member()
 	ms := shard[m]
-	if err := canonicalize(ev, ms, &w.sc); err != nil {
+	if err := canonicalize(ev, ms, sc); err != nil {
 		if errors.Is(err, ErrParentBlockNotFound) {
 			w.parentNotFound++
 		}
@@ -208,9 +270,9 @@ func (p *Pool) memberStored(w *applyWorker, shard map[Member]*memberState, ev *R
 		shard[m] = ms
 	}
 	for i, b := range ev.Blocks {
-		c := w.sc.canon[i]
+		c := sc.canon[i]
 		kind := opHeld
-		if !w.sc.owned[i] {
+		if !sc.owned[i] {
 			ms.lineage[b.BlockHash] = c
 			w.contributions++
 			kind = opOwn
@@ -248,12 +310,12 @@ func (p *Pool) memberRemoved(w *applyWorker, shard map[Member]*memberState, ev *
 
 // memberCleared is clearMember's lineage part: releases in external-hash
 // order.
-func (p *Pool) memberCleared(w *applyWorker, shard map[Member]*memberState, m Member) {
+func (p *Pool) memberCleared(w *applyWorker, sc *applyScratch, shard map[Member]*memberState, m Member) {
 	ms := shard[m]
 	if ms == nil {
 		return
 	}
-	keys := sortedKeys(ms, &w.sc)
+	keys := sortedKeys(ms, sc)
 	for _, h := range keys {
 		c := ms.lineage[h]
 		w.ops = append(w.ops, ownOp{c: c, kind: opRelease, bshard: uint8(p.blockShard(c))})
@@ -265,12 +327,11 @@ func (p *Pool) memberCleared(w *applyWorker, shard map[Member]*memberState, m Me
 // stageOwners is stage 2 for block shard k: every ownership change of a
 // block of the shard, in admission order, applied to its refcount; the
 // changes that take a block's first or last owner are marked for stage 3.
-func (p *Pool) stageOwners(k int) {
-	par := p.par
+func (p *Pool) stageOwners(ch *chunk, k int) {
 	bs := p.blocks[k]
-	for i := range par.recs {
-		r := &par.recs[i]
-		ops := par.workers[r.arena].ops[r.opStart:r.opEnd]
+	for i := range ch.recs {
+		r := &ch.recs[i]
+		ops := ch.workers[r.arena].ops[r.opStart:r.opEnd]
 		for j := range ops {
 			o := &ops[j]
 			if int(o.bshard) != k {
@@ -297,10 +358,9 @@ func (p *Pool) stageOwners(k int) {
 // stageTable is stage 3, in admission order on the caller's goroutine:
 // each event's table changes (applyStored's and release's), its cadence
 // count and drain, and its outcome.
-func (p *Pool) stageTable(dst []ApplyOutcome) []ApplyOutcome {
-	par := p.par
-	for i := range par.recs {
-		r := &par.recs[i]
+func (p *Pool) stageTable(ch *chunk, dst []ApplyOutcome) []ApplyOutcome {
+	for i := range ch.recs {
+		r := &ch.recs[i]
 		out := ApplyOutcome{FirstError: r.err, UnknownRemovals: r.unknown, MemberBlocks: r.memberBlocks}
 		if !r.admit {
 			dst = append(dst, out)
@@ -308,7 +368,7 @@ func (p *Pool) stageTable(dst []ApplyOutcome) []ApplyOutcome {
 		}
 		p.pendingEvents++
 		m := r.ev.Member()
-		for _, o := range par.workers[r.arena].ops[r.opStart:r.opEnd] {
+		for _, o := range ch.workers[r.arena].ops[r.opStart:r.opEnd] {
 			switch {
 			case o.kind == opOwn && o.edge:
 				out.FirstError = cmp.Or(out.FirstError, p.place(m, o.c))

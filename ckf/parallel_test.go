@@ -153,6 +153,7 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 		cfg.MaxTrackedBlocks = rapid.SampledFrom([]uint64{0, 0, 10, 60, 300}).Draw(t, "maxTracked")
 		seq, err := NewPool(cfg)
 		require.NoError(t, err)
+		chunk := rapid.IntRange(1, 300).Draw(t, "chunkBlocks")
 		workers := []int{1, 2, 8}
 		pools := make([]*Pool, len(workers))
 		for i, w := range workers {
@@ -160,7 +161,7 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 			c.ApplyWorkers = w
 			pools[i], err = NewPool(c)
 			require.NoError(t, err)
-			pools[i].parallelMin = 0
+			pools[i].parallelMin, pools[i].chunkBlocks = 0, chunk
 		}
 		g := &parHistory{t: t, held: map[Member][]uint64{}, stored: map[Member][]RouterEvent{}}
 		for w := range uint64(3) {

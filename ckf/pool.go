@@ -79,9 +79,11 @@ type Pool struct {
 
 	scratch applyScratch
 	par     *parallel // ApplyEvents' workers, made on first parallel use
-	// parallelMin is parallelMinBlocks; tests lower it to send small
-	// batches through the workers.
+	// parallelMin and chunkBlocks are the constants of the same names;
+	// tests lower them to send small batches through the workers, in
+	// several chunks.
 	parallelMin uint64
+	chunkBlocks int
 }
 
 // applyScratch is one goroutine's reusable buffers for canonicalisation and
@@ -116,6 +118,7 @@ func newEmptyPool(cfg Config, f Format, shardKey uint64) *Pool {
 		shardKey:    shardKey,
 		nonResident: make(map[uint64]struct{}),
 		parallelMin: parallelMinBlocks,
+		chunkBlocks: chunkBlocks,
 	}
 	for i := range n {
 		p.members[i] = make(map[Member]*memberState)
