@@ -8,9 +8,11 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
@@ -164,4 +166,56 @@ func cloneEvents(evs []ckf.RouterEvent) []ckf.RouterEvent {
 	out := make([]ckf.RouterEvent, len(evs))
 	copy(out, evs)
 	return out
+}
+
+// TestActor_BatchFencedAtAFaultJournalsAsOneByOne: in the batch path, a
+// fence that interrupts the delivery of a fault stops the actor there, as
+// one by one: the journal holds the events before the fault and none after,
+// though the pool had applied the whole batch.
+func TestActor_BatchFencedAtAFaultJournalsAsOneByOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pc := ckf.DefaultConfig()
+		pc.ExpectedBlocks = 4096
+		pc.ApplyWorkers = 2
+		pool, err := ckf.NewPool(pc)
+		require.NoError(t, err)
+		j := &recordingJournal{}
+		cfg := DefaultConfig()
+		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Journal = j
+		cfg.FaultCapacity = 1
+		h, faults, err := Start(pool, testScope(), cfg)
+		require.NoError(t, err)
+		ctx := context.Background()
+		old := ckf.Member{WorkerID: 7}
+		require.NoError(t, h.AdmitEvent(ctx, 0, stored(old, 0, 1000)), "member 7 at epoch 0")
+		require.NoError(t, h.Flush(ctx))
+		journalled := len(j.entries)
+
+		// One command at epoch 1: a new member's 300 blocks (applied), two
+		// events of member 7, whose epoch is 0 (unannounced: faults), then a
+		// second new member's store.
+		var first []uint64
+		for i := range uint64(300) {
+			first = append(first, 2000+i)
+		}
+		evs := []ckf.RouterEvent{
+			stored(ckf.Member{WorkerID: 1}, 1, first...),
+			stored(old, 2, 1001),
+			stored(old, 3, 1002),
+			stored(ckf.Member{WorkerID: 2}, 4, 3000),
+		}
+		require.NoError(t, h.AdmitEvents(ctx, 1, evs))
+		synctest.Wait() // the actor is blocked delivering the second fault
+		require.NoError(t, h.Fence(ctx))
+		got := j.entries[journalled:]
+		require.Equal(t, 1, len(got), "journal entries after the batch")
+		assert.Contains(t, got[0], "WorkerID:1 ", "the first event is journalled")
+		f, ok := <-faults
+		require.True(t, ok)
+		assert.ErrorIs(t, f.Err, ErrUnannouncedSourceEpoch)
+		assert.Equal(t, uint64(2), f.EventID, "the first fault")
+		_, ok = <-faults
+		assert.False(t, ok, "only one fault was delivered before the fence")
+	})
 }
