@@ -107,15 +107,13 @@ func (a *actor) releaseApplied() {
 	}
 }
 
-// wakeSenders lets senders waiting for mailbox space go once the mailbox
-// is at most half full: they wake once per half a mailbox of commands,
-// not once per command (see send).
+// wakeSenders lets every sender waiting for mailbox space go once the
+// mailbox is at most half full: they wake once per half a mailbox of
+// commands, not once per command (see send).
 func (a *actor) wakeSenders() {
 	if a.spaceWaiters.Load() > 0 && len(a.mailbox) <= cap(a.mailbox)/2 {
-		select {
-		case a.space <- struct{}{}:
-		default:
-		}
+		next := make(chan struct{})
+		close(*a.space.Swap(&next))
 	}
 }
 

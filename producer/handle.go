@@ -75,7 +75,6 @@ func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error
 		identity: scope.Identity(pool.Format()),
 		log:      cfg.Logger,
 		mailbox:  make(chan command, cfg.MailboxCapacity),
-		space:    make(chan struct{}, 1),
 		permits:  semaphore.NewWeighted(cfg.PayloadPermits),
 		faults:   make(chan Fault, cfg.FaultCapacity),
 		closing:  make(chan struct{}),
@@ -87,6 +86,8 @@ func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error
 		timer:    time.NewTimer(time.Hour),
 	}
 	a.timer.Stop()
+	space := make(chan struct{})
+	a.space.Store(&space)
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -407,9 +408,10 @@ type actor struct {
 	identity ckf.ProducerIdentity
 	log      *slog.Logger
 	mailbox  chan command
-	// space wakes a sender that found the mailbox full; spaceWaiters
-	// counts those waiting (send, wakeSenders).
-	space        chan struct{}
+	// space is closed, and replaced, when the mailbox has drained to half
+	// while senders wait for room; spaceWaiters counts them (send,
+	// wakeSenders).
+	space        atomic.Pointer[chan struct{}]
 	spaceWaiters atomic.Int32
 	permits      *semaphore.Weighted
 	faults       chan Fault
@@ -503,7 +505,8 @@ func (a *actor) acquire(ctx context.Context, w int64) error {
 // every command the actor takes would wake it for one more (a goroutine
 // hand-over per command, the cost that made the actor twice a direct
 // apply): it waits until the actor has drained the mailbox to half
-// (wakeSenders), then refills it in one go.
+// (wakeSenders), then refills it in one go. All waiting senders wake
+// together, so none waits behind senders that keep finding room.
 func (a *actor) send(ctx context.Context, c *command) error {
 	a.gate.RLock()
 	defer a.gate.RUnlock()
@@ -516,10 +519,12 @@ func (a *actor) send(ctx context.Context, c *command) error {
 			return nil
 		default:
 		}
-		// Count this sender before the second try: if that also finds the
-		// mailbox full, the actor has commands left to take and sees the
-		// count after taking one, so the wake-up cannot be missed.
+		// Count this sender and take the wake-up channel before the second
+		// try: if that also finds the mailbox full, the actor has commands
+		// left to take and sees the count after taking one, so the wake-up
+		// cannot be missed.
 		a.spaceWaiters.Add(1)
+		space := *a.space.Load()
 		select {
 		case a.mailbox <- *c:
 			a.spaceWaiters.Add(-1)
@@ -527,7 +532,7 @@ func (a *actor) send(ctx context.Context, c *command) error {
 		default:
 		}
 		select {
-		case <-a.space:
+		case <-space:
 			a.spaceWaiters.Add(-1)
 		case <-a.closing:
 			a.spaceWaiters.Add(-1)
