@@ -575,3 +575,154 @@ func BenchmarkChainHash(b *testing.B) {
 	}
 	sinkU64 = h
 }
+
+// batchEvents is an engine batch: the parallel benchmarks apply the pool
+// workload in batches of this many events (32 steps, 512 stored blocks).
+const batchEvents = 64
+
+// batchIndex collects the workload's events (copies: the workload reuses its
+// two events) and applies every batchEvents of them at once: one by one
+// through ApplyEvent (serial) or through ApplyEvents.
+type batchIndex struct {
+	p      *ckf.Pool
+	serial bool
+	evs    []ckf.RouterEvent
+	outs   []ckf.ApplyOutcome
+	blocks [batchEvents][chainBlocks]ckf.StoredBlock
+	hashes [batchEvents][chainBlocks]uint64
+}
+
+func newBatchIndex(tb testing.TB, workers int, serial bool) *batchIndex {
+	cfg := ckf.DefaultConfig()
+	cfg.ExpectedBlocks = poolExpected
+	cfg.PublishEveryNEvents = poolCadence
+	cfg.ApplyWorkers = workers
+	p, err := ckf.NewPool(cfg)
+	require.NoError(tb, err, "NewPool")
+	return &batchIndex{p: p, serial: serial, evs: make([]ckf.RouterEvent, 0, batchEvents)}
+}
+
+func (x *batchIndex) apply(ev *ckf.RouterEvent) error {
+	i := len(x.evs)
+	e := *ev
+	e.Blocks = append(x.blocks[i][:0], ev.Blocks...)
+	e.BlockHashes = append(x.hashes[i][:0], ev.BlockHashes...)
+	x.evs = append(x.evs, e)
+	if len(x.evs) < batchEvents {
+		return nil
+	}
+	return x.flush()
+}
+
+func (x *batchIndex) flush() error {
+	x.outs = x.outs[:0]
+	if x.serial {
+		for i := range x.evs {
+			x.outs = append(x.outs, x.p.ApplyEvent(&x.evs[i]))
+		}
+	} else {
+		x.outs = x.p.ApplyEvents(x.outs, x.evs)
+	}
+	x.evs = x.evs[:0]
+	for _, o := range x.outs {
+		if o.FirstError != nil {
+			return o.FirstError
+		}
+	}
+	return nil
+}
+
+// BenchmarkPoolApplyParallel measures the workload of BenchmarkPoolApplyEvent
+// applied in batches of 64 events: impl=serial applies each batch through
+// ApplyEvent one by one (the sequential apply, one shard), workers=N through
+// ApplyEvents on a pool of N apply workers. Every variant copies the events
+// into its batch alike; blocks/s counts stored blocks.
+func BenchmarkPoolApplyParallel(b *testing.B) {
+	for _, load := range []int{50, 90} {
+		blocks := poolExpected * load / 100
+		for _, impl := range []struct {
+			name    string
+			workers int
+			serial  bool
+		}{{"serial", 1, true}, {"workers1", 1, false}, {"workers2", 2, false}, {"workers4", 4, false}} {
+			b.Run(fmt.Sprintf("load=%d/impl=%s", load, impl.name), func(b *testing.B) {
+				x, w := prefill(b, b.Name(), func() blockIndex { return newBatchIndex(b, impl.workers, impl.serial) }, blocks)
+				bx := x.(*batchIndex)
+				require.NoError(b, bx.flush(), "prefill tail")
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					if err := w.step(x); err != nil {
+						require.Fail(b, fmt.Sprintf("step: %v", err))
+					}
+				}
+				require.NoError(b, bx.flush(), "tail")
+				b.StopTimer()
+				b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")
+				st := bx.p.Stats()
+				require.Equal(b, uint64(0), st.CapacityFailures, "capacity failures")
+			})
+		}
+	}
+}
+
+// scaleBytes holds the exact-state heap per tracked block measured when a
+// scale sub-benchmark filled its pool, by benchmark name.
+var scaleBytes = map[string][2]float64{}
+
+// BenchmarkPoolApplyScale measures the relay's apply (ApplyEvents on a pool
+// of GOMAXPROCS apply workers, batches of 64 events) of the pool workload's
+// step at 1 M, 8 M and 32 M tracked blocks, each pool sized for its blocks
+// (ExpectedBlocks = n: 50% slot load), so the cost of a block as the pool
+// outgrows the caches shows. B/block is the live heap the fill added (the
+// filter, dirty window and workload are allocated before the first
+// reading), est-B/block Stats().ExactStateBytes / n. The fill goes through
+// the same ApplyEvents; it dominates the run time (tens of seconds at 32 M),
+// so benchsummary runs it in one round.
+func BenchmarkPoolApplyScale(b *testing.B) {
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	for _, n := range []struct {
+		name   string
+		blocks int
+	}{{"1M", 1 << 20}, {"8M", 8 << 20}, {"32M", 32 << 20}} {
+		b.Run("blocks="+n.name, func(b *testing.B) {
+			if prefilled.key != b.Name() {
+				prefilled.x, prefilled.w, prefilled.key = nil, nil, ""
+				cfg := ckf.DefaultConfig()
+				cfg.ExpectedBlocks = uint64(n.blocks)
+				cfg.PublishEveryNEvents = poolCadence
+				cfg.ApplyWorkers = runtime.GOMAXPROCS(0)
+				p, err := ckf.NewPool(cfg)
+				require.NoError(b, err, "NewPool")
+				x := &batchIndex{p: p, evs: make([]ckf.RouterEvent, 0, batchEvents)}
+				w := newChainWorkload(n.blocks)
+				before := heap()
+				require.NoError(b, w.fill(x, n.blocks), "fill")
+				require.NoError(b, x.flush(), "fill tail")
+				after := heap()
+				st := p.Stats()
+				require.Equal(b, n.blocks, st.UniqueBlocks, "tracked blocks after the fill")
+				scaleBytes[b.Name()] = [2]float64{(float64(after) - float64(before)) / float64(n.blocks), float64(st.ExactStateBytes) / float64(n.blocks)}
+				prefilled.key, prefilled.x, prefilled.w = b.Name(), x, w
+			}
+			x, w := prefilled.x.(*batchIndex), prefilled.w
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := w.step(x); err != nil {
+					require.Fail(b, fmt.Sprintf("step: %v", err))
+				}
+			}
+			require.NoError(b, x.flush(), "tail")
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")
+			b.ReportMetric(scaleBytes[b.Name()][0], "B/block")
+			b.ReportMetric(scaleBytes[b.Name()][1], "est-B/block")
+		})
+	}
+}

@@ -47,7 +47,17 @@ type Config struct {
 	// entries would exceed it is refused whole with [ErrTrackedBlockLimit].
 	// [Config.WithSizedLimits] sizes it to the filter.
 	MaxTrackedBlocks uint64
+	// ApplyWorkers is how many goroutines [Pool.ApplyEvents] spreads a batch
+	// over, 0..=[MaxApplyWorkers]; 0 and 1 apply on the caller's goroutine
+	// alone. The worker count changes no result: a batch applied by any
+	// number of workers leaves exactly the words, batches, refcounts and
+	// errors of [Pool.ApplyEvent] called on each event in order (SPEC §4.3).
+	ApplyWorkers int
 }
+
+// MaxApplyWorkers bounds [Config.ApplyWorkers]: the pool keeps one member
+// and one refcount shard per worker.
+const MaxApplyWorkers = 64
 
 // Defaults of the exact-state bounds (SPEC §4.6) that [Config.WithSizedLimits]
 // fills in. The library's [DefaultConfig] leaves both bounds off.
@@ -111,6 +121,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMembers < 0 {
 		return configError(fmt.Sprintf("max_members %d must be ≥ 0 (0: no bound)", c.MaxMembers))
+	}
+	if c.ApplyWorkers < 0 || c.ApplyWorkers > MaxApplyWorkers {
+		return configError(fmt.Sprintf("apply_workers %d outside 0..=%d", c.ApplyWorkers, MaxApplyWorkers))
 	}
 	return nil
 }

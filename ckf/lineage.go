@@ -22,8 +22,8 @@ type MemberLineage struct {
 // result shares nothing with the pool. Owner counts and residency follow
 // from the lineages: [MemberLineage.Events] re-creates them.
 func (p *Pool) ExportLineage() []MemberLineage {
-	out := make([]MemberLineage, 0, len(p.members))
-	for m, ms := range p.members {
+	out := make([]MemberLineage, 0, p.memberCount())
+	for m, ms := range p.allMembers {
 		l := MemberLineage{Member: m, Blocks: make([]LineageEntry, 0, len(ms.lineage))}
 		for ext, canon := range ms.lineage {
 			l.Blocks = append(l.Blocks, LineageEntry{External: ext, Canonical: canon})

@@ -314,7 +314,7 @@ func (h *harness) step(c choices) bool {
 		}
 		ev.StorageTier = StorageTier(1 + tier)
 		out := h.p.ApplyEvent(ev)
-		require.Equal(h.t, ApplyOutcome{}, out, "step %d: non-device event outcome, want ignored", h.steps)
+		require.Equal(h.t, ApplyOutcome{MemberBlocks: len(h.m.lineage[m])}, out, "step %d: non-device event outcome, want ignored", h.steps)
 	case 5, 6: // device remove
 		hashes := h.genHashes(c, m)
 		unknown := h.m.remove(m, hashes)
@@ -322,6 +322,7 @@ func (h *harness) step(c choices) bool {
 		out := h.p.ApplyEvent(removedEv(m, hashes...))
 		require.NoError(h.t, out.FirstError, "step %d remove %v", h.steps, hashes)
 		require.Equal(h.t, unknown, out.UnknownRemovals, "step %d remove %v: unknown removals", h.steps, hashes)
+		require.Equal(h.t, len(h.m.lineage[m]), out.MemberBlocks, "step %d remove: member blocks", h.steps)
 		h.checkOutcome(out, boundary, "remove")
 	case 7: // clear, from any tier
 		tier, _ := c.intn(4, "tier")
@@ -329,6 +330,7 @@ func (h *harness) step(c choices) bool {
 		boundary := h.admitted()
 		out := h.p.ApplyEvent(onTier(clearedEv(m), StorageTier(tier)))
 		require.NoError(h.t, out.FirstError, "step %d clear", h.steps)
+		require.Zero(h.t, out.MemberBlocks, "step %d clear: member blocks", h.steps)
 		h.checkOutcome(out, boundary, "clear")
 	case 8: // rank replacement
 		h.replace(c, m)
@@ -409,6 +411,7 @@ func (h *harness) applyStored(ev *RouterEvent) {
 	case out.FirstError != nil:
 		require.ErrorIs(h.t, out.FirstError, ErrCapacityExhausted, "step %d store %+v: want nil or a capacity omission", h.steps, ev)
 	}
+	require.Equal(h.t, len(h.m.lineage[m]), out.MemberBlocks, "step %d store: member blocks", h.steps)
 	h.checkOutcome(out, boundary, "store")
 }
 
@@ -472,10 +475,10 @@ func (h *harness) check() {
 	h.t.Helper()
 	p, m, step := h.p, h.m, h.steps
 	// Exact lineage per member.
-	require.Len(h.t, p.members, len(m.lineage), "step %d: members", step)
+	require.Equal(h.t, len(m.lineage), p.memberCount(), "step %d: members", step)
 	var contributions uint64
 	for mem, lin := range m.lineage {
-		ms := p.members[mem]
+		ms := p.member(mem)
 		require.NotNil(h.t, ms, "step %d: member %+v missing", step, mem)
 		require.Equal(h.t, lin, ms.lineage, "step %d: member %+v lineage", step, mem)
 		contributions += uint64(len(lin))
@@ -487,7 +490,7 @@ func (h *harness) check() {
 	// driven by the same logical history, and residency agrees per block.
 	require.Equal(h.t, m.ref.words(), p.t.words, "step %d: words against the reference", step)
 	require.Equal(h.t, m.ref.rng.State(), p.t.rng.State(), "step %d: RNG state against the reference", step)
-	require.Len(h.t, p.blocks, len(owners), "step %d: tracked blocks", step)
+	require.Equal(h.t, len(owners), p.blockCount(), "step %d: tracked blocks", step)
 	want := map[pairKey]int{}
 	resident := 0
 	for c, n := range owners {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
+	"math/rand/v2"
 	"slices"
 )
 
@@ -15,12 +17,6 @@ import (
 // receiver owns Images.
 type Batch struct {
 	Images []BucketImage
-}
-
-// blockState is the exact record of one canonical block.
-type blockState struct {
-	owners   uint32 // lineage entries, over all members, mapping to this block
-	resident bool   // the block's fingerprint is in the filter
 }
 
 // memberState is one member's lineage: external block hash → canonical hash.
@@ -37,6 +33,9 @@ type ApplyOutcome struct {
 	Batch *Batch
 	// UnknownRemovals counts removals of hashes the member did not hold.
 	UnknownRemovals int
+	// MemberBlocks is the number of blocks the event's member holds after
+	// the event ([Pool.MemberBlocks] then); 0 for a nil event.
+	MemberBlocks int
 	// PublicationBoundary is true when this event reached the cadence and the
 	// window was drained (Batch may still be nil if nothing net-changed).
 	PublicationBoundary bool
@@ -46,15 +45,26 @@ type ApplyOutcome struct {
 // refcounted ownership of canonical blocks with residency, the cuckoo table
 // they project into, and the dirty window drained into publication batches.
 //
-// A Pool is owned by one goroutine. The zero value is not usable; see [NewPool].
+// A Pool is owned by one goroutine. [Pool.ApplyEvents] may use
+// [Config.ApplyWorkers] goroutines inside one call; they have stopped when it
+// returns. The zero value is not usable; see [NewPool].
 type Pool struct {
 	cfg    Config
 	format Format
 	t      table
 	dirty  dirtyWindow
 
-	members map[Member]*memberState
-	blocks  map[uint64]blockState
+	// members and blocks are sharded, members by member and blocks by
+	// canonical hash, one shard of each per apply worker (one when the pool
+	// applies sequentially), so that each of ApplyEvents' workers owns its
+	// shards (parallel.go). shardKey keys the shard choice.
+	members  []map[Member]*memberState
+	blocks   []map[uint64]uint32 // canonical → owners (lineage entries mapping to it), never 0
+	shardKey uint64
+	// nonResident holds the tracked blocks whose fingerprint is not in the
+	// filter (capacity omissions, SPEC §4.3): empty unless the table ran
+	// out of room, so residency costs no lookup on the common path.
+	nonResident map[uint64]struct{}
 
 	pendingEvents uint64
 	resident      uint64 // resident canonical blocks == occupied slots
@@ -67,13 +77,23 @@ type Pool struct {
 	memberLimitRejections       uint64
 	trackedBlockLimitRejections uint64
 
-	scratch struct {
-		canon []uint64
-		owned []bool // owned[i]: the member already holds block i (Stored)
-		fresh uint64 // blocks of the event the member does not hold yet
-		seen  map[uint64]struct{}
-		keys  []uint64
-	}
+	scratch applyScratch
+	par     *parallel // ApplyEvents' workers, made on first parallel use
+	// parallelMin and chunkBlocks are the constants of the same names;
+	// tests lower them to send small batches through the workers, in
+	// several chunks.
+	parallelMin uint64
+	chunkBlocks int
+}
+
+// applyScratch is one goroutine's reusable buffers for canonicalisation and
+// clears.
+type applyScratch struct {
+	canon []uint64
+	owned []bool // owned[i]: the member already holds block i (Stored)
+	fresh uint64 // blocks of the event the member does not hold yet
+	seen  map[uint64]struct{}
+	keys  []uint64
 }
 
 // NewPool returns an empty pool for a validated configuration.
@@ -82,15 +102,92 @@ func NewPool(cfg Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newEmptyPool(cfg, f, rand.Uint64()), nil
+}
+
+// newEmptyPool returns an empty pool with shards keyed by shardKey.
+func newEmptyPool(cfg Config, f Format, shardKey uint64) *Pool {
+	n := max(cfg.ApplyWorkers, 1)
 	p := &Pool{
-		cfg:     cfg,
-		format:  f,
-		t:       newTable(f.BucketCount, f.Seed, cfg.MaxKicks),
-		dirty:   newDirtyWindow(f.BucketCount),
-		members: make(map[Member]*memberState),
-		blocks:  make(map[uint64]blockState),
+		cfg:         cfg,
+		format:      f,
+		t:           newTable(f.BucketCount, f.Seed, cfg.MaxKicks),
+		dirty:       newDirtyWindow(f.BucketCount),
+		members:     make([]map[Member]*memberState, n),
+		blocks:      make([]map[uint64]uint32, n),
+		shardKey:    shardKey,
+		nonResident: make(map[uint64]struct{}),
+		parallelMin: parallelMinBlocks,
+		chunkBlocks: chunkBlocks,
 	}
-	return p, nil
+	for i := range n {
+		p.members[i] = make(map[Member]*memberState)
+		p.blocks[i] = make(map[uint64]uint32)
+	}
+	return p
+}
+
+// shardOf maps h to one of n shards: a keyed SplitMix64 finalizer, then
+// Lemire's multiply-shift. The key is random per pool, so a peer choosing
+// hashes cannot pile its work onto one worker; shard choice changes no
+// result, only which goroutine does the work.
+func shardOf(h, key uint64, n int) int {
+	if n == 1 {
+		return 0
+	}
+	z := h ^ key
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	z ^= z >> 31
+	hi, _ := bits.Mul64(z, uint64(n))
+	return int(hi)
+}
+
+func (p *Pool) memberShard(m Member) int {
+	return shardOf(m.WorkerID^uint64(m.DPRank)*splitMixGamma, p.shardKey, len(p.members))
+}
+
+func (p *Pool) blockShard(c uint64) int { return shardOf(c, p.shardKey, len(p.blocks)) }
+
+// member returns m's state, nil when m holds nothing.
+func (p *Pool) member(m Member) *memberState { return p.members[p.memberShard(m)][m] }
+
+// allMembers iterates every member holding blocks, shard by shard.
+func (p *Pool) allMembers(yield func(Member, *memberState) bool) {
+	for _, s := range p.members {
+		for m, ms := range s {
+			if !yield(m, ms) {
+				return
+			}
+		}
+	}
+}
+
+// memberCount returns the number of members holding blocks.
+func (p *Pool) memberCount() int {
+	n := 0
+	for _, s := range p.members {
+		n += len(s)
+	}
+	return n
+}
+
+// blockCount returns the number of tracked canonical blocks.
+func (p *Pool) blockCount() int {
+	n := 0
+	for _, s := range p.blocks {
+		n += len(s)
+	}
+	return n
+}
+
+// isResident reports whether a tracked block's fingerprint is in the filter.
+func (p *Pool) isResident(c uint64) bool {
+	if len(p.nonResident) == 0 {
+		return true
+	}
+	_, omitted := p.nonResident[c]
+	return !omitted
 }
 
 // Format returns the pool's format identity.
@@ -107,14 +204,14 @@ func (p *Pool) Contains(canonical uint64) bool { return p.t.contains(canonical) 
 
 // Owners returns the owner count and residency of a canonical hash.
 func (p *Pool) Owners(canonical uint64) (owners uint32, resident bool) {
-	b := p.blocks[canonical]
-	return b.owners, b.resident
+	owners = p.blocks[p.blockShard(canonical)][canonical]
+	return owners, owners > 0 && p.isResident(canonical)
 }
 
 // MemberBlocks returns the number of blocks member m holds (its lineage
 // entries); 0 for a member the pool does not know.
 func (p *Pool) MemberBlocks(m Member) int {
-	if ms := p.members[m]; ms != nil {
+	if ms := p.member(m); ms != nil {
 		return len(ms.lineage)
 	}
 	return 0
@@ -137,32 +234,20 @@ func (p *Pool) PendingEventCount() uint64 { return p.pendingEvents }
 // (no cadence count, no change).
 func (p *Pool) ApplyEvent(ev *RouterEvent) ApplyOutcome {
 	var out ApplyOutcome
-	// A nil event is bad input, not a programmer error the pool may panic on:
-	// the relay feeds decoded network events straight through.
-	if ev == nil {
-		out.FirstError = &EventError{Kind: ErrMalformedEvent, Detail: "nil event"}
-		return out
-	}
-	if ev.StorageTier > TierExternal {
-		out.FirstError = &EventError{Kind: ErrUnsupportedResidencyDomain, Member: ev.Member(), Detail: "unknown storage tier"}
-		return out
-	}
-	switch ev.Kind {
-	case EventStored, EventRemoved:
-		if ev.StorageTier != TierDevice {
-			return out
+	admit, err := admission(ev)
+	if !admit {
+		out.FirstError = err
+		if ev != nil {
+			out.MemberBlocks = p.MemberBlocks(ev.Member())
 		}
-	case EventCleared:
-	default:
-		out.FirstError = &EventError{Kind: ErrMalformedEvent, Member: ev.Member(), Detail: "unknown event kind"}
 		return out
 	}
 	p.pendingEvents++
 	switch ev.Kind {
 	case EventStored:
-		out.FirstError = p.applyStored(ev)
+		out.MemberBlocks, out.FirstError = p.applyStored(ev)
 	case EventRemoved:
-		out.UnknownRemovals, out.FirstError = p.applyRemoved(ev)
+		out.MemberBlocks, out.UnknownRemovals, out.FirstError = p.applyRemoved(ev)
 	case EventCleared:
 		out.FirstError = p.clearMember(ev.Member())
 	}
@@ -173,16 +258,37 @@ func (p *Pool) ApplyEvent(ev *RouterEvent) ApplyOutcome {
 	return out
 }
 
-// canonicalize validates a Stored event and fills p.scratch.canon with the
-// canonical hash of each block, p.scratch.owned with whether the member
-// already holds it and p.scratch.fresh with how many it does not (the one
-// lineage lookup per block admission and commit then share). It commits
+// admission decides whether ev is admitted (counts toward the cadence and
+// applies): a nil event, an unknown tier or kind is refused with its error;
+// a non-device Stored or Removed event is ignored (false, nil).
+func admission(ev *RouterEvent) (bool, error) {
+	// A nil event is bad input, not a programmer error the pool may panic on:
+	// the relay feeds decoded network events straight through.
+	if ev == nil {
+		return false, &EventError{Kind: ErrMalformedEvent, Detail: "nil event"}
+	}
+	if ev.StorageTier > TierExternal {
+		return false, &EventError{Kind: ErrUnsupportedResidencyDomain, Member: ev.Member(), Detail: "unknown storage tier"}
+	}
+	switch ev.Kind {
+	case EventStored, EventRemoved:
+		return ev.StorageTier == TierDevice, nil
+	case EventCleared:
+		return true, nil
+	}
+	return false, &EventError{Kind: ErrMalformedEvent, Member: ev.Member(), Detail: "unknown event kind"}
+}
+
+// canonicalize validates a Stored event of the member whose state is ms and
+// fills sc.canon with the canonical hash of each block, sc.owned with whether
+// the member already holds it and sc.fresh with how many it does not (the
+// one lineage lookup per block admission and commit then share). It commits
 // nothing.
-func (p *Pool) canonicalize(ev *RouterEvent, ms *memberState) error {
+func canonicalize(ev *RouterEvent, ms *memberState, sc *applyScratch) error {
 	m := ev.Member()
-	canon := p.scratch.canon[:0]
-	owned := p.scratch.owned[:0]
-	p.scratch.fresh = 0
+	canon := sc.canon[:0]
+	owned := sc.owned[:0]
+	sc.fresh = 0
 	var prev uint64
 	if ev.HasParent {
 		var ok bool
@@ -205,10 +311,10 @@ func (p *Pool) canonicalize(ev *RouterEvent, ms *memberState) error {
 	}
 	useSet := len(ev.Blocks) > 16
 	if useSet {
-		if p.scratch.seen == nil {
-			p.scratch.seen = make(map[uint64]struct{}, len(ev.Blocks))
+		if sc.seen == nil {
+			sc.seen = make(map[uint64]struct{}, len(ev.Blocks))
 		}
-		clear(p.scratch.seen)
+		clear(sc.seen)
 	}
 	for i, b := range ev.Blocks {
 		var c uint64
@@ -227,8 +333,8 @@ func (p *Pool) canonicalize(ev *RouterEvent, ms *memberState) error {
 		}
 		dup := false
 		if useSet {
-			_, dup = p.scratch.seen[b.BlockHash]
-			p.scratch.seen[b.BlockHash] = struct{}{}
+			_, dup = sc.seen[b.BlockHash]
+			sc.seen[b.BlockHash] = struct{}{}
 		} else {
 			for _, e := range ev.Blocks[:i] {
 				if e.BlockHash == b.BlockHash {
@@ -244,66 +350,104 @@ func (p *Pool) canonicalize(ev *RouterEvent, ms *memberState) error {
 		canon = append(canon, c)
 		owned = append(owned, held)
 		if !held {
-			p.scratch.fresh++
+			sc.fresh++
 		}
 		prev = c
 	}
-	p.scratch.canon, p.scratch.owned = canon, owned
+	sc.canon, sc.owned = canon, owned
 	return nil
 }
 
-func (p *Pool) applyStored(ev *RouterEvent) error {
+// applyStored applies a device Stored event; it returns the member's blocks
+// after it and the event's first error.
+func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 	m := ev.Member()
-	ms := p.members[m]
-	if err := p.canonicalize(ev, ms); err != nil {
+	shard := p.members[p.memberShard(m)]
+	ms := shard[m]
+	if ms != nil {
+		memberBlocks = len(ms.lineage)
+	}
+	sc := &p.scratch
+	if err := canonicalize(ev, ms, sc); err != nil {
 		if errors.Is(err, ErrParentBlockNotFound) {
 			p.parentNotFound++
 		}
-		return err
+		return memberBlocks, err
 	}
 	if len(ev.Blocks) == 0 {
-		return nil
+		return memberBlocks, nil
 	}
 	if err := p.admitLimits(ev, ms); err != nil {
-		return err
+		return memberBlocks, err
 	}
 	if ms == nil {
 		ms = &memberState{lineage: make(map[uint64]uint64, len(ev.Blocks))}
-		p.members[m] = ms
+		shard[m] = ms
 	}
-	var first error
 	for i, b := range ev.Blocks {
-		c := p.scratch.canon[i]
-		st := p.blocks[c]
-		newBlock := st.owners == 0
-		if !p.scratch.owned[i] {
-			if st.owners == math.MaxUint32 {
+		c := sc.canon[i]
+		if !sc.owned[i] {
+			bs := p.blocks[p.blockShard(c)]
+			owners := bs[c]
+			if owners == math.MaxUint32 {
 				first = cmp.Or(first, error(&EventError{Kind: ErrOwnershipDegreeOverflow, Member: m, BlockHash: b.BlockHash}))
 				continue
 			}
 			ms.lineage[b.BlockHash] = c
 			p.contributions++
-			st.owners++
-		}
-		if !st.resident {
-			if err := p.makeResident(c, newBlock); err != nil {
-				first = cmp.Or(first, error(&EventError{Kind: ErrCapacityExhausted, Member: m, BlockHash: c}))
-			} else {
-				st.resident = true
+			bs[c] = owners + 1
+			if owners == 0 {
+				first = cmp.Or(first, p.place(m, c))
+				continue
 			}
 		}
-		p.blocks[c] = st
+		first = cmp.Or(first, p.reofferOmitted(m, c))
 	}
-	return first
+	return len(ms.lineage), first
+}
+
+// place makes a block that just got its first owner resident (a full
+// insertion with bounded relocation); on failure it is tracked as
+// non-resident and the capacity omission is returned.
+func (p *Pool) place(m Member, c uint64) error {
+	if err := p.t.insert(c); err != nil {
+		p.capacityFailures++
+		p.nonResident[c] = struct{}{}
+		return &EventError{Kind: ErrCapacityExhausted, Member: m, BlockHash: c}
+	}
+	p.madeResident()
+	return nil
+}
+
+// reofferOmitted re-offers a tracked block that is not resident (only an
+// empty slot, SPEC §4.3): a store of a block the filter omitted. A resident
+// block is left alone.
+func (p *Pool) reofferOmitted(m Member, c uint64) error {
+	if p.isResident(c) {
+		return nil
+	}
+	if !p.t.reoffer(c) {
+		p.capacityFailures++
+		return &EventError{Kind: ErrCapacityExhausted, Member: m, BlockHash: c}
+	}
+	delete(p.nonResident, c)
+	p.madeResident()
+	return nil
+}
+
+// madeResident records the table's writes of a successful placement.
+func (p *Pool) madeResident() {
+	p.dirty.record(p.t.writes)
+	p.resident++
 }
 
 // admitLimits refuses, before anything commits, a Stored event that would
 // take the pool past MaxMembers or MaxTrackedBlocks (SPEC §4.6).
 func (p *Pool) admitLimits(ev *RouterEvent, ms *memberState) error {
-	if ms == nil && p.cfg.MaxMembers > 0 && len(p.members) >= p.cfg.MaxMembers {
+	if ms == nil && p.cfg.MaxMembers > 0 && p.memberCount() >= p.cfg.MaxMembers {
 		p.memberLimitRejections++
 		return &EventError{Kind: ErrMemberLimit, Member: ev.Member(),
-			Detail: fmt.Sprintf("%d members hold blocks, max_members %d", len(p.members), p.cfg.MaxMembers)}
+			Detail: fmt.Sprintf("%d members hold blocks, max_members %d", p.memberCount(), p.cfg.MaxMembers)}
 	}
 	if p.cfg.MaxTrackedBlocks == 0 {
 		return nil
@@ -317,27 +461,12 @@ func (p *Pool) admitLimits(ev *RouterEvent, ms *memberState) error {
 	return nil
 }
 
-// makeResident puts canonical's fingerprint into the table: a full insertion
-// with bounded relocation for a new block, or (reoffer) only an empty slot for
-// a block already tracked as non-resident.
-func (p *Pool) makeResident(canonical uint64, newBlock bool) error {
-	if newBlock {
-		if err := p.t.insert(canonical); err != nil {
-			p.capacityFailures++
-			return err
-		}
-	} else if !p.t.reoffer(canonical) {
-		p.capacityFailures++
-		return ErrCapacityExhausted
-	}
-	p.dirty.record(p.t.writes)
-	p.resident++
-	return nil
-}
-
-func (p *Pool) applyRemoved(ev *RouterEvent) (unknown int, first error) {
+// applyRemoved applies a device Removed event; it returns the member's
+// blocks after it, the unknown removals and the first error.
+func (p *Pool) applyRemoved(ev *RouterEvent) (memberBlocks, unknown int, first error) {
 	m := ev.Member()
-	ms := p.members[m]
+	shard := p.members[p.memberShard(m)]
+	ms := shard[m]
 	for _, h := range ev.BlockHashes {
 		var c uint64
 		var ok bool
@@ -355,23 +484,32 @@ func (p *Pool) applyRemoved(ev *RouterEvent) (unknown int, first error) {
 			first = err
 		}
 	}
-	if ms != nil && len(ms.lineage) == 0 {
-		delete(p.members, m)
+	if ms != nil {
+		if memberBlocks = len(ms.lineage); memberBlocks == 0 {
+			delete(shard, m)
+		}
 	}
-	return unknown, first
+	return memberBlocks, unknown, first
 }
 
 // release drops one ownership of canonical; the last owner's release removes a
 // resident fingerprint.
 func (p *Pool) release(m Member, canonical uint64) error {
-	st := p.blocks[canonical]
-	st.owners--
-	if st.owners > 0 {
-		p.blocks[canonical] = st
+	bs := p.blocks[p.blockShard(canonical)]
+	owners := bs[canonical] - 1
+	if owners > 0 {
+		bs[canonical] = owners
 		return nil
 	}
-	delete(p.blocks, canonical)
-	if !st.resident {
+	delete(bs, canonical)
+	return p.unplace(m, canonical)
+}
+
+// unplace takes the fingerprint of a block whose last owner went out of the
+// filter; a non-resident block only leaves the omitted set.
+func (p *Pool) unplace(m Member, canonical uint64) error {
+	if !p.isResident(canonical) {
+		delete(p.nonResident, canonical)
 		return nil
 	}
 	p.resident--
@@ -386,15 +524,12 @@ func (p *Pool) release(m Member, canonical uint64) error {
 // clearMember removes all of m's lineage and ownership, in external-hash
 // order so the physical result is deterministic.
 func (p *Pool) clearMember(m Member) error {
-	ms := p.members[m]
+	shard := p.members[p.memberShard(m)]
+	ms := shard[m]
 	if ms == nil {
 		return nil
 	}
-	keys := p.scratch.keys[:0]
-	for h := range ms.lineage {
-		keys = append(keys, h)
-	}
-	slices.Sort(keys)
+	keys := sortedKeys(ms, &p.scratch)
 	var first error
 	for _, h := range keys {
 		if err := p.release(m, ms.lineage[h]); err != nil && first == nil {
@@ -402,9 +537,19 @@ func (p *Pool) clearMember(m Member) error {
 		}
 	}
 	p.contributions -= uint64(len(keys))
-	p.scratch.keys = keys[:0]
-	delete(p.members, m)
+	delete(shard, m)
 	return first
+}
+
+// sortedKeys returns ms's external hashes in ascending order, in sc.keys.
+func sortedKeys(ms *memberState, sc *applyScratch) []uint64 {
+	keys := sc.keys[:0]
+	for h := range ms.lineage {
+		keys = append(keys, h)
+	}
+	slices.Sort(keys)
+	sc.keys = keys
+	return keys
 }
 
 func (p *Pool) drain() *Batch {

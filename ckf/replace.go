@@ -53,21 +53,14 @@ func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
 		}
 	}
 
-	next := &Pool{
-		cfg:     p.cfg,
-		format:  p.format,
-		t:       newTable(p.format.BucketCount, p.format.Seed, p.cfg.MaxKicks),
-		dirty:   newDirtyWindow(p.format.BucketCount),
-		members: make(map[Member]*memberState, len(p.members)),
-		blocks:  make(map[uint64]blockState, len(p.blocks)),
-	}
+	next := newEmptyPool(p.cfg, p.format, p.shardKey)
 	next.reinstall(p, replaced)
 	for _, r := range reps {
 		for i := range r.Events {
 			if r.Events[i].StorageTier != TierDevice {
 				continue // only device-tier blocks are routed on
 			}
-			if err := next.applyStored(&r.Events[i]); err != nil && !errors.Is(err, ErrCapacityExhausted) {
+			if _, err := next.applyStored(&r.Events[i]); err != nil && !errors.Is(err, ErrCapacityExhausted) {
 				return nil, err
 			}
 		}
@@ -90,6 +83,7 @@ func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
 	p.dirty = d
 	p.members = next.members
 	p.blocks = next.blocks
+	p.nonResident = next.nonResident
 	p.resident = next.resident
 	p.contributions = next.contributions
 	p.capacityFailures += next.capacityFailures
@@ -105,33 +99,31 @@ func (p *Pool) ReplaceRanks(reps []RankReplacement) (*Batch, error) {
 // owned canonical resident, in ascending canonical order so rebuilds are
 // deterministic.
 func (p *Pool) reinstall(old *Pool, skip map[Member]bool) {
-	for m, ms := range old.members {
+	for m, ms := range old.allMembers {
 		if skip[m] {
 			continue
 		}
 		lin := make(map[uint64]uint64, len(ms.lineage))
 		for ext, c := range ms.lineage {
 			lin[ext] = c
-			st := p.blocks[c]
-			st.owners++
-			p.blocks[c] = st
+			p.blocks[p.blockShard(c)][c]++
 		}
-		p.members[m] = &memberState{lineage: lin}
+		p.members[p.memberShard(m)][m] = &memberState{lineage: lin}
 		p.contributions += uint64(len(lin))
 	}
-	canon := make([]uint64, 0, len(p.blocks))
-	for c := range p.blocks {
-		canon = append(canon, c)
+	canon := make([]uint64, 0, p.blockCount())
+	for _, s := range p.blocks {
+		for c := range s {
+			canon = append(canon, c)
+		}
 	}
 	slices.Sort(canon)
 	for _, c := range canon {
 		if p.t.insert(c) != nil {
 			p.capacityFailures++
+			p.nonResident[c] = struct{}{}
 			continue
 		}
 		p.resident++
-		st := p.blocks[c]
-		st.resident = true
-		p.blocks[c] = st
 	}
 }

@@ -55,9 +55,12 @@ const (
 
 // Slot sizes (key plus value) of the pool's maps.
 const (
-	lineageSlotBytes = 8 + 8                                   // external → canonical
-	blockSlotBytes   = 8 + uint64(unsafe.Sizeof(blockState{})) // canonical → state
-	memberSlotBytes  = uint64(unsafe.Sizeof(Member{})) + 8     // member → *memberState
+	lineageSlotBytes = 8 + 8                         // external → canonical
+	blockSlotBytes   = uint64(unsafe.Sizeof(struct { // canonical → owners, padded
+		c uint64
+		n uint32
+	}{}))
+	memberSlotBytes  = uint64(unsafe.Sizeof(Member{})) + 8 // member → *memberState
 	memberStateBytes = uint64(unsafe.Sizeof(memberState{}))
 )
 
@@ -88,8 +91,14 @@ func withSizeClassSlack(b uint64) uint64 { return b + b/16 }
 // exactStateBytes estimates the heap held by the pool's exact state: every
 // member's lineage map, the block map, the member map and member records.
 func (p *Pool) exactStateBytes() uint64 {
-	total := mapBytes(len(p.blocks), blockSlotBytes) + mapBytes(len(p.members), memberSlotBytes)
-	for _, ms := range p.members {
+	var total uint64
+	for _, s := range p.blocks {
+		total += mapBytes(len(s), blockSlotBytes)
+	}
+	for _, s := range p.members {
+		total += mapBytes(len(s), memberSlotBytes)
+	}
+	for _, ms := range p.allMembers {
 		total += memberStateBytes + mapBytes(len(ms.lineage), lineageSlotBytes)
 	}
 	return total
@@ -99,9 +108,9 @@ func (p *Pool) exactStateBytes() uint64 {
 func (p *Pool) Stats() Stats {
 	slots, buckets := p.t.occupied()
 	return Stats{
-		Members:                     len(p.members),
+		Members:                     p.memberCount(),
 		Contributions:               p.contributions,
-		UniqueBlocks:                len(p.blocks),
+		UniqueBlocks:                p.blockCount(),
 		ResidentBlocks:              p.resident,
 		UnknownRemovals:             p.unknownRemovals,
 		ParentNotFound:              p.parentNotFound,
@@ -129,8 +138,8 @@ type MemberCount struct {
 
 // MemberCounts returns every member's block count sorted by (worker_id, dp_rank).
 func (p *Pool) MemberCounts() []MemberCount {
-	out := make([]MemberCount, 0, len(p.members))
-	for m, ms := range p.members {
+	out := make([]MemberCount, 0, p.memberCount())
+	for m, ms := range p.allMembers {
 		out = append(out, MemberCount{Member: m, Blocks: len(ms.lineage)})
 	}
 	slices.SortFunc(out, func(a, b MemberCount) int { return a.Member.Compare(b.Member) })

@@ -91,8 +91,30 @@ loop:
 			}
 		}
 		a.armTimer()
+		a.releaseApplied()
 	}
+	a.releaseApplied()
 	a.finish(fenced)
+}
+
+// releaseApplied returns the permits of the Apply commands run since the
+// last call: one semaphore hand-over per wake-up, not one per command (the
+// semaphore's lock is the one admission takes).
+func (a *actor) releaseApplied() {
+	if a.unreleased > 0 {
+		a.permits.Release(a.unreleased)
+		a.unreleased = 0
+	}
+}
+
+// wakeSenders lets every sender waiting for mailbox space go once the
+// mailbox is at most half full: they wake once per half a mailbox of
+// commands, not once per command (see send).
+func (a *actor) wakeSenders() {
+	if a.spaceWaiters.Load() > 0 && len(a.mailbox) <= cap(a.mailbox)/2 {
+		next := make(chan struct{})
+		close(*a.space.Swap(&next))
+	}
 }
 
 // burstSize bounds the commands run per wake-up without going back to the
@@ -169,6 +191,7 @@ func (a *actor) finish(fenced bool) {
 
 // handle runs one command. It returns false when a fence interrupted it.
 func (a *actor) handle(c *command) bool {
+	a.wakeSenders()
 	switch c.kind {
 	case cmdApply:
 		return a.apply(c)
@@ -203,36 +226,128 @@ func (a *actor) handle(c *command) bool {
 // alone. It returns false when a fence interrupted it.
 func (a *actor) apply(c *command) bool {
 	// The permits cover the whole command; they return once it has run,
-	// whether every event applied or a fence stopped it part way.
-	defer a.permits.Release(c.weight)
+	// whether every event applied or a fence stopped it part way, with the
+	// rest of the wake-up's (releaseApplied).
+	a.unreleased += c.weight
+	if len(c.evs) > 1 && a.pool.Config().ApplyWorkers > 1 && a.epochs.noPruneWithin(len(c.evs)) {
+		return a.applyBatch(c)
+	}
 	for i := range c.evs {
-		if !a.applyEvent(c.epoch, &c.evs[i]) {
-			return false
+		ev := &c.evs[i]
+		switch v := a.admitEpoch(c.epoch, ev); v {
+		case epochApply:
+			if !a.applied(c.epoch, ev, a.pool.ApplyEvent(ev)) {
+				return false
+			}
+		default:
+			if !a.refused(v, c.epoch, ev) {
+				return false
+			}
 		}
 	}
 	return true
 }
 
-// applyEvent applies one admitted event. It returns false when a fence
-// interrupted the delivery of its fault.
-func (a *actor) applyEvent(epoch uint64, ev *ckf.RouterEvent) bool {
+// applyBatch is apply with the command's events handed to the pool as one
+// batch ([ckf.Pool.ApplyEvents], spread over its apply workers), with the
+// same result event for event: every event's epoch verdict is taken first,
+// which is the verdict it gets one by one because no settle within the
+// command can prune a record (noPruneWithin) and only the first event of an
+// unknown member sets its epoch; the pool applies the admitted events in
+// order exactly as one by one; then each event's outcome is settled,
+// journalled, published and faulted in order. A fence that interrupts a
+// fault stops the walk there: the journal and the stream end where they end
+// one by one (the pool, which a fenced actor discards, has applied the
+// rest).
+func (a *actor) applyBatch(c *command) bool {
+	verdicts := a.batch.verdicts[:0]
+	evs := c.evs
+	all := true
+	for i := range c.evs {
+		v := a.admitEpoch(c.epoch, &c.evs[i])
+		verdicts = append(verdicts, v)
+		all = all && v == epochApply
+	}
+	if !all {
+		evs = a.batch.evs[:0]
+		for i, v := range verdicts {
+			if v == epochApply {
+				evs = append(evs, c.evs[i])
+			}
+		}
+	}
+	outs := a.pool.ApplyEvents(a.batch.outs[:0], evs)
+	ok := true
+	j := 0
+	for i, v := range verdicts {
+		ev := &c.evs[i]
+		if v != epochApply {
+			if ok = a.refused(v, c.epoch, ev); !ok {
+				break
+			}
+			continue
+		}
+		if ok = a.applied(c.epoch, ev, outs[j]); !ok {
+			break
+		}
+		j++
+	}
+	a.batch.verdicts = verdicts
+	clear(outs) // drop the batches
+	a.batch.outs = outs[:0]
+	if !all {
+		clear(evs) // drop the references to the command's slices
+		a.batch.evs = evs[:0]
+	}
+	return ok
+}
+
+// epochVerdict is what an admitted event's source epoch lets the actor do.
+type epochVerdict uint8
+
+const (
+	epochApply       epochVerdict = iota // the member's epoch (set now if it had none)
+	epochStale                           // older than the member's: dropped
+	epochUnannounced                     // newer, without a reset or replacement: a fault
+)
+
+// admitEpoch checks ev's source epoch against its member's, recording it
+// for a member that has none.
+func (a *actor) admitEpoch(epoch uint64, ev *ckf.RouterEvent) epochVerdict {
 	m := ev.Member()
 	cur, known := a.epochs.get(m)
 	switch {
 	case known && epoch < cur:
+		return epochStale
+	case known && epoch > cur:
+		return epochUnannounced
+	case !known:
+		a.epochs.set(m, epoch)
+	}
+	return epochApply
+}
+
+// refused handles an event its epoch keeps from the pool. It returns false
+// when a fence interrupted the delivery of its fault.
+func (a *actor) refused(v epochVerdict, epoch uint64, ev *ckf.RouterEvent) bool {
+	m := ev.Member()
+	if v == epochStale {
 		a.stats.StaleEventsDropped++
 		a.logs.stale.logf(a.log, "producer: dropping an event from a superseded source epoch",
 			memberAttrs(m, epoch, ev.EventID)...)
 		return true
-	case known && epoch > cur:
-		d, _ := ckf.DispositionOf(ckf.SourceProtocolFailure)
-		return a.fault(Fault{Member: m, SourceEpoch: epoch, EventID: ev.EventID,
-			Category: FaultSourceProtocol, Disposition: d, Err: ErrUnannouncedSourceEpoch})
-	case !known:
-		a.epochs.set(m, epoch)
 	}
-	out := a.pool.ApplyEvent(ev)
-	a.epochs.settle(m, a.pool.MemberBlocks(m) > 0)
+	d, _ := ckf.DispositionOf(ckf.SourceProtocolFailure)
+	return a.fault(Fault{Member: m, SourceEpoch: epoch, EventID: ev.EventID,
+		Category: FaultSourceProtocol, Disposition: d, Err: ErrUnannouncedSourceEpoch})
+}
+
+// applied settles one event the pool applied: its member's epoch record,
+// logs, publication, journal and fault. It returns false when a fence
+// interrupted the delivery of its fault.
+func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, out ckf.ApplyOutcome) bool {
+	m := ev.Member()
+	a.epochs.settle(m, out.MemberBlocks > 0)
 	if out.UnknownRemovals > 0 {
 		a.stats.UnknownRemovalEvents++
 		a.logs.unknown.logf(a.log, "producer: ignoring removals of blocks the member does not hold",

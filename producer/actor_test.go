@@ -143,6 +143,42 @@ func TestActor_BoundedMailboxBackPressuresWithoutDropping(t *testing.T) {
 	})
 }
 
+// TestActor_FullMailboxWakesSendersAtHalf: senders blocked on a full
+// mailbox are not woken by every command the actor takes (a goroutine
+// hand-over per command) but once the mailbox is down to half; then both
+// admit, and nothing is lost.
+func TestActor_FullMailboxWakesSendersAtHalf(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := startActor(t, actorOpts{mutate: func(c *Config) { c.MailboxCapacity = 4 }})
+		release := pauseActor(t, h)
+		// The mailbox: a second pause, then three events: full.
+		second := &pause{entered: make(chan struct{}), release: make(chan struct{})}
+		require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, pause: second}))
+		for i := range uint64(3) {
+			mustAdmit(t, h, 0, stored(worker1, i+1, i+1))
+		}
+		blocked := make(chan error, 2)
+		for _, b := range []uint64{9, 10} {
+			go func() { blocked <- h.AdmitEvent(context.Background(), 0, stored(worker1, b, b)) }()
+		}
+		synctest.Wait()
+		release()
+		<-second.entered // the actor took one command: three of four slots are still taken
+		synctest.Wait()
+		select {
+		case err := <-blocked:
+			require.FailNow(t, "the sender was woken by one command taken from a full mailbox", "err %v", err)
+		default:
+		}
+		assert.Equal(t, 3, h.MailboxDepth())
+		close(second.release)
+		require.NoError(t, <-blocked, "a blocked admission")
+		require.NoError(t, <-blocked, "the other blocked admission")
+		mustFlush(t, h)
+		assert.Equal(t, 5, mustStats(t, h).Pool.UniqueBlocks)
+	})
+}
+
 func TestActor_PayloadPermitsBackPressureByBlockCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, _ := startActor(t, actorOpts{mutate: func(c *Config) { c.PayloadPermits = 4 }})

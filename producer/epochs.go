@@ -88,12 +88,15 @@ func (s *sourceEpochs) set(m ckf.Member, epoch uint64) {
 // holding blocks is never pruned; one holding nothing becomes the most
 // recently idle, and the least recently idle records beyond maxIdle go.
 func (s *sourceEpochs) settle(m ckf.Member, holds bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	// The actor is the only writer, so it reads without the lock; the
+	// common case — a member that holds blocks and is not idle — changes
+	// nothing and takes no lock.
 	r := s.rec[m]
-	if r == nil {
+	if r == nil || (holds && r.idle == nil) {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if holds {
 		if r.idle != nil {
 			s.idle.Remove(r.idle)
@@ -112,3 +115,7 @@ func (s *sourceEpochs) settle(m ckf.Member, holds bool) {
 		s.pruned++
 	}
 }
+
+// noPruneWithin reports whether n more settles cannot prune a record: each
+// adds at most one idle record. Actor goroutine only.
+func (s *sourceEpochs) noPruneWithin(n int) bool { return s.idle.Len()+n <= s.maxIdle }

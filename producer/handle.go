@@ -86,6 +86,8 @@ func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error
 		timer:    time.NewTimer(time.Hour),
 	}
 	a.timer.Stop()
+	space := make(chan struct{})
+	a.space.Store(&space)
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -406,9 +408,14 @@ type actor struct {
 	identity ckf.ProducerIdentity
 	log      *slog.Logger
 	mailbox  chan command
-	permits  *semaphore.Weighted
-	faults   chan Fault
-	diag     *diagnostics
+	// space is closed, and replaced, when the mailbox has drained to half
+	// while senders wait for room; spaceWaiters counts them (send,
+	// wakeSenders).
+	space        atomic.Pointer[chan struct{}]
+	spaceWaiters atomic.Int32
+	permits      *semaphore.Weighted
+	faults       chan Fault
+	diag         *diagnostics
 
 	// gate orders senders against stopAdmission: senders hold it shared
 	// while they enqueue; stopAdmission takes it exclusively, so once sealed
@@ -431,8 +438,14 @@ type actor struct {
 	epochs     *sourceEpochs
 	timer      *time.Timer
 	timerArmed bool
+	unreleased int64      // permits of commands run, not yet released (releaseApplied)
 	stats      ActorStats // counters only; the rest is filled by statsNow
-	logs       struct{ unknown, capacity, stale, publish rateLimit }
+	batch      struct {   // applyBatch's reusable buffers
+		verdicts []epochVerdict
+		evs      []ckf.RouterEvent
+		outs     []ckf.ApplyOutcome
+	}
+	logs struct{ unknown, capacity, stale, publish rateLimit }
 }
 
 // fenced reports whether Fence was called: one atomic load, cheap enough
@@ -487,24 +500,47 @@ func (a *actor) acquire(ctx context.Context, w int64) error {
 
 // send enqueues c, waiting for mailbox space (back-pressure) unless ctx ends
 // or admission stops.
+//
+// A sender that finds the mailbox full does not wait on the channel, where
+// every command the actor takes would wake it for one more (a goroutine
+// hand-over per command, the cost that made the actor twice a direct
+// apply): it waits until the actor has drained the mailbox to half
+// (wakeSenders), then refills it in one go. All waiting senders wake
+// together, so none waits behind senders that keep finding room.
 func (a *actor) send(ctx context.Context, c *command) error {
 	a.gate.RLock()
 	defer a.gate.RUnlock()
 	if a.closed {
 		return a.stopErr()
 	}
-	select {
-	case a.mailbox <- *c:
-		return nil
-	default:
-	}
-	select {
-	case a.mailbox <- *c:
-		return nil
-	case <-a.closing:
-		return a.stopErr()
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		select {
+		case a.mailbox <- *c:
+			return nil
+		default:
+		}
+		// Count this sender and take the wake-up channel before the second
+		// try: if that also finds the mailbox full, the actor has commands
+		// left to take and sees the count after taking one, so the wake-up
+		// cannot be missed.
+		a.spaceWaiters.Add(1)
+		space := *a.space.Load()
+		select {
+		case a.mailbox <- *c:
+			a.spaceWaiters.Add(-1)
+			return nil
+		default:
+		}
+		select {
+		case <-space:
+			a.spaceWaiters.Add(-1)
+		case <-a.closing:
+			a.spaceWaiters.Add(-1)
+			return a.stopErr()
+		case <-ctx.Done():
+			a.spaceWaiters.Add(-1)
+			return ctx.Err()
+		}
 	}
 }
 

@@ -72,6 +72,7 @@ var graph = map[string]rule{
 	},
 	"producer": {
 		imports: []string{"ckf", "golang.org/x/sync"},
+		tests:   []string{"pgregory.net/rapid"},
 	},
 	"client": {
 		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc"},

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,10 @@ type PoolSpec struct {
 	// not (SPEC §4.6). Default 4 × the filter's slots (16 × bucket_count;
 	// 8,388,608 at the default expected_blocks).
 	MaxTrackedBlocks uint64 `json:"max_tracked_blocks,omitempty"`
+	// ApplyWorkers is how many goroutines apply an engine batch to the
+	// pool's exact state (ckf.Config.ApplyWorkers: the result is the
+	// sequential apply's, word for word), 1..=64. Default GOMAXPROCS.
+	ApplyWorkers int `json:"apply_workers,omitempty"`
 	// BlockSize is the KV block size in tokens the pool's block keys are
 	// hashed with, published in the catalog's query_semantics so routers
 	// hash queries alike. Its ZMQ sources' block_size defaults to it and
@@ -346,6 +351,7 @@ func (c Config) WithDefaults() Config {
 		setDefault(&p.PublishEveryNEvents, DefaultPublishEveryN)
 		setDefault(&p.PublicationDelay, Duration(time.Millisecond))
 		setDefault(&p.MaxKicks, ckf.DefaultMaxKicks)
+		setDefault(&p.ApplyWorkers, min(runtime.GOMAXPROCS(0), ckf.MaxApplyWorkers))
 		setDefault(&p.HashFormat, HashFormatStandard)
 		sized := p.ckfConfig().WithSizedLimits() // exact-state bounds sized to the filter
 		p.MaxMembers, p.MaxTrackedBlocks = sized.MaxMembers, sized.MaxTrackedBlocks
@@ -475,6 +481,7 @@ func (p PoolSpec) ckfConfig() ckf.Config {
 	cfg.MaxKicks = p.MaxKicks
 	cfg.PublishEveryNEvents = p.PublishEveryNEvents
 	cfg.MaxMembers, cfg.MaxTrackedBlocks = p.MaxMembers, p.MaxTrackedBlocks
+	cfg.ApplyWorkers = p.ApplyWorkers
 	return cfg
 }
 
@@ -516,7 +523,7 @@ func LoadConfigFile(path string) (Config, error) {
 }
 
 // ParsePoolFlag parses the --pool flag form
-// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608,block_size=16,hash_format=dynamo_standard_v1";
+// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608,workers=2,block_size=16,hash_format=dynamo_standard_v1";
 // every key but dc is optional.
 func ParsePoolFlag(s string) (PoolSpec, error) {
 	name, rest, _ := strings.Cut(s, ":")
@@ -545,6 +552,8 @@ func ParsePoolFlag(s string) (PoolSpec, error) {
 			p.MaxMembers, err = strconv.Atoi(v)
 		case "tracked":
 			p.MaxTrackedBlocks, err = strconv.ParseUint(v, 0, 64)
+		case "workers":
+			p.ApplyWorkers, err = strconv.Atoi(v)
 		case "block_size":
 			p.BlockSize, err = strconv.Atoi(v)
 		case "hash_format":

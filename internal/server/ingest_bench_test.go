@@ -28,14 +28,95 @@ import (
 // throughput counts, after a warm-up of as many batches as the timed run,
 // until it sees the last batch's block; freshness is from sending a batch to
 // the first frame after which the consumer holds its first block.
+// transport=pool-apply is the bare apply of the same events, no transport,
+// no decode, no actor: Pool.ApplyEvents per batch on a pool configured as
+// the relay's (its apply workers GOMAXPROCS), after the same warm-up, so
+// the cost of decode and transport shows beside it.
 func BenchmarkIngest(b *testing.B) {
-	for _, transport := range []string{"zmq", "http"} {
-		b.Run("transport="+transport, func(b *testing.B) { benchIngest(b, transport) })
+	for _, transport := range []string{"zmq", "http", "pool-apply"} {
+		b.Run("transport="+transport, func(b *testing.B) {
+			if transport == "pool-apply" {
+				benchPoolApply(b)
+				return
+			}
+			benchIngest(b, transport)
+		})
 	}
 }
 
+const eventsPerBatch, blocksPerEvent, blockSize = 64, 4, 16
+
+// ingestBatch returns one batch of the ingest benchmark: chained Stored
+// events of worker 1, tokens distinct per block (counted up from *next), as
+// engine events and as RouterEvents, and the canonical hash of its first
+// block.
+func ingestBatch(next *uint32) (evs []engine.Event, revs []ckf.RouterEvent, first uint64) {
+	for i := range eventsPerBatch {
+		var ev engine.Event
+		rev := ckf.RouterEvent{WorkerID: 1, EventID: uint64(*next), Kind: ckf.EventStored}
+		var prev uint64
+		for j := range blocksPerEvent {
+			toks := make([]uint32, blockSize)
+			for k := range toks {
+				*next++
+				toks[k] = *next
+			}
+			local := ckf.LocalBlockHash(toks, ckf.BaseSalt)
+			canon := local
+			if j > 0 {
+				canon = ckf.ChainHash(prev, local)
+			}
+			if i == 0 && j == 0 {
+				first = canon
+			}
+			prev = canon
+			h := uint64(*next)<<8 | 1
+			ev.BlockHashes = append(ev.BlockHashes, h)
+			ev.TokenIDs = append(ev.TokenIDs, toks...)
+			rev.Blocks = append(rev.Blocks, ckf.StoredBlock{BlockHash: h, TokensHash: local})
+		}
+		ev.Type = "BlockStored"
+		evs = append(evs, ev)
+		revs = append(revs, rev)
+	}
+	return evs, revs, first
+}
+
+func benchPoolApply(b *testing.B) {
+	pc := ckf.DefaultConfig()
+	pc.ExpectedBlocks = 1 << 22
+	pc.PublishEveryNEvents = server.DefaultPublishEveryN
+	pc.ApplyWorkers = runtime.GOMAXPROCS(0)
+	pool, err := ckf.NewPool(pc.WithSizedLimits())
+	require.NoError(b, err)
+	var next uint32
+	batches := make([][]ckf.RouterEvent, 2*b.N)
+	for i := range batches {
+		_, batches[i], _ = ingestBatch(&next)
+	}
+	var outs []ckf.ApplyOutcome
+	apply := func(evs []ckf.RouterEvent) {
+		outs = pool.ApplyEvents(outs[:0], evs)
+		for _, o := range outs {
+			if o.FirstError != nil {
+				require.Fail(b, fmt.Sprint(o.FirstError))
+			}
+		}
+	}
+	for _, evs := range batches[:b.N] { // the warm-up of the other transports
+		apply(evs)
+	}
+	runtime.GC()
+	b.ResetTimer()
+	for _, evs := range batches[b.N:] {
+		apply(evs)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*eventsPerBatch)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(b.N*eventsPerBatch*blocksPerEvent)/b.Elapsed().Seconds(), "blocks/s")
+}
+
 func benchIngest(b *testing.B, transport string) {
-	const eventsPerBatch, blocksPerEvent, blockSize = 64, 4, 16
 	base, err := engine.FreePorts(2)
 	require.NoError(b, err)
 	pub, rep := fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+1)
@@ -78,36 +159,8 @@ func benchIngest(b *testing.B, transport string) {
 	}
 	makeBatch := func() batch {
 		var bt batch
-		var evs []engine.Event
-		var revs []ckf.RouterEvent
-		for i := range eventsPerBatch {
-			var ev engine.Event
-			rev := ckf.RouterEvent{WorkerID: 1, EventID: uint64(next), Kind: ckf.EventStored}
-			var prev uint64
-			for j := range blocksPerEvent {
-				toks := make([]uint32, blockSize)
-				for k := range toks {
-					next++
-					toks[k] = next
-				}
-				local := ckf.LocalBlockHash(toks, ckf.BaseSalt)
-				canon := local
-				if j > 0 {
-					canon = ckf.ChainHash(prev, local)
-				}
-				if i == 0 && j == 0 {
-					bt.first = canon
-				}
-				prev = canon
-				h := uint64(next)<<8 | 1
-				ev.BlockHashes = append(ev.BlockHashes, h)
-				ev.TokenIDs = append(ev.TokenIDs, toks...)
-				rev.Blocks = append(rev.Blocks, ckf.StoredBlock{BlockHash: h, TokensHash: local})
-			}
-			ev.Type = "BlockStored"
-			evs = append(evs, ev)
-			revs = append(revs, rev)
-		}
+		evs, revs, first := ingestBatch(&next)
+		bt.first = first
 		if transport == "zmq" {
 			bt.payload, _ = eng.EncodeBatch(evs...)
 		} else {

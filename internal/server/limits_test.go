@@ -1,8 +1,10 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +38,28 @@ func TestConfig_ExactStateBoundsDefaultToTheFilter(t *testing.T) {
 
 	bad := Config{Pools: []PoolSpec{{Name: "a", DCID: 1, MaxMembers: -1}}}.WithDefaults()
 	require.ErrorIs(t, bad.Validate(), ErrInvalidConfig)
+}
+
+// TestConfig_ApplyWorkersDefaultToGOMAXPROCS: a pool's apply_workers
+// defaults to GOMAXPROCS and reaches the pool's ckf config; a set value, the
+// JSON key and the flag key are kept; a count outside 1..=64 is refused.
+func TestConfig_ApplyWorkersDefaultToGOMAXPROCS(t *testing.T) {
+	c := Config{Pools: []PoolSpec{{Name: "a", DCID: 1}, {Name: "b", DCID: 2, ApplyWorkers: 3}}}.WithDefaults()
+	require.NoError(t, c.Validate())
+	assert.Equal(t, min(runtime.GOMAXPROCS(0), ckf.MaxApplyWorkers), c.Pools[0].ApplyWorkers)
+	assert.Equal(t, 3, c.Pools[1].ckfConfig().ApplyWorkers)
+
+	var fromJSON PoolSpec
+	require.NoError(t, json.Unmarshal([]byte(`{"name":"j","dc_id":1,"apply_workers":5}`), &fromJSON))
+	assert.Equal(t, 5, fromJSON.ApplyWorkers)
+	p, err := ParsePoolFlag("east:dc=3,workers=7")
+	require.NoError(t, err)
+	assert.Equal(t, 7, p.ApplyWorkers)
+
+	for _, n := range []int{-1, ckf.MaxApplyWorkers + 1} {
+		bad := Config{Pools: []PoolSpec{{Name: "a", DCID: 1, ApplyWorkers: n}}}.WithDefaults()
+		require.ErrorIs(t, bad.Validate(), ErrInvalidConfig, "apply_workers %d", n)
+	}
 }
 
 // TestServer_MemberBoundRefusesOneMoreWorker: with max_members 1 a second

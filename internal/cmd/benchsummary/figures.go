@@ -33,6 +33,29 @@ var figures = []figure{
 	{Name: "ckf_pool_apply_blocks_per_s_90", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=90/impl=pool", Metric: "blocks/s", Unit: "blocks/s"},
 	{Name: "ckf_map_apply_blocks_per_s_90", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=90/impl=map", Metric: "blocks/s", Unit: "blocks/s"},
 
+	// The same workload in engine batches of 64 events: the parallel apply
+	// (Pool.ApplyEvents) with 2 workers against the sequential apply
+	// (ApplyEvent one by one) of the same events, and the curve over 1, 2
+	// and 4 workers.
+	{Name: "ckf_pool_apply_parallel_vs_serial_50", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=50/impl=workers2", Base: "BenchmarkPoolApplyParallel/load=50/impl=serial", Metric: "blocks/s", Unit: "ratio"},
+	{Name: "ckf_pool_apply_parallel_vs_serial_90", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=90/impl=workers2", Base: "BenchmarkPoolApplyParallel/load=90/impl=serial", Metric: "blocks/s", Unit: "ratio"},
+	{Name: "ckf_pool_apply_parallel_blocks_per_s_50_workers1", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=50/impl=workers1", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ckf_pool_apply_parallel_blocks_per_s_50_workers2", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=50/impl=workers2", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ckf_pool_apply_parallel_blocks_per_s_50_workers4", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=50/impl=workers4", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ckf_pool_apply_parallel_blocks_per_s_90_workers1", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=90/impl=workers1", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ckf_pool_apply_parallel_blocks_per_s_90_workers2", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=90/impl=workers2", Metric: "blocks/s", Unit: "blocks/s"},
+	{Name: "ckf_pool_apply_parallel_blocks_per_s_90_workers4", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=90/impl=workers4", Metric: "blocks/s", Unit: "blocks/s"},
+
+	// Scale: the relay's apply (GOMAXPROCS workers, batches of 64) at 1 M,
+	// 8 M and 32 M tracked blocks, with the exact state's heap per block.
+	// One round: filling 32 M blocks takes tens of seconds.
+	{Name: "ckf_pool_scale_blocks_per_s_1m", Pkg: "./ckf", Bench: "BenchmarkPoolApplyScale/blocks=1M", Metric: "blocks/s", Unit: "blocks/s", Rounds: 1},
+	{Name: "ckf_pool_scale_bytes_per_block_1m", Pkg: "./ckf", Bench: "BenchmarkPoolApplyScale/blocks=1M", Metric: "B/block", Unit: "bytes", Rounds: 1},
+	{Name: "ckf_pool_scale_blocks_per_s_8m", Pkg: "./ckf", Bench: "BenchmarkPoolApplyScale/blocks=8M", Metric: "blocks/s", Unit: "blocks/s", Rounds: 1},
+	{Name: "ckf_pool_scale_bytes_per_block_8m", Pkg: "./ckf", Bench: "BenchmarkPoolApplyScale/blocks=8M", Metric: "B/block", Unit: "bytes", Rounds: 1},
+	{Name: "ckf_pool_scale_blocks_per_s_32m", Pkg: "./ckf", Bench: "BenchmarkPoolApplyScale/blocks=32M", Metric: "blocks/s", Unit: "blocks/s", Rounds: 1},
+	{Name: "ckf_pool_scale_bytes_per_block_32m", Pkg: "./ckf", Bench: "BenchmarkPoolApplyScale/blocks=32M", Metric: "B/block", Unit: "bytes", Rounds: 1},
+
 	// Exact state per tracked block at 1,048,576 blocks: measured live heap,
 	// the pool's own Stats estimate, and the map-only baseline.
 	{Name: "ckf_pool_bytes_per_block", Pkg: "./ckf", Bench: "BenchmarkPoolExactState/impl=pool/n=1M", Metric: "B/block", Unit: "bytes"},
@@ -100,6 +123,7 @@ var figures = []figure{
 	{Name: "producer_pool_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=pool", Metric: "events/s", Unit: "events/s"},
 	{Name: "producer_actor_batch64_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Metric: "events/s", Unit: "events/s"},
 	{Name: "producer_actor_batch64_vs_actor", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=actor", Metric: "ns/op", Unit: "ratio"},
+	{Name: "producer_actor_batch64_vs_pool", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=pool", Metric: "ns/op", Unit: "ratio"},
 	{Name: "producer_admit_p50_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p50-ns", Unit: "ns"},
 	{Name: "producer_admit_p99_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p99-ns", Unit: "ns"},
 
@@ -125,6 +149,8 @@ var figures = []figure{
 	{Name: "ingest_http_freshness_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=http", Metric: "fresh-p50-ns", Unit: "ns"},
 	{Name: "ingest_http_freshness_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=http", Metric: "fresh-p99-ns", Unit: "ns"},
 	{Name: "ingest_zmq_vs_http_blocks_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Base: "BenchmarkIngest/transport=http", Metric: "blocks/s", Unit: "ratio"},
+	{Name: "ingest_zmq_vs_pool_apply", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=zmq", Base: "BenchmarkIngest/transport=pool-apply", Metric: "blocks/s", Unit: "ratio"},
+	{Name: "ingest_pool_apply_blocks_per_s", Pkg: "./internal/server", Bench: "BenchmarkIngest/transport=pool-apply", Metric: "blocks/s", Unit: "blocks/s"},
 	{Name: "ingest_zmq_decode_convert_blocks_per_s", Pkg: "./internal/source/zmq", Bench: "BenchmarkDecodeConvert/form=positional", Metric: "blocks/s", Unit: "blocks/s"},
 
 	// wasm/host: the consumer module under wazero against the native consumer

@@ -98,8 +98,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	samples := samples{}
 	status := 0
 	for round := 1; round <= *rounds && status == 0; round++ {
-		for _, pkg := range packages(figs) {
-			argv, dir := testArgs(pkg, figs, passthrough)
+		rfigs := inRound(figs, round)
+		for _, pkg := range packages(rfigs) {
+			argv, dir := testArgs(pkg, rfigs, passthrough)
 			where := ""
 			if dir != "" {
 				where = " (in " + dir + ")"

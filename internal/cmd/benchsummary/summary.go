@@ -29,6 +29,21 @@ type figure struct {
 	// (e.g. "internal/integration/wasmtime", which is cgo and so kept out
 	// of the main module); go test then runs there. Empty: the main module.
 	Module string
+	// Rounds caps the rounds that run Bench and Base (0: every round): a
+	// benchmark too long to repeat (the pool at 32 M blocks) gives one
+	// sample while the rest of its package gives -rounds.
+	Rounds int
+}
+
+// inRound returns the figures whose benchmarks run in round (1-based).
+func inRound(figs []figure, round int) []figure {
+	var out []figure
+	for _, f := range figs {
+		if f.Rounds == 0 || round <= f.Rounds {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // available returns the figures whose Needs are met, and a note for each

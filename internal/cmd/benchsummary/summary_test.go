@@ -139,6 +139,15 @@ func TestBenchRegexp_SelectsTopLevels(t *testing.T) {
 	assert.Empty(t, dir, "testArgs: a main-module package runs in the root")
 }
 
+// TestInRound_CapsRounds: a figure with Rounds n runs its benchmarks in the
+// first n rounds only; the others run in every round.
+func TestInRound_CapsRounds(t *testing.T) {
+	figs := append(slices.Clone(testFigures),
+		figure{Name: "scale", Pkg: "./ckf", Bench: "BenchmarkPoolApplyScale/blocks=32M", Metric: "ns/op", Unit: "ns", Rounds: 1})
+	assert.Equal(t, "^(BenchmarkFilterInsert|BenchmarkPoolApplyEvent|BenchmarkPoolApplyScale)$", benchRegexp("./ckf", inRound(figs, 1)))
+	assert.Equal(t, "^(BenchmarkFilterInsert|BenchmarkPoolApplyEvent)$", benchRegexp("./ckf", inRound(figs, 2)))
+}
+
 // A package of a nested module runs in that module's directory, named
 // relative to it (go test from the root would refuse it).
 func TestTestArgs_NestedModule(t *testing.T) {

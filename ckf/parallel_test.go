@@ -1,0 +1,237 @@
+package ckf
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// parHistory draws random events for a handful of members from small hash
+// spaces, so that events conflict (duplicate and remapped external hashes,
+// unknown parents), members share canonical blocks across member shards, and
+// small tables run out of room.
+type parHistory struct {
+	t       *rapid.T
+	members []Member
+	held    map[Member][]uint64      // external hashes a member stored (maybe since removed)
+	stored  map[Member][]RouterEvent // device Stored events per member, for replacements
+}
+
+func (g *parHistory) member() Member {
+	return rapid.SampledFrom(g.members).Draw(g.t, "member")
+}
+
+func (g *parHistory) known(m Member) uint64 {
+	if h := g.held[m]; len(h) > 0 && rapid.IntRange(0, 5).Draw(g.t, "knownOrNot") > 0 {
+		return rapid.SampledFrom(h).Draw(g.t, "known")
+	}
+	return rapid.Uint64Range(0, 400).Draw(g.t, "unknown")
+}
+
+func (g *parHistory) storedEv(m Member) RouterEvent {
+	ev := RouterEvent{WorkerID: m.WorkerID, DPRank: m.DPRank, Kind: EventStored,
+		EventID: rapid.Uint64().Draw(g.t, "eventID")}
+	switch rapid.IntRange(0, 9).Draw(g.t, "header") {
+	case 0, 1, 2, 3:
+		ev.HasParent, ev.ParentHash = true, g.known(m)
+	case 4:
+		ev.HasStartPosition = true
+		ev.StartPosition = rapid.Uint32Range(0, 2).Draw(g.t, "start")
+	}
+	n := rapid.IntRange(0, 24).Draw(g.t, "blocks")
+	for range n {
+		ev.Blocks = append(ev.Blocks, StoredBlock{
+			BlockHash:  rapid.Uint64Range(0, 400).Draw(g.t, "ext"),
+			TokensHash: rapid.Uint64Range(0, 40).Draw(g.t, "tokens"),
+		})
+	}
+	for _, b := range ev.Blocks {
+		g.held[m] = append(g.held[m], b.BlockHash)
+	}
+	return ev
+}
+
+func (g *parHistory) event() RouterEvent {
+	m := g.member()
+	switch rapid.IntRange(0, 19).Draw(g.t, "kind") {
+	case 0: // cleared (from any tier: it clears the device state)
+		return RouterEvent{WorkerID: m.WorkerID, DPRank: m.DPRank, Kind: EventCleared,
+			StorageTier: StorageTier(rapid.IntRange(0, 3).Draw(g.t, "clearTier"))}
+	case 1: // non-device store or removal: ignored
+		ev := g.storedEv(m)
+		if rapid.Bool().Draw(g.t, "ignoredRemoval") {
+			ev = RouterEvent{WorkerID: m.WorkerID, DPRank: m.DPRank, Kind: EventRemoved, BlockHashes: []uint64{g.known(m)}}
+		}
+		ev.StorageTier = StorageTier(rapid.IntRange(1, 3).Draw(g.t, "tier"))
+		return ev
+	case 2: // refused before admission: unknown tier or kind
+		if rapid.Bool().Draw(g.t, "badTier") {
+			return RouterEvent{WorkerID: m.WorkerID, DPRank: m.DPRank, Kind: EventStored, StorageTier: 4 + StorageTier(rapid.IntRange(0, 9).Draw(g.t, "tier"))}
+		}
+		return RouterEvent{WorkerID: m.WorkerID, DPRank: m.DPRank, Kind: EventKind(rapid.SampledFrom([]int{0, 4, 200}).Draw(g.t, "badKind"))}
+	case 3, 4, 5, 6, 7:
+		ev := RouterEvent{WorkerID: m.WorkerID, DPRank: m.DPRank, Kind: EventRemoved}
+		for range rapid.IntRange(0, 20).Draw(g.t, "removals") {
+			ev.BlockHashes = append(ev.BlockHashes, g.known(m))
+		}
+		return ev
+	default:
+		ev := g.storedEv(m)
+		g.stored[m] = append(g.stored[m], ev)
+		return ev
+	}
+}
+
+// replacement draws a rank replacement: a prefix of the member's own
+// history (valid or not), or nothing (the member's removal).
+func (g *parHistory) replacement() []RankReplacement {
+	var reps []RankReplacement
+	for _, m := range g.members {
+		if !rapid.Bool().Draw(g.t, "replace") {
+			continue
+		}
+		h := g.stored[m]
+		n := rapid.IntRange(0, len(h)).Draw(g.t, "prefix")
+		reps = append(reps, RankReplacement{Member: m, Events: slices.Clone(h[:n])})
+	}
+	return reps
+}
+
+// samePools fails unless got holds exactly want's state: words, RNG,
+// lineage, refcounts and residency of every tracked block, statistics.
+func samePools(t *rapid.T, step string, want, got *Pool) {
+	require.Equal(t, want.t.words, got.t.words, "%s: words", step)
+	require.Equal(t, want.t.rng.State(), got.t.rng.State(), "%s: RNG", step)
+	require.Equal(t, sortedLineage(want), sortedLineage(got), "%s: lineage", step)
+	require.Equal(t, want.MemberCounts(), got.MemberCounts(), "%s: member counts", step)
+	require.Equal(t, want.nonResident, got.nonResident, "%s: omitted blocks", step)
+	require.Equal(t, want.blockCount(), got.blockCount(), "%s: tracked blocks", step)
+	for _, s := range want.blocks {
+		for c, n := range s {
+			wo, wr := want.Owners(c)
+			go_, gr := got.Owners(c)
+			require.Equal(t, n, wo, "%s: owners of %#x", step, c)
+			require.Equal(t, [2]any{wo, wr}, [2]any{go_, gr}, "%s: owners and residency of %#x", step, c)
+		}
+	}
+	ws, gs := want.Stats(), got.Stats()
+	// The heap estimate sums per-shard maps, so it follows the shard count.
+	ws.ExactStateBytes, gs.ExactStateBytes = 0, 0
+	require.Equal(t, ws, gs, "%s: stats", step)
+	require.Equal(t, want.HasPendingPublication(), got.HasPendingPublication(), "%s: pending publication", step)
+}
+
+// sortedLineage is ExportLineage with each member's blocks in external-hash
+// order (ExportLineage leaves them in map order).
+func sortedLineage(p *Pool) []MemberLineage {
+	ls := p.ExportLineage()
+	for _, l := range ls {
+		slices.SortFunc(l.Blocks, func(a, b LineageEntry) int { return cmp.Compare(a.External, b.External) })
+	}
+	return ls
+}
+
+// TestPool_ApplyEventsMatchesSequential: random histories — rank
+// replacements, resets, flushes and barrier snapshots between batches of
+// random size, capacity omissions on small tables, member and tracked-block
+// limits that refuse events — applied event by event to one pool and by
+// ApplyEvents with 1, 2 and 8 workers to three others (every batch through
+// the workers, however small) leave outcomes, published batches and state
+// word for word equal after every batch and every operation. Run with -race.
+func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.ExpectedBlocks = rapid.SampledFrom([]uint64{1, 7, 40, 200, 2000}).Draw(t, "expected")
+		cfg.MaxKicks = rapid.IntRange(1, 40).Draw(t, "kicks")
+		cfg.PublishEveryNEvents = rapid.Uint64Range(1, 7).Draw(t, "every")
+		cfg.Seed = rapid.Uint64().Draw(t, "seed")
+		cfg.MaxMembers = rapid.SampledFrom([]int{0, 0, 2, 4, 5}).Draw(t, "maxMembers")
+		cfg.MaxTrackedBlocks = rapid.SampledFrom([]uint64{0, 0, 10, 60, 300}).Draw(t, "maxTracked")
+		seq, err := NewPool(cfg)
+		require.NoError(t, err)
+		chunk := rapid.IntRange(1, 300).Draw(t, "chunkBlocks")
+		workers := []int{1, 2, 8}
+		pools := make([]*Pool, len(workers))
+		for i, w := range workers {
+			c := cfg
+			c.ApplyWorkers = w
+			pools[i], err = NewPool(c)
+			require.NoError(t, err)
+			pools[i].parallelMin, pools[i].chunkBlocks = 0, chunk
+		}
+		g := &parHistory{t: t, held: map[Member][]uint64{}, stored: map[Member][]RouterEvent{}}
+		for w := range uint64(3) {
+			for r := range uint32(2) {
+				g.members = append(g.members, Member{WorkerID: w * 1000003, DPRank: r})
+			}
+		}
+		steps := rapid.IntRange(1, 40).Draw(t, "steps")
+		for s := range steps {
+			step := fmt.Sprintf("step %d", s)
+			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			case 0:
+				reps := g.replacement()
+				wb, werr := seq.ReplaceRanks(reps)
+				for i, p := range pools {
+					gb, gerr := p.ReplaceRanks(reps)
+					require.Equal(t, werr, gerr, "%s workers %d: replacement error", step, workers[i])
+					require.Equal(t, wb, gb, "%s workers %d: replacement batch", step, workers[i])
+				}
+			case 1:
+				m := g.member()
+				wb, werr := seq.RemoveRank(m)
+				for i, p := range pools {
+					gb, gerr := p.RemoveRank(m)
+					require.Equal(t, werr, gerr, "%s workers %d: reset error", step, workers[i])
+					require.Equal(t, wb, gb, "%s workers %d: reset batch", step, workers[i])
+				}
+			case 2:
+				wt, ww := seq.BarrierSnapshot()
+				for i, p := range pools {
+					gt, gw := p.BarrierSnapshot()
+					require.Equal(t, [2]any{wt, ww}, [2]any{gt, gw}, "%s workers %d: barrier snapshot", step, workers[i])
+				}
+			default:
+				evs := make([]RouterEvent, rapid.IntRange(1, 40).Draw(t, "batch"))
+				for i := range evs {
+					evs[i] = g.event()
+				}
+				var want []ApplyOutcome
+				for i := range evs {
+					want = append(want, seq.ApplyEvent(&evs[i]))
+				}
+				for i, p := range pools {
+					got := p.ApplyEvents(nil, evs)
+					require.Equal(t, want, got, "%s workers %d: outcomes of %d events", step, workers[i], len(evs))
+				}
+			}
+			for i, p := range pools {
+				samePools(t, fmt.Sprintf("%s workers %d", step, workers[i]), seq, p)
+			}
+		}
+	})
+}
+
+// TestPool_ApplyEventsParallelPath: the property test above would pass with
+// an ApplyEvents that never used its workers; this one fails unless a
+// batch below every bound really goes through stages 1–3 (the workers
+// leave their ops behind, which the sequential path never makes).
+func TestPool_ApplyEventsParallelPath(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ExpectedBlocks = 1000
+	cfg.ApplyWorkers = 2
+	p, err := NewPool(cfg)
+	require.NoError(t, err)
+	evs := []RouterEvent{*rootEv(mA, b(1, 10), b(2, 11)), *rootEv(mB, b(3, 10))}
+	p.parallelMin = 0
+	outs := p.ApplyEvents(nil, evs)
+	require.NotNil(t, p.par, "ApplyEvents with 2 workers did not run the parallel stages")
+	require.Len(t, outs, 2)
+	owners, resident := p.Owners(chain(10)[0])
+	require.Equal(t, uint32(2), owners, "owners of a block two members store in one batch")
+	require.True(t, resident)
+}
