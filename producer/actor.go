@@ -232,7 +232,21 @@ func (a *actor) applyEvent(epoch uint64, ev *ckf.RouterEvent) bool {
 		a.epochs.set(m, epoch)
 	}
 	out := a.pool.ApplyEvent(ev)
-	a.epochs.settle(m, a.pool.MemberBlocks(m) > 0)
+	var d ckf.Disposition
+	var cat FaultCategory
+	isFault := false
+	if out.FirstError != nil {
+		d, _ = ckf.DispositionOf(ckf.FailurePointOf(out.FirstError))
+		cat, isFault = CategoryOf(d.Action)
+	}
+	if isFault && !known {
+		// A faulted event is not journalled, so it must leave no trace in
+		// the epochs either: a replica or a restart replaying the journal
+		// would not have the record (or its idle position).
+		a.epochs.forget(m)
+	} else if !isFault {
+		a.epochs.settle(m, a.pool.MemberBlocks(m) > 0)
+	}
 	if out.UnknownRemovals > 0 {
 		a.stats.UnknownRemovalEvents++
 		a.logs.unknown.logf(a.log, "producer: ignoring removals of blocks the member does not hold",
@@ -249,8 +263,6 @@ func (a *actor) applyEvent(epoch uint64, ev *ckf.RouterEvent) bool {
 		}
 		return true
 	}
-	d, _ := ckf.DispositionOf(ckf.FailurePointOf(out.FirstError))
-	cat, isFault := CategoryOf(d.Action)
 	if !isFault {
 		if a.cfg.Journal != nil {
 			a.cfg.Journal.Admitted(epoch, ev)
