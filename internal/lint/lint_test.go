@@ -135,7 +135,7 @@ var graph = map[string]rule{
 	"internal/lint":               {},
 	"internal/persist":            {imports: []string{"ckf", "producer", "wire", "github.com/cockroachdb/pebble/v2"}},
 	"internal/replica": {
-		imports: []string{"ckf", "producer", "github.com/nats-io/nats.go"},
+		imports: []string{"ckf", "producer", "github.com/nats-io/nats.go", "golang.org/x/sys"},
 		tests:   []string{"internal/testing/natstest", "pgregory.net/rapid"},
 	},
 	"internal/source/zmq": {
