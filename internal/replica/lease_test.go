@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -105,12 +104,12 @@ func TestLeaseExpiryFencesByTime(t *testing.T) {
 		select {
 		case <-free:
 		case <-ctx.Done():
-			t.Fatal("no expiry marker")
+			require.Fail(t, "no expiry marker")
 		}
 		b, err = ls.Acquire(ctx, "p", "node-b", "")
 		var held *HeldError
-		if err != nil && !errors.As(err, &held) {
-			t.Fatalf("acquire: %v", err)
+		if err != nil {
+			require.ErrorAs(t, err, &held)
 		}
 	}
 	took := time.Since(start)
@@ -126,7 +125,7 @@ func TestLeaseExpiryFencesByTime(t *testing.T) {
 	select {
 	case <-free:
 	case <-ctx.Done():
-		t.Fatal("no delete marker")
+		require.Fail(t, "no delete marker")
 	}
 	c, err := ls.Acquire(ctx, "p", "node-c", "")
 	require.NoError(t, err)
