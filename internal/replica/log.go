@@ -363,9 +363,13 @@ func (f *Follower) Next(ctx context.Context) (Record, error) {
 		}
 		switch m.Type {
 		case TypeTerm:
-			if m.Term <= f.term || f.asmOpen {
+			if m.Term <= f.term {
 				return Record{}, &TermError{Seq: seq, Term: m.Term, Current: f.term, IsTermRecord: true}
 			}
+			// A batch left incomplete by a leader that died between its
+			// fragments was never acknowledged (outputs wait for the whole
+			// append): the new term drops it, as every replica does.
+			f.asm, f.asmOpen = f.asm[:0], false
 			t, err := DecodeTerm(m.Body)
 			if err != nil {
 				return Record{}, fmt.Errorf("stream sequence %d: %w", seq, err)

@@ -1,0 +1,225 @@
+package replica
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+)
+
+// testNode is one replica process: a Node, the pools it started, and its
+// role changes.
+type testNode struct {
+	n       *Node
+	changes chan change
+	paused  atomic.Bool
+	broken  atomic.Bool
+	cancel  context.CancelFunc
+	done    chan error
+
+	mu   sync.Mutex
+	last *replica // the pool serving now
+}
+
+type change struct {
+	Status
+	at time.Time
+}
+
+func (tn *testNode) replica() *replica {
+	tn.mu.Lock()
+	defer tn.mu.Unlock()
+	return tn.last
+}
+
+// waitRole waits for the node's next change to role.
+func (tn *testNode) waitRole(t *testing.T, role Role, within time.Duration) change {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case c := <-tn.changes:
+			if c.Role == role {
+				return c
+			}
+		case <-timeout:
+			require.Failf(t, "no role change", "node %s did not become %v within %v", tn.n.cfg.Node, role, within)
+		}
+	}
+}
+
+func startNode(t *testing.T, srv *natstest.Server, ls *Leases, id string) *testNode {
+	t.Helper()
+	_, js := srv.JetStream(t)
+	s, err := EnsureStream(t.Context(), js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	tn := &testNode{changes: make(chan change, 16), done: make(chan error, 1)}
+	n, err := NewNode(NodeConfig{
+		Pool: "pool", Node: id, Address: "http://" + id, JS: js, Stream: s, Leases: ls,
+		MaxMessage: 300, // fragments
+		NewPool: func() (Pool, error) {
+			r, stop := startReplica(t, 64)
+			tn.mu.Lock()
+			tn.last = r
+			tn.mu.Unlock()
+			return Pool{Handle: r.h, Recorder: r.rec, Close: stop}, nil
+		},
+		OnChange:    func(st Status, _ Pool, _ string) { tn.changes <- change{st, time.Now()} },
+		renewPaused: tn.paused.Load,
+		clockBroken: tn.broken.Load,
+	})
+	require.NoError(t, err)
+	tn.n = n
+	ctx, cancel := context.WithCancel(context.Background())
+	tn.cancel = cancel
+	go func() { tn.done <- n.Run(ctx) }()
+	t.Cleanup(tn.kill)
+	return tn
+}
+
+// kill stops the node without releasing its lease (a SIGKILL's effect on
+// the group: the lease runs out).
+func (tn *testNode) kill() {
+	if tn.cancel != nil {
+		tn.cancel()
+		<-tn.done
+		tn.cancel = nil
+	}
+}
+
+// admit stores a chain of n blocks for worker w at epoch 1 on the node's
+// pool, each event's parent the previous one's block.
+func admit(t *testing.T, r *replica, w uint64, from, n int) {
+	t.Helper()
+	m := ckf.Member{WorkerID: w}
+	for i := from; i < from+n; i++ {
+		ev := ckf.RouterEvent{WorkerID: w, EventID: uint64(i), Kind: ckf.EventStored,
+			Blocks: []ckf.StoredBlock{{BlockHash: uint64(1000*w) + uint64(i), TokensHash: uint64(i)}}}
+		if i > 0 {
+			ev.HasParent, ev.ParentHash = true, uint64(1000*w)+uint64(i-1)
+		}
+		require.NoError(t, r.h.AdmitEvent(t.Context(), 1, ev), "member %v", m)
+	}
+}
+
+// converged waits until the standby's actor has journalled as many
+// commands as the leader's had when asked (it applied every record up to
+// there) and returns both states.
+func converged(t *testing.T, leader, standby *testNode) (boundary, boundary) {
+	t.Helper()
+	ctx := t.Context()
+	want := leader.replica().at(t, ctx)
+	require.Eventually(t, func() bool {
+		return standby.replica().rec.Position() == want.state.JournalPosition
+	}, 10*time.Second, 5*time.Millisecond, "the standby did not reach the leader's journal position %d", want.state.JournalPosition)
+	return want, standby.replica().at(t, ctx)
+}
+
+// TestNodeTakeover walks the group through its transitions with real
+// lease expiry on a real nats-server: a leader and a standby that holds the
+// same exact state and words; the leader killed (its lease runs out) and
+// the standby leading with everything the old one appended, under a larger
+// term; the old one back as a standby that converges; then a leader whose
+// renewals stall while it goes on admitting: the standby takes over, the
+// stalled leader's appends are refused (or its deadline passes first), it
+// steps down, discards its speculative state and converges on the new
+// leader's.
+func TestNodeTakeover(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ls, err := OpenLeases(t.Context(), js, LeaseConfig{TTL: time.Second, Replicas: 1})
+	require.NoError(t, err)
+
+	a := startNode(t, srv, ls, "a")
+	stA := a.waitRole(t, RoleLeader, 10*time.Second)
+	b := startNode(t, srv, ls, "b")
+	b.waitRole(t, RoleStandby, 10*time.Second)
+
+	admit(t, a.replica(), 1, 0, 40)
+	admit(t, a.replica(), 2, 0, 40)
+	want, got := converged(t, a, b)
+	require.Equal(t, want, got, "standby state before the kill")
+	assert.Equal(t, "a", b.n.Status().Leader)
+
+	// Kill the leader: the standby leads within the TTL plus a takeover.
+	start := time.Now()
+	a.kill()
+	stB := b.waitRole(t, RoleLeader, 5*time.Second)
+	t.Logf("takeover after the kill: %v (lease ttl 1s)", time.Since(start))
+	assert.Greater(t, stB.Term, stA.Term)
+	after := b.replica().at(t, t.Context())
+	require.Equal(t, want, after, "the new leader lost or changed state in the takeover")
+
+	// The old node comes back (a fresh process) as a standby and converges.
+	a2 := startNode(t, srv, ls, "a")
+	a2.waitRole(t, RoleStandby, 10*time.Second)
+	admit(t, b.replica(), 3, 0, 30)
+	want, got = converged(t, b, a2)
+	require.Equal(t, want, got)
+	assert.Equal(t, "b", a2.n.Status().Leader)
+
+	// B's renewals stall (its clock is right): it stops leading at its
+	// deadline, before anyone else can take the lease (B itself, rebuilt,
+	// may win it again).
+	b.paused.Store(true)
+	down := b.waitRole(t, RoleStandby, 5*time.Second)
+	b.paused.Store(false)
+	leader, up := waitLeader(t, 5*time.Second, a2, b)
+	assert.True(t, down.at.Before(up.at), "the stalled leader stepped down at %v, after the next one led at %v", down.at, up.at)
+	assert.Greater(t, up.Term, stB.Term)
+	standby := a2
+	if leader == a2 {
+		standby = b
+	}
+	want, got = converged(t, leader, standby)
+	require.Equal(t, want, got)
+
+	// The leader's renewals stall and its clock lies (it ignores its
+	// deadline): only the records chain can fence it. The standby takes
+	// over; what the old leader admits now is appended expecting its own
+	// last record, refused, never acknowledged; it steps down, discards
+	// that pool and converges.
+	leader.paused.Store(true)
+	leader.broken.Store(true)
+	standby.waitRole(t, RoleLeader, 5*time.Second)
+	speculative := leader.replica()
+	evs := []ckf.RouterEvent{{WorkerID: 4, EventID: 1, Kind: ckf.EventStored, Blocks: []ckf.StoredBlock{{BlockHash: 4, TokensHash: 4}}}}
+	require.NoError(t, speculative.h.AdmitEvents(t.Context(), 1, evs))
+	leader.waitRole(t, RoleStandby, 5*time.Second)
+	leader.paused.Store(false)
+	leader.broken.Store(false)
+	require.NotSame(t, speculative, leader.replica(), "the deposed leader kept its speculative pool")
+	admit(t, standby.replica(), 5, 0, 5)
+	want, got = converged(t, standby, leader)
+	require.Equal(t, want, got, "the deposed leader did not converge on the new leader's state")
+	for _, m := range want.state.Members {
+		assert.NotEqual(t, uint64(4), m.Lineage.Member.WorkerID, "an unacknowledged event of the deposed leader reached the group")
+	}
+}
+
+// waitLeader waits for the next change to leader of either node.
+func waitLeader(t *testing.T, within time.Duration, x, y *testNode) (*testNode, change) {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case c := <-x.changes:
+			if c.Role == RoleLeader {
+				return x, c
+			}
+		case c := <-y.changes:
+			if c.Role == RoleLeader {
+				return y, c
+			}
+		case <-timeout:
+			require.Fail(t, "no leader", "neither node led within %v", within)
+		}
+	}
+}
