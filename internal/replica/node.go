@@ -82,6 +82,9 @@ type Status struct {
 	// Tail is the stream sequence of the subject's last record when last
 	// read (a standby's lag is Tail − Applied records on the subject).
 	Tail uint64
+	// Rebuilds counts the pools discarded and rebuilt from the stream (a
+	// leader stepping down, a broken chain).
+	Rebuilds uint64
 }
 
 // Node runs one pool's replica: a standby that applies the records stream
@@ -144,22 +147,40 @@ func (n *Node) change(role Role, reason string) {
 	}
 }
 
+// Rebuilds after a standby's failure back off exponentially between these.
+const (
+	minRebuildBackoff = 100 * time.Millisecond
+	maxRebuildBackoff = 30 * time.Second
+)
+
 // Run runs the replica until ctx ends. It does not release a held lease
 // then (the lease expires after its TTL, as if the process had died).
 func (n *Node) Run(ctx context.Context) error {
 	reason := "started"
+	backoff := time.Duration(0)
 	for {
+		if backoff > 0 {
+			// A chain that breaks again at once (a corrupt record, a
+			// stream purged above every checkpoint) must not become a hot
+			// loop of rebuilds and log lines.
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		p, err := n.cfg.NewPool()
 		if err != nil {
 			return fmt.Errorf("replica: new pool: %w", err)
 		}
 		n.mu.Lock()
 		n.pool = p
-		n.status = Status{Role: RoleStandby}
+		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
 		lease, app, err := n.standby(ctx, p)
-		if err == nil {
+		led := err == nil
+		if led {
 			err = n.lead(ctx, p, lease, app)
 		}
 		p.Recorder.SetRecording(false)
@@ -170,7 +191,13 @@ func (n *Node) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 		reason = err.Error()
-		n.log.Warn("replica: rebuilding the pool from the stream", "err", err)
+		n.update(func(s *Status) { s.Rebuilds++ })
+		if led {
+			backoff = 0
+		} else {
+			backoff = min(max(2*backoff, minRebuildBackoff), maxRebuildBackoff)
+		}
+		n.log.Warn("replica: rebuilding the pool from the stream", "err", err, "after", backoff)
 	}
 }
 

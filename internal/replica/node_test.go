@@ -223,3 +223,36 @@ func waitLeader(t *testing.T, within time.Duration, x, y *testNode) (*testNode, 
 		}
 	}
 }
+
+// TestNodeCorruptRecordBacksOff: a record that does not decode (a peer
+// with write access to the stream, or a bug) breaks the chain for every
+// standby; each rebuilds from the stream and meets it again. The rebuilds
+// back off instead of spinning (and flooding the log).
+func TestNodeCorruptRecordBacksOff(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	ls, err := OpenLeases(ctx, js, LeaseConfig{TTL: time.Minute, Replicas: 1})
+	require.NoError(t, err)
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	// Another replica leads (its lease outlives the test) and its chain
+	// holds a term record, then garbage that names the right predecessor.
+	_, err = ls.Acquire(ctx, "pool", "other", "")
+	require.NoError(t, err)
+	subject, _ := Subject("", "pool")
+	app := NewAppender(js, s, subject, 1, 0, 0)
+	require.NoError(t, app.Term(ctx, TermRecord{Node: "other"}))
+	garbage := AppendHeader(nil, Header{Type: TypeBatch, Term: 1, Prev: app.Last()})
+	garbage = append(garbage, 0, 9, 'z')
+	require.NoError(t, app.publish(ctx, "garbage", garbage))
+
+	tn := startNode(t, srv, ls, "victim")
+	tn.waitRole(t, RoleStandby, 5*time.Second)
+	require.Eventually(t, func() bool { return tn.n.Status().Rebuilds >= 2 }, 5*time.Second, 10*time.Millisecond)
+	start, first := time.Now(), tn.n.Status().Rebuilds
+	// Poll for a while through the API: the count must grow slowly.
+	require.Never(t, func() bool { return tn.n.Status().Rebuilds > first+4 }, 1500*time.Millisecond, 50*time.Millisecond)
+	t.Logf("%d rebuilds in %v after the first %d", tn.n.Status().Rebuilds-first, time.Since(start), first)
+	assert.Equal(t, RoleStandby, tn.n.Status().Role)
+}
