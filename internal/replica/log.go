@@ -315,7 +315,10 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	if err != nil {
 		return nil, fmt.Errorf("replica: follow %s: %w", subject, err)
 	}
-	it, err := cons.Messages()
+	// Short pulls with frequent heartbeats: a consumer that died with its
+	// NATS node is noticed (and the ordered consumer recreated from the
+	// last sequence) within about a second, not the defaults' 30 s.
+	it, err := cons.Messages(jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(500*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("replica: follow %s: %w", subject, err)
 	}

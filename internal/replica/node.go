@@ -214,6 +214,11 @@ func (n *Node) standby(ctx context.Context, p Pool) (*Lease, *Appender, error) {
 		return nil, nil, err
 	}
 	defer stopWatch()
+	// The watch is the fast path; a check every TTL is the fallback for a
+	// watch that stalled (its consumer lived on a NATS node that died and
+	// the client has not noticed yet).
+	poll := time.NewTicker(n.cfg.Leases.cfg.TTL)
+	defer poll.Stop()
 	for {
 		// Apply records until the lease is free.
 		fctx, cancel := context.WithCancel(ctx)
@@ -221,12 +226,13 @@ func (n *Node) standby(ctx context.Context, p Pool) (*Lease, *Appender, error) {
 		go func() { done <- n.follow(fctx, ctx, f, p) }()
 		select {
 		case <-free:
-			cancel()
-			if err := <-done; err != nil && fctx.Err() == nil {
-				return nil, nil, err
-			}
+		case <-poll.C:
 		case err := <-done:
 			cancel()
+			return nil, nil, err
+		}
+		cancel()
+		if err := <-done; err != nil && fctx.Err() == nil {
 			return nil, nil, err
 		}
 		if ctx.Err() != nil {

@@ -116,9 +116,12 @@ func converged(t *testing.T, leader, standby *testNode) (boundary, boundary) {
 	t.Helper()
 	ctx := t.Context()
 	want := leader.replica().at(t, ctx)
-	require.Eventually(t, func() bool {
+	ok := assert.Eventually(t, func() bool {
 		return standby.replica().rec.Position() == want.state.JournalPosition
 	}, 10*time.Second, 5*time.Millisecond, "the standby did not reach the leader's journal position %d", want.state.JournalPosition)
+	if !ok {
+		require.Failf(t, "not converged", "leader %+v, standby %+v at journal position %d", leader.n.Status(), standby.n.Status(), standby.replica().rec.Position())
+	}
 	return want, standby.replica().at(t, ctx)
 }
 

@@ -64,14 +64,23 @@ type boundary struct {
 // so far: ExportState is answered between commands, after all of them, and
 // its reply orders the words read after the actor's writes.
 func (r *replica) at(t require.TestingT, ctx context.Context) boundary {
-	st, err := r.h.ExportState(ctx)
+	b, err := r.tryAt(ctx)
 	require.NoError(t, err)
+	return b
+}
+
+// tryAt is at for a condition polled while pools may be replaced.
+func (r *replica) tryAt(ctx context.Context) (boundary, error) {
+	st, err := r.h.ExportState(ctx)
+	if err != nil {
+		return boundary{}, err
+	}
 	// A lineage is a set (external → canonical); its export order is a
 	// map's.
 	for _, m := range st.Members {
 		slices.SortFunc(m.Lineage.Blocks, func(a, b ckf.LineageEntry) int { return cmp.Compare(a.External, b.External) })
 	}
-	return boundary{state: st, words: r.pool.Words()}
+	return boundary{state: st, words: r.pool.Words()}, nil
 }
 
 // history drives random commands at a leader: events of a few members with
