@@ -98,6 +98,51 @@ type Node struct {
 	mu     sync.Mutex
 	status Status
 	pool   Pool
+	// acked is the journal position covered by the last stored append of
+	// the current term (0 while not leading); ackedCh is closed and
+	// replaced whenever it moves or the node stops leading.
+	acked   uint64
+	leading bool
+	ackedCh chan struct{}
+}
+
+// ErrNotLeader: the node does not lead (any more); what it admitted and did
+// not see acknowledged is not the group's.
+var ErrNotLeader = errors.New("replica: not the leader")
+
+// WaitAcked waits until the journal position pos (a [Recorder.Position]
+// read after admitting) is covered by a stored append: only then may the
+// leader answer, publish or acknowledge what it admitted up to there. It
+// fails with ErrNotLeader when the node stops leading first.
+func (n *Node) WaitAcked(ctx context.Context, pos uint64) error {
+	for {
+		n.mu.Lock()
+		acked, leading, ch := n.acked, n.leading, n.ackedCh
+		n.mu.Unlock()
+		switch {
+		case !leading:
+			return ErrNotLeader
+		case acked >= pos:
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// setAcked records a stored append (or, with leading false, the end of
+// leadership) and wakes the waiters.
+func (n *Node) setAcked(pos uint64, leading bool) {
+	n.mu.Lock()
+	n.acked, n.leading = pos, leading
+	if n.ackedCh != nil {
+		close(n.ackedCh)
+	}
+	n.ackedCh = make(chan struct{})
+	n.mu.Unlock()
 }
 
 // NewNode returns a node; Run starts it.
@@ -332,6 +377,9 @@ func (n *Node) takeOver(ctx context.Context, f *Follower, p Pool, lease *Lease) 
 // fails; it returns why it stopped leading.
 func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) error {
 	p.Recorder.SetRecording(true)
+	// Everything journalled before the term record is stored.
+	n.setAcked(p.Recorder.Position(), true)
+	defer n.setAcked(0, false)
 	n.update(func(s *Status) {
 		s.Term, s.Leader, s.Address, s.Applied, s.Tail = lease.Term(), n.cfg.Node, n.cfg.Address, app.Last(), app.Last()
 	})
@@ -385,6 +433,7 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 			if err != nil {
 				return fmt.Errorf("append refused or not stored in time: %w", err)
 			}
+			n.setAcked(pos+uint64(len(cmds)), true)
 			n.update(func(s *Status) { s.Applied, s.Tail = app.Last(), app.Last() })
 		}
 	}

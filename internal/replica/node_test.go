@@ -147,6 +147,12 @@ func TestNodeTakeover(t *testing.T) {
 
 	admit(t, a.replica(), 1, 0, 40)
 	admit(t, a.replica(), 2, 0, 40)
+	// Outputs wait for the record: the position after the admissions is
+	// acknowledged once an append covers it.
+	pos := a.replica().at(t, t.Context()).state.JournalPosition
+	wctx, wcancel := context.WithTimeout(t.Context(), 5*time.Second)
+	require.NoError(t, a.n.WaitAcked(wctx, pos))
+	wcancel()
 	want, got := converged(t, a, b)
 	require.Equal(t, want, got, "standby state before the kill")
 	assert.Equal(t, "a", b.n.Status().Leader)
@@ -194,7 +200,12 @@ func TestNodeTakeover(t *testing.T) {
 	standby.waitRole(t, RoleLeader, 5*time.Second)
 	speculative := leader.replica()
 	evs := []ckf.RouterEvent{{WorkerID: 4, EventID: 1, Kind: ckf.EventStored, Blocks: []ckf.StoredBlock{{BlockHash: 4, TokensHash: 4}}}}
+	specPos := speculative.rec.Position() + 1
 	require.NoError(t, speculative.h.AdmitEvents(t.Context(), 1, evs))
+	// What it admitted now is never acknowledged.
+	wctx, wcancel = context.WithTimeout(t.Context(), 5*time.Second)
+	require.ErrorIs(t, leader.n.WaitAcked(wctx, specPos), ErrNotLeader)
+	wcancel()
 	leader.waitRole(t, RoleStandby, 5*time.Second)
 	leader.paused.Store(false)
 	leader.broken.Store(false)
