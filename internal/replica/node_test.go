@@ -270,3 +270,55 @@ func TestNodeCorruptRecordBacksOff(t *testing.T) {
 	t.Logf("%d rebuilds in %v after the first %d", tn.n.Status().Rebuilds-first, time.Since(start), first)
 	assert.Equal(t, RoleStandby, tn.n.Status().Role)
 }
+
+// BenchmarkReplication admits 16-block events to a leader as fast as its
+// actor takes them and reports how many the group replicated per second
+// (a standby applied them) and how long the standby trailed the last
+// admission (one embedded nats-server, the leader's appends batched by
+// round trip).
+func BenchmarkReplication(b *testing.B) {
+	srv := natstest.Start(b, natstest.Options{})
+	_, js := srv.JetStream(b)
+	ls, err := OpenLeases(b.Context(), js, LeaseConfig{TTL: 2 * time.Second, Replicas: 1})
+	require.NoError(b, err)
+	mk := func(id string) *Node {
+		s, err := EnsureStream(b.Context(), js, StreamConfig{Replicas: 1})
+		require.NoError(b, err)
+		n, err := NewNode(NodeConfig{Pool: "bench", Node: id, JS: js, Stream: s, Leases: ls,
+			NewPool: func() (Pool, error) {
+				r, stop := startReplica(b, 1<<20)
+				return Pool{Handle: r.h, Recorder: r.rec, Close: stop}, nil
+			}})
+		require.NoError(b, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = n.Run(ctx); close(done) }()
+		b.Cleanup(func() { cancel(); <-done })
+		return n
+	}
+	leader := mk("l")
+	require.Eventually(b, func() bool { return leader.Status().Role == RoleLeader }, 10*time.Second, time.Millisecond)
+	standby := mk("s")
+	require.Eventually(b, func() bool { return standby.Status().Term == leader.Status().Term }, 10*time.Second, time.Millisecond)
+	h := leader.Pool().Handle
+	start := time.Now()
+	i := 0
+	for b.Loop() {
+		ev := ckf.RouterEvent{WorkerID: uint64(i % 64), EventID: uint64(i), Kind: ckf.EventStored}
+		for j := range 16 {
+			ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: uint64(i*16 + j), TokensHash: uint64(i*16 + j)})
+		}
+		if err := h.AdmitEvent(b.Context(), 1, ev); err != nil {
+			require.Fail(b, err.Error())
+		}
+		i++
+	}
+	admitted := time.Now()
+	_, err = h.ExportState(b.Context())
+	require.NoError(b, err)
+	pos := leader.Pool().Recorder.Position()
+	require.Eventually(b, func() bool { return standby.Pool().Recorder.Position() >= pos }, time.Minute, 100*time.Microsecond)
+	lag := time.Since(admitted)
+	b.ReportMetric(float64(i)/time.Since(start).Seconds(), "replicated_events/s")
+	b.ReportMetric(float64(lag.Microseconds())/1000, "standby_trail_ms")
+}

@@ -168,3 +168,26 @@ func FuzzDecode(f *testing.F) {
 		assert.Equal(t, bt, bt2)
 	})
 }
+
+// BenchmarkBatchCodec encodes and decodes a batch of 256 admitted 16-block
+// events (a busy leader's round trip).
+func BenchmarkBatchCodec(b *testing.B) {
+	cmds := make([]Command, 256)
+	for i := range cmds {
+		ev := ckf.RouterEvent{WorkerID: uint64(i % 8), DPRank: 1, EventID: uint64(i), Kind: ckf.EventStored, HasParent: true, ParentHash: uint64(i)}
+		for j := range 16 {
+			ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: uint64(i*16+j) * 0x9E3779B97F4A7C15, TokensHash: uint64(j)})
+		}
+		cmds[i] = Command{Kind: KindAdmitted, SourceEpoch: 1, Event: ev}
+	}
+	buf, err := AppendBatch(nil, 0, cmds)
+	require.NoError(b, err)
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		buf, _ = AppendBatch(buf[:0], 0, cmds)
+		if _, err := DecodeBatch(buf); err != nil {
+			require.Fail(b, err.Error())
+		}
+	}
+	b.ReportMetric(float64(len(buf))/(256*16), "bytes/block")
+}
