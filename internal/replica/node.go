@@ -104,6 +104,21 @@ type Node struct {
 	acked   uint64
 	leading bool
 	ackedCh chan struct{}
+
+	resign     chan struct{} // closed by Resign
+	resignOnce sync.Once
+}
+
+// errResigned ends Run after Resign.
+var errResigned = errors.New("replica: resigned")
+
+// Resign ends the node's Run for a planned stop (a rolling upgrade): a
+// leader stops leading — what it admitted and did not see acknowledged is
+// not the group's — and deletes its lease key, so a standby, woken by the
+// delete marker, takes over at once instead of after the TTL. A standby
+// just stops. Run then returns nil.
+func (n *Node) Resign() {
+	n.resignOnce.Do(func() { close(n.resign) })
 }
 
 // ErrNotLeader: the node does not lead (any more); what it admitted and did
@@ -158,7 +173,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Node{cfg: cfg, subject: subject, log: log.With("pool", cfg.Pool, "node", cfg.Node)}, nil
+	return &Node{cfg: cfg, subject: subject, log: log.With("pool", cfg.Pool, "node", cfg.Node), resign: make(chan struct{})}, nil
 }
 
 // Status returns the node's current status.
@@ -235,6 +250,11 @@ func (n *Node) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, errResigned) {
+			n.setAcked(0, false)
+			n.change(RoleStandby, "resigned")
+			return nil
+		}
 		reason = err.Error()
 		n.update(func(s *Status) { s.Rebuilds++ })
 		if led {
@@ -272,6 +292,10 @@ func (n *Node) standby(ctx context.Context, p Pool) (*Lease, *Appender, error) {
 		select {
 		case <-free:
 		case <-poll.C:
+		case <-n.resign:
+			cancel()
+			<-done
+			return nil, nil, errResigned
 		case err := <-done:
 			cancel()
 			return nil, nil, err
@@ -400,6 +424,16 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-n.resign:
+			p.Recorder.SetRecording(false)
+			n.setAcked(0, false)
+			rctx, cancel := context.WithTimeout(ctx, max(lease.Remaining(), time.Millisecond))
+			err := lease.Release(rctx)
+			cancel()
+			if err != nil {
+				n.log.Warn("replica: releasing the lease (it expires after its TTL)", "err", err)
+			}
+			return errResigned
 		case <-expiry.C:
 			if !valid() {
 				return errors.New("the lease deadline passed without a stored renewal")

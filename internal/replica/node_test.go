@@ -322,3 +322,29 @@ func BenchmarkReplication(b *testing.B) {
 	b.ReportMetric(float64(i)/time.Since(start).Seconds(), "replicated_events/s")
 	b.ReportMetric(float64(lag.Microseconds())/1000, "standby_trail_ms")
 }
+
+// TestNodeResign: a leader that resigns (a planned stop) deletes its lease
+// key, so the standby leads long before the lease's TTL would have run out.
+func TestNodeResign(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	const ttl = 10 * time.Second
+	ls, err := OpenLeases(t.Context(), js, LeaseConfig{TTL: ttl, Replicas: 1})
+	require.NoError(t, err)
+	a := startNode(t, srv, ls, "a")
+	a.waitRole(t, RoleLeader, 10*time.Second)
+	b := startNode(t, srv, ls, "b")
+	b.waitRole(t, RoleStandby, 10*time.Second)
+	admit(t, a.replica(), 1, 0, 20)
+	want, got := converged(t, a, b)
+	require.Equal(t, want, got)
+
+	start := time.Now()
+	a.n.Resign()
+	require.NoError(t, <-a.done)
+	a.cancel()
+	a.cancel = nil
+	b.waitRole(t, RoleLeader, ttl/2)
+	t.Logf("handover after Resign: %v (lease ttl %v)", time.Since(start), ttl)
+	require.Equal(t, want, b.replica().at(t, t.Context()))
+}
