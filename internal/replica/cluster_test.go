@@ -61,9 +61,6 @@ func startClusterNode(t *testing.T, js jetstream.JetStream, ls *Leases, id strin
 // standby converges on the leader's exact state and words), then the
 // leader is killed and the standby leads with that state.
 func TestClusterTakeover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds nats-server and runs a 3-node cluster")
-	}
 	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
 	jsA := clusterJS(t, natstest.URLs(nodes[0], nodes))
 	jsB := clusterJS(t, natstest.URLs(nodes[1], nodes))
