@@ -235,8 +235,8 @@ func (a *actor) apply(c *command) bool {
 	for i := range c.evs {
 		ev := &c.evs[i]
 		switch v := a.admitEpoch(c.epoch, ev); v {
-		case epochApply:
-			if !a.applied(c.epoch, ev, a.pool.ApplyEvent(ev)) {
+		case epochApply, epochApplyFirst:
+			if !a.applied(c.epoch, ev, a.pool.ApplyEvent(ev), v == epochApplyFirst) {
 				return false
 			}
 		default:
@@ -266,12 +266,12 @@ func (a *actor) applyBatch(c *command) bool {
 	for i := range c.evs {
 		v := a.admitEpoch(c.epoch, &c.evs[i])
 		verdicts = append(verdicts, v)
-		all = all && v == epochApply
+		all = all && v.applies()
 	}
 	if !all {
 		evs = a.batch.evs[:0]
 		for i, v := range verdicts {
-			if v == epochApply {
+			if v.applies() {
 				evs = append(evs, c.evs[i])
 			}
 		}
@@ -281,13 +281,13 @@ func (a *actor) applyBatch(c *command) bool {
 	j := 0
 	for i, v := range verdicts {
 		ev := &c.evs[i]
-		if v != epochApply {
+		if !v.applies() {
 			if ok = a.refused(v, c.epoch, ev); !ok {
 				break
 			}
 			continue
 		}
-		if ok = a.applied(c.epoch, ev, outs[j]); !ok {
+		if ok = a.applied(c.epoch, ev, outs[j], v == epochApplyFirst); !ok {
 			break
 		}
 		j++
@@ -306,10 +306,14 @@ func (a *actor) applyBatch(c *command) bool {
 type epochVerdict uint8
 
 const (
-	epochApply       epochVerdict = iota // the member's epoch (set now if it had none)
+	epochApply       epochVerdict = iota // the member's recorded epoch
+	epochApplyFirst                      // the member had no record: set now
 	epochStale                           // older than the member's: dropped
 	epochUnannounced                     // newer, without a reset or replacement: a fault
 )
+
+// applies reports whether the event goes to the pool.
+func (v epochVerdict) applies() bool { return v == epochApply || v == epochApplyFirst }
 
 // admitEpoch checks ev's source epoch against its member's, recording it
 // for a member that has none.
@@ -323,6 +327,7 @@ func (a *actor) admitEpoch(epoch uint64, ev *ckf.RouterEvent) epochVerdict {
 		return epochUnannounced
 	case !known:
 		a.epochs.set(m, epoch)
+		return epochApplyFirst
 	}
 	return epochApply
 }
@@ -343,11 +348,32 @@ func (a *actor) refused(v epochVerdict, epoch uint64, ev *ckf.RouterEvent) bool 
 }
 
 // applied settles one event the pool applied: its member's epoch record,
-// logs, publication, journal and fault. It returns false when a fence
-// interrupted the delivery of its fault.
-func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, out ckf.ApplyOutcome) bool {
+// logs, publication, journal and fault. first says the event found its
+// member without a record (admitEpoch set it). It returns false when a
+// fence interrupted the delivery of its fault.
+func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, out ckf.ApplyOutcome, first bool) bool {
 	m := ev.Member()
-	a.epochs.settle(m, out.MemberBlocks > 0)
+	if _, known := a.epochs.get(m); !known {
+		// In a batch an earlier event of this member faulted and forgot
+		// the record; one by one this event would have set it again.
+		a.epochs.set(m, epoch)
+		first = true
+	}
+	var d ckf.Disposition
+	var cat FaultCategory
+	isFault := false
+	if out.FirstError != nil {
+		d, _ = ckf.DispositionOf(ckf.FailurePointOf(out.FirstError))
+		cat, isFault = CategoryOf(d.Action)
+	}
+	if isFault && first {
+		// A faulted event is not journalled, so it must leave no trace in
+		// the epochs either: a replica or a restart replaying the journal
+		// would not have the record (or its idle position).
+		a.epochs.forget(m)
+	} else if !isFault {
+		a.epochs.settle(m, out.MemberBlocks > 0)
+	}
 	if out.UnknownRemovals > 0 {
 		a.stats.UnknownRemovalEvents++
 		a.logs.unknown.logf(a.log, "producer: ignoring removals of blocks the member does not hold",
@@ -364,8 +390,6 @@ func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, out ckf.ApplyOutcome)
 		}
 		return true
 	}
-	d, _ := ckf.DispositionOf(ckf.FailurePointOf(out.FirstError))
-	cat, isFault := CategoryOf(d.Action)
 	if !isFault {
 		if a.cfg.Journal != nil {
 			a.cfg.Journal.Admitted(epoch, ev)

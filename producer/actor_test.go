@@ -663,3 +663,26 @@ func TestActor_AdmitEventsWeighsTheWholeBatch(t *testing.T) {
 		require.NoError(t, h.AdmitEvents(t.Context(), 0, []ckf.RouterEvent{stored(worker1, 7, 12, 13, 14, 15)}))
 	})
 }
+
+// TestFaultedEventLeavesNoEpochRecord: an event that faults is not
+// journalled, so it must not leave a source-epoch record either — a replica
+// or a restart replaying the journal would have none, and the exact states
+// would differ (issue #34's property test found it).
+func TestFaultedEventLeavesNoEpochRecord(t *testing.T) {
+	h, faults := startActor(t, actorOpts{})
+	stranger := ckf.Member{WorkerID: 9}
+	ev := stored(stranger, 1, 5)
+	ev.HasParent, ev.ParentHash = true, 77 // a parent it never stored
+	mustAdmit(t, h, 3, ev)
+	f := <-faults
+	require.Equal(t, stranger, f.Member)
+	st, err := h.ExportState(t.Context())
+	require.NoError(t, err)
+	assert.Empty(t, st.Members, "the faulted event left a record: %+v", st.Members)
+	// The member is unknown again: its next event, at any epoch, sets it.
+	mustAdmit(t, h, 1, stored(stranger, 2, 6))
+	st, err = h.ExportState(t.Context())
+	require.NoError(t, err)
+	require.Len(t, st.Members, 1)
+	assert.Equal(t, uint64(1), st.Members[0].SourceEpoch)
+}

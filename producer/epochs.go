@@ -84,6 +84,18 @@ func (s *sourceEpochs) set(m ckf.Member, epoch uint64) {
 	s.rec[m] = &epochRecord{member: m, epoch: epoch}
 }
 
+// forget removes m's record (one set by an event that then faulted).
+func (s *sourceEpochs) forget(m ckf.Member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.rec[m]; r != nil {
+		if r.idle != nil {
+			s.idle.Remove(r.idle)
+		}
+		delete(s.rec, m)
+	}
+}
+
 // settle updates m's record after a command changed what m holds: a member
 // holding blocks is never pruned; one holding nothing becomes the most
 // recently idle, and the least recently idle records beyond maxIdle go.

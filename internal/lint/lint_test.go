@@ -135,6 +135,10 @@ var graph = map[string]rule{
 	"internal/cmd/nativeconsumer": {imports: []string{"client", "internal/integration/conformance", "wasm/abi"}},
 	"internal/lint":               {},
 	"internal/persist":            {imports: []string{"ckf", "producer", "wire", "github.com/cockroachdb/pebble/v2"}},
+	"internal/replica": {
+		imports: []string{"ckf", "producer", "github.com/nats-io/nats.go", "golang.org/x/sys"},
+		tests:   []string{"internal/testing/natstest", "pgregory.net/rapid"},
+	},
 	"internal/source/zmq": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "wire", "github.com/go-zeromq/zmq4", "github.com/go-zeromq/zmq4/transport", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
 		tests:   []string{"internal/sim/engine", "producer", "pgregory.net/rapid"},

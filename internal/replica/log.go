@@ -1,0 +1,407 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The records stream. Every pool of a relay group appends to one subject of
+// one replicated stream; each message expects, through
+// Nats-Expected-Last-Subject-Sequence, the stream sequence of the message
+// before it on that subject. The stream leader checks the expectation
+// atomically with the store (nats-server v2.15.2
+// server/jetstream_batching.go checkMsgHeadersPreClusteredProposal: it
+// refuses while another message on the subject is in flight, and compares
+// against the stored last sequence otherwise), so two writers cannot both
+// extend the same predecessor: one of them is refused.
+
+// DefaultStream is the records stream's name, DefaultSubjectPrefix the
+// prefix of its subjects ("<prefix>.<pool>").
+const (
+	DefaultStream        = "CKFRELAY_HA"
+	DefaultSubjectPrefix = "ckfrelay.ha"
+)
+
+// DefaultMaxMessage bounds one message's payload: the default NATS
+// max_payload (1 MiB) less room for headers. A batch beyond it is split
+// into fragments.
+const DefaultMaxMessage = 1<<20 - 4096
+
+// DefaultMaxBatch bounds an assembled batch a standby accepts (a rank
+// replacement of ~16M blocks).
+const DefaultMaxBatch = 256 << 20
+
+var poolToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Subject returns the records subject of pool.
+func Subject(prefix, pool string) (string, error) {
+	if prefix == "" {
+		prefix = DefaultSubjectPrefix
+	}
+	if !poolToken.MatchString(pool) {
+		return "", fmt.Errorf("replica: pool %q must match %s", pool, poolToken)
+	}
+	return prefix + "." + pool, nil
+}
+
+// StreamConfig is the records stream's configuration.
+type StreamConfig struct {
+	Name          string // default DefaultStream
+	SubjectPrefix string // default DefaultSubjectPrefix
+	Replicas      int    // default 3
+	// MaxBytes caps the stream (with DiscardNew: an append beyond it is
+	// refused, never an old record dropped); 0 means no cap.
+	MaxBytes int64
+}
+
+func (c StreamConfig) withDefaults() StreamConfig {
+	if c.Name == "" {
+		c.Name = DefaultStream
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 3
+	}
+	return c
+}
+
+// EnsureStream creates or updates the records stream. It is never bounded
+// by age, count or DiscardOld: if the last record of a pool could expire,
+// the expected sequence of its subject would fall back to 0 and an empty
+// replica's term record would succeed — total state loss. A pool's subject
+// is purged only below a checkpoint.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
+	c = c.withDefaults()
+	maxBytes := c.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = -1
+	}
+	cfg := jetstream.StreamConfig{
+		Name:              c.Name,
+		Subjects:          []string{c.SubjectPrefix + ".>"},
+		Storage:           jetstream.FileStorage,
+		Replicas:          c.Replicas,
+		Retention:         jetstream.LimitsPolicy,
+		Discard:           jetstream.DiscardNew,
+		MaxAge:            0,
+		MaxMsgs:           -1,
+		MaxMsgsPerSubject: -1,
+		MaxBytes:          maxBytes,
+		MaxMsgSize:        -1,
+		Duplicates:        2 * time.Minute,
+		AllowDirect:       true,
+		DenyDelete:        true,
+	}
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("replica: records stream %s: %w", c.Name, err)
+	}
+	return s, nil
+}
+
+// ErrRefused: the stream refused an append's expected predecessor — another
+// replica appended (a new term) or this one is behind. Re-read the tail;
+// a record of another term means step down.
+var ErrRefused = errors.New("replica: append refused: the subject moved past the expected record")
+
+// wrongLastSequence reports whether err is the stream's refusal of an
+// expected sequence (10071, or 10164 on replicated streams).
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Appender appends one leader's records to a pool's subject, each
+// expecting the one before it.
+type Appender struct {
+	js         jetstream.JetStream
+	stream     jetstream.Stream
+	subject    string
+	term       uint64
+	last       uint64 // stream sequence of the last message on the subject
+	maxMessage int
+	buf        []byte
+}
+
+// NewAppender returns the appender of term on subject of stream s, whose
+// last message (the last record the new leader applied) is at stream
+// sequence last. maxMessage bounds a message (0 means DefaultMaxMessage).
+func NewAppender(js jetstream.JetStream, s jetstream.Stream, subject string, term, last uint64, maxMessage int) *Appender {
+	if maxMessage <= 0 {
+		maxMessage = DefaultMaxMessage
+	}
+	return &Appender{js: js, stream: s, subject: subject, term: term, last: last, maxMessage: maxMessage}
+}
+
+// Last is the stream sequence of the last message appended (or expected).
+func (a *Appender) Last() uint64 { return a.last }
+
+// Term appends the term record: the appender's term leads only once it
+// succeeded.
+func (a *Appender) Term(ctx context.Context, t TermRecord) error {
+	b := AppendHeader(a.buf[:0], Header{Type: TypeTerm, Term: a.term, Prev: a.last})
+	b = AppendTerm(b, t)
+	a.buf = b
+	return a.publish(ctx, a.subject+".t"+strconv.FormatUint(a.term, 10), b)
+}
+
+// Append appends one batch: cmds after journal position, split into
+// fragments that each fit a message. Its message ids name the subject (the
+// stream deduplicates across all its subjects), the term, the position and
+// the fragment, so a retry after a timeout is a duplicate and nothing else
+// is.
+func (a *Appender) Append(ctx context.Context, position uint64, cmds []Command) error {
+	body, err := AppendBatch(nil, position, cmds)
+	if err != nil {
+		return err
+	}
+	room := a.maxMessage - headerMax
+	for frag := 0; ; frag++ {
+		n := min(room, len(body))
+		more := n < len(body)
+		b := AppendHeader(a.buf[:0], Header{Type: TypeBatch, More: more, Term: a.term, Prev: a.last})
+		b = append(b, body[:n]...)
+		a.buf = b
+		id := a.subject + ".b" + strconv.FormatUint(a.term, 10) + "." + strconv.FormatUint(position, 10) + "." + strconv.Itoa(frag)
+		if err := a.publish(ctx, id, b); err != nil {
+			return err
+		}
+		body = body[n:]
+		if !more {
+			return nil
+		}
+	}
+}
+
+// publish publishes one message expecting a.last, retrying a timeout or a
+// missing stream leader (NATS elections make them normal) with the same
+// message id until ctx ends. A retry of a stored message comes back as a
+// duplicate with the stored sequence (a clustered stream checks the id
+// first), or is refused by its expectation (a standalone server checks
+// that first, server/stream.go processJetStreamMsgWithBatch): then the tail
+// is re-read, and if it is this very message, it was stored.
+func (a *Appender) publish(ctx context.Context, id string, data []byte) error {
+	backoff := 10 * time.Millisecond
+	for {
+		msg := &nats.Msg{Subject: a.subject, Data: data, Header: nats.Header{}}
+		ack, err := a.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(a.last), jetstream.WithMsgID(id))
+		if err == nil {
+			a.last = ack.Sequence
+			return nil
+		}
+		if wrongLastSequence(err) {
+			if tail, terr := a.stream.GetLastMsgForSubject(ctx, a.subject); terr == nil &&
+				tail.Sequence > a.last && tail.Header.Get(jetstream.MsgIDHeader) == id {
+				a.last = tail.Sequence
+				return nil
+			}
+			return fmt.Errorf("%w (expected %d): %v", ErrRefused, a.last, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("replica: append %s: %w", id, ctx.Err())
+		}
+		if !retryable(err) {
+			return fmt.Errorf("replica: append %s: %w", id, err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return fmt.Errorf("replica: append %s: %w", id, ctx.Err())
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+const errCodeDuplicateInProcess = 10158
+
+// retryable: the append may or may not have been stored, or no stream
+// leader answered; the same message id settles it.
+func retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// 10158: a message with this id is still being stored (nats-server
+		// v2.15.2 server/jetstream_errors_generated.go); 503: no leader.
+		return apiErr.ErrorCode == errCodeDuplicateInProcess || apiErr.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+}
+
+// Tail returns the stream sequence of the last message on subject (0 when
+// there is none).
+func Tail(ctx context.Context, s jetstream.Stream, subject string) (uint64, error) {
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}
+
+// Record is one complete record as a standby reads it: a term record or a
+// batch, and the stream sequence of its last message.
+type Record struct {
+	Seq    uint64
+	Term   uint64
+	Leader *TermRecord // a term record
+	Batch  *Batch      // a batch
+}
+
+// GapError: a message's predecessor is not the last message the standby
+// applied — a record is missing (or the stream was purged above it).
+type GapError struct {
+	Seq, Prev, Applied uint64
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("replica: record at stream sequence %d follows %d, but %d was applied last", e.Seq, e.Prev, e.Applied)
+}
+
+// TermError: a record's term is not the one the chain allows (a batch of
+// another term than the last term record's, or a term record that does not
+// raise the term).
+type TermError struct {
+	Seq, Term, Current uint64
+	IsTermRecord       bool
+}
+
+func (e *TermError) Error() string {
+	return fmt.Sprintf("replica: record at stream sequence %d has term %d, the current term is %d (term record: %v)", e.Seq, e.Term, e.Current, e.IsTermRecord)
+}
+
+// Follower reads a pool's records in order from a stream sequence on and
+// checks the chain: every message names its predecessor and a term the
+// chain allows.
+type Follower struct {
+	js       jetstream.JetStream
+	stream   string
+	cons     jetstream.Consumer
+	it       jetstream.MessagesContext
+	applied  uint64 // stream sequence of the last message read
+	term     uint64
+	maxBatch int
+	asm      []byte
+	asmOpen  bool
+}
+
+// Follow starts reading subject of stream after stream sequence applied,
+// at term (both 0 for an empty replica). maxBatch bounds an assembled batch
+// (0 means DefaultMaxBatch). Stop it when done.
+func Follow(ctx context.Context, js jetstream.JetStream, stream, subject string, applied, term uint64, maxBatch int) (*Follower, error) {
+	if maxBatch <= 0 {
+		maxBatch = DefaultMaxBatch
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    applied + 1,
+		// A follower that vanished without Stop (a killed relay) leaves
+		// its consumer behind until this.
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica: follow %s: %w", subject, err)
+	}
+	// Short pulls with frequent heartbeats: a consumer that died with its
+	// NATS node is noticed (and the ordered consumer recreated from the
+	// last sequence) within about a second, not the defaults' 30 s.
+	it, err := cons.Messages(jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(500*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("replica: follow %s: %w", subject, err)
+	}
+	return &Follower{js: js, stream: stream, cons: cons, it: it, applied: applied, term: term, maxBatch: maxBatch}, nil
+}
+
+// Stop ends the follower's subscription and deletes its consumer (the
+// server's consumer limit counts it until then).
+func (f *Follower) Stop() {
+	f.it.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if info := f.cons.CachedInfo(); info != nil {
+		_ = f.js.DeleteConsumer(ctx, f.stream, info.Name)
+	}
+}
+
+// Applied is the stream sequence of the last message read; Term the term
+// of the last term record.
+func (f *Follower) Applied() uint64 { return f.applied }
+
+// Term is the current term: the last term record's.
+func (f *Follower) Term() uint64 { return f.term }
+
+// Next returns the next complete record, waiting for it until ctx ends. A
+// *GapError, *TermError or ErrCorrupt means the chain is broken: the
+// standby must rebuild its pool, not apply further.
+func (f *Follower) Next(ctx context.Context) (Record, error) {
+	for {
+		msg, err := f.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return Record{}, err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return Record{}, err
+		}
+		seq := md.Sequence.Stream
+		m, err := DecodeMessage(msg.Data())
+		if err != nil {
+			return Record{}, fmt.Errorf("stream sequence %d: %w", seq, err)
+		}
+		if m.Prev != f.applied {
+			return Record{}, &GapError{Seq: seq, Prev: m.Prev, Applied: f.applied}
+		}
+		switch m.Type {
+		case TypeTerm:
+			if m.Term <= f.term {
+				return Record{}, &TermError{Seq: seq, Term: m.Term, Current: f.term, IsTermRecord: true}
+			}
+			// A batch left incomplete by a leader that died between its
+			// fragments was never acknowledged (outputs wait for the whole
+			// append): the new term drops it, as every replica does.
+			f.asm, f.asmOpen = f.asm[:0], false
+			t, err := DecodeTerm(m.Body)
+			if err != nil {
+				return Record{}, fmt.Errorf("stream sequence %d: %w", seq, err)
+			}
+			f.applied, f.term = seq, m.Term
+			return Record{Seq: seq, Term: m.Term, Leader: &t}, nil
+		case TypeBatch:
+			if m.Term != f.term {
+				return Record{}, &TermError{Seq: seq, Term: m.Term, Current: f.term}
+			}
+			if len(f.asm)+len(m.Body) > f.maxBatch {
+				return Record{}, fmt.Errorf("%w: a batch beyond %d bytes at stream sequence %d", ErrCorrupt, f.maxBatch, seq)
+			}
+			f.applied = seq
+			if m.More {
+				f.asm = append(f.asm, m.Body...)
+				f.asmOpen = true
+				continue
+			}
+			body := m.Body
+			if f.asmOpen {
+				body = append(f.asm, m.Body...)
+			}
+			f.asm, f.asmOpen = f.asm[:0], false
+			b, err := DecodeBatch(body)
+			if err != nil {
+				return Record{}, fmt.Errorf("stream sequence %d: %w", seq, err)
+			}
+			return Record{Seq: seq, Term: m.Term, Batch: &b}, nil
+		}
+	}
+}

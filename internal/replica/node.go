@@ -1,0 +1,474 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ckfrelay/ckfrelay/producer"
+)
+
+// Role is what a replica does for its pool.
+type Role uint8
+
+// Roles.
+const (
+	RoleStandby Role = iota
+	RoleLeader
+)
+
+func (r Role) String() string {
+	if r == RoleLeader {
+		return "leader"
+	}
+	return "standby"
+}
+
+// Pool is one incarnation of the replica's pool: its actor and the
+// recorder the actor journals into. A leader that loses its lease discards
+// its pool (it holds speculative state no record covers) and starts a new
+// one from the stream.
+type Pool struct {
+	Handle   producer.Handle
+	Recorder *Recorder
+	// Close stops the actor (it may be nil).
+	Close func()
+}
+
+// NodeConfig configures a Node.
+type NodeConfig struct {
+	Pool    string // the pool's name: its subject token and lease key
+	Node    string // this replica's id (distinct per replica, also on one host)
+	Address string // where this replica serves (standbys point clients here)
+
+	JS            jetstream.JetStream
+	Stream        jetstream.Stream // the records stream (EnsureStream)
+	SubjectPrefix string           // "" means DefaultSubjectPrefix
+	Leases        *Leases
+	MaxMessage    int // 0 means DefaultMaxMessage
+
+	// NewPool starts a fresh, empty pool whose actor journals into the
+	// returned Recorder (not recording).
+	NewPool func() (Pool, error)
+	// OnChange, if set, is called on every role change with the pool that
+	// serves from now on and the reason; it runs on the node's goroutine.
+	OnChange func(st Status, p Pool, reason string)
+	Logger   *slog.Logger
+
+	// renewPaused (tests): while it returns true the leader skips its
+	// renewals but goes on admitting and appending, as a leader whose
+	// renewals stall (a partition from the KV leader, a long pause) would.
+	renewPaused func() bool
+	// clockBroken (tests): while it returns true the leader ignores its
+	// lease deadline — a leader whose clock lies — so only the records
+	// chain can fence it.
+	clockBroken func() bool
+}
+
+// Status is a replica's view of its pool's group.
+type Status struct {
+	Role    Role
+	Leader  string // node id of the term's leader (its term record)
+	Address string // the leader's address
+	Term    uint64
+	// Applied is the stream sequence of the last record this replica
+	// applied (a standby) or appended (the leader).
+	Applied uint64
+	// Tail is the stream sequence of the subject's last record when last
+	// read (a standby's lag is Tail − Applied records on the subject).
+	Tail uint64
+	// Rebuilds counts the pools discarded and rebuilt from the stream (a
+	// leader stepping down, a broken chain).
+	Rebuilds uint64
+}
+
+// Node runs one pool's replica: a standby that applies the records stream
+// and takes the lease when it is free, and a leader that appends what its
+// actor admits and renews the lease, until either is lost.
+type Node struct {
+	cfg     NodeConfig
+	subject string
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	status Status
+	pool   Pool
+	// acked is the journal position covered by the last stored append of
+	// the current term (0 while not leading); ackedCh is closed and
+	// replaced whenever it moves or the node stops leading.
+	acked   uint64
+	leading bool
+	ackedCh chan struct{}
+
+	resign     chan struct{} // closed by Resign
+	resignOnce sync.Once
+}
+
+// errResigned ends Run after Resign.
+var errResigned = errors.New("replica: resigned")
+
+// Resign ends the node's Run for a planned stop (a rolling upgrade): a
+// leader stops leading — what it admitted and did not see acknowledged is
+// not the group's — and deletes its lease key, so a standby, woken by the
+// delete marker, takes over at once instead of after the TTL. A standby
+// just stops. Run then returns nil.
+func (n *Node) Resign() {
+	n.resignOnce.Do(func() { close(n.resign) })
+}
+
+// ErrNotLeader: the node does not lead (any more); what it admitted and did
+// not see acknowledged is not the group's.
+var ErrNotLeader = errors.New("replica: not the leader")
+
+// WaitAcked waits until the journal position pos (a [Recorder.Position]
+// read after admitting) is covered by a stored append: only then may the
+// leader answer, publish or acknowledge what it admitted up to there. It
+// fails with ErrNotLeader when the node stops leading first.
+func (n *Node) WaitAcked(ctx context.Context, pos uint64) error {
+	for {
+		n.mu.Lock()
+		acked, leading, ch := n.acked, n.leading, n.ackedCh
+		n.mu.Unlock()
+		switch {
+		case !leading:
+			return ErrNotLeader
+		case acked >= pos:
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// setAcked records a stored append (or, with leading false, the end of
+// leadership) and wakes the waiters.
+func (n *Node) setAcked(pos uint64, leading bool) {
+	n.mu.Lock()
+	n.acked, n.leading = pos, leading
+	if n.ackedCh != nil {
+		close(n.ackedCh)
+	}
+	n.ackedCh = make(chan struct{})
+	n.mu.Unlock()
+}
+
+// NewNode returns a node; Run starts it.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	subject, err := Subject(cfg.SubjectPrefix, cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.JS == nil || cfg.Stream == nil || cfg.Leases == nil || cfg.NewPool == nil || cfg.Node == "" {
+		return nil, errors.New("replica: a node needs JS, Stream, Leases, NewPool and a node id")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Node{cfg: cfg, subject: subject, log: log.With("pool", cfg.Pool, "node", cfg.Node), resign: make(chan struct{})}, nil
+}
+
+// Status returns the node's current status.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.status
+}
+
+// Pool returns the pool serving now.
+func (n *Node) Pool() Pool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pool
+}
+
+func (n *Node) update(f func(*Status)) {
+	n.mu.Lock()
+	f(&n.status)
+	n.mu.Unlock()
+}
+
+func (n *Node) change(role Role, reason string) {
+	n.mu.Lock()
+	n.status.Role = role
+	st, p := n.status, n.pool
+	n.mu.Unlock()
+	n.log.Info("replica: role change", "role", role.String(), "term", st.Term, "leader", st.Leader, "applied", st.Applied, "reason", reason)
+	if n.cfg.OnChange != nil {
+		n.cfg.OnChange(st, p, reason)
+	}
+}
+
+// Rebuilds after a standby's failure back off exponentially between these.
+const (
+	minRebuildBackoff = 100 * time.Millisecond
+	maxRebuildBackoff = 30 * time.Second
+)
+
+// Run runs the replica until ctx ends. It does not release a held lease
+// then (the lease expires after its TTL, as if the process had died).
+func (n *Node) Run(ctx context.Context) error {
+	reason := "started"
+	backoff := time.Duration(0)
+	for {
+		if backoff > 0 {
+			// A chain that breaks again at once (a corrupt record, a
+			// stream purged above every checkpoint) must not become a hot
+			// loop of rebuilds and log lines.
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		p, err := n.cfg.NewPool()
+		if err != nil {
+			return fmt.Errorf("replica: new pool: %w", err)
+		}
+		n.mu.Lock()
+		n.pool = p
+		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds}
+		n.mu.Unlock()
+		n.change(RoleStandby, reason)
+		lease, app, err := n.standby(ctx, p)
+		led := err == nil
+		if led {
+			err = n.lead(ctx, p, lease, app)
+		}
+		p.Recorder.SetRecording(false)
+		if p.Close != nil {
+			p.Close()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, errResigned) {
+			n.setAcked(0, false)
+			n.change(RoleStandby, "resigned")
+			return nil
+		}
+		reason = err.Error()
+		n.update(func(s *Status) { s.Rebuilds++ })
+		if led {
+			backoff = 0
+		} else {
+			backoff = min(max(2*backoff, minRebuildBackoff), maxRebuildBackoff)
+		}
+		n.log.Warn("replica: rebuilding the pool from the stream", "err", err, "after", backoff)
+	}
+}
+
+// standby applies records until it holds the lease, has applied every
+// record on the subject and its term record is appended.
+func (n *Node) standby(ctx context.Context, p Pool) (*Lease, *Appender, error) {
+	f, err := Follow(ctx, n.cfg.JS, n.cfg.Stream.CachedInfo().Config.Name, n.subject, 0, 0, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Stop()
+	free, stopWatch, err := n.cfg.Leases.WatchFree(ctx, n.cfg.Pool)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stopWatch()
+	// The watch is the fast path; a check every TTL is the fallback for a
+	// watch that stalled (its consumer lived on a NATS node that died and
+	// the client has not noticed yet).
+	poll := time.NewTicker(n.cfg.Leases.cfg.TTL)
+	defer poll.Stop()
+	for {
+		// Apply records until the lease is free.
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- n.follow(fctx, ctx, f, p) }()
+		select {
+		case <-free:
+		case <-poll.C:
+		case <-n.resign:
+			cancel()
+			<-done
+			return nil, nil, errResigned
+		case err := <-done:
+			cancel()
+			return nil, nil, err
+		}
+		cancel()
+		if err := <-done; err != nil && fctx.Err() == nil {
+			return nil, nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		lease, err := n.cfg.Leases.Acquire(ctx, n.cfg.Pool, n.cfg.Node, n.cfg.Address)
+		var held *HeldError
+		if errors.As(err, &held) {
+			continue
+		}
+		if err != nil {
+			n.log.Warn("replica: acquiring the lease", "err", err)
+			continue
+		}
+		app, err := n.takeOver(ctx, f, p, lease)
+		if err == nil {
+			return lease, app, nil
+		}
+		n.log.Warn("replica: takeover failed", "term", lease.Term(), "err", err)
+		if errors.Is(err, ErrRefused) || !lease.Valid() {
+			continue
+		}
+		return nil, nil, err
+	}
+}
+
+// follow applies records until waitCtx ends or the chain breaks. A record
+// is applied whole, under applyCtx: cancelling the wait never leaves half
+// a batch applied.
+func (n *Node) follow(waitCtx, applyCtx context.Context, f *Follower, p Pool) error {
+	for {
+		rec, err := f.Next(waitCtx)
+		if err != nil {
+			return err
+		}
+		if err := n.apply(applyCtx, rec, p); err != nil {
+			return err
+		}
+	}
+}
+
+func (n *Node) apply(ctx context.Context, rec Record, p Pool) error {
+	if rec.Batch != nil {
+		if err := Apply(ctx, p.Handle, rec.Batch.Commands); err != nil {
+			return err
+		}
+	}
+	n.update(func(s *Status) {
+		s.Applied, s.Term = rec.Seq, rec.Term
+		s.Tail = max(s.Tail, rec.Seq)
+		if rec.Leader != nil {
+			s.Leader, s.Address = rec.Leader.Node, rec.Leader.Address
+		}
+	})
+	return nil
+}
+
+// takeOver catches up with the subject's tail and appends the term
+// record expecting the last record applied: the node leads only if that
+// append is stored.
+func (n *Node) takeOver(ctx context.Context, f *Follower, p Pool, lease *Lease) (*Appender, error) {
+	lctx, cancel := context.WithTimeout(ctx, lease.Remaining())
+	defer cancel()
+	for {
+		tail, err := Tail(lctx, n.cfg.Stream, n.subject)
+		if err != nil {
+			return nil, err
+		}
+		n.update(func(s *Status) { s.Tail = tail })
+		for f.Applied() < tail {
+			rec, err := f.Next(lctx)
+			if err != nil {
+				return nil, err
+			}
+			if err := n.apply(lctx, rec, p); err != nil {
+				return nil, err
+			}
+		}
+		app := NewAppender(n.cfg.JS, n.cfg.Stream, n.subject, lease.Term(), f.Applied(), n.cfg.MaxMessage)
+		err = app.Term(lctx, TermRecord{Node: n.cfg.Node, Address: n.cfg.Address})
+		if errors.Is(err, ErrRefused) {
+			continue // a deposed leader's last append landed: apply it too
+		}
+		if err != nil {
+			return nil, err
+		}
+		// Everything before the term record is applied: wait for the
+		// actor, so the journal position counts it before recording starts.
+		if _, err := p.Handle.ExportState(lctx); err != nil {
+			return nil, err
+		}
+		return app, nil
+	}
+}
+
+// lead appends what the actor journals and renews the lease until either
+// fails; it returns why it stopped leading.
+func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) error {
+	p.Recorder.SetRecording(true)
+	// Everything journalled before the term record is stored.
+	n.setAcked(p.Recorder.Position(), true)
+	defer n.setAcked(0, false)
+	n.update(func(s *Status) {
+		s.Term, s.Leader, s.Address, s.Applied, s.Tail = lease.Term(), n.cfg.Node, n.cfg.Address, app.Last(), app.Last()
+	})
+	n.change(RoleLeader, "took the lease and appended the term record")
+	valid := func() bool { return lease.Valid() || (n.cfg.clockBroken != nil && n.cfg.clockBroken()) }
+	remaining := func() time.Duration {
+		if n.cfg.clockBroken != nil && n.cfg.clockBroken() {
+			return 5 * time.Second
+		}
+		return lease.Remaining()
+	}
+	ttl := n.cfg.Leases.cfg.TTL
+	renew := time.NewTicker(ttl / 3)
+	defer renew.Stop()
+	expiry := time.NewTimer(lease.Remaining())
+	defer expiry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.resign:
+			p.Recorder.SetRecording(false)
+			n.setAcked(0, false)
+			rctx, cancel := context.WithTimeout(ctx, max(lease.Remaining(), time.Millisecond))
+			err := lease.Release(rctx)
+			cancel()
+			if err != nil {
+				n.log.Warn("replica: releasing the lease (it expires after its TTL)", "err", err)
+			}
+			return errResigned
+		case <-expiry.C:
+			if !valid() {
+				return errors.New("the lease deadline passed without a stored renewal")
+			}
+			expiry.Reset(max(remaining(), time.Millisecond))
+		case <-renew.C:
+			if n.cfg.renewPaused != nil && n.cfg.renewPaused() {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, max(lease.Remaining(), time.Millisecond))
+			err := lease.Renew(rctx)
+			cancel()
+			if errors.Is(err, ErrLost) {
+				return err
+			}
+			if err != nil {
+				n.log.Warn("replica: renewing the lease", "err", err)
+			}
+			expiry.Reset(max(remaining(), time.Millisecond))
+		case <-p.Recorder.Ready():
+			if !valid() {
+				return errors.New("the lease deadline passed before an append")
+			}
+			pos, cmds := p.Recorder.Take()
+			if len(cmds) == 0 {
+				continue
+			}
+			actx, cancel := context.WithTimeout(ctx, remaining())
+			err := app.Append(actx, pos, cmds)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("append refused or not stored in time: %w", err)
+			}
+			n.setAcked(pos+uint64(len(cmds)), true)
+			n.update(func(s *Status) { s.Applied, s.Tail = app.Last(), app.Last() })
+		}
+	}
+}

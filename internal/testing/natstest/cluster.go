@@ -1,0 +1,134 @@
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BuildServer builds nats-server at the version go.mod requires into a
+// temporary directory and returns the binary's path (Debian's package is
+// too old for the KV and stream features the relay's HA uses). The Go
+// build cache makes repeated builds a link.
+func BuildServer(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "nats-server")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("natstest: build nats-server: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// ClusterNode is one nats-server process of a cluster.
+type ClusterNode struct {
+	Name string
+	URL  string
+	cmd  *exec.Cmd
+}
+
+// Kill sends SIGKILL to the node and waits for it to exit (idempotent).
+func (n *ClusterNode) Kill() {
+	if n.cmd == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	_ = n.cmd.Wait()
+	n.cmd = nil
+}
+
+// StartCluster runs size nats-server processes of bin (BuildServer) as one
+// JetStream cluster on loopback, each with its store under t.TempDir(), and
+// waits until JetStream answers through every node. They are killed at the
+// end of the test.
+func StartCluster(t testing.TB, bin string, size int) []*ClusterNode {
+	t.Helper()
+	client := make([]int, size)
+	route := make([]int, size)
+	for i := range size {
+		client[i], route[i] = freePort(t), freePort(t)
+	}
+	var routes []string
+	for i := range size {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", route[i]))
+	}
+	nodes := make([]*ClusterNode, size)
+	for i := range size {
+		dir := t.TempDir()
+		name := fmt.Sprintf("n%d", i+1)
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+jetstream { store_dir: %q }
+cluster {
+  name: ckf
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+`, name, client[i], filepath.Join(dir, "js"), route[i], strings.Join(routes, ", "))
+		path := filepath.Join(dir, "nats.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			t.Fatalf("natstest: %v", err)
+		}
+		cmd := exec.Command(bin, "-c", path)
+		cmd.Stdout, cmd.Stderr = nil, nil
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("natstest: start %s: %v", name, err)
+		}
+		n := &ClusterNode{Name: name, URL: "nats://127.0.0.1:" + strconv.Itoa(client[i]), cmd: cmd}
+		nodes[i] = n
+		t.Cleanup(n.Kill)
+	}
+	// JetStream answers once the meta group has a leader.
+	for _, n := range nodes {
+		waitJetStream(t, n.URL)
+	}
+	return nodes
+}
+
+func waitJetStream(t testing.TB, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		if err == nil {
+			js, jerr := jetstream.New(nc)
+			if jerr == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err = js.AccountInfo(ctx)
+				cancel()
+			} else {
+				err = jerr
+			}
+			nc.Close()
+			if err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: JetStream at %s not ready: %v", url, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// URLs joins the nodes' client URLs, first first, for a client that
+// reconnects to the others.
+func URLs(first *ClusterNode, all []*ClusterNode) string {
+	urls := []string{first.URL}
+	for _, n := range all {
+		if n != first {
+			urls = append(urls, n.URL)
+		}
+	}
+	return strings.Join(urls, ",")
+}
