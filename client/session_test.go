@@ -79,7 +79,7 @@ func TestRouter_FrameUnderAnotherLaneLeaseEndsOnlyItsSession(t *testing.T) {
 	for _, kind := range []wire.Kind{wire.KindDelta, wire.KindDrainMarker} {
 		t.Run(kind.String(), func(t *testing.T) {
 			url, sessions, _ := fakeRelay(t)
-			r := startRouter(t, Config{RelayURL: url, ConsumerInstance: testConsumer,
+			r := startRouter(t, Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer,
 				Targets:    []Target{{Pool: "a", Lane: 0}, {Pool: "b", Lane: 1}},
 				MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, newTwoLaneNative(t))
 			a, b := twoLanes(t, sessions)
@@ -159,7 +159,7 @@ func TestRouter_SnapshotThatNeverCompletes(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			url, sessions, _ := fakeRelay(t)
-			r := startRouter(t, Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+			r := startRouter(t, Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 				MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1,
 				SnapshotProgressTimeout: 200 * time.Millisecond}, newNative(t))
 			s := nextSession(t, sessions)
@@ -184,7 +184,7 @@ func TestRouter_SnapshotThatNeverCompletes(t *testing.T) {
 func TestRouter_LivenessCountsOnlyFramesThatMoveTheLane(t *testing.T) {
 	const idle = 300 * time.Millisecond
 	url, sessions, _ := fakeRelay(t)
-	r := startRouter(t, Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+	r := startRouter(t, Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: idle}, newNative(t))
 	s := nextSession(t, sessions)
 	snap := snapshotOn(0, testID, s.epoch, 5, words(1))
