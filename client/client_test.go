@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -43,6 +44,7 @@ func newNative(t *testing.T) *Native {
 type session struct {
 	lane  int
 	epoch uint64
+	body  io.Writer // the response, for writes (on the handler goroutine) past the writer's frame limit
 	ops   chan func(w *wire.Writer) error
 	errs  chan error
 	done  <-chan struct{} // the request's context
@@ -80,7 +82,7 @@ func fakeRelay(t *testing.T) (url string, sessions <-chan session, release chan<
 		}
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)
-		s := session{lane: lane, epoch: epoch, ops: make(chan func(*wire.Writer) error), errs: make(chan error, 1), done: r.Context().Done()}
+		s := session{lane: lane, epoch: epoch, body: w, ops: make(chan func(*wire.Writer) error), errs: make(chan error, 1), done: r.Context().Done()}
 		select {
 		case sc <- s:
 		case <-r.Context().Done():

@@ -49,7 +49,9 @@ func twoLanes(t *testing.T, sessions <-chan session) (a, b session) {
 }
 
 // nextSessionOn waits for the next stream of lane, failing after d (a
-// router that never resubscribes is the bug these tests look for).
+// router that never resubscribes is the bug these tests look for). Streams
+// of other lanes that arrive meanwhile are dropped: use it only where no
+// other lane resubscribes.
 func nextSessionOn(t *testing.T, sessions <-chan session, lane int, d time.Duration) session {
 	t.Helper()
 	deadline := time.After(d)
