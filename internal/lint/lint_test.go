@@ -108,7 +108,7 @@ var graph = map[string]rule{
 		tests:   []string{"wasm/host", "github.com/tetratelabs/wazero"},
 	},
 	"internal/integration/e2e": {
-		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
+		tests: []string{"ckf", "client", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
 	"wire/kvrelay": {
 		imports: []string{"ckf", "wire/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},
