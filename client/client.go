@@ -5,13 +5,20 @@
 // JetStream broadcast ([NATSConfig]), or any server of Dynamo's
 // dynamo.kvrelay.v1 gRPC contract, ckfrelay's or Dynamo's ([GRPCConfig]).
 //
-// On any deactivation, close frame, disconnect or identity change a lane
-// retires, then re-subscribes with a higher assignment epoch and installs a
-// fresh snapshot, with exponential backoff and full jitter; only a session
-// that stayed up [Config.HealthySession] after installing its snapshot
-// resets the backoff. Staleness (the age of a lane's last frame) lets a
-// router stop trusting a silent lane: relays send heartbeats while idle, so a
-// healthy lane is never older than a few heartbeat intervals.
+// Each stream is one [Session] under one lease: every frame is checked
+// against the stream it came on before the consumer sees it (its lease, the
+// snapshot's chunk order), so one stream can never write into another lane
+// (docs/wire.md §3.1). On any deactivation, protocol error, close frame,
+// disconnect, identity change, idle or snapshot timeout, or a lane the
+// consumer lost (an instance reset), a lane retires, then re-subscribes with
+// a higher assignment epoch and installs a fresh snapshot, with exponential
+// backoff and full jitter; only a session that stayed up
+// [Config.HealthySession] after installing its snapshot resets the backoff.
+// Readiness is the consumer's, asked at each [Router.Lane] call. Staleness
+// (the age of a lane's last frame) lets a router stop trusting a silent
+// lane: relays send heartbeats while idle, so a healthy lane is never older
+// than a few heartbeat intervals, and only frames that moved the lane keep
+// a session alive.
 package client
 
 import (
