@@ -1,8 +1,8 @@
-// The JavaScript router's session rules (issue #30 items 1-2), against the
-// real relay binary with a lying middlebox in front of its streams (the
-// router's fetch option): a frame under another lane's lease ends only the
-// session that carried it, and a lane the consumer lost is not ready and
-// resubscribes.
+// The JavaScript router's session rules (issue #30 items 1, 2 and 5),
+// against the real relay binary with a lying middlebox in front of its
+// streams (the router's fetch option): a frame under another lane's lease
+// ends only the session that carried it, a lane the consumer lost is not
+// ready and resubscribes, and a snapshot chunk sent again ends the session.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { Router, readFrames } from "../src/index.js";
@@ -52,7 +52,8 @@ test("a frame under another lane's lease ends only the session that carried it",
     }
     return { status: 200, statusText: "OK", body: frames() };
   };
-  const router = await Router.connect({ ...fast, relayUrl: rl.base, pools: ["dc-a", "dc-b"], fetch: fetchThrough });
+  // A long idle timeout: on a loaded machine lane 1 must not resubscribe for any reason but the test's.
+  const router = await Router.connect({ ...fast, idleTimeoutMs: 60000, relayUrl: rl.base, pools: ["dc-a", "dc-b"], fetch: fetchThrough });
   const running = router.run();
   t.after(() => router.stop());
   await postStored(rl.base, "dc-a", 10, 2);
@@ -62,8 +63,12 @@ test("a frame under another lane's lease ends only the session that carried it",
   const before0 = router.lane(0), before1 = router.lane(1);
 
   armed = true;
-  const b = await postStored(rl.base, "dc-b", 5, 2); // lane 1's deltas, stolen
-  await until(() => stolen.length > 0, "a stolen delta");
+  let b;
+  for (let i = 0; !stolen.length; i++) { // lane 1's deltas, stolen
+    assert.ok(i < 100, "no delta of lane 1 to steal");
+    b = await postStored(rl.base, "dc-b", 1, 2);
+    await new Promise((r) => setTimeout(r, 20));
+  }
   await postStored(rl.base, "dc-a", 1, 2); // lane 0's next frame carries them
   await until(() => router.lane(0).resubscribes > before0.resubscribes, "lane 0 to resubscribe");
   assert.match(router.lane(0).lastError, /under lease/, "lane 0's session ended on the foreign frame");
@@ -71,7 +76,7 @@ test("a frame under another lane's lease ends only the session that carried it",
   await converge(router, rl.base, "dc-a", 0);
   await converge(router, rl.base, "dc-b", 1);
   assert.equal(router.lane(1).resubscribes, before1.resubscribes, "lane 1 kept its session");
-  assert.equal(router.consumer.queryLocalHashes(b[4]).depths[1], 2, "lane 1 holds dc-b's blocks");
+  assert.equal(router.consumer.queryLocalHashes(b[0]).depths[1], 2, "lane 1 holds dc-b's blocks");
   await router.stop();
   await running;
 });
@@ -88,6 +93,34 @@ test("a lane the consumer lost is not ready and its session resubscribes", async
   await postStored(rl.base, "p", 1, 2); // the next frame comes back IgnoredForeignLease
   await until(() => router.lane(0).resubscribes > 0, "lane 0 to resubscribe");
   assert.match(router.lane(0).lastError, /lost its lease/);
+  await converge(router, rl.base, "p", 0);
+  await router.stop();
+  await running;
+});
+
+test("a snapshot chunk sent again ends the session instead of restarting the snapshot", async (t) => {
+  const rl = await relay(["--pool", "p:dc=1,expected=262144"]); // 131,072 buckets: 5 chunks
+  let sessions = 0;
+  const fetchThrough = async (url, init) => {
+    const resp = await fetch(url, init);
+    if (!url.includes("/stream") || resp.status !== 200) return resp;
+    const first = ++sessions === 1;
+    async function* frames() {
+      let n = 0;
+      for await (const body of readFrames(resp.body)) {
+        const copy = body.slice();
+        yield prefixed(copy);
+        if (first && n++ === 0) yield prefixed(copy); // chunk 0 again
+      }
+    }
+    return { status: 200, statusText: "OK", body: frames() };
+  };
+  const router = await Router.connect({ ...fast, relayUrl: rl.base, pools: ["p"], fetch: fetchThrough });
+  const running = router.run();
+  t.after(() => router.stop());
+  await until(() => router.lane(0).resubscribes > 0, "lane 0 to resubscribe");
+  assert.match(router.lane(0).lastError, /want chunk 1/);
+  await postStored(rl.base, "p", 1, 2);
   await converge(router, rl.base, "p", 0);
   await router.stop();
   await running;
