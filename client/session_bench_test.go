@@ -44,7 +44,7 @@ func BenchmarkSessionApply(b *testing.B) {
 					_, err = n.ApplyFrame(frames[i])
 				}
 				if err != nil {
-					b.Fatal(err)
+					require.Fail(b, "apply", "%v", err)
 				}
 			}
 		})
