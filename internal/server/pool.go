@@ -11,12 +11,23 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/internal/persist"
+	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/ckfrelay/ckfrelay/internal/source/dynamonats"
 	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // hubConsumer is the consumer instance the relay's own hub uses for its one
 // lease on each pool's publisher.
 const hubConsumer uint64 = 0xC0FFEE
+
+// layoutGeneration is every pool's ProducerIdentity.layout_generation: the
+// layout (format: seed, bucket count) of the pool's table within one producer
+// incarnation, counted from 1. A relay never changes a pool's layout while it
+// runs (a new format takes a restart, which is a new incarnation), so every
+// key it publishes is its incarnation's first layout. 0 is not a generation:
+// Dynamo refuses it as malformed (docs/RATIONALE.md "Why is every
+// layout_generation 1?").
+const layoutGeneration = 1
 
 // hubFeedBuffer is the delta buffer of the hub's own lease. The hub drains
 // it at memory speed into its shared log, so it need not match the log.
@@ -73,7 +84,8 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 	if journal != nil {
 		pcfg.Journal = journal
 	}
-	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: spec.DCID}, ProducerIncarnation: incarnation}
+	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: spec.DCID}, ProducerIncarnation: incarnation,
+		LayoutGeneration: layoutGeneration}
 	h, faults, err := producer.Start(pool, scope, pcfg)
 	if err != nil {
 		return nil, err
@@ -178,6 +190,36 @@ func (p *hostedPool) drainFaults(faults <-chan producer.Fault) {
 			p.log.Warn("pool fault", "fault", f.String(), "category_occurrences", n)
 		}
 	}
+}
+
+// sink is what the pool's sources admit into: the actor's handle, which with
+// a data dir also tells when what was admitted is durable.
+func (p *hostedPool) sink() source.Sink {
+	if p.journal == nil {
+		return p.handle
+	}
+	return durableSink{Handle: p.handle, journal: p.journal}
+}
+
+// durableSink is a pool's handle plus Durable: a Dynamo JetStream source
+// acknowledges a message only once its events are in the journal.
+type durableSink struct {
+	producer.Handle
+	journal *persist.PoolLog
+}
+
+var _ dynamonats.DurableSink = durableSink{}
+
+// Durable waits until the actor has applied (and so journalled) every
+// command admitted before the call, then until the journal committed them.
+// The barrier is a Stats request: answered between two commands, in mailbox
+// order, it publishes nothing (Flush would cut the publication delay short
+// for every acknowledgement batch).
+func (d durableSink) Durable(ctx context.Context) error {
+	if _, err := d.Stats(ctx); err != nil {
+		return err
+	}
+	return d.journal.WaitDurable(ctx)
 }
 
 // shutdown drains admitted work, publishes the tail and closes the hub.
