@@ -76,7 +76,7 @@ var graph = map[string]rule{
 	},
 	"client": {
 		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc"},
-		tests:   []string{"internal/testing/natstest", "internal/server", "github.com/zeebo/xxh3", "google.golang.org/protobuf"},
+		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "github.com/zeebo/xxh3", "google.golang.org/protobuf"},
 	},
 	"client/natsjs": {},
 	"wasm/abi": {
@@ -109,7 +109,7 @@ var graph = map[string]rule{
 		tests:   []string{"wasm/host", "github.com/tetratelabs/wazero"},
 	},
 	"internal/integration/e2e": {
-		tests: []string{"ckf", "consumer", "producer", "wire", "pgregory.net/rapid"},
+		tests: []string{"ckf", "client", "consumer", "producer", "wire", "pgregory.net/rapid"},
 	},
 	"wire/kvrelay": {
 		imports: []string{"ckf", "wire/kvrelay/kvrelaypb", "google.golang.org/grpc", "google.golang.org/protobuf"},

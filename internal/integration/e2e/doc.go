@@ -24,7 +24,13 @@
 // applied exactly what the model says), that the consumer lane equals the
 // mirror (wire and consumer lost or bent nothing), that a fresh Subscribe
 // snapshot equals both, and that every chain the producer holds resident is
-// found at its full depth on its lane (no false negatives). A drain marker
+// found at its full depth on its lane (no false negatives). Every frame
+// reaches the consumer through the router's session gate (client.Session),
+// one session per lease; half the property runs add a hostile stream on a
+// lane of its own that sends deltas, heartbeats, drain markers and snapshot
+// chunks under the pools' current leases and identities (hostile_test.go):
+// each must end the hostile session with client.ErrProtocol and leave the
+// victim lane exactly as it was, and the property holds for the honest lanes. A drain marker
 // after Shutdown must be acknowledged exactly; a deliberately dropped delta
 // must deactivate the lane (gap, heartbeat or drain marker) and a new lease
 // epoch with a fresh snapshot must recover it.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -101,8 +102,17 @@ func (p *pool) deliver() {
 			continue
 		}
 		want := p.expect(s)
-		got, err := p.r.cons.ApplyFrameBytes(body)
-		require.NoError(t, err, "pool %d: ApplyFrameBytes(%v %d)", p.idx, s.kind, s.sequence)
+		// The frame goes through the router's session gate, as a router
+		// applies it: the session ends on these two outcomes.
+		got, err := p.sess.Apply(body)
+		switch want.Outcome {
+		case consumer.Deactivated:
+			require.ErrorIs(t, err, client.ErrDeactivated, "pool %d: Apply(%v %d)", p.idx, s.kind, s.sequence)
+		case consumer.IgnoredForeignLease:
+			require.ErrorIs(t, err, client.ErrLeaseLost, "pool %d: Apply(%v %d)", p.idx, s.kind, s.sequence)
+		default:
+			require.NoError(t, err, "pool %d: Apply(%v %d)", p.idx, s.kind, s.sequence)
+		}
 		if want.Outcome == consumer.Deactivated || want.Outcome == consumer.IgnoredForeignLease {
 			want.Sequence = got.Sequence // the lane's installed sequence is not the frame's
 		}
@@ -171,7 +181,8 @@ func (p *pool) resubscribe() {
 	p.sub, p.lease = sub, lease
 	p.mirror, p.lastSeq = slices.Clone(snap.Words), snap.Sequence
 
-	require.NoError(t, p.r.cons.Assign(p.h.Identity(), lease), "pool %d: Assign(epoch %d)", p.idx, lease.AssignmentEpoch)
+	// A new session: its first chunk assigns the lane under the new lease.
+	p.sess = client.NewSession(p.r.lanes, lease)
 	if p.lost || p.deactivated {
 		p.r.recoveries++
 	}

@@ -32,6 +32,7 @@ func drawConfig(t *rapid.T) rigConfig {
 		ChunkWords:         rapid.IntRange(1, int(buckets)+1).Draw(t, "chunkWords"),
 		PublicationDelay:   rapid.SampledFrom([]time.Duration{time.Microsecond, time.Hour}).Draw(t, "publicationDelay"),
 		VerificationWindow: rapid.IntRange(1, ckf.MaxVerificationWindow).Draw(t, "verificationWindow"),
+		Hostile:            rapid.Bool().Draw(t, "hostile"),
 	}
 }
 
@@ -116,8 +117,10 @@ func step(t *rapid.T, r *rig) {
 		r.timerDeltas -= before
 	case op < 90:
 		p.pump()
-	case op < 93: // lose the next delta in transit
+	case op < 92: // lose the next delta in transit
 		p.dropNext = true
+	case op < 95 && r.hostile != nil: // the hostile stream speaks for this pool
+		r.hostile.attack(p, rapid.IntRange(0, 3).Draw(t, "hostileKind"), rapid.Uint64().Draw(t, "hostileWord"))
 	default:
 		kinds := rapid.SliceOfN(rapid.IntRange(0, 2), len(r.pools), len(r.pools)).Draw(t, "checkpointKinds")
 		r.checkpoint(kinds)
@@ -126,28 +129,31 @@ func step(t *rapid.T, r *rig) {
 
 // TestRelay_EndToEndProperty is the end-to-end property of SPEC §8: random
 // event histories through three real producer actors, every frame encoded
-// by wire, decoded and applied by one consumer. After every checkpoint and
-// every drain marker each lane equals its producer's table, and every chain
-// the producer holds resident is found at its full depth.
+// by wire, decoded and applied by one consumer through the router's session
+// gate (client.Session). After every checkpoint and every drain marker each
+// lane equals its producer's table, and every chain the producer holds
+// resident is found at its full depth. Half the runs add a hostile stream
+// on a fourth lane that speaks for the pools under their current leases
+// (hostile_test.go): each such frame ends its session and changes nothing.
 func TestRelay_EndToEndProperty(t *testing.T) {
 	maxSteps := 400
 	if testing.Short() {
 		maxSteps = 150
 	}
-	var runs, totals [10]int
+	var runs, totals [11]int
 	rapid.Check(t, func(rt *rapid.T) {
 		// A synctest bubble makes a run reproducible: the publication timer
 		// fires only when the run idles, and pumps wait for the actors first.
 		rapid.SyncTest(rt, func(rt *rapid.T) { runProperty(rt, maxSteps, &runs, &totals) })
 	})
-	t.Logf("%d runs: %d checkpoints, %d queries, %d fully resident chain checks, %d partially resident, %d restarts, %d recoveries, %d deltas dropped, %d capacity omission events, %d multi-chunk snapshots, %d timer publications",
-		runs[0], totals[0], totals[1], totals[2], totals[3], totals[4], totals[5], totals[6], totals[7], totals[8], totals[9])
+	t.Logf("%d runs: %d checkpoints, %d queries, %d fully resident chain checks, %d partially resident, %d restarts, %d recoveries, %d deltas dropped, %d capacity omission events, %d multi-chunk snapshots, %d timer publications, %d hostile frames refused",
+		runs[0], totals[0], totals[1], totals[2], totals[3], totals[4], totals[5], totals[6], totals[7], totals[8], totals[9], totals[10])
 	// A guard on the generator, not on the relay: a hundred runs that never
 	// lose a delta or restart an actor would prove much less than they claim.
 	require.False(t, !t.Failed() && runs[0] >= 100 && slices.Contains(totals[2:], 0), "the generator missed a case: %v", totals)
 }
 
-func runProperty(rt *rapid.T, maxSteps int, runs, totals *[10]int) {
+func runProperty(rt *rapid.T, maxSteps int, runs, totals *[11]int) {
 	r := newRig(rt, drawConfig(rt))
 	defer r.close()
 	r.settle = synctest.Wait
@@ -167,7 +173,7 @@ func runProperty(rt *rapid.T, maxSteps int, runs, totals *[10]int) {
 	}
 	runs[0]++
 	for i, n := range []int{r.checkpoints, r.queries, r.fullChains, r.partialChains, r.restarts, r.recoveries,
-		dropped, r.capacityEvents, r.multiChunkSnapshots, r.timerDeltas} {
+		dropped, r.capacityEvents, r.multiChunkSnapshots, r.timerDeltas, r.hostileFrames} {
 		totals[i] += n
 	}
 }

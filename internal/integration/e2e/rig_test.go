@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -42,11 +43,12 @@ type rigConfig struct {
 	ChunkWords         int           // snapshot words per chunk frame
 	PublicationDelay   time.Duration // the actor's sparse-tail timer
 	VerificationWindow int
+	Hostile            bool // one hostile stream beside the pools (hostile_test.go)
 }
 
 func (c rigConfig) String() string {
-	return fmt.Sprintf("lanes=%v cadence=%v members=%d expected=%d seed=%#x kicks=%d chunk=%d delay=%v window=%d",
-		c.Lanes, c.Cadence, c.Members, c.ExpectedBlocks, c.Seed, c.MaxKicks, c.ChunkWords, c.PublicationDelay, c.VerificationWindow)
+	return fmt.Sprintf("lanes=%v cadence=%v members=%d expected=%d seed=%#x kicks=%d chunk=%d delay=%v window=%d hostile=%v",
+		c.Lanes, c.Cadence, c.Members, c.ExpectedBlocks, c.Seed, c.MaxKicks, c.ChunkWords, c.PublicationDelay, c.VerificationWindow, c.Hostile)
 }
 
 // pool is one producer actor, its shadow, its model and its link to the
@@ -59,6 +61,7 @@ type pool struct {
 	cfg         ckf.Config
 	incarnation uint64
 
+	sess   *client.Session // the router's session of the current lease
 	h      producer.Handle
 	faults <-chan producer.Fault
 	sub    *producer.Subscription
@@ -106,7 +109,9 @@ type rig struct {
 	format     ckf.Format
 	acfg       producer.Config
 	cons       *consumer.Consumer
+	lanes      consumerLanes // cons as a router sees it
 	pools      []*pool
+	hostile    *hostile // a stream beside the pools that speaks for them (nil: none)
 	chunkLimit int
 	order      uint64
 	laneMask   uint16
@@ -117,6 +122,7 @@ type rig struct {
 	// counters over the run, logged by the property
 	checkpoints, queries, fullChains, partialChains, restarts, recoveries int
 	capacityEvents, multiChunkSnapshots, timerDeltas                      int
+	hostileFrames                                                         int
 }
 
 func newRig(t tb, cfg rigConfig) *rig {
@@ -169,9 +175,15 @@ func newRig(t tb, cfg rigConfig) *rig {
 		p.lease = ckf.LaneLease{ConsumerInstance: consumerInstance, PhysicalLane: uint8(lane)}
 		r.pools = append(r.pools, p)
 	}
+	if cfg.Hostile {
+		r.hostile = newHostile(r, &m)
+	}
 	c, err := consumer.New(m)
 	require.NoError(t, err, "consumer.New")
-	r.cons = c
+	r.cons, r.lanes = c, consumerLanes{c}
+	if r.hostile != nil {
+		r.hostile.resubscribe()
+	}
 	for _, p := range r.pools {
 		p.start()
 		p.resubscribe()

@@ -17,7 +17,7 @@ export async function everything(): Promise<void> {
   const opts: RouterOptions = {
     relayUrl: "http://127.0.0.1:7878", pools: ["dc-a", { pool: "dc-b", lane: 1 } satisfies Target],
     consumerInstance: 1n, authToken: "t", minBackoffMs: 10, maxBackoffMs: 100, healthySessionMs: 1000,
-    idleTimeoutMs: 10000, maxFrameBytes: DEFAULT_MAX_FRAME_BYTES, verificationWindow: 2, fetch: globalThis.fetch,
+    idleTimeoutMs: 10000, snapshotProgressTimeoutMs: 60000, maxFrameBytes: DEFAULT_MAX_FRAME_BYTES, verificationWindow: 2, fetch: globalThis.fetch,
     logger: { info: (m: string) => void m, warn: (m: string) => void m }, trace,
   };
   const router: Router = await Router.connect(opts);
@@ -93,6 +93,6 @@ export async function everything(): Promise<void> {
     if (e instanceof AbiError && e.code === Code.Unavailable) continue;
     if (e instanceof FrameError) { const code: FrameError["code"] = e.code; void code, e.offset, e.field; }
     if (e instanceof MsgpackError) { void e.code, e.offset; }
-    if (e instanceof SessionError) { const why: "deactivated" | "closed" | "idle" | "protocol" = e.reason; void why; }
+    if (e instanceof SessionError) { const why: "deactivated" | "closed" | "idle" | "protocol" | "lease_lost" | "snapshot_timeout" = e.reason; void why; }
   }
 }
