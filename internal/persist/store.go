@@ -99,8 +99,9 @@ type Store struct {
 	opt StoreOptions
 
 	mu     sync.Mutex
-	failed error      // set once: the store takes no more writes
-	pools  []*PoolLog // told when the store fails
+	failed error         // set once: the store takes no more writes
+	dead   chan struct{} // closed when failed is set
+	pools  []*PoolLog    // told when the store fails
 }
 
 // ErrLocked: another process holds the data directory.
@@ -127,7 +128,7 @@ func OpenWith(dir string, opt StoreOptions) (*Store, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	s := &Store{dir: dir, opt: opt}
+	s := &Store{dir: dir, opt: opt, dead: make(chan struct{})}
 	el := pebble.EventListener{BackgroundError: func(err error) {
 		// A flush or compaction that fails (a full disk) is retried by
 		// Pebble while commits stall behind it: stop writing now.
@@ -175,6 +176,7 @@ func (s *Store) fail(err error) {
 		return
 	}
 	s.failed = err
+	close(s.dead)
 	pools := slices.Clone(s.pools)
 	s.mu.Unlock()
 	s.opt.Logger.Error("persist: the data directory stopped taking writes; every pool goes on without persistence until a restart",
@@ -186,7 +188,10 @@ func (s *Store) fail(err error) {
 
 // commit commits b with an fsync unless the store failed, and fails the
 // store on an error — also on one Pebble reported through Fatalf during the
-// commit, after which Commit returns nil (storeLogger).
+// commit. Pebble commits on a goroutine of its own here: a Fatalf on the
+// commit path parks the goroutine that called it (storeLogger), and the
+// caller must not be that goroutine — it learns of the failure from s.dead
+// and goes on without the database.
 func (s *Store) commit(b *pebble.Batch) error {
 	if err := s.failure(); err != nil {
 		return err
@@ -198,12 +203,19 @@ func (s *Store) commit(b *pebble.Batch) error {
 			return err
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
-		err = fmt.Errorf("%w: %w", ErrWriteFailed, err)
-		s.fail(err)
-		return err
+	done := make(chan error, 1)
+	go func() { done <- b.Commit(pebble.Sync) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrWriteFailed, err)
+			s.fail(err)
+			return err
+		}
+		return s.failure()
+	case <-s.dead:
+		return s.failure()
 	}
-	return s.failure()
 }
 
 // Key layout, under the pool's name and a 0 byte (pool names never hold one):
@@ -816,4 +828,12 @@ func (l storeLogger) Errorf(format string, args ...any) {
 
 func (l storeLogger) Fatalf(format string, args ...any) {
 	l.s.fail(fmt.Errorf("%w: pebble: %s", ErrWriteFailed, fmt.Sprintf(format, args...)))
+	// Pebble's code after a Fatalf assumes the process has exited: run on,
+	// it panics or unlocks a mutex it no longer holds ("fatal error: sync:
+	// unlock of unlocked mutex", which no recover catches — seen in
+	// rotateWAL on a full disk). So the goroutine that reported it stops
+	// here for good. It is Pebble's (commit runs Commit on its own
+	// goroutine, background work has its own); the store is abandoned and
+	// never touched again, so what it holds is released by the exit.
+	select {}
 }
