@@ -25,10 +25,12 @@ import (
 // ckfrelay's relay (`relay serve --grpc-listen`) or Dynamo's own — with the
 // contract's client rules (docs/wire.md §8.2):
 //
-//   - one WatchKvPoolCatalog stream per router keeps the newest complete
-//     catalog; a target follows the catalog entry whose
-//     ProducerIdentity.pool_id.dc_id is the target's [Target.DCID] (two
-//     entries with that dc_id: ambiguous, not followed);
+//   - one WatchKvPoolCatalog stream per relay keeps the newest complete
+//     catalog, whose pools are identified by their whole KvPoolId (indexer
+//     domain and dc_id: a data center hosts one pool per domain, e.g. per
+//     model); a target follows, in the data center its [Target.DCID] names,
+//     the one pool the router's [Config.Select] matches ([Selection]; none
+//     or several: not followed);
 //   - each lane subscribes with SubscribeKvPool under the exact
 //     expected_producer the catalog advertises, and its session ends when
 //     the catalog withdraws or replaces that key;
@@ -58,8 +60,9 @@ type GRPCConfig struct {
 
 // Errors of the gRPC transport.
 var (
-	// ErrNotInCatalog: the relay's catalog has no (or no unambiguous)
-	// entry for the target's dc_id, or no valid catalog was received yet.
+	// ErrNotInCatalog: the relay's catalog has no pool of the target's
+	// data center that the selection matches, or no valid catalog was
+	// received yet.
 	ErrNotInCatalog = errors.New("client: grpc: pool not in the relay's catalog")
 	// ErrQuarantined: the catalog entry holds a value this version does not
 	// support or malformed data; its lane is not followed.
@@ -104,13 +107,6 @@ func (e *RelayError) Unwrap() error { return e.Err }
 // publication, and FAILED_PRECONDITION without a reason).
 func blocksKey(d kvrelay.Reason) bool { return !d.Backoff }
 
-// catalogEntry is one supported (or quarantined) pool of the catalog.
-type catalogEntry struct {
-	key *kvrelaypb.ProducerIdentity // as the relay sent it, for expected_producer
-	id  ckf.ProducerIdentity
-	err error // non-nil: quarantined (or ambiguous); key may be nil
-}
-
 // grpcTransport is a router's gRPC connection and catalog, shared by its
 // lanes.
 type grpcTransport struct {
@@ -121,21 +117,22 @@ type grpcTransport struct {
 	mu      sync.Mutex
 	conn    *grpc.ClientConn // nil until first use and after a move to another replica
 	connAt  int              // the replica index conn was dialed to
-	catalog map[uint64]catalogEntry
-	catErr  error // why there is no catalog (nil: one is installed)
+	sel     Selection      // the router's selection (Config.Select)
+	catalog []catalogEntry // the newest valid snapshot's pools
+	catErr  error          // why there is no catalog (nil: one is installed)
 	blocked map[int]ckf.ProducerIdentity
 	active  map[int]*grpcSource
 	changed chan struct{} // closed and replaced on every catalog change
 }
 
-func newGRPCTransport(cfg GRPCConfig, addrs []string, token string, consumer uint64) (*grpcTransport, error) {
+func newGRPCTransport(cfg GRPCConfig, sel Selection, addrs []string, token string, consumer uint64) (*grpcTransport, error) {
 	if cfg.SubscriberID == "" {
 		cfg.SubscriberID = fmt.Sprintf("ckfrelay-router-%d", consumer)
 	}
 	if err := kvrelay.CheckSubscriberID(cfg.SubscriberID); err != nil {
 		return nil, fmt.Errorf("client: grpc: %w", err)
 	}
-	return &grpcTransport{cfg: cfg, token: token, addrs: &replicas{addrs: addrs}, catErr: ErrNotInCatalog,
+	return &grpcTransport{cfg: cfg, sel: sel, token: token, addrs: &replicas{addrs: addrs}, catErr: ErrNotInCatalog,
 		blocked: map[int]ckf.ProducerIdentity{}, active: map[int]*grpcSource{}, changed: make(chan struct{})}, nil
 }
 
@@ -254,9 +251,9 @@ func relayError(rpc string, err error, trailer metadata.MD) error {
 }
 
 // install replaces the catalog (nil with the reason there is none), ends
-// every session whose key it no longer advertises, and unblocks keys the
-// catalog changed.
-func (t *grpcTransport) install(cat map[uint64]catalogEntry, why error) {
+// every session whose data center the selection no longer resolves to its
+// key, and unblocks keys the catalog changed.
+func (t *grpcTransport) install(cat []catalogEntry, why error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cat != nil {
@@ -264,85 +261,20 @@ func (t *grpcTransport) install(cat map[uint64]catalogEntry, why error) {
 	} else {
 		t.catalog, t.catErr = nil, why
 	}
-	for lane, key := range t.blocked {
-		if e, ok := t.catalog[key.Pool.DCID]; cat != nil && (!ok || e.id != key) {
-			delete(t.blocked, lane)
-		}
-	}
 	if cat != nil {
+		for lane, key := range t.blocked {
+			if i, err := t.sel.pick(cat, key.Pool.DCID); err != nil || cat[i].id != key {
+				delete(t.blocked, lane)
+			}
+		}
 		for _, s := range t.active {
-			if e, ok := cat[s.id.Pool.DCID]; !ok || e.err != nil || e.id != s.id {
+			if i, err := t.sel.pick(cat, s.id.Pool.DCID); err != nil || cat[i].id != s.id {
 				s.cancel(ErrWithdrawn)
 			}
 		}
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})
-}
-
-// parseCatalog validates a catalog update: the envelope and the snapshot
-// (a duplicate producer key invalidates it all), then each entry on its own
-// (an entry that fails is quarantined, the others kept).
-func parseCatalog(m *kvrelaypb.KvPoolCatalogUpdate) (map[uint64]catalogEntry, error) {
-	if err := kvrelay.CheckResponse(m); err != nil {
-		return nil, fmt.Errorf("client: grpc: catalog: %w", err)
-	}
-	if m.GetSnapshot() == nil {
-		return nil, fmt.Errorf("client: grpc: catalog revision %d without a snapshot", m.GetRevision())
-	}
-	cat := map[uint64]catalogEntry{}
-	keys := map[ckf.ProducerIdentity]bool{}
-	for i, d := range m.GetSnapshot().GetPools() {
-		id, err := checkDescriptor(d)
-		dc := d.GetProducer().GetPoolId().GetDcId()
-		if d.GetProducer().GetPoolId() == nil {
-			// Not identifiable: the snapshot cannot be applied safely.
-			return nil, fmt.Errorf("client: grpc: catalog entry %d has no pool_id", i)
-		}
-		if err == nil {
-			if keys[id] {
-				return nil, fmt.Errorf("client: grpc: catalog lists producer %+v twice", id)
-			}
-			keys[id] = true
-		}
-		e := catalogEntry{key: d.GetProducer(), id: id, err: err}
-		if _, dup := cat[dc]; dup {
-			e = catalogEntry{err: fmt.Errorf("%w: more than one entry with dc_id %d", ErrQuarantined, dc)}
-		}
-		cat[dc] = e
-	}
-	return cat, nil
-}
-
-// checkDescriptor converts a descriptor's producer and checks the fields a
-// router depends on; unknown values quarantine the entry (the contract's
-// "unsupported entry is not permission to use default semantics").
-func checkDescriptor(d *kvrelaypb.KvPoolDescriptor) (ckf.ProducerIdentity, error) {
-	id, err := kvrelay.ProducerFromWire(d.GetProducer())
-	if err != nil {
-		return id, fmt.Errorf("%w: %w", ErrQuarantined, err)
-	}
-	q := d.GetQuerySemantics()
-	switch {
-	case q == nil || q.GetKvBlockSize() == 0:
-		return id, fmt.Errorf("%w: query_semantics missing or kv_block_size 0", ErrQuarantined)
-	case q.GetHashFormat() != kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1 &&
-		q.GetHashFormat() != kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_EAGLE_V1:
-		return id, fmt.Errorf("%w: hash format %d", ErrQuarantined, int32(q.GetHashFormat()))
-	case len(d.GetPoolRoles()) == 0:
-		return id, fmt.Errorf("%w: no pool_roles", ErrQuarantined)
-	}
-	for _, r := range d.GetPoolRoles() {
-		if r <= kvrelaypb.WorkerRole_WORKER_ROLE_UNSPECIFIED || r > kvrelaypb.WorkerRole_WORKER_ROLE_LEGACY {
-			return id, fmt.Errorf("%w: worker role %d", ErrQuarantined, int32(r))
-		}
-	}
-	for _, reg := range d.GetRegistrations() {
-		if reg.GetTarget().GetBase() == nil && reg.GetTarget().GetLora() == nil {
-			return id, fmt.Errorf("%w: registration %q without a known model target", ErrQuarantined, reg.GetCanonicalModelId())
-		}
-	}
-	return id, nil
 }
 
 // open subscribes lane to the catalog's key for dcID.
@@ -366,19 +298,17 @@ func (t *grpcTransport) open(ctx context.Context, dcID uint64, lease ckf.LaneLea
 		}
 		t.mu.Lock()
 	}
-	e, ok := t.catalog[dcID]
-	switch {
-	case t.catErr != nil:
+	if t.catErr != nil {
 		why := t.catErr
 		t.mu.Unlock()
 		return nil, fmt.Errorf("%w (%v)", ErrNotInCatalog, why)
-	case !ok:
-		t.mu.Unlock()
-		return nil, fmt.Errorf("%w: dc_id %d", ErrNotInCatalog, dcID)
-	case e.err != nil:
-		t.mu.Unlock()
-		return nil, e.err
 	}
+	i, err := t.sel.pick(t.catalog, dcID)
+	if err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	e := t.catalog[i]
 	if b, ok := t.blocked[lane]; ok && b == e.id {
 		t.mu.Unlock()
 		return nil, fmt.Errorf("%w: %+v", ErrKeyBlocked, e.id)
@@ -388,7 +318,7 @@ func (t *grpcTransport) open(ctx context.Context, dcID uint64, lease ckf.LaneLea
 	t.active[lane] = s
 	t.mu.Unlock()
 
-	req := &kvrelaypb.SubscribeKvPoolRequest{SubscriberId: t.cfg.SubscriberID, ExpectedProducer: e.key}
+	req := &kvrelaypb.SubscribeKvPoolRequest{SubscriberId: t.cfg.SubscriberID, ExpectedProducer: e.desc.GetProducer()}
 	kvrelay.StampRequest(req)
 	stream, err := cli.SubscribeKvPool(t.callCtx(sctx), req, callOpts(&s.trailer)...)
 	if err != nil {

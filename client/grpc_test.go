@@ -152,7 +152,8 @@ func (s *fakeSub) fail(t *testing.T, r kvrelaypb.RelayErrorReason) {
 
 func descriptor(id ckf.ProducerIdentity) *kvrelaypb.KvPoolDescriptor {
 	return &kvrelaypb.KvPoolDescriptor{Producer: kvrelay.ProducerToWire(id),
-		QuerySemantics: &kvrelaypb.KvQuerySemantics{KvBlockSize: 16, HashFormat: kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1},
+		ServingEndpoint: &kvrelaypb.DynamoEndpointId{Namespace: "dynamo", Component: "backend", Endpoint: "generate"},
+		QuerySemantics:  &kvrelaypb.KvQuerySemantics{KvBlockSize: 16, HashFormat: kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1},
 		PoolRoles:      []kvrelaypb.WorkerRole{kvrelaypb.WorkerRole_WORKER_ROLE_LEGACY}}
 }
 
@@ -438,6 +439,22 @@ func TestGRPC_QuarantinesUnknownValues(t *testing.T) {
 		"model target unset": func(d *kvrelaypb.KvPoolDescriptor) {
 			d.Registrations = []*kvrelaypb.ModelRegistration{{CanonicalModelId: "m"}}
 		},
+		// Malformed in Dynamo's validate_pool_descriptor (wire/identity.rs).
+		"role twice": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.PoolRoles = []kvrelaypb.WorkerRole{kvrelaypb.WorkerRole_WORKER_ROLE_AGGREGATED, kvrelaypb.WorkerRole_WORKER_ROLE_AGGREGATED}
+		},
+		"alias twice": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("m", "a", "a")}
+		},
+		"empty alias":       func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("m", "")} },
+		"empty model id":    func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("")} },
+		"padded model id":   func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg(" m")} },
+		"empty base model":  func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{loraReg("m", "", "x")} },
+		"empty adapter":     func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{loraReg("m", "m", "")} },
+		"no endpoint":       func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint = nil },
+		"empty namespace":   func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Namespace = "" },
+		"empty component":   func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Component = "" },
+		"padded endpoint":   func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Endpoint = "generate\n" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			f, addr := startFakeKV(t)
@@ -465,7 +482,7 @@ func TestGRPC_AmbiguousOrInvalidCatalog(t *testing.T) {
 	r, _ := startGRPCRouter(t, addr, nil)
 	f.none(t, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return r.Lane(0).LastError != "" }, 5*time.Second, time.Millisecond)
-	assert.Contains(t, r.Lane(0).LastError, "more than one entry")
+	assert.Contains(t, r.Lane(0).LastError, ErrAmbiguous.Error())
 
 	_, err := parseCatalog(func() *kvrelaypb.KvPoolCatalogUpdate {
 		m := &kvrelaypb.KvPoolCatalogUpdate{Snapshot: &kvrelaypb.KvPoolCatalogSnapshot{Pools: []*kvrelaypb.KvPoolDescriptor{descriptor(testID), descriptor(testID)}}}
