@@ -117,9 +117,9 @@ type grpcTransport struct {
 	mu      sync.Mutex
 	conn    *grpc.ClientConn // nil until first use and after a move to another replica
 	connAt  int              // the replica index conn was dialed to
-	sel     Selection      // the router's selection (Config.Select)
-	catalog []catalogEntry // the newest valid snapshot's pools
-	catErr  error          // why there is no catalog (nil: one is installed)
+	sel     Selection        // the router's selection (Config.Select)
+	catalog []catalogEntry   // the newest valid snapshot's pools
+	catErr  error            // why there is no catalog (nil: one is installed)
 	blocked map[int]ckf.ProducerIdentity
 	active  map[int]*grpcSource
 	changed chan struct{} // closed and replaced on every catalog change

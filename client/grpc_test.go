@@ -154,7 +154,7 @@ func descriptor(id ckf.ProducerIdentity) *kvrelaypb.KvPoolDescriptor {
 	return &kvrelaypb.KvPoolDescriptor{Producer: kvrelay.ProducerToWire(id),
 		ServingEndpoint: &kvrelaypb.DynamoEndpointId{Namespace: "dynamo", Component: "backend", Endpoint: "generate"},
 		QuerySemantics:  &kvrelaypb.KvQuerySemantics{KvBlockSize: 16, HashFormat: kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1},
-		PoolRoles:      []kvrelaypb.WorkerRole{kvrelaypb.WorkerRole_WORKER_ROLE_LEGACY}}
+		PoolRoles:       []kvrelaypb.WorkerRole{kvrelaypb.WorkerRole_WORKER_ROLE_LEGACY}}
 }
 
 func (f *fakeKV) update(id ckf.ProducerIdentity, kind kvrelaypb.FilterUpdateKind, base, seq uint64, payload []byte) *kvrelaypb.FilterUpdate {
@@ -446,15 +446,21 @@ func TestGRPC_QuarantinesUnknownValues(t *testing.T) {
 		"alias twice": func(d *kvrelaypb.KvPoolDescriptor) {
 			d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("m", "a", "a")}
 		},
-		"empty alias":       func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("m", "")} },
-		"empty model id":    func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("")} },
-		"padded model id":   func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg(" m")} },
-		"empty base model":  func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{loraReg("m", "", "x")} },
-		"empty adapter":     func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{loraReg("m", "m", "")} },
-		"no endpoint":       func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint = nil },
-		"empty namespace":   func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Namespace = "" },
-		"empty component":   func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Component = "" },
-		"padded endpoint":   func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Endpoint = "generate\n" },
+		"empty alias": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("m", "")}
+		},
+		"empty model id":  func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("")} },
+		"padded model id": func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg(" m")} },
+		"empty base model": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.Registrations = []*kvrelaypb.ModelRegistration{loraReg("m", "", "x")}
+		},
+		"empty adapter": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.Registrations = []*kvrelaypb.ModelRegistration{loraReg("m", "m", "")}
+		},
+		"no endpoint":     func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint = nil },
+		"empty namespace": func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Namespace = "" },
+		"empty component": func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Component = "" },
+		"padded endpoint": func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Endpoint = "generate\n" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			f, addr := startFakeKV(t)
