@@ -87,7 +87,11 @@ type Config struct {
 	// IdleTimeout ends a session that received no frame for this long, so a
 	// half-open connection (a relay that vanished without a FIN) cannot pin a
 	// lane forever. Relays heartbeat while idle: keep it at several heartbeat
-	// intervals. Default 10s; negative disables it.
+	// intervals. Default 10s over HTTP and NATS (ckfrelay's relays
+	// heartbeat every second by default); over gRPC
+	// [DefaultGRPCIdleTimeout], three of Dynamo's default 10 s heartbeats,
+	// which its relays do not announce (keepalive pings notice a dead
+	// connection sooner: GRPCConfig.KeepaliveTime). Negative disables it.
 	IdleTimeout time.Duration
 	// MaxFrameBytes bounds one frame (default wire.DefaultMaxFrameBytes).
 	MaxFrameBytes int
@@ -183,6 +187,9 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 10 * time.Second
+		if cfg.GRPC != nil {
+			cfg.IdleTimeout = DefaultGRPCIdleTimeout
+		}
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -52,11 +53,37 @@ type GRPCConfig struct {
 	// serves TLS. Config.AuthToken is added as a bearer token per RPC
 	// either way.
 	DialOptions []grpc.DialOption
+	// KeepaliveTime and KeepaliveTimeout are the HTTP/2 keepalive pings on
+	// every relay connection: a ping after KeepaliveTime without traffic,
+	// and the connection closed when its ack takes longer than
+	// KeepaliveTimeout, so a relay whose connection died silently (no FIN,
+	// no RST) is noticed within KeepaliveTime + KeepaliveTimeout, long
+	// before the frame idle bound. Defaults [DefaultKeepaliveTime] and
+	// [DefaultKeepaliveTimeout]; gRPC raises a KeepaliveTime under 10s to
+	// 10s (and ckfrelay's relay refuses pings more often than that).
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// SubscriberID is the streams' subscriber_id, a diagnostic label
 	// (non-empty, at most 128 UTF-8 bytes, no control characters). Default
 	// "ckfrelay-router-<ConsumerInstance>".
 	SubscriberID string
 }
+
+// Timing defaults of the gRPC transport (docs/deploy.md "What the client
+// checks"). Dynamo's pool heartbeat is 10 s by default
+// (lib/llm/src/kv_dc_relay/wan/grpc/config.rs pool_heartbeat_interval_ms
+// @02dff6b8) and its relay announces no interval, so the frame idle bound
+// sits three heartbeats past it; keepalive pings find a dead connection
+// sooner.
+const (
+	// DynamoHeartbeat is Dynamo's default pool heartbeat interval.
+	DynamoHeartbeat = 10 * time.Second
+	// DefaultGRPCIdleTimeout is Config.IdleTimeout's default over gRPC.
+	DefaultGRPCIdleTimeout = 3 * DynamoHeartbeat
+	// DefaultKeepaliveTime and DefaultKeepaliveTimeout are GRPCConfig's
+	// keepalive defaults: a dead connection is noticed within 20 s.
+	DefaultKeepaliveTime    = 15 * time.Second
+	DefaultKeepaliveTimeout = 5 * time.Second
+)
 
 // Errors of the gRPC transport.
 var (
@@ -126,6 +153,12 @@ type grpcTransport struct {
 }
 
 func newGRPCTransport(cfg GRPCConfig, sel Selection, addrs []string, token string, consumer uint64) (*grpcTransport, error) {
+	if cfg.KeepaliveTime <= 0 {
+		cfg.KeepaliveTime = DefaultKeepaliveTime
+	}
+	if cfg.KeepaliveTimeout <= 0 {
+		cfg.KeepaliveTimeout = DefaultKeepaliveTimeout
+	}
 	if cfg.SubscriberID == "" {
 		cfg.SubscriberID = fmt.Sprintf("ckfrelay-router-%d", consumer)
 	}
@@ -147,7 +180,9 @@ func (t *grpcTransport) client() (kvrelaypb.KvEventRelayClient, error) {
 		t.conn = nil
 	}
 	if t.conn == nil {
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, t.cfg.DialOptions...)
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true})},
+			t.cfg.DialOptions...)
 		cc, err := grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("client: grpc: %w", err)
