@@ -133,14 +133,19 @@ func (s Selection) Matches(d *kvrelaypb.KvPoolDescriptor) bool {
 	return false
 }
 
-// Pick returns the index in cat of the one entry of data center dc the
+// pick returns the index in cat of the one entry of data center dc the
 // selection matches. A quarantined match is returned with its error; no
 // match is [ErrNotInCatalog]; several are [ErrAmbiguous].
 func (s Selection) pick(cat []catalogEntry, dc uint64) (int, error) {
+	return s.pickWith(cat, dc, nil)
+}
+
+// pickWith is pick with candidates narrowed further by also (nil: none).
+func (s Selection) pickWith(cat []catalogEntry, dc uint64, also func(*kvrelaypb.KvPoolDescriptor) bool) (int, error) {
 	found := -1
 	n := 0
 	for i, e := range cat {
-		if e.dc != dc || !s.Matches(e.desc) {
+		if e.dc != dc || !s.Matches(e.desc) || also != nil && !also(e.desc) {
 			continue
 		}
 		n++
@@ -300,4 +305,52 @@ func checkText(field, v string) error {
 		return fmt.Errorf("%w: malformed: %s %q is empty or padded", ErrQuarantined, field, v)
 	}
 	return nil
+}
+
+// CatalogPool is one pool of a relay's catalog as a router sees it
+// ([ExplainCatalog]).
+type CatalogPool struct {
+	Descriptor *kvrelaypb.KvPoolDescriptor
+	DCID       uint64
+	// Identity is the producer key converted (zero when it does not
+	// convert).
+	Identity ckf.ProducerIdentity
+	// Selected: a router with the selection follows this pool in its data
+	// center. Why says why not (quarantined, ambiguous, not matching), or
+	// is empty.
+	Selected bool
+	Why      string
+}
+
+// ExplainCatalog checks a catalog update as a router does and says of every
+// pool whether sel selects it in its data center, and why not: the view
+// `relay tail --grpc` prints. also, when not nil, narrows the candidates
+// further (a tool's own filter, e.g. a cache-semantics digest). An error is
+// a catalog a router would not install at all.
+func ExplainCatalog(m *kvrelaypb.KvPoolCatalogUpdate, sel Selection, also func(*kvrelaypb.KvPoolDescriptor) bool) ([]CatalogPool, error) {
+	sel, err := sel.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cat, err := parseCatalog(m)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]CatalogPool, len(cat))
+	for i, e := range cat {
+		out[i] = CatalogPool{Descriptor: e.desc, DCID: e.dc, Identity: e.id}
+		matches := sel.Matches(e.desc) && (also == nil || also(e.desc))
+		j, err := sel.pickWith(cat, e.dc, also)
+		switch {
+		case e.err != nil:
+			out[i].Why = e.err.Error()
+		case !matches:
+			out[i].Why = fmt.Sprintf("does not match %s", sel)
+		case err != nil:
+			out[i].Why = err.Error()
+		case j == i:
+			out[i].Selected = true
+		}
+	}
+	return out, nil
 }
