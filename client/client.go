@@ -84,15 +84,28 @@ type Config struct {
 	// and at least a second, so a tiny MaxBackoff does not make every
 	// installed session healthy.
 	HealthySession time.Duration
-	// IdleTimeout ends a session that received no frame for this long, so a
-	// half-open connection (a relay that vanished without a FIN) cannot pin a
-	// lane forever. Relays heartbeat while idle: keep it at several heartbeat
+	// IdleTimeout ends a session that received no frame that moved its
+	// lane for this long, so a half-open connection (a relay that vanished
+	// without a FIN) cannot pin a lane forever. Frames the consumer ignores
+	// (stale or duplicate deltas) do not count; after the snapshot a
+	// heartbeat at the lane's sequence does, so a quiet relay stays
+	// followed. Relays heartbeat while idle: keep it at several heartbeat
 	// intervals. Default 10s over HTTP and NATS (ckfrelay's relays
 	// heartbeat every second by default); over gRPC
 	// [DefaultGRPCIdleTimeout], three of Dynamo's default 10 s heartbeats,
 	// which its relays do not announce (keepalive pings notice a dead
 	// connection sooner: GRPCConfig.KeepaliveTime). Negative disables it.
 	IdleTimeout time.Duration
+	// SnapshotProgressTimeout bounds how long a session's snapshot may take
+	// to install, from the stream's start: a relay that sends chunk 0 and
+	// then stalls, trickles chunks, or never finishes must not pin a lane
+	// out of routing (Dynamo's contract bounds snapshot progress on the
+	// relay side too: SNAPSHOT_PROGRESS_TIMEOUT). While the snapshot
+	// assembles only accepted chunks restart IdleTimeout; a heartbeat
+	// between chunks ends the session ([ErrProtocol]). Default 60s: raise
+	// it for tables that take longer to fetch (a 64 MiB table over a
+	// 10 Mbit/s link takes about 54 s).
+	SnapshotProgressTimeout time.Duration
 	// MaxFrameBytes bounds one frame (default wire.DefaultMaxFrameBytes).
 	MaxFrameBytes int
 	// HTTPClient is used for streams (default: a client without timeout).
@@ -105,7 +118,7 @@ type Config struct {
 type LaneInfo struct {
 	Pool          string
 	Connected     bool          // a stream is open
-	Ready         bool          // a snapshot is installed and the stream is live
+	Ready         bool          // the consumer holds the lane ready under the session's lease (asked at the call)
 	Epoch         uint64        // the current (or last) assignment epoch
 	Sequence      uint64        // the last installed sequence
 	LastFrame     time.Time     // when the last frame arrived (zero: never)
@@ -122,9 +135,10 @@ type Router struct {
 	mu   sync.Mutex // serializes every call into lanes and guards info
 	ls   Lanes
 	info [ckf.MaxLanes]LaneInfo
-	nats *natsTransport   // nil: HTTP or gRPC
-	grpc []*grpcTransport // one per relay over gRPC; nil: HTTP or NATS
-	http []*replicas      // one per relay over HTTP; nil: NATS or gRPC
+	live [ckf.MaxLanes]*liveSession // the running session per lane (nil: none)
+	nats *natsTransport             // nil: HTTP or gRPC
+	grpc []*grpcTransport           // one per relay over gRPC; nil: HTTP or NATS
+	http []*replicas                // one per relay over HTTP; nil: NATS or gRPC
 
 	onBackoff func(lane int, ceil time.Duration) // test hook: before each resubscribe delay
 }
@@ -190,6 +204,9 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 		if cfg.GRPC != nil {
 			cfg.IdleTimeout = DefaultGRPCIdleTimeout
 		}
+	}
+	if cfg.SnapshotProgressTimeout <= 0 {
+		cfg.SnapshotProgressTimeout = DefaultSnapshotProgressTimeout
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
@@ -276,7 +293,9 @@ func (r *Router) AppendLaneWords(dst []uint64, lane int) ([]uint64, uint64, erro
 }
 
 // Lane returns the state of a lane; a lane outside 0..15 reads as the zero
-// LaneInfo.
+// LaneInfo. Ready is the consumer's answer at the call, never a recorded
+// one: a lane the consumer lost (an instance reset, a deactivation) is not
+// Ready even before its session notices.
 func (r *Router) Lane(lane int) LaneInfo {
 	if lane < 0 || lane >= ckf.MaxLanes {
 		return LaneInfo{}
@@ -284,6 +303,11 @@ func (r *Router) Lane(lane int) LaneInfo {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	li := r.info[lane]
+	li.Ready = false
+	if live := r.live[lane]; live != nil && live.s.Installed() {
+		st, err := r.ls.LaneStatus(lane)
+		li.Ready = err == nil && st.Ready && st.Assigned && st.Lease == live.s.Lease()
+	}
 	if !li.LastFrame.IsZero() {
 		li.Staleness = time.Since(li.LastFrame)
 	}
@@ -295,9 +319,7 @@ func (r *Router) follow(ctx context.Context, t Target) {
 	var epoch uint64
 	failures := 0
 	for ctx.Err() == nil {
-		// Epochs must grow across sessions and across router restarts with the
-		// same consumer instance: take the clock, never less than last+1.
-		epoch = max(epoch+1, uint64(time.Now().UnixNano()))
+		epoch = nextEpoch(epoch, time.Now())
 		installedAt, err := r.session(ctx, t, epoch)
 		lived := time.Duration(-1) // how long it lived after installing; -1: it never did
 		if !installedAt.IsZero() {
@@ -309,7 +331,7 @@ func (r *Router) follow(ctx context.Context, t Target) {
 		// router is stopping, but count a resubscribe only when one follows.
 		_ = r.ls.Retire(t.Lane)
 		li := &r.info[t.Lane]
-		li.Connected, li.Ready = false, false
+		li.Connected = false
 		if !stopping {
 			li.Resubscribes++
 			if err != nil {
@@ -334,6 +356,26 @@ func (r *Router) follow(ctx context.Context, t Target) {
 			return
 		}
 	}
+}
+
+// epochRandomBits is how many low bits of an assignment epoch are random.
+const epochRandomBits = 24
+
+// DefaultSnapshotProgressTimeout is Config.SnapshotProgressTimeout's default.
+const DefaultSnapshotProgressTimeout = 60 * time.Second
+
+// nextEpoch returns a lane's next assignment epoch after last: the clock in
+// Unix nanoseconds with its low epochRandomBits bits drawn at random, and
+// never less than last+1. The clock part makes epochs grow across router
+// restarts with the same consumer instance (a relay refuses an epoch at or
+// below one it granted that lane) and keeps them within a relay's
+// max_lease_epoch_lead of its clock; the random part, drawn per lane and
+// session, means one lane's epoch says nothing about another's (see
+// docs/RATIONALE.md "Why are lane epochs the clock with random low bits?").
+func nextEpoch(last uint64, now time.Time) uint64 {
+	const mask = 1<<epochRandomBits - 1
+	e := uint64(now.UnixNano())&^mask | rand.Uint64()&mask
+	return max(last+1, e)
 }
 
 // nextFailures returns the failure count the next resubscribe delay is drawn
@@ -376,10 +418,22 @@ var (
 	ErrIdle = errors.New("client: stream idle")
 )
 
-// session opens one stream, assigns the lane from the first snapshot chunk's
-// identity, and applies frames until something ends it. installedAt is when
-// its snapshot was installed (zero: never); follow judges from it whether
-// the session was healthy.
+// liveSession is a session the router runs, as its other sessions see it:
+// an instance reset seen by one ends every session whose lease the consumer
+// no longer holds.
+type liveSession struct {
+	s      *Session
+	cancel context.CancelCauseFunc
+}
+
+// session opens one stream and runs a [Session] on it until something ends
+// it. installedAt is when its snapshot was installed (zero: never); follow
+// judges from it whether the session was healthy.
+//
+// Liveness: the idle timer restarts only on frames that moved the lane (an
+// accepted chunk, an applied delta, a heartbeat at the lane's sequence, an
+// acknowledged drain), never on ignored ones; and the snapshot must be
+// installed within SnapshotProgressTimeout of the stream's start.
 func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installedAt time.Time, err error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -388,11 +442,22 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 		idle = time.AfterFunc(r.cfg.IdleTimeout, func() { cancel(ErrIdle) })
 		defer idle.Stop()
 	}
+	progress := time.AfterFunc(r.cfg.SnapshotProgressTimeout, func() { cancel(ErrSnapshotTimeout) })
+	defer progress.Stop()
 	defer func() {
-		// A read that failed because the idle timer fired reports ErrIdle,
-		// not the transport's "context canceled".
-		if err != nil && errors.Is(context.Cause(sctx), ErrIdle) {
+		// A read that failed because a timer fired or another session saw
+		// this one's lease go reports that cause, not the transport's
+		// "context canceled".
+		if err == nil {
+			return
+		}
+		switch cause := context.Cause(sctx); {
+		case errors.Is(cause, ErrIdle):
 			err = fmt.Errorf("%w: no frame for %v (%v)", ErrIdle, r.cfg.IdleTimeout, err)
+		case errors.Is(cause, ErrSnapshotTimeout):
+			err = fmt.Errorf("%w: not installed %v after the stream opened (%v)", ErrSnapshotTimeout, r.cfg.SnapshotProgressTimeout, err)
+		case errors.Is(cause, ErrLeaseLost) && !errors.Is(err, ErrLeaseLost):
+			err = fmt.Errorf("%w (%v)", cause, err)
 		}
 	}()
 	lease := ckf.LaneLease{ConsumerInstance: r.cfg.ConsumerInstance, PhysicalLane: uint8(t.Lane), AssignmentEpoch: epoch}
@@ -409,55 +474,70 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 		return time.Time{}, err
 	}
 	defer fr.Close()
-	var first wire.Frame
-	for n := 0; ; n++ {
+	live := &liveSession{s: NewSession(r.ls, lease), cancel: cancel}
+	r.mu.Lock()
+	r.live[t.Lane] = live
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.live[t.Lane] = nil
+		r.mu.Unlock()
+	}()
+	acc, _ := fr.(acceptor)
+	for {
 		raw, err := fr.ReadRaw()
 		if err != nil {
 			return installedAt, err
 		}
-		if idle != nil {
-			idle.Reset(r.cfg.IdleTimeout)
-		}
 		r.mu.Lock()
-		if n == 0 {
-			if err := wire.DecodeFrameView(raw, &first); err != nil || first.Kind != wire.KindSnapshotChunk {
-				r.mu.Unlock()
-				return time.Time{}, fmt.Errorf("client: stream must start with a snapshot chunk (%v, %v)", first.Kind, err)
-			}
-			if first.Snapshot.Lease != lease {
-				r.mu.Unlock()
-				return time.Time{}, fmt.Errorf("client: snapshot under lease %+v, asked for %+v", first.Snapshot.Lease, lease)
-			}
-			if err := r.ls.Assign(first.Snapshot.Identity, lease); err != nil {
-				r.mu.Unlock()
-				return time.Time{}, err
-			}
-			li := &r.info[t.Lane]
-			li.Connected, li.Epoch = true, epoch
-		}
-		res, err := r.ls.ApplyFrame(raw)
+		assigned := live.s.Assigned()
+		res, err := live.s.Apply(raw)
 		li := &r.info[t.Lane]
 		li.LastFrame = time.Now()
-		if err == nil && !res.Outcome.Ignored() {
-			li.FramesApplied++
+		if !assigned && live.s.Assigned() {
+			li.Connected, li.Epoch = true, epoch
 		}
-		if res.Outcome == consumer.SnapshotInstalled {
-			li.Ready = true
-			if installedAt.IsZero() {
-				installedAt = li.LastFrame
+		if err != nil {
+			// This session ends. If the consumer failed (an instance reset
+			// unassigns every lane), every session whose lease is gone must
+			// end too, not only this one: ask the consumer.
+			r.endLostSessionsLocked()
+		}
+		moved := err == nil && !res.Outcome.Ignored()
+		if moved {
+			li.FramesApplied++
+			if acc != nil {
+				acc.accepted(res)
 			}
+		}
+		if res.Outcome == consumer.SnapshotInstalled && installedAt.IsZero() {
+			installedAt = li.LastFrame
+			progress.Stop()
 		}
 		if res.Lane == t.Lane {
 			li.Sequence = res.Sequence
 		}
 		r.mu.Unlock()
-		switch {
-		case err != nil:
+		if err != nil {
 			return installedAt, err
-		case res.Outcome == consumer.Deactivated, res.Outcome == consumer.RetrySnapshot:
-			return installedAt, fmt.Errorf("%w: %v", ErrDeactivated, res.Fault)
-		case res.Outcome == consumer.StreamClosed:
-			return installedAt, ErrStreamClosed
+		}
+		if moved && idle != nil {
+			idle.Reset(r.cfg.IdleTimeout)
+		}
+	}
+}
+
+// endLostSessionsLocked ends every running session whose lease the consumer
+// no longer holds (after an instance reset, every assigned one). r.mu is
+// held.
+func (r *Router) endLostSessionsLocked() {
+	for lane, live := range r.live {
+		if live == nil || !live.s.Assigned() {
+			continue
+		}
+		st, err := r.ls.LaneStatus(lane)
+		if err != nil || !st.Assigned || st.Lease != live.s.Lease() {
+			live.cancel(fmt.Errorf("%w: lane %d under epoch %d", ErrLeaseLost, lane, live.s.Lease().AssignmentEpoch))
 		}
 	}
 }
@@ -467,6 +547,13 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 type frameSource interface {
 	ReadRaw() ([]byte, error)
 	Close() error
+}
+
+// acceptor is a frameSource that keeps state across frames (the gRPC
+// translation): it learns which frames the consumer accepted, so that it
+// keeps nothing from a frame the consumer ignored or refused.
+type acceptor interface {
+	accepted(res consumer.Result)
 }
 
 // httpSource is a relay's HTTP frame stream.

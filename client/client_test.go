@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -41,7 +42,9 @@ func newNative(t *testing.T) *Native {
 // session is one stream request the fake relay saw. Frames are written by
 // the handler's own goroutine: write hands it a function and waits.
 type session struct {
+	lane  int
 	epoch uint64
+	body  io.Writer // the response, for writes (on the handler goroutine) past the writer's frame limit
 	ops   chan func(w *wire.Writer) error
 	errs  chan error
 	done  <-chan struct{} // the request's context
@@ -72,13 +75,14 @@ func fakeRelay(t *testing.T) (url string, sessions <-chan session, release chan<
 	rel := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		epoch, err := strconv.ParseUint(r.URL.Query().Get("epoch"), 10, 64)
-		if err != nil || r.URL.Query().Get("consumer") != strconv.Itoa(testConsumer) {
+		lane, lerr := strconv.Atoi(r.URL.Query().Get("lane"))
+		if err != nil || lerr != nil || r.URL.Query().Get("consumer") != strconv.Itoa(testConsumer) {
 			http.Error(w, "bad query", http.StatusBadRequest)
 			return
 		}
 		w.WriteHeader(http.StatusOK)
 		rc := http.NewResponseController(w)
-		s := session{epoch: epoch, ops: make(chan func(*wire.Writer) error), errs: make(chan error, 1), done: r.Context().Done()}
+		s := session{lane: lane, epoch: epoch, body: w, ops: make(chan func(*wire.Writer) error), errs: make(chan error, 1), done: r.Context().Done()}
 		select {
 		case sc <- s:
 		case <-r.Context().Done():

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/ckfrelay/ckfrelay/wire/cbi1"
 	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
@@ -380,7 +382,22 @@ type grpcSource struct {
 	buf   []byte
 	imgs  []ckf.BucketImage // a delta's images, deduplicated
 	seen  map[uint32]int    // bucket → index in imgs
-	word0 uint64            // bucket 0's word at the last translated sequence
+
+	// word0 is bucket 0's word in the lane, as of the last frame the
+	// consumer accepted; pend0 (when hasPend0) is the word the frame being
+	// applied would give it, committed by accepted. A frame the consumer
+	// ignores or refuses leaves word0 as it was.
+	word0    uint64
+	pend0    uint64
+	hasPend0 bool
+
+	// Sequences only move forward on a session: seq is the sequence of the
+	// last snapshot chunk or delta translated (hasSeq: one was), and
+	// lastDelta the last delta's CBI1 payload, so that a delta repeated at
+	// that sequence is accepted only when it is the same delta.
+	seq       uint64
+	hasSeq    bool
+	lastDelta []byte
 }
 
 // fail records a key the contract forbids retrying unchanged.
@@ -404,6 +421,7 @@ func (s *grpcSource) ReadRaw() ([]byte, error) {
 		}
 		return nil, s.fail(relayError("SubscribeKvPool", err, s.stream.Trailer()))
 	}
+	s.hasPend0 = false // the previous frame's, if the consumer did not accept it
 	if err := s.translate(m); err != nil {
 		// The contract: invalidate the replica and close its stream; never
 		// skip a frame. The session's end retires the lane.
@@ -452,8 +470,12 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 		if f.Kind != cbi1.KindSnapshotChunk {
 			return fmt.Errorf("%w: SNAPSHOT_CHUNK carries a CBI1 %v", ErrInvalidPublication, f.Kind)
 		}
+		if s.hasSeq && f.Epoch != s.seq {
+			return fmt.Errorf("%w: snapshot chunk at sequence %d after sequence %d", ErrInvalidPublication, f.Epoch, s.seq)
+		}
+		s.seq, s.hasSeq = f.Epoch, true
 		if f.BucketOffset == 0 && len(f.Words) > 0 {
-			s.word0 = f.Words[0]
+			s.pend0, s.hasPend0 = f.Words[0], true
 		}
 		s.frame.Kind = wire.KindSnapshotChunk
 		s.frame.Snapshot = wire.SnapshotChunk{Identity: s.id, Lease: s.lease, Sequence: f.Epoch,
@@ -465,7 +487,18 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 		return fmt.Errorf("%w: DELTA carries a CBI1 %v", ErrInvalidPublication, f.Kind)
 	case f.BaseEpoch != m.GetBaseSequence():
 		return fmt.Errorf("%w: CBI1 base_epoch %d, update base_sequence %d", ErrInvalidPublication, f.BaseEpoch, m.GetBaseSequence())
+	case !s.hasSeq:
+		return fmt.Errorf("%w: delta at sequence %d before any snapshot", ErrInvalidPublication, f.Epoch)
+	case f.Epoch < s.seq:
+		// A relay that restarted its sequence under the same identity:
+		// the consumer would skip these as stale while the relay's table
+		// moves on, so the lane would drift with no error.
+		return fmt.Errorf("%w: delta at sequence %d after sequence %d (sequences go backwards)", ErrInvalidPublication, f.Epoch, s.seq)
+	case f.Epoch == s.seq && !bytes.Equal(m.GetPayload(), s.lastDelta):
+		return fmt.Errorf("%w: a different delta repeats sequence %d", ErrInvalidPublication, f.Epoch)
 	}
+	s.seq = f.Epoch
+	s.lastDelta = append(s.lastDelta[:0], m.GetPayload()...)
 	s.frame.Kind = wire.KindDelta
 	s.frame.Delta = ckf.Delta{Identity: s.id, Lease: s.lease, BaseSequence: f.BaseEpoch, Sequence: f.Epoch, Images: s.images(f.Images)}
 	return nil
@@ -476,8 +509,9 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 // empty delta; a wire v1 delta names each bucket once and holds at least
 // one image (SPEC §8.3). So repeated buckets keep their last image, and an
 // empty delta becomes bucket 0 rewritten with the word it already has
-// (tracked from the snapshot and every delta since), which changes nothing
-// and advances the sequence as the empty delta does.
+// (tracked from the snapshot and every delta since that the consumer
+// accepted), which changes nothing and advances the sequence as the empty
+// delta does.
 func (s *grpcSource) images(in []ckf.BucketImage) []ckf.BucketImage {
 	if len(in) == 0 {
 		return append(s.imgs[:0], ckf.BucketImage{Bucket: 0, Word: s.word0})
@@ -501,10 +535,22 @@ func (s *grpcSource) images(in []ckf.BucketImage) []ckf.BucketImage {
 	}
 	for _, im := range out {
 		if im.Bucket == 0 {
-			s.word0 = im.Word
+			s.pend0, s.hasPend0 = im.Word, true
 		}
 	}
 	return out
+}
+
+// accepted implements acceptor: bucket 0's word of the frame just applied
+// becomes the lane's only when the consumer wrote (or staged) the frame.
+func (s *grpcSource) accepted(res consumer.Result) {
+	switch res.Outcome {
+	case consumer.Applied, consumer.SnapshotChunkAccepted, consumer.SnapshotInstalled:
+		if s.hasPend0 {
+			s.word0 = s.pend0
+		}
+	}
+	s.hasPend0 = false
 }
 
 // Close implements frameSource.

@@ -147,8 +147,14 @@ export interface RouterOptions {
   maxBackoffMs?: number;
   /** A session must live this long after its snapshot to reset the backoff (default max(maxBackoffMs, 1000)). */
   healthySessionMs?: number;
-  /** End a session with no frame for this long (default 10000; ≤ 0 disables). */
+  /**
+   * End a session with no frame that moved its lane for this long (default
+   * 10000; ≤ 0 disables). Ignored frames do not count; after the snapshot a
+   * heartbeat at the lane's sequence does.
+   */
   idleTimeoutMs?: number;
+  /** A session's snapshot must install within this long of the stream's start (default 60000). */
+  snapshotProgressTimeoutMs?: number;
   maxFrameBytes?: number;
   verificationWindow?: number;
   fetch?: typeof globalThis.fetch;
@@ -159,7 +165,7 @@ export interface RouterOptions {
 
 /** Why a session ended, beside transport and HTTP errors. */
 export declare class SessionError extends Error {
-  readonly reason: "deactivated" | "closed" | "idle" | "protocol";
+  readonly reason: "deactivated" | "closed" | "idle" | "protocol" | "lease_lost" | "snapshot_timeout";
 }
 
 /** Keeps a consumer's lanes converged with one relay (the Go client package, in JavaScript). */

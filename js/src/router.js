@@ -3,13 +3,21 @@
 // package (client/client.go) step for step.
 
 import { setTimeout as sleep } from "node:timers/promises";
-import { Consumer, Outcome, FaultNames } from "./module.js";
+import { getRandomValues } from "node:crypto";
+import { Consumer, Outcome, FaultNames, AbiError } from "./module.js";
 import { decodeFrame, readFrames, Kind, DEFAULT_MAX_FRAME_BYTES } from "./frame.js";
 import { fetchCatalog, manifestFromCatalog, encodeManifest, encodeAssignment, consumerInstanceOf, relayUrlOf } from "./catalog.js";
 
 /** Why a session ended, beside transport and HTTP errors. */
 export class SessionError extends Error {
-  /** @param {"deactivated"|"closed"|"idle"|"protocol"} reason */
+  /**
+   * protocol: the stream broke a session rule (a frame under another lease,
+   * a chunk out of order, anything between a snapshot's chunks); lease_lost:
+   * the consumer no longer holds the session's lease (IgnoredForeignLease on
+   * its own lane, or a trap); snapshot_timeout: the snapshot did not
+   * install within snapshotProgressTimeoutMs.
+   * @param {"deactivated"|"closed"|"idle"|"protocol"|"lease_lost"|"snapshot_timeout"} reason
+   */
   constructor(reason, message) {
     super(message);
     this.name = "SessionError";
@@ -21,6 +29,27 @@ const ignored = new Set([Outcome.IgnoredForeignLease, Outcome.IgnoredStaleOrDupl
   Outcome.StreamClosed, Outcome.IgnoredUnknownKind]);
 
 const silent = { info() {}, warn() {} };
+
+const EPOCH_RANDOM_BITS = 24n;
+
+/**
+ * nextEpoch returns a lane's next assignment epoch after last: the clock in
+ * Unix nanoseconds with its low 24 bits random, never below last + 1. The
+ * clock part keeps epochs growing across router restarts and within a
+ * relay's max_lease_epoch_lead; the random part means one lane's epoch says
+ * nothing about another's (docs/RATIONALE.md "Why are lane epochs the clock
+ * with random low bits?"; the Go client's nextEpoch).
+ */
+export function nextEpoch(last, nowMs = Date.now()) {
+  const mask = (1n << EPOCH_RANDOM_BITS) - 1n;
+  const r = getRandomValues(new Uint32Array(1))[0];
+  const e = ((BigInt(nowMs) * 1000000n) & ~mask) | (BigInt(r) & mask);
+  return e > last ? e : last + 1n;
+}
+
+const sameLease = (a, b) => a.consumerInstance === b.consumerInstance && a.physicalLane === b.physicalLane &&
+  a.assignmentEpoch === b.assignmentEpoch;
+const leaseText = (l) => `${l.consumerInstance}/${l.physicalLane}/${l.assignmentEpoch}`;
 
 /**
  * Router keeps a consumer's lanes converged with one relay. On any
@@ -60,11 +89,14 @@ export class Router {
     this.maxBackoffMs = options.maxBackoffMs >= this.minBackoffMs ? options.maxBackoffMs : Math.max(5000, this.minBackoffMs);
     this.healthySessionMs = options.healthySessionMs > 0 ? options.healthySessionMs : Math.max(this.maxBackoffMs, 1000);
     this.idleTimeoutMs = options.idleTimeoutMs ?? 10000;
+    this.snapshotProgressTimeoutMs = options.snapshotProgressTimeoutMs > 0 ? options.snapshotProgressTimeoutMs : 60000;
     this.maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES;
     this.fetch = options.fetch ?? globalThis.fetch;
     this.log = options.logger ?? silent;
     this.trace = options.trace; // (event) => void: every assign, apply and retire, for tests and audits
     this.info = new Array(16).fill(null);
+    /** The running session per lane: {ac, lease, assigned, installed}; null when none. */
+    this.live = new Array(16).fill(null);
     for (const t of this.targets) {
       this.info[t.lane] = { pool: t.pool, connected: false, ready: false, epoch: 0n, sequence: 0n, lastFrame: 0,
         resubscribes: 0, framesApplied: 0, lastError: "" };
@@ -118,7 +150,36 @@ export class Router {
     });
   }
 
-  allReady() { return this.targets.every((t) => this.info[t.lane].ready); }
+  allReady() { return this.targets.every((t) => this.isReady(t.lane)); }
+
+  // isReady asks the consumer, never a recorded flag: a lane the consumer
+  // lost (retired, trapped) is not ready even before its session notices.
+  isReady(lane) {
+    const s = this.live[lane];
+    if (!s?.installed) return false;
+    try {
+      const st = this.consumer.laneStatus(lane);
+      return st.ready && st.assigned && st.leaseEpoch === s.lease.assignmentEpoch &&
+        st.leaseConsumer === s.lease.consumerInstance && st.leaseLane === s.lease.physicalLane;
+    } catch {
+      return false;
+    }
+  }
+
+  // endLostSessions ends every running session whose lease the consumer no
+  // longer holds (after a trap, every one): called after any consumer error.
+  endLostSessions() {
+    for (let lane = 0; lane < 16; lane++) {
+      const s = this.live[lane];
+      if (!s?.assigned) continue;
+      let held = false;
+      try {
+        const st = this.consumer.laneStatus(lane);
+        held = st.assigned && st.leaseEpoch === s.lease.assignmentEpoch && st.leaseConsumer === s.lease.consumerInstance;
+      } catch { /* a trapped instance holds nothing */ }
+      if (!held) s.ac.abort(new SessionError("lease_lost", `lane ${lane} lost its lease ${leaseText(s.lease)} in the consumer`));
+    }
+  }
 
   // settle resolves every ready() waiter once all lanes are ready.
   settle() {
@@ -145,7 +206,7 @@ export class Router {
   lane(i) {
     const li = this.info[i];
     if (!li) return null;
-    return { ...li, stalenessMs: li.lastFrame ? Date.now() - li.lastFrame : null };
+    return { ...li, ready: this.isReady(i), stalenessMs: li.lastFrame ? Date.now() - li.lastFrame : null };
   }
 
   /** querySequenceHashes: per ready lane, leading blocks of a request's canonical hashes held. */
@@ -165,10 +226,7 @@ export class Router {
     let epoch = 0n, failures = 0;
     const li = this.info[t.lane];
     while (!stop.aborted) {
-      // Epochs grow across sessions and across router restarts with the same
-      // consumer instance: the clock in ns, never less than last + 1.
-      const now = BigInt(Date.now()) * 1000000n;
-      epoch = epoch + 1n > now ? epoch + 1n : now;
+      epoch = nextEpoch(epoch);
       const { installedAt, error } = await this.session(t, epoch, stop);
       const lived = installedAt ? Date.now() - installedAt : -1;
       const stopping = stop.aborted;
@@ -193,8 +251,13 @@ export class Router {
     }
   }
 
-  // session opens one stream, assigns the lane from the first snapshot
-  // chunk's identity and applies frames until something ends it.
+  // session opens one stream and applies its frames until something ends
+  // it, with the Go client's Session rules: every frame that names a lease
+  // names the session's own; the stream starts with chunk 0 of its one
+  // snapshot, whose chunks come in order with nothing between them; an
+  // IgnoredForeignLease under the session's own lease means the lane is
+  // lost. The idle timer restarts only on frames that moved the lane, and
+  // the snapshot must install within snapshotProgressTimeoutMs.
   async session(t, epoch, stop) {
     const li = this.info[t.lane];
     const ac = new AbortController();
@@ -206,6 +269,10 @@ export class Router {
       clearTimeout(idle);
       idle = setTimeout(() => ac.abort(new SessionError("idle", `no frame for ${this.idleTimeoutMs} ms`)), this.idleTimeoutMs);
     };
+    const progress = setTimeout(() => ac.abort(new SessionError("snapshot_timeout",
+      `snapshot not installed ${this.snapshotProgressTimeoutMs} ms after the stream opened`)), this.snapshotProgressTimeoutMs);
+    const lease = { consumerInstance: this.consumerInstance, physicalLane: t.lane, assignmentEpoch: epoch };
+    const live = { ac, lease, assigned: false, installed: false };
     let installedAt = 0;
     try {
       arm();
@@ -216,37 +283,74 @@ export class Router {
         const body = (await resp.text()).slice(0, 1024).trim();
         return { installedAt, error: new Error(`router: ${resp.status} ${resp.statusText}: ${body}`) };
       }
-      const lease = { consumerInstance: this.consumerInstance, physicalLane: t.lane, assignmentEpoch: epoch };
-      let first = true;
+      this.live[t.lane] = live;
+      let next = 0, snapSeq = 0n, chunks = 0; // the snapshot's next chunk, sequence and count
       for await (const body of readFrames(resp.body, this.maxFrameBytes)) {
-        arm();
-        if (first) {
-          first = false;
-          const f = decodeFrame(body);
-          if (f.kind !== Kind.SnapshotChunk) throw new SessionError("protocol", `stream must start with a snapshot chunk, got kind ${f.kind}`);
-          const l = f.lease;
-          if (l.consumerInstance !== lease.consumerInstance || l.physicalLane !== lease.physicalLane || l.assignmentEpoch !== lease.assignmentEpoch) {
-            throw new SessionError("protocol", `snapshot under lease ${l.consumerInstance}/${l.physicalLane}/${l.assignmentEpoch}, asked for ${lease.consumerInstance}/${lease.physicalLane}/${lease.assignmentEpoch}`);
+        let f;
+        try {
+          f = decodeFrame(body);
+        } catch (e) {
+          // A kind this version does not know goes to the consumer, which
+          // ignores it (a newer relay may add kinds); anything else ends it.
+          if (e?.code !== "unknown_kind" || !live.assigned) throw e;
+          f = null;
+        }
+        if (f) {
+          if (f.kind === Kind.Close) {
+            if (!live.assigned) throw new SessionError("protocol", "stream must start with a snapshot chunk, got a close frame");
+          } else {
+            if (!sameLease(f.lease, lease)) {
+              throw new SessionError("protocol", `a kind ${f.kind} frame under lease ${leaseText(f.lease)} on the session of ${leaseText(lease)}`);
+            }
+            if (f.kind !== Kind.SnapshotChunk) {
+              if (!live.installed) throw new SessionError("protocol", `a kind ${f.kind} frame inside the session's snapshot (chunk ${next} of ${chunks} next)`);
+            } else if (live.installed) {
+              throw new SessionError("protocol", `snapshot chunk ${f.chunkIndex} of ${f.chunkCount} at sequence ${f.sequence} after the session's snapshot`);
+            } else if (f.chunkIndex !== next) {
+              throw new SessionError("protocol", `snapshot chunk ${f.chunkIndex}, want chunk ${next}`);
+            } else if (next > 0 && (f.sequence !== snapSeq || f.chunkCount !== chunks)) {
+              throw new SessionError("protocol", `snapshot chunk ${f.chunkIndex} of ${f.chunkCount} at sequence ${f.sequence} continues chunk ${next - 1} of ${chunks} at sequence ${snapSeq}`);
+            } else {
+              snapSeq = f.sequence;
+              chunks = f.chunkCount;
+            }
           }
-          const a = encodeAssignment(f.identityBytes, lease);
-          this.consumer.assign(a);
-          this.trace?.({ op: "assign", lane: t.lane, bytes: a });
-          li.connected = true;
-          li.epoch = epoch;
+          if (!live.assigned) {
+            const a = encodeAssignment(f.identityBytes, lease);
+            this.consumer.assign(a);
+            this.trace?.({ op: "assign", lane: t.lane, bytes: a });
+            live.assigned = true;
+            li.connected = true;
+            li.epoch = epoch;
+          }
         }
         let res;
         try {
           res = this.consumer.apply(body);
+        } catch (e) {
+          // A trap leaves no lane assigned: end every session that lost its lease.
+          if (!(e instanceof AbiError)) this.endLostSessions();
+          throw e;
         } finally {
           li.lastFrame = Date.now();
         }
         this.trace?.({ op: "apply", lane: t.lane, bytes: body, result: res });
-        if (!ignored.has(res.outcome)) li.framesApplied++;
+        const moved = !ignored.has(res.outcome);
+        if (moved) {
+          li.framesApplied++;
+          arm();
+        }
         if (res.lane === t.lane) li.sequence = res.sequence;
+        if (res.outcome === Outcome.SnapshotChunkAccepted) next++;
         if (res.outcome === Outcome.SnapshotInstalled) {
+          live.installed = true;
+          clearTimeout(progress);
           li.ready = true;
           if (!installedAt) installedAt = li.lastFrame;
           this.settle();
+        }
+        if (res.outcome === Outcome.IgnoredForeignLease) {
+          throw new SessionError("lease_lost", `lane ${t.lane} lost its lease ${leaseText(lease)} in the consumer`);
         }
         if (res.outcome === Outcome.Deactivated || res.outcome === Outcome.RetrySnapshot) {
           throw new SessionError("deactivated", `lane deactivated: ${FaultNames[res.fault] ?? res.fault}`);
@@ -258,7 +362,9 @@ export class Router {
       const reason = ac.signal.aborted ? ac.signal.reason : null;
       return { installedAt, error: reason instanceof SessionError ? reason : e };
     } finally {
+      if (this.live[t.lane] === live) this.live[t.lane] = null;
       clearTimeout(idle);
+      clearTimeout(progress);
       stop.removeEventListener("abort", onStop);
       ac.abort(); // release the connection
     }

@@ -1,0 +1,108 @@
+// The JavaScript router's session rules (issue #30 items 1-2), against the
+// real relay binary with a lying middlebox in front of its streams (the
+// router's fetch option): a frame under another lane's lease ends only the
+// session that carried it, and a lane the consumer lost is not ready and
+// resubscribes.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { Router, readFrames } from "../src/index.js";
+import { nextEpoch } from "../src/router.js";
+import { startRelay, postStored, converge, wasmPath } from "../testsupport/relay.mjs";
+
+const relays = [];
+after(() => Promise.all(relays.map((r) => r.stop("SIGKILL"))));
+async function relay(args) {
+  const r = await startRelay(args);
+  relays.push(r);
+  return r;
+}
+
+const fast = { minBackoffMs: 10, maxBackoffMs: 200, module: wasmPath, consumerInstance: 78 };
+
+function prefixed(body) {
+  const out = new Uint8Array(4 + body.length);
+  new DataView(out.buffer).setUint32(0, body.length);
+  out.set(body, 4);
+  return out;
+}
+
+async function until(cond, what, ms = 20000) {
+  for (const deadline = Date.now() + ms; !cond();) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+test("a frame under another lane's lease ends only the session that carried it", async (t) => {
+  const rl = await relay(["--pool", "dc-a:dc=1,expected=4096", "--pool", "dc-b:dc=2,expected=4096"]);
+  // The middlebox copies lane 1's deltas into lane 0's stream once armed.
+  let armed = false;
+  const stolen = [];
+  const fetchThrough = async (url, init) => {
+    const resp = await fetch(url, init);
+    const lane = new URL(url).searchParams.get("lane");
+    if (!url.includes("/stream") || resp.status !== 200) return resp;
+    async function* frames() {
+      for await (const body of readFrames(resp.body)) {
+        const copy = body.slice();
+        if (lane === "1" && armed && copy[2] === 2) stolen.push(copy); // [1, 2, …]: a delta
+        yield prefixed(copy);
+        if (lane === "0" && armed) while (stolen.length) yield prefixed(stolen.shift());
+      }
+    }
+    return { status: 200, statusText: "OK", body: frames() };
+  };
+  const router = await Router.connect({ ...fast, relayUrl: rl.base, pools: ["dc-a", "dc-b"], fetch: fetchThrough });
+  const running = router.run();
+  t.after(() => router.stop());
+  await postStored(rl.base, "dc-a", 10, 2);
+  await postStored(rl.base, "dc-b", 10, 2);
+  await converge(router, rl.base, "dc-a", 0);
+  await converge(router, rl.base, "dc-b", 1);
+  const before0 = router.lane(0), before1 = router.lane(1);
+
+  armed = true;
+  const b = await postStored(rl.base, "dc-b", 5, 2); // lane 1's deltas, stolen
+  await until(() => stolen.length > 0, "a stolen delta");
+  await postStored(rl.base, "dc-a", 1, 2); // lane 0's next frame carries them
+  await until(() => router.lane(0).resubscribes > before0.resubscribes, "lane 0 to resubscribe");
+  assert.match(router.lane(0).lastError, /under lease/, "lane 0's session ended on the foreign frame");
+  armed = false;
+  await converge(router, rl.base, "dc-a", 0);
+  await converge(router, rl.base, "dc-b", 1);
+  assert.equal(router.lane(1).resubscribes, before1.resubscribes, "lane 1 kept its session");
+  assert.equal(router.consumer.queryLocalHashes(b[4]).depths[1], 2, "lane 1 holds dc-b's blocks");
+  await router.stop();
+  await running;
+});
+
+test("a lane the consumer lost is not ready and its session resubscribes", async (t) => {
+  const rl = await relay(["--pool", "p:dc=1,expected=4096"]);
+  const router = await Router.connect({ ...fast, relayUrl: rl.base, pools: ["p"] });
+  const running = router.run();
+  t.after(() => router.stop());
+  await postStored(rl.base, "p", 10, 2);
+  await converge(router, rl.base, "p", 0);
+  router.consumer.retire(0); // another holder of the consumer (or a trap) took the lane
+  assert.equal(router.lane(0).ready, false, "ready asks the consumer");
+  await postStored(rl.base, "p", 1, 2); // the next frame comes back IgnoredForeignLease
+  await until(() => router.lane(0).resubscribes > 0, "lane 0 to resubscribe");
+  assert.match(router.lane(0).lastError, /lost its lease/);
+  await converge(router, rl.base, "p", 0);
+  await router.stop();
+  await running;
+});
+
+test("lane epochs drawn at one instant differ in their random low bits and grow", () => {
+  const now = 1_800_000_000_123;
+  const mask = (1n << 24n) - 1n;
+  const seen = new Set();
+  for (let i = 0; i < 1000; i++) {
+    const e = nextEpoch(0n, now);
+    assert.equal(e & ~mask, (BigInt(now) * 1000000n) & ~mask, "the clock's high bits");
+    seen.add(e);
+  }
+  assert.ok(seen.size > 990, `${seen.size} distinct epochs of 1000`);
+  const last = (BigInt(now) * 1000000n) | mask;
+  assert.equal(nextEpoch(last, now), last + 1n, "never at or below the last");
+});
