@@ -398,6 +398,11 @@ type grpcSource struct {
 	seq       uint64
 	hasSeq    bool
 	lastDelta []byte
+
+	// Dynamo's consumer rules (checkDynamo): the relay identity the
+	// stream started with, and whether its snapshot's last chunk came.
+	relay    *kvrelaypb.RelayIdentity
+	snapDone bool
 }
 
 // fail records a key the contract forbids retrying unchanged.
@@ -440,11 +445,11 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 	if err != nil || id != s.id {
 		return fmt.Errorf("%w: update for producer %+v (%v), subscribed to %+v", ErrInvalidPublication, id, err, s.id)
 	}
+	if err := s.checkDynamo(m); err != nil {
+		return err
+	}
 	switch m.GetKind() {
 	case kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT:
-		if len(m.GetPayload()) != 0 {
-			return fmt.Errorf("%w: heartbeat with a %d-byte payload", ErrInvalidPublication, len(m.GetPayload()))
-		}
 		s.frame.Kind = wire.KindHeartbeat
 		s.frame.Heartbeat = wire.Heartbeat{Identity: s.id, Lease: s.lease, LastSequence: m.GetSequence(),
 			UnixMicros: int64(min(m.GetSendTsUs(), 1<<63-1))}
@@ -474,6 +479,7 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 			return fmt.Errorf("%w: snapshot chunk at sequence %d after sequence %d", ErrInvalidPublication, f.Epoch, s.seq)
 		}
 		s.seq, s.hasSeq = f.Epoch, true
+		s.snapDone = f.ChunkIndex+1 == f.ChunkCount
 		if f.BucketOffset == 0 && len(f.Words) > 0 {
 			s.pend0, s.hasPend0 = f.Words[0], true
 		}
@@ -501,6 +507,41 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 	s.lastDelta = append(s.lastDelta[:0], m.GetPayload()...)
 	s.frame.Kind = wire.KindDelta
 	s.frame.Delta = ckf.Delta{Identity: s.id, Lease: s.lease, BaseSequence: f.BaseEpoch, Sequence: f.Epoch, Images: s.images(f.Images)}
+	return nil
+}
+
+// checkDynamo makes the checks Dynamo's consumer makes of every update,
+// in its order and with its reasons (global_view_consumer/stream.rs
+// CkfStreamSession::process_update @33ca001d), after the envelope and
+// producer: the relay identity is fixed for the life of a stream; a
+// snapshot chunk's base_sequence is its sequence; a heartbeat has no
+// payload, base_sequence = sequence, and comes only once the snapshot is
+// complete, at the sequence installed. Each violation ends the stream
+// (ErrInvalidPublication) and the lane subscribes afresh.
+func (s *grpcSource) checkDynamo(m *kvrelaypb.FilterUpdate) error {
+	r := m.GetRelay()
+	if s.relay == nil {
+		s.relay = &kvrelaypb.RelayIdentity{DrtInstanceId: r.GetDrtInstanceId(), RelayIncarnation: r.GetRelayIncarnation()}
+	} else if r.GetDrtInstanceId() != s.relay.GetDrtInstanceId() || r.GetRelayIncarnation() != s.relay.GetRelayIncarnation() {
+		return fmt.Errorf("%w: relay incarnation changed within a CKF stream (%d/%d, then %d/%d)", ErrInvalidPublication,
+			s.relay.GetDrtInstanceId(), s.relay.GetRelayIncarnation(), r.GetDrtInstanceId(), r.GetRelayIncarnation())
+	}
+	switch m.GetKind() {
+	case kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK:
+		if m.GetBaseSequence() != m.GetSequence() {
+			return fmt.Errorf("%w: snapshot chunk has mismatched base sequence (%d, sequence %d)", ErrInvalidPublication, m.GetBaseSequence(), m.GetSequence())
+		}
+	case kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT:
+		if !s.snapDone {
+			// Dynamo's reason, and the session rule it breaks (SPEC §9).
+			return fmt.Errorf("%w: %w: CKF heartbeat has unexpected payload or sequence (sequence %d before the snapshot completed)",
+				ErrInvalidPublication, ErrProtocol, m.GetSequence())
+		}
+		if len(m.GetPayload()) != 0 || m.GetBaseSequence() != m.GetSequence() || m.GetSequence() != s.seq {
+			return fmt.Errorf("%w: CKF heartbeat has unexpected payload or sequence (%d bytes, base_sequence %d, sequence %d, installed %d)",
+				ErrInvalidPublication, len(m.GetPayload()), m.GetBaseSequence(), m.GetSequence(), s.seq)
+		}
+	}
 	return nil
 }
 
