@@ -44,12 +44,38 @@ type assignment struct {
 // that fails validation is an error matching consumer.ErrInvalidManifest.
 func (r *Runtime) NewInstance(ctx context.Context, m consumer.Manifest) (*Instance, error) {
 	in := &Instance{rt: r, manifest: m, enc: abi.AppendManifest(nil, &m)}
+	// Registered before it has a module, under its own lock, so a
+	// concurrent Runtime.Close either sees it (and waits for the lock) or
+	// has already marked the runtime closed.
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !r.register(in) {
+		return nil, ErrClosed
+	}
 	mod, err := in.fresh(ctx)
 	if err != nil {
+		r.unregister(in)
 		return nil, err
 	}
 	in.m = mod
 	return in, nil
+}
+
+// register adds in to the instances Close must close; false once closed.
+func (r *Runtime) register(in *Instance) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.live[in] = struct{}{}
+	return true
+}
+
+func (r *Runtime) unregister(in *Instance) {
+	r.mu.Lock()
+	delete(r.live, in)
+	r.mu.Unlock()
 }
 
 // fresh instantiates and configures a module with the manifest.
@@ -86,7 +112,8 @@ func (m *module) check(op string, fn abi.Export, params ...uint64) error {
 	return nil
 }
 
-// Close releases the instance. Later calls return [ErrClosed].
+// Close releases the instance, after any call in flight. Later calls
+// return [ErrClosed].
 func (in *Instance) Close() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -94,6 +121,7 @@ func (in *Instance) Close() error {
 		in.m.close()
 		in.m = nil
 	}
+	in.rt.unregister(in)
 	return nil
 }
 
