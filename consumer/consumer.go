@@ -240,13 +240,17 @@ func (c *Consumer) LaneStatus(i int) (LaneStatus, error) {
 }
 
 // AppendLaneWords appends lane i's column of the table (bucket_count words,
-// bucket order) to dst and returns it, whatever the lane's readiness: the
-// words of a lane that is not ready may be stale or partially staged. It is
-// meant for diagnostics and for comparing a lane with its producer's table.
-// Cost: O(bucket_count) strided reads.
+// bucket order) to dst and returns it. Only a ready lane has words to give:
+// the column of a lane that is not ready may be stale or half staged, so it
+// is a [*LaneError] matching [ErrUnavailable] and dst comes back unchanged.
+// It is meant for diagnostics and for comparing a lane with its producer's
+// table. Cost: O(bucket_count) strided reads.
 func (c *Consumer) AppendLaneWords(dst []uint64, i int) ([]uint64, error) {
 	if i < 0 || i >= lanes {
 		return dst, &LaneError{Op: "words", Lane: i, Err: ErrWrongLane}
+	}
+	if !c.lanes[i].ready {
+		return dst, &LaneError{Op: "words", Lane: i, Err: ErrUnavailable}
 	}
 	for b := uint64(0); b < c.bucketCount; b++ {
 		dst = append(dst, c.words[b*lanes+uint64(i)])

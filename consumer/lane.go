@@ -3,6 +3,7 @@ package consumer
 import (
 	"encoding/binary"
 	"math"
+	"strconv"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -378,11 +379,16 @@ func (c *Consumer) ApplyFrame(f *wire.Frame) Result {
 // ApplyFrameBytes decodes one frame (the msgpack body, without the 4-byte
 // length prefix) and applies it like [Consumer.ApplyFrame]. A frame that does
 // not decode returns the wire error (a *wire.DecodeError) and changes
-// nothing. Snapshot words and delta images are read straight from data into
+// nothing; so does a body over [MaxInputBytes] (wire.ErrFrameTooLarge, as in
+// the WebAssembly module). Snapshot words and delta images are read straight from data into
 // the table, so a snapshot is never held three times (frame, scratch,
 // table). data is only read and not retained. Decoding reuses a frame owned
 // by the consumer: steady-state applies do not allocate.
 func (c *Consumer) ApplyFrameBytes(data []byte) (Result, error) {
+	if len(data) > MaxInputBytes {
+		return Result{Lane: -1}, &wire.DecodeError{Kind: wire.ErrFrameTooLarge,
+			Detail: "frame of " + strconv.Itoa(len(data)) + " bytes exceeds the consumer's " + strconv.Itoa(MaxInputBytes)}
+	}
 	f := &c.frame
 	if err := wire.DecodeFrameView(data, f); err != nil {
 		return Result{Lane: -1}, err

@@ -90,6 +90,8 @@ export declare const Code: Readonly<Record<
 export declare const QueryKind: Readonly<{ LocalHashes: 0; SequenceHashes: 1; Tokens: 2; TokensWith: 3 }>;
 /** Token-hash seed of the base model. */
 export declare const BASE_SALT: bigint;
+/** The consumer's input cap (64 MiB): a larger frame is FrameTooLarge, a larger query InvalidQuery, on every host. */
+export declare const MAX_INPUT_BYTES: number;
 
 /** An export returned a negative status. */
 export declare class AbiError extends Error {

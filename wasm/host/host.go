@@ -12,6 +12,12 @@
 // callers with a mutex: one call in flight per module instance is a wazero
 // rule. [Pool] spreads queries over several instances that receive the same
 // frames. See docs/RATIONALE.md for why the host is shaped this way.
+//
+// Inputs are capped as natively (consumer.MaxInputBytes, 64 MiB, the
+// module's alloc limit): a larger frame is refused with
+// wire.ErrFrameTooLarge and a larger query with consumer.ErrInvalidQuery
+// before the module is called, and a token block size above 2^31−1 is passed
+// as 2^31−1, which answers like any larger one (docs/abi.md §2).
 package host
 
 import (

@@ -232,6 +232,12 @@ func (in *Instance) Retire(lane int) error {
 // ApplyFrame implements client.Lanes.
 func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	res := consumer.Result{Lane: -1}
+	if len(frame) > consumer.MaxInputBytes {
+		// The native consumer's answer (wire.ErrFrameTooLarge), before the
+		// module is asked for a buffer it would refuse.
+		return res, &Error{Op: "apply", Code: abi.ErrFrameTooLarge,
+			Message: fmt.Sprintf("frame of %d bytes exceeds the consumer's %d", len(frame), consumer.MaxInputBytes)}
+	}
 	err := in.do(func(m *module) error {
 		p, v, err := m.input(len(frame))
 		if err != nil {
@@ -254,23 +260,25 @@ func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	return res, err
 }
 
-// maxUint32Int is 2^32-1 where int holds it (the ABI's u32 limit) and
-// MaxInt on 32-bit targets.
-const maxUint32Int = int(min(uint64(math.MaxUint32), uint64(math.MaxInt)))
+// abiBlockSize maps a block size to the module's signed i32 argument: a
+// negative one is invalid like 0, and one above 2^31−1 is passed as 2^31−1.
+// That answers exactly as the native consumer does: an input holds at most
+// consumer.MaxInputBytes/4 = 2^24 tokens, so neither block size leaves a
+// complete block (docs/abi.md §3).
+func abiBlockSize(bs int) int32 {
+	return int32(min(max(bs, 0), math.MaxInt32))
+}
 
 // query writes the input (count elements of width bytes; fill encodes
-// them), calls query and reads the record into res.
+// them), calls query and reads the record into res. An input above
+// consumer.MaxInputBytes is refused before any call, with the native
+// consumer's error (ErrInvalidQuery).
 func (in *Instance) query(kind int, count, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
 	if res == nil {
 		return consumer.ErrInvalidQuery
 	}
-	// The module takes a u32 block size: a negative one is invalid like 0,
-	// and one above 2^32-1 spans more tokens than a query can hold, like
-	// 2^32-1 (no complete block).
-	if blockSize < 0 {
-		blockSize = 0
-	} else if uint64(blockSize) > math.MaxUint32 {
-		blockSize = maxUint32Int
+	if n := uint64(count) * uint64(width); n > consumer.MaxInputBytes {
+		return fmt.Errorf("%w: input of %d bytes exceeds the %d-byte limit", consumer.ErrInvalidQuery, n, consumer.MaxInputBytes)
 	}
 	m, err := in.lock()
 	if err != nil {
@@ -280,12 +288,13 @@ func (in *Instance) query(kind int, count, width int, fill func(b []byte), block
 }
 
 func (m *module) query(kind int, count, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
+	bs := abiBlockSize(blockSize)
 	p, v, err := m.input(count * width)
 	if err != nil {
 		return err
 	}
 	fill(v)
-	code, err := m.call(abi.ExportQuery, uint64(kind), uint64(p), uint64(count), uint64(blockSize), salt, uint64(m.out))
+	code, err := m.call(abi.ExportQuery, uint64(kind), uint64(p), uint64(count), uint64(uint32(bs)), salt, uint64(m.out))
 	if err != nil {
 		return err
 	}
@@ -319,8 +328,8 @@ func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res
 // older than that kind answers an *Error with abi.ErrBadArgument.
 func (in *Instance) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error {
 	n := abi.TokenQuerySize(len(tokens), o)
-	if n < 0 || n > maxUint32Int {
-		return fmt.Errorf("%w: token query of %d tokens and %d multimodal lists exceeds the ABI's u32 sizes", consumer.ErrInvalidQuery, len(tokens), len(o.MM))
+	if n < 0 || n > consumer.MaxInputBytes {
+		return fmt.Errorf("%w: token query of %d tokens and %d multimodal lists exceeds the %d-byte limit", consumer.ErrInvalidQuery, len(tokens), len(o.MM), consumer.MaxInputBytes)
 	}
 	return in.query(abi.QueryTokensWith, n, 1, func(b []byte) { abi.PutTokenQuery(b, tokens, o) }, blockSize, salt, res)
 }

@@ -280,7 +280,13 @@ func (b *builder) malformed(note string, frame []byte, code abi.Code) {
 	b.step(Step{Op: OpApply, Note: note, Frame: frame, Want: Want{Code: int32(code), ResLane: -1}})
 }
 
+// words checks a lane's column; a lane that is not ready has none to give
+// (its column may be stale or half staged): Unavailable.
 func (b *builder) words(lane int) {
+	if !b.lanes[lane].ready {
+		b.step(Step{Op: OpWords, Note: "lane not ready: no words", Lane: lane, Want: Want{Code: int32(abi.ErrUnavailable)}})
+		return
+	}
 	b.step(Step{Op: OpWords, Note: "lane words unchanged by the model", Lane: lane, Want: Want{SHA256: WordsDigest(b.lanes[lane].words)}})
 }
 
@@ -409,9 +415,18 @@ func genNormalFlow() Scenario {
 	b.queries("request B after deltas", reqB)
 	b.queries("empty request", nil)
 	b.queries("partial block only", reqA[:genBlockSize-1])
-	for _, bs := range []int{0, -1} {
+	for _, bs := range []int{0, -1, -1 << 32, -(1<<32 - 16)} {
 		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.Itoa(bs), Kind: abi.QueryTokens, Tokens: reqA, BlockSize: bs,
 			Salt: U64(ckf.BaseSalt), Want: Want{Code: int32(abi.ErrInvalidQuery)}})
+	}
+	// Any positive block size is valid; one above the token count leaves no
+	// complete block. The module's i32 argument must not wrap one ≥ 2^31
+	// (2^32+16 is not 16) on any host.
+	for _, bs := range []int{len(reqA) + 1, 1<<31 - 1, 1 << 31, 1<<32 - 1, 1 << 32, 1<<32 + genBlockSize} {
+		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.Itoa(bs) + ": no complete block", Kind: abi.QueryTokens, Tokens: reqA,
+			BlockSize: bs, Salt: U64(ckf.BaseSalt), Want: b.queryWant(nil)})
+		b.step(Step{Op: OpQuery, Note: "token query (kind 3), block size " + strconv.Itoa(bs) + ": no complete block", Kind: abi.QueryTokensWith,
+			Tokens: reqA, BlockSize: bs, Salt: U64(ckf.BaseSalt), MM: [][]U64{{1}}, Want: b.queryWant(nil)})
 	}
 	b.status(0)
 	b.status(3)
@@ -598,6 +613,7 @@ func genChunkedSnapshot() Scenario {
 	accept("chunk 0", chunks[0], false)
 	b.queries("chunk 0 staged: lane 1 invisible", req)
 	b.status(1)
+	b.words(1) // a lane that is not ready has no words to give: Unavailable
 	retry("chunk 2 after chunk 0", chunks[2], consumer.ChunkOutOfOrder)
 	accept("chunk 0 again", chunks[0], false)
 	other := chunks[1]
