@@ -145,7 +145,6 @@ export class Consumer {
     this.out = this.x.alloc(RECORD);
     this.cap = 0;
     this.in = 0;
-    this.bucketCount = 0;
   }
 
   view() { return new DataView(this.x.memory.buffer); }
@@ -185,8 +184,6 @@ export class Consumer {
   /** configure installs a manifest (encoded per docs/abi.md §6, see encodeManifest). */
   configure(manifest) {
     this.check("configure", this.x.configure(this.write(manifest), manifest.length));
-    this.check("stats", this.x.stats(this.out));
-    this.bucketCount = Number(this.view().getBigUint64(this.out, true));
   }
 
   /** assign grants a lane from an encoded (identity, lease) (see encodeAssignment). */
@@ -296,14 +293,16 @@ export class Consumer {
       lastEpoch: u64(24), installedSequence: u64(32), chunksStaged: v.getUint32(o + 40, true),
       chunkCount: v.getUint32(o + 44, true), dcId: u64(48), producerIncarnation: u64(56), layoutGeneration: u64(64),
       lastHeartbeatMicros: v.getBigInt64(o + 144, true),
+      // The lane's own format (docs/abi.md §7.3): 0n and 0n before it has one.
+      seed: u64(152), bucketCount: u64(160),
     };
     counters.forEach((k, i) => { s[k] = u64(72 + 8 * i); });
     return s;
   }
 
-  /** laneWords returns a copy of a lane's bucket words. */
+  /** laneWords returns a copy of a ready lane's bucket words (as many as its own format's bucket count). */
   laneWords(lane) {
-    const n = 8 * this.bucketCount;
+    const n = 8 * Number(this.laneStatus(lane).bucketCount);
     const p = this.input(n);
     this.check("lane_words", this.x.lane_words(lane, p, n));
     return new BigUint64Array(this.x.memory.buffer.slice(p, p + n));
@@ -315,7 +314,7 @@ export class Consumer {
     const v = this.view(), o = this.out;
     return {
       bucketCount: v.getBigUint64(o, true), tableBytes: v.getBigUint64(o + 8, true), readyMask: v.getUint16(o + 16, true),
-      queries: v.getBigUint64(o + 24, true), probes: v.getBigUint64(o + 32, true),
+      queries: v.getBigUint64(o + 24, true), probes: v.getBigUint64(o + 32, true), groups: v.getUint32(o + 40, true),
     };
   }
 

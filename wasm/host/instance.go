@@ -369,22 +369,31 @@ func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	return s, err
 }
 
-// AppendLaneWords implements client.Lanes.
+// AppendLaneWords implements client.Lanes. The buffer is sized by the
+// lane's own format (its lane_status record), so lanes of every format
+// read alike.
 func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	err := in.do(func(m *module) error {
 		if lane < 0 || lane > 1<<16 {
 			return &Error{Op: "lane_words", Code: abi.ErrWrongLane}
 		}
-		n := int(in.manifest.Format.BucketCount)
+		if err := m.check("lane_status", abi.ExportLaneStatus, uint64(lane), uint64(m.out)); err != nil {
+			return err
+		}
+		n := int(abi.ReadLaneStatus(m.record(abi.LaneStatusSize), &in.manifest, lane).Format.BucketCount)
 		p, _, err := m.input(8 * n)
 		if err != nil {
 			return err
 		}
-		if err := m.check("lane_words", abi.ExportLaneWords, uint64(lane), uint64(p), uint64(8*n)); err != nil {
+		c, err := m.call(abi.ExportLaneWords, uint64(lane), uint64(p), uint64(8*n))
+		if err != nil {
 			return err
 		}
-		v, _ := m.mem.Read(p, uint32(8*n))
-		for i := range n {
+		if c := abi.Code(int32(c)); c < 0 {
+			return &Error{Op: "lane_words", Code: c, Message: m.lastError()}
+		}
+		v, _ := m.mem.Read(p, uint32(8*int(int32(c))))
+		for i := range int(int32(c)) {
 			dst = append(dst, binary.LittleEndian.Uint64(v[8*i:]))
 		}
 		return nil

@@ -492,7 +492,8 @@ func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	return abi.ReadLaneStatus(in.record(abi.LaneStatusSize), &in.manifest, lane), nil
 }
 
-// AppendLaneWords implements client.Lanes.
+// AppendLaneWords implements client.Lanes: the buffer is sized by the
+// lane's own format, read from its lane_status record.
 func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	if err := in.lock(); err != nil {
 		return dst, err
@@ -502,16 +503,23 @@ func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	if err != nil {
 		return dst, err
 	}
-	n := int(in.manifest.Format.BucketCount)
+	if err := in.check("lane_status", abi.ExportLaneStatus, l, int32(in.out)); err != nil {
+		return dst, err
+	}
+	n := int(abi.ReadLaneStatus(in.record(abi.LaneStatusSize), &in.manifest, lane).Format.BucketCount)
 	p, err := in.input(8 * n)
 	if err != nil {
 		return dst, err
 	}
-	if err := in.check("lane_words", abi.ExportLaneWords, l, int32(p), int32(8*n)); err != nil {
+	c, err := in.call(abi.ExportLaneWords, l, int32(p), int32(8*n))
+	if err != nil {
 		return dst, err
 	}
-	v := in.view()[p : p+uint32(8*n)]
-	for i := range n {
+	if c < 0 {
+		return dst, &Error{Op: "lane_words", Code: abi.Code(c), Message: in.lastError()}
+	}
+	v := in.view()[p : p+uint32(8*c)]
+	for i := range int(c) {
 		dst = append(dst, binary.LittleEndian.Uint64(v[8*i:]))
 	}
 	return dst, nil
