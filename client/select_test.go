@@ -178,3 +178,40 @@ func TestGRPC_FollowsAMultiPoolRelay(t *testing.T) {
 	assert.Zero(t, r.Lane(1).Resubscribes, "the other data center's lane was not disturbed")
 	assert.Equal(t, uint64(1), r.Lane(0).Resubscribes)
 }
+
+// TestGRPC_LaneWithoutAPoolAnswersNothing: a data center where nothing
+// matches the selection (only qwen runs there) leaves its lane not ready:
+// no words (a typed error) and no answers, while the other data center's
+// lane answers.
+func TestGRPC_LaneWithoutAPoolAnswersNothing(t *testing.T) {
+	llama, qwen := domainOf(10), domainOf(20)
+	q1, l2 := poolIdentity(qwen, 1, 1), poolIdentity(llama, 2, 1)
+	f, addr := startFakeKV(t)
+	f.setCatalog(1, modelPool(q1, "dynamo", aggregated, baseReg("qwen")), modelPool(l2, "dynamo", aggregated, baseReg("llama")))
+	m := consumer.Manifest{ConsumerInstance: testConsumer, Domain: llama, Format: testFormat, VerificationWindow: 2}
+	m.Lanes[0], m.Lanes[1] = &ckf.PoolID{Domain: llama, DCID: 1}, &l2.Pool
+	n, err := NewNative(m)
+	require.NoError(t, err)
+	r := startRouter(t, Config{GRPC: &GRPCConfig{}, Relays: []Relay{{Addrs: []string{addr}}}, ConsumerInstance: testConsumer,
+		Select:     Selection{Model: "llama"},
+		Targets:    []Target{{Pool: "dc1", Lane: 0, DCID: 1}, {Pool: "dc2", Lane: 1, DCID: 2}},
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}, n)
+	s := f.next(t)
+	id, err := kvrelay.ProducerFromWire(s.req.GetExpectedProducer())
+	require.NoError(t, err)
+	require.Equal(t, l2, id)
+	words := make([]uint64, testFormat.BucketCount)
+	f.sendSnapshot(t, s, l2, 1, words, 64)
+	require.Eventually(t, func() bool { return r.Lane(1).Ready }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return r.Lane(0).LastError != "" }, 5*time.Second, time.Millisecond)
+	assert.Contains(t, r.Lane(0).LastError, ErrNotInCatalog.Error())
+	assert.False(t, r.Lane(0).Ready)
+
+	_, _, err = r.AppendLaneWords(nil, 0)
+	require.ErrorIs(t, err, consumer.ErrUnavailable, "a lane that is not ready has no words")
+	_, _, err = r.AppendLaneWords(nil, 1)
+	require.NoError(t, err)
+	var res consumer.QueryResult
+	require.NoError(t, r.QuerySequenceHashes([]uint64{1, 2, 3}, &res))
+	assert.Equal(t, uint16(1<<1), res.Mask, "only the ready lane answers")
+}
