@@ -523,7 +523,7 @@ func LoadConfigFile(path string) (Config, error) {
 }
 
 // ParsePoolFlag parses the --pool flag form
-// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608,block_size=16,hash_format=dynamo_standard_v1";
+// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608,block_size=16,hash_format=dynamo_standard_v1,cache_semantics=llama,routing_scope=prod";
 // every key but dc is optional.
 func ParsePoolFlag(s string) (PoolSpec, error) {
 	name, rest, _ := strings.Cut(s, ":")
@@ -556,6 +556,10 @@ func ParsePoolFlag(s string) (PoolSpec, error) {
 			p.BlockSize, err = strconv.Atoi(v)
 		case "hash_format":
 			p.HashFormat = v
+		case "cache_semantics":
+			p.CacheSemantics = v
+		case "routing_scope":
+			p.RoutingScope = v
 		default:
 			return errUnknownKey
 		}

@@ -65,6 +65,10 @@ func TestPools_SeveralModelsInOneDataCenter(t *testing.T) {
 	assert.Equal(t, cfg.Domain().CacheSemantics, cfg.PoolDomain(cfg.Pools[4]).CacheSemantics)
 	assert.NotEqual(t, cfg.Domain().RoutingScope, cfg.PoolDomain(cfg.Pools[4]).RoutingScope)
 
+	p, err := ParsePoolFlag("qwen-2:dc=2,cache_semantics=qwen,routing_scope=tenant-a")
+	require.NoError(t, err)
+	assert.Equal(t, PoolSpec{Name: "qwen-2", DCID: 2, CacheSemantics: "qwen", RoutingScope: "tenant-a"}, p)
+
 	for name, pools := range map[string][]PoolSpec{
 		"same model twice in dc 1": {{Name: "a", DCID: 1, CacheSemantics: "llama"}, {Name: "b", DCID: 1, CacheSemantics: "llama"}},
 		"relay domain twice":       {{Name: "a", DCID: 1}, {Name: "b", DCID: 1}},
