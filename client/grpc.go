@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -261,12 +262,17 @@ func (t *grpcTransport) watchOnce(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, relayError("WatchKvPoolCatalog", err, trailer)
 	}
+	var prev *kvrelaypb.KvPoolCatalogUpdate
 	for {
 		m, err := stream.Recv()
 		if err != nil {
 			return got, relayError("WatchKvPoolCatalog", err, stream.Trailer())
 		}
 		cat, err := parseCatalog(m)
+		if err == nil && prev != nil {
+			err = catalogFollows(prev, m)
+		}
+		prev = m
 		if err != nil {
 			// An invalid envelope or an ambiguous snapshot invalidates the
 			// catalog plane: no view until a valid snapshot arrives.
@@ -276,6 +282,25 @@ func (t *grpcTransport) watchOnce(ctx context.Context) (got bool, err error) {
 		t.install(cat, nil)
 		got = true
 	}
+}
+
+// catalogFollows checks a catalog update against the one before it on the
+// same stream, as Dynamo's consumer does (global_view_consumer/coordinator.rs
+// @0092138f): the relay identity does not change within a stream, the
+// revision does not go backwards, and a repeated revision repeats its
+// snapshot. A violation ends the stream and its catalog.
+func catalogFollows(prev, m *kvrelaypb.KvPoolCatalogUpdate) error {
+	a, b := prev.GetRelay(), m.GetRelay()
+	switch {
+	case a.GetDrtInstanceId() != b.GetDrtInstanceId() || a.GetRelayIncarnation() != b.GetRelayIncarnation():
+		return fmt.Errorf("client: grpc: catalog: relay incarnation changed within a connection epoch (%d/%d, then %d/%d)",
+			a.GetDrtInstanceId(), a.GetRelayIncarnation(), b.GetDrtInstanceId(), b.GetRelayIncarnation())
+	case m.GetRevision() < prev.GetRevision():
+		return fmt.Errorf("client: grpc: catalog: revision moved backwards (%d, then %d)", prev.GetRevision(), m.GetRevision())
+	case m.GetRevision() == prev.GetRevision() && !proto.Equal(prev.GetSnapshot(), m.GetSnapshot()):
+		return fmt.Errorf("client: grpc: catalog: revision %d changed without advancing", m.GetRevision())
+	}
+	return nil
 }
 
 // relayError wraps an RPC failure with its disposition; a clean EOF counts

@@ -215,3 +215,21 @@ func TestGRPC_LaneWithoutAPoolAnswersNothing(t *testing.T) {
 	require.NoError(t, r.QuerySequenceHashes([]uint64{1, 2, 3}, &res))
 	assert.Equal(t, uint16(1<<1), res.Mask, "only the ready lane answers")
 }
+
+// TestCatalogFollows: on one catalog stream the relay identity stays, the
+// revision does not go backwards, and a repeated revision (Dynamo's catalog
+// heartbeat) repeats its snapshot (global_view_consumer/coordinator.rs).
+func TestCatalogFollows(t *testing.T) {
+	upd := func(rev, incarnation uint64, pools ...*kvrelaypb.KvPoolDescriptor) *kvrelaypb.KvPoolCatalogUpdate {
+		m := &kvrelaypb.KvPoolCatalogUpdate{Revision: rev, Snapshot: &kvrelaypb.KvPoolCatalogSnapshot{Pools: pools}}
+		kvrelay.StampResponse(m, &kvrelaypb.RelayIdentity{DrtInstanceId: 1, RelayIncarnation: incarnation})
+		return m
+	}
+	a, b := descriptor(testID), descriptor(poolIdentity(domainOf(9), 2, 1))
+	prev := upd(5, 1, a)
+	assert.NoError(t, catalogFollows(prev, upd(5, 1, descriptor(testID))), "a heartbeat: the same revision and snapshot")
+	assert.NoError(t, catalogFollows(prev, upd(6, 1, a, b)))
+	assert.ErrorContains(t, catalogFollows(prev, upd(4, 1, a)), "backwards")
+	assert.ErrorContains(t, catalogFollows(prev, upd(5, 1, a, b)), "without advancing")
+	assert.ErrorContains(t, catalogFollows(prev, upd(6, 2, a)), "relay incarnation changed")
+}
