@@ -74,8 +74,8 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "golang.org/x/sync"},
 	},
 	"client": {
-		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc"},
-		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "github.com/zeebo/xxh3", "google.golang.org/protobuf"},
+		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc", "google.golang.org/protobuf"},
+		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "github.com/zeebo/xxh3"},
 	},
 	"client/natsjs": {},
 	"wasm/abi": {
