@@ -25,3 +25,65 @@ func laneRowHitsGo(ad Addresser, words []uint64, key uint64) uint16 {
 	}
 	return m
 }
+
+// KeyHash is the seed-only part of a key's addressing: its fingerprint and
+// the two hashes that, masked by a table's bucket count, give its buckets.
+// Tables that share a seed but not a bucket count (format groups of a
+// consumer, SPEC §8.1) hash a key once and place it in each with
+// [Addresser.RowHitsHashed].
+type KeyHash struct {
+	fp   uint16
+	h    uint64 // bucket a before masking
+	disp uint64 // displacement before masking
+}
+
+// HashKey returns the seed-only addressing of key under ad's seed.
+func (ad Addresser) HashKey(key uint64) KeyHash {
+	m := xxh3Hash8(key, ad.keyFlip)
+	fp := uint16(m)
+	if fp == 0 {
+		fp = 1
+	}
+	return KeyHash{fp: fp, h: m >> 16, disp: xxh3Hash2(fp, ad.dispFlip)}
+}
+
+// SameSeed reports whether ad and other hash keys alike (the same seed),
+// so one [KeyHash] serves both.
+func (ad Addresser) SameSeed(other Addresser) bool {
+	return ad.keyFlip == other.keyFlip && ad.dispFlip == other.dispFlip
+}
+
+// RowHits is [Addresser.LaneRowHits] for a lane-minor table of width lanes
+// (1, 2, 4, 8 or 16; bucket i of lane l at words[i*width+l]): bit l of the
+// result is set when lane l's bucket A or B holds key's fingerprint. Width
+// 16 is LaneRowHits itself (one WebAssembly call in wasm builds); narrower
+// rows read width words a bucket instead of 16. words must hold
+// bucketCount × width words (it panics otherwise).
+func (ad Addresser) RowHits(words []uint64, width int, key uint64) uint16 {
+	if width == MaxLanes {
+		return ad.LaneRowHits(words, key)
+	}
+	return ad.RowHitsHashed(words, width, ad.HashKey(key))
+}
+
+// RowHitsHashed is [Addresser.RowHits] for a key already hashed under ad's
+// seed ([Addresser.HashKey], possibly by another Addresser with the same
+// seed).
+func (ad Addresser) RowHitsHashed(words []uint64, width int, kh KeyHash) uint16 {
+	a := kh.h & ad.mask
+	d := kh.disp & ad.mask
+	if d == 0 {
+		d = 1
+	}
+	b := a ^ d
+	w := uint64(width)
+	ra := words[a*w : a*w+w : a*w+w]
+	rb := words[b*w : b*w+w : b*w+w]
+	var m uint16
+	for l := range ra {
+		if Bucket(ra[l]).Contains(kh.fp) || Bucket(rb[l]).Contains(kh.fp) {
+			m |= 1 << l
+		}
+	}
+	return m
+}

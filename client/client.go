@@ -46,10 +46,11 @@ type Target struct {
 	// Relay is the index in Config.Relays of the relay that hosts the pool
 	// (HTTP and gRPC; 0 with one relay). Unused over NATS.
 	Relay int
-	// DCID selects the pool over gRPC, whose catalog names pools by
-	// producer identity, not by name: the entry whose
-	// ProducerIdentity.pool_id.dc_id is DCID (the relay's pool dc_id).
-	// Unused over HTTP and NATS.
+	// DCID names the data center over gRPC, whose catalog names pools by
+	// producer identity, not by name: of the relay's pools whose
+	// ProducerIdentity.pool_id.dc_id is DCID, the target follows the one
+	// Config.Select matches (one lane per data center). Unused over HTTP
+	// and NATS.
 	DCID uint64
 }
 
@@ -66,6 +67,12 @@ type Config struct {
 	// (ckfrelay's or Dynamo's) at the Relays' addresses instead of HTTP
 	// streams (see [GRPCConfig]).
 	GRPC *GRPCConfig
+	// Select is what the router routes for over gRPC — namespace, model
+	// (base and adapter), worker role — and so which pool of each target's
+	// data center it follows ([Selection]). Router-wide: a router routes
+	// for one model. The zero Selection follows each data center's only
+	// pool. Must be zero over HTTP and NATS, whose targets name pools.
+	Select Selection
 	// AuthToken is sent as a bearer token when set.
 	AuthToken string
 	// ConsumerInstance identifies this router's consumer in leases.
@@ -90,7 +97,11 @@ type Config struct {
 	// (stale or duplicate deltas) do not count; after the snapshot a
 	// heartbeat at the lane's sequence does, so a quiet relay stays
 	// followed. Relays heartbeat while idle: keep it at several heartbeat
-	// intervals. Default 10s; negative disables it.
+	// intervals. Default 10s over HTTP and NATS (ckfrelay's relays
+	// heartbeat every second by default); over gRPC
+	// [DefaultGRPCIdleTimeout], three of Dynamo's default 10 s heartbeats,
+	// which its relays do not announce (keepalive pings notice a dead
+	// connection sooner: GRPCConfig.KeepaliveTime). Negative disables it.
 	IdleTimeout time.Duration
 	// SnapshotProgressTimeout bounds how long a session's snapshot may take
 	// to install, from the stream's start: a relay that sends chunk 0 and
@@ -164,6 +175,14 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 	if err := checkRelays(&cfg); err != nil {
 		return nil, err
 	}
+	sel, err := cfg.Select.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.GRPC == nil && sel != (Selection{}) {
+		return nil, errors.New("client: Select chooses gRPC catalog pools; HTTP and NATS targets name their pools")
+	}
+	cfg.Select = sel
 	type relayDC struct {
 		relay int
 		dc    uint64
@@ -189,6 +208,9 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 10 * time.Second
+		if cfg.GRPC != nil {
+			cfg.IdleTimeout = DefaultGRPCIdleTimeout
+		}
 	}
 	if cfg.SnapshotProgressTimeout <= 0 {
 		cfg.SnapshotProgressTimeout = DefaultSnapshotProgressTimeout
@@ -205,7 +227,7 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 		r.nats = newNATSTransport(*cfg.NATS)
 	case cfg.GRPC != nil:
 		for _, rl := range cfg.Relays {
-			t, err := newGRPCTransport(*cfg.GRPC, rl.Addrs, cfg.AuthToken, cfg.ConsumerInstance)
+			t, err := newGRPCTransport(*cfg.GRPC, cfg.Select, rl.Addrs, cfg.AuthToken, cfg.ConsumerInstance)
 			if err != nil {
 				return nil, err
 			}

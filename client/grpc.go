@@ -12,7 +12,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -27,10 +29,12 @@ import (
 // ckfrelay's relay (`relay serve --grpc-listen`) or Dynamo's own — with the
 // contract's client rules (docs/wire.md §8.2):
 //
-//   - one WatchKvPoolCatalog stream per router keeps the newest complete
-//     catalog; a target follows the catalog entry whose
-//     ProducerIdentity.pool_id.dc_id is the target's [Target.DCID] (two
-//     entries with that dc_id: ambiguous, not followed);
+//   - one WatchKvPoolCatalog stream per relay keeps the newest complete
+//     catalog, whose pools are identified by their whole KvPoolId (indexer
+//     domain and dc_id: a data center hosts one pool per domain, e.g. per
+//     model); a target follows, in the data center its [Target.DCID] names,
+//     the one pool the router's [Config.Select] matches ([Selection]; none
+//     or several: not followed);
 //   - each lane subscribes with SubscribeKvPool under the exact
 //     expected_producer the catalog advertises, and its session ends when
 //     the catalog withdraws or replaces that key;
@@ -52,16 +56,43 @@ type GRPCConfig struct {
 	// serves TLS. Config.AuthToken is added as a bearer token per RPC
 	// either way.
 	DialOptions []grpc.DialOption
+	// KeepaliveTime and KeepaliveTimeout are the HTTP/2 keepalive pings on
+	// every relay connection: a ping after KeepaliveTime without traffic,
+	// and the connection closed when its ack takes longer than
+	// KeepaliveTimeout, so a relay whose connection died silently (no FIN,
+	// no RST) is noticed within KeepaliveTime + KeepaliveTimeout, long
+	// before the frame idle bound. Defaults [DefaultKeepaliveTime] and
+	// [DefaultKeepaliveTimeout]; gRPC raises a KeepaliveTime under 10s to
+	// 10s (and ckfrelay's relay refuses pings more often than that).
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// SubscriberID is the streams' subscriber_id, a diagnostic label
 	// (non-empty, at most 128 UTF-8 bytes, no control characters). Default
 	// "ckfrelay-router-<ConsumerInstance>".
 	SubscriberID string
 }
 
+// Timing defaults of the gRPC transport (docs/deploy.md "What the client
+// checks"). Dynamo's pool heartbeat is 10 s by default
+// (lib/llm/src/kv_dc_relay/wan/grpc/config.rs pool_heartbeat_interval_ms
+// @02dff6b8) and its relay announces no interval, so the frame idle bound
+// sits three heartbeats past it; keepalive pings find a dead connection
+// sooner.
+const (
+	// DynamoHeartbeat is Dynamo's default pool heartbeat interval.
+	DynamoHeartbeat = 10 * time.Second
+	// DefaultGRPCIdleTimeout is Config.IdleTimeout's default over gRPC.
+	DefaultGRPCIdleTimeout = 3 * DynamoHeartbeat
+	// DefaultKeepaliveTime and DefaultKeepaliveTimeout are GRPCConfig's
+	// keepalive defaults: a dead connection is noticed within 20 s.
+	DefaultKeepaliveTime    = 15 * time.Second
+	DefaultKeepaliveTimeout = 5 * time.Second
+)
+
 // Errors of the gRPC transport.
 var (
-	// ErrNotInCatalog: the relay's catalog has no (or no unambiguous)
-	// entry for the target's dc_id, or no valid catalog was received yet.
+	// ErrNotInCatalog: the relay's catalog has no pool of the target's
+	// data center that the selection matches, or no valid catalog was
+	// received yet.
 	ErrNotInCatalog = errors.New("client: grpc: pool not in the relay's catalog")
 	// ErrQuarantined: the catalog entry holds a value this version does not
 	// support or malformed data; its lane is not followed.
@@ -106,13 +137,6 @@ func (e *RelayError) Unwrap() error { return e.Err }
 // publication, and FAILED_PRECONDITION without a reason).
 func blocksKey(d kvrelay.Reason) bool { return !d.Backoff }
 
-// catalogEntry is one supported (or quarantined) pool of the catalog.
-type catalogEntry struct {
-	key *kvrelaypb.ProducerIdentity // as the relay sent it, for expected_producer
-	id  ckf.ProducerIdentity
-	err error // non-nil: quarantined (or ambiguous); key may be nil
-}
-
 // grpcTransport is a router's gRPC connection and catalog, shared by its
 // lanes.
 type grpcTransport struct {
@@ -123,21 +147,28 @@ type grpcTransport struct {
 	mu      sync.Mutex
 	conn    *grpc.ClientConn // nil until first use and after a move to another replica
 	connAt  int              // the replica index conn was dialed to
-	catalog map[uint64]catalogEntry
-	catErr  error // why there is no catalog (nil: one is installed)
+	sel     Selection        // the router's selection (Config.Select)
+	catalog []catalogEntry   // the newest valid snapshot's pools
+	catErr  error            // why there is no catalog (nil: one is installed)
 	blocked map[int]ckf.ProducerIdentity
 	active  map[int]*grpcSource
 	changed chan struct{} // closed and replaced on every catalog change
 }
 
-func newGRPCTransport(cfg GRPCConfig, addrs []string, token string, consumer uint64) (*grpcTransport, error) {
+func newGRPCTransport(cfg GRPCConfig, sel Selection, addrs []string, token string, consumer uint64) (*grpcTransport, error) {
+	if cfg.KeepaliveTime <= 0 {
+		cfg.KeepaliveTime = DefaultKeepaliveTime
+	}
+	if cfg.KeepaliveTimeout <= 0 {
+		cfg.KeepaliveTimeout = DefaultKeepaliveTimeout
+	}
 	if cfg.SubscriberID == "" {
 		cfg.SubscriberID = fmt.Sprintf("ckfrelay-router-%d", consumer)
 	}
 	if err := kvrelay.CheckSubscriberID(cfg.SubscriberID); err != nil {
 		return nil, fmt.Errorf("client: grpc: %w", err)
 	}
-	return &grpcTransport{cfg: cfg, token: token, addrs: &replicas{addrs: addrs}, catErr: ErrNotInCatalog,
+	return &grpcTransport{cfg: cfg, sel: sel, token: token, addrs: &replicas{addrs: addrs}, catErr: ErrNotInCatalog,
 		blocked: map[int]ckf.ProducerIdentity{}, active: map[int]*grpcSource{}, changed: make(chan struct{})}, nil
 }
 
@@ -152,7 +183,9 @@ func (t *grpcTransport) client() (kvrelaypb.KvEventRelayClient, error) {
 		t.conn = nil
 	}
 	if t.conn == nil {
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, t.cfg.DialOptions...)
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true})},
+			t.cfg.DialOptions...)
 		cc, err := grpc.NewClient(addr, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("client: grpc: %w", err)
@@ -229,12 +262,17 @@ func (t *grpcTransport) watchOnce(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, relayError("WatchKvPoolCatalog", err, trailer)
 	}
+	var prev *kvrelaypb.KvPoolCatalogUpdate
 	for {
 		m, err := stream.Recv()
 		if err != nil {
 			return got, relayError("WatchKvPoolCatalog", err, stream.Trailer())
 		}
 		cat, err := parseCatalog(m)
+		if err == nil && prev != nil {
+			err = catalogFollows(prev, m)
+		}
+		prev = m
 		if err != nil {
 			// An invalid envelope or an ambiguous snapshot invalidates the
 			// catalog plane: no view until a valid snapshot arrives.
@@ -244,6 +282,25 @@ func (t *grpcTransport) watchOnce(ctx context.Context) (got bool, err error) {
 		t.install(cat, nil)
 		got = true
 	}
+}
+
+// catalogFollows checks a catalog update against the one before it on the
+// same stream, as Dynamo's consumer does (global_view_consumer/coordinator.rs
+// @0092138f): the relay identity does not change within a stream, the
+// revision does not go backwards, and a repeated revision repeats its
+// snapshot. A violation ends the stream and its catalog.
+func catalogFollows(prev, m *kvrelaypb.KvPoolCatalogUpdate) error {
+	a, b := prev.GetRelay(), m.GetRelay()
+	switch {
+	case a.GetDrtInstanceId() != b.GetDrtInstanceId() || a.GetRelayIncarnation() != b.GetRelayIncarnation():
+		return fmt.Errorf("client: grpc: catalog: relay incarnation changed within a connection epoch (%d/%d, then %d/%d)",
+			a.GetDrtInstanceId(), a.GetRelayIncarnation(), b.GetDrtInstanceId(), b.GetRelayIncarnation())
+	case m.GetRevision() < prev.GetRevision():
+		return fmt.Errorf("client: grpc: catalog: revision moved backwards (%d, then %d)", prev.GetRevision(), m.GetRevision())
+	case m.GetRevision() == prev.GetRevision() && !proto.Equal(prev.GetSnapshot(), m.GetSnapshot()):
+		return fmt.Errorf("client: grpc: catalog: revision %d changed without advancing", m.GetRevision())
+	}
+	return nil
 }
 
 // relayError wraps an RPC failure with its disposition; a clean EOF counts
@@ -256,9 +313,9 @@ func relayError(rpc string, err error, trailer metadata.MD) error {
 }
 
 // install replaces the catalog (nil with the reason there is none), ends
-// every session whose key it no longer advertises, and unblocks keys the
-// catalog changed.
-func (t *grpcTransport) install(cat map[uint64]catalogEntry, why error) {
+// every session whose data center the selection no longer resolves to its
+// key, and unblocks keys the catalog changed.
+func (t *grpcTransport) install(cat []catalogEntry, why error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cat != nil {
@@ -266,85 +323,20 @@ func (t *grpcTransport) install(cat map[uint64]catalogEntry, why error) {
 	} else {
 		t.catalog, t.catErr = nil, why
 	}
-	for lane, key := range t.blocked {
-		if e, ok := t.catalog[key.Pool.DCID]; cat != nil && (!ok || e.id != key) {
-			delete(t.blocked, lane)
-		}
-	}
 	if cat != nil {
+		for lane, key := range t.blocked {
+			if i, err := t.sel.pick(cat, key.Pool.DCID); err != nil || cat[i].id != key {
+				delete(t.blocked, lane)
+			}
+		}
 		for _, s := range t.active {
-			if e, ok := cat[s.id.Pool.DCID]; !ok || e.err != nil || e.id != s.id {
+			if i, err := t.sel.pick(cat, s.id.Pool.DCID); err != nil || cat[i].id != s.id {
 				s.cancel(ErrWithdrawn)
 			}
 		}
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})
-}
-
-// parseCatalog validates a catalog update: the envelope and the snapshot
-// (a duplicate producer key invalidates it all), then each entry on its own
-// (an entry that fails is quarantined, the others kept).
-func parseCatalog(m *kvrelaypb.KvPoolCatalogUpdate) (map[uint64]catalogEntry, error) {
-	if err := kvrelay.CheckResponse(m); err != nil {
-		return nil, fmt.Errorf("client: grpc: catalog: %w", err)
-	}
-	if m.GetSnapshot() == nil {
-		return nil, fmt.Errorf("client: grpc: catalog revision %d without a snapshot", m.GetRevision())
-	}
-	cat := map[uint64]catalogEntry{}
-	keys := map[ckf.ProducerIdentity]bool{}
-	for i, d := range m.GetSnapshot().GetPools() {
-		id, err := checkDescriptor(d)
-		dc := d.GetProducer().GetPoolId().GetDcId()
-		if d.GetProducer().GetPoolId() == nil {
-			// Not identifiable: the snapshot cannot be applied safely.
-			return nil, fmt.Errorf("client: grpc: catalog entry %d has no pool_id", i)
-		}
-		if err == nil {
-			if keys[id] {
-				return nil, fmt.Errorf("client: grpc: catalog lists producer %+v twice", id)
-			}
-			keys[id] = true
-		}
-		e := catalogEntry{key: d.GetProducer(), id: id, err: err}
-		if _, dup := cat[dc]; dup {
-			e = catalogEntry{err: fmt.Errorf("%w: more than one entry with dc_id %d", ErrQuarantined, dc)}
-		}
-		cat[dc] = e
-	}
-	return cat, nil
-}
-
-// checkDescriptor converts a descriptor's producer and checks the fields a
-// router depends on; unknown values quarantine the entry (the contract's
-// "unsupported entry is not permission to use default semantics").
-func checkDescriptor(d *kvrelaypb.KvPoolDescriptor) (ckf.ProducerIdentity, error) {
-	id, err := kvrelay.ProducerFromWire(d.GetProducer())
-	if err != nil {
-		return id, fmt.Errorf("%w: %w", ErrQuarantined, err)
-	}
-	q := d.GetQuerySemantics()
-	switch {
-	case q == nil || q.GetKvBlockSize() == 0:
-		return id, fmt.Errorf("%w: query_semantics missing or kv_block_size 0", ErrQuarantined)
-	case q.GetHashFormat() != kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1 &&
-		q.GetHashFormat() != kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_EAGLE_V1:
-		return id, fmt.Errorf("%w: hash format %d", ErrQuarantined, int32(q.GetHashFormat()))
-	case len(d.GetPoolRoles()) == 0:
-		return id, fmt.Errorf("%w: no pool_roles", ErrQuarantined)
-	}
-	for _, r := range d.GetPoolRoles() {
-		if r <= kvrelaypb.WorkerRole_WORKER_ROLE_UNSPECIFIED || r > kvrelaypb.WorkerRole_WORKER_ROLE_LEGACY {
-			return id, fmt.Errorf("%w: worker role %d", ErrQuarantined, int32(r))
-		}
-	}
-	for _, reg := range d.GetRegistrations() {
-		if reg.GetTarget().GetBase() == nil && reg.GetTarget().GetLora() == nil {
-			return id, fmt.Errorf("%w: registration %q without a known model target", ErrQuarantined, reg.GetCanonicalModelId())
-		}
-	}
-	return id, nil
 }
 
 // open subscribes lane to the catalog's key for dcID.
@@ -368,19 +360,17 @@ func (t *grpcTransport) open(ctx context.Context, dcID uint64, lease ckf.LaneLea
 		}
 		t.mu.Lock()
 	}
-	e, ok := t.catalog[dcID]
-	switch {
-	case t.catErr != nil:
+	if t.catErr != nil {
 		why := t.catErr
 		t.mu.Unlock()
 		return nil, fmt.Errorf("%w (%v)", ErrNotInCatalog, why)
-	case !ok:
-		t.mu.Unlock()
-		return nil, fmt.Errorf("%w: dc_id %d", ErrNotInCatalog, dcID)
-	case e.err != nil:
-		t.mu.Unlock()
-		return nil, e.err
 	}
+	i, err := t.sel.pick(t.catalog, dcID)
+	if err != nil {
+		t.mu.Unlock()
+		return nil, err
+	}
+	e := t.catalog[i]
 	if b, ok := t.blocked[lane]; ok && b == e.id {
 		t.mu.Unlock()
 		return nil, fmt.Errorf("%w: %+v", ErrKeyBlocked, e.id)
@@ -390,7 +380,7 @@ func (t *grpcTransport) open(ctx context.Context, dcID uint64, lease ckf.LaneLea
 	t.active[lane] = s
 	t.mu.Unlock()
 
-	req := &kvrelaypb.SubscribeKvPoolRequest{SubscriberId: t.cfg.SubscriberID, ExpectedProducer: e.key}
+	req := &kvrelaypb.SubscribeKvPoolRequest{SubscriberId: t.cfg.SubscriberID, ExpectedProducer: e.desc.GetProducer()}
 	kvrelay.StampRequest(req)
 	stream, err := cli.SubscribeKvPool(t.callCtx(sctx), req, callOpts(&s.trailer)...)
 	if err != nil {
@@ -433,6 +423,11 @@ type grpcSource struct {
 	seq       uint64
 	hasSeq    bool
 	lastDelta []byte
+
+	// Dynamo's consumer rules (checkDynamo): the relay identity the
+	// stream started with, and whether its snapshot's last chunk came.
+	relay    *kvrelaypb.RelayIdentity
+	snapDone bool
 }
 
 // fail records a key the contract forbids retrying unchanged.
@@ -475,11 +470,11 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 	if err != nil || id != s.id {
 		return fmt.Errorf("%w: update for producer %+v (%v), subscribed to %+v", ErrInvalidPublication, id, err, s.id)
 	}
+	if err := s.checkDynamo(m); err != nil {
+		return err
+	}
 	switch m.GetKind() {
 	case kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT:
-		if len(m.GetPayload()) != 0 {
-			return fmt.Errorf("%w: heartbeat with a %d-byte payload", ErrInvalidPublication, len(m.GetPayload()))
-		}
 		s.frame.Kind = wire.KindHeartbeat
 		s.frame.Heartbeat = wire.Heartbeat{Identity: s.id, Lease: s.lease, LastSequence: m.GetSequence(),
 			UnixMicros: int64(min(m.GetSendTsUs(), 1<<63-1))}
@@ -506,6 +501,7 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 			return fmt.Errorf("%w: snapshot chunk at sequence %d after sequence %d", ErrInvalidPublication, f.Epoch, s.seq)
 		}
 		s.seq, s.hasSeq = f.Epoch, true
+		s.snapDone = f.ChunkIndex+1 == f.ChunkCount
 		if f.BucketOffset == 0 && len(f.Words) > 0 {
 			s.pend0, s.hasPend0 = f.Words[0], true
 		}
@@ -533,6 +529,41 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 	s.lastDelta = append(s.lastDelta[:0], m.GetPayload()...)
 	s.frame.Kind = wire.KindDelta
 	s.frame.Delta = ckf.Delta{Identity: s.id, Lease: s.lease, BaseSequence: f.BaseEpoch, Sequence: f.Epoch, Images: s.images(f.Images)}
+	return nil
+}
+
+// checkDynamo makes the checks Dynamo's consumer makes of every update,
+// in its order and with its reasons (global_view_consumer/stream.rs
+// CkfStreamSession::process_update @33ca001d), after the envelope and
+// producer: the relay identity is fixed for the life of a stream; a
+// snapshot chunk's base_sequence is its sequence; a heartbeat has no
+// payload, base_sequence = sequence, and comes only once the snapshot is
+// complete, at the sequence installed. Each violation ends the stream
+// (ErrInvalidPublication) and the lane subscribes afresh.
+func (s *grpcSource) checkDynamo(m *kvrelaypb.FilterUpdate) error {
+	r := m.GetRelay()
+	if s.relay == nil {
+		s.relay = &kvrelaypb.RelayIdentity{DrtInstanceId: r.GetDrtInstanceId(), RelayIncarnation: r.GetRelayIncarnation()}
+	} else if r.GetDrtInstanceId() != s.relay.GetDrtInstanceId() || r.GetRelayIncarnation() != s.relay.GetRelayIncarnation() {
+		return fmt.Errorf("%w: relay incarnation changed within a CKF stream (%d/%d, then %d/%d)", ErrInvalidPublication,
+			s.relay.GetDrtInstanceId(), s.relay.GetRelayIncarnation(), r.GetDrtInstanceId(), r.GetRelayIncarnation())
+	}
+	switch m.GetKind() {
+	case kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK:
+		if m.GetBaseSequence() != m.GetSequence() {
+			return fmt.Errorf("%w: snapshot chunk has mismatched base sequence (%d, sequence %d)", ErrInvalidPublication, m.GetBaseSequence(), m.GetSequence())
+		}
+	case kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT:
+		if !s.snapDone {
+			// Dynamo's reason, and the session rule it breaks (SPEC §9).
+			return fmt.Errorf("%w: %w: CKF heartbeat has unexpected payload or sequence (sequence %d before the snapshot completed)",
+				ErrInvalidPublication, ErrProtocol, m.GetSequence())
+		}
+		if len(m.GetPayload()) != 0 || m.GetBaseSequence() != m.GetSequence() || m.GetSequence() != s.seq {
+			return fmt.Errorf("%w: CKF heartbeat has unexpected payload or sequence (%d bytes, base_sequence %d, sequence %d, installed %d)",
+				ErrInvalidPublication, len(m.GetPayload()), m.GetBaseSequence(), m.GetSequence(), s.seq)
+		}
+	}
 	return nil
 }
 

@@ -34,7 +34,7 @@ func (f *fakeKV) putChunk(t *testing.T, s *fakeSub, seq uint64, index, count uin
 		ChunkIndex: index, ChunkCount: count, BucketOffset: offset, Words: words}
 	b, err := cbi1.AppendFrame(nil, &fr)
 	require.NoError(t, err)
-	s.put(t, f.update(testID, kindChunk, 0, seq, b))
+	s.put(t, f.update(testID, kindChunk, seq, seq, b))
 }
 
 // tryPut sends m unless the stream already ended (the router may end it on
@@ -85,7 +85,7 @@ func TestGRPC_IgnoredUpdateLeavesNoTranslationState(t *testing.T) {
 			empty, err := cbi1.EncodeDelta(testFormat, testPool.DCID, 7, 8, nil)
 			require.NoError(t, err)
 			s.tryPut(f.update(testID, kindDelta, 7, 8, empty))
-			s.tryPut(f.update(testID, kindHeartbeat, 0, 8, nil))
+			s.tryPut(f.update(testID, kindHeartbeat, 8, 8, nil))
 			// Until the router resubscribes, the lane must never be at 8
 			// with the stale word (today's bug: Ready at 8 holding 0xCCCC).
 			var s2 *fakeSub
@@ -174,7 +174,7 @@ func TestGRPC_SnapshotThatNeverCompletes(t *testing.T) {
 		want error
 	}{
 		{"heartbeat between chunks", func(t *testing.T, f *fakeKV, s *fakeSub, _ []uint64) {
-			s.put(t, f.update(testID, kindHeartbeat, 0, 5, nil))
+			s.put(t, f.update(testID, kindHeartbeat, 5, 5, nil))
 		}, ErrProtocol},
 		{"chunk 0 again", func(t *testing.T, f *fakeKV, s *fakeSub, words []uint64) {
 			f.putChunk(t, s, 5, 0, 2, 0, words[:32])

@@ -152,8 +152,9 @@ func (s *fakeSub) fail(t *testing.T, r kvrelaypb.RelayErrorReason) {
 
 func descriptor(id ckf.ProducerIdentity) *kvrelaypb.KvPoolDescriptor {
 	return &kvrelaypb.KvPoolDescriptor{Producer: kvrelay.ProducerToWire(id),
-		QuerySemantics: &kvrelaypb.KvQuerySemantics{KvBlockSize: 16, HashFormat: kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1},
-		PoolRoles:      []kvrelaypb.WorkerRole{kvrelaypb.WorkerRole_WORKER_ROLE_LEGACY}}
+		ServingEndpoint: &kvrelaypb.DynamoEndpointId{Namespace: "dynamo", Component: "backend", Endpoint: "generate"},
+		QuerySemantics:  &kvrelaypb.KvQuerySemantics{KvBlockSize: 16, HashFormat: kvrelaypb.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1},
+		PoolRoles:       []kvrelaypb.WorkerRole{kvrelaypb.WorkerRole_WORKER_ROLE_LEGACY}}
 }
 
 func (f *fakeKV) update(id ckf.ProducerIdentity, kind kvrelaypb.FilterUpdateKind, base, seq uint64, payload []byte) *kvrelaypb.FilterUpdate {
@@ -173,7 +174,7 @@ func (f *fakeKV) sendSnapshot(t *testing.T, s *fakeSub, id ckf.ProducerIdentity,
 			ChunkIndex: uint32(i), ChunkCount: uint32(n), BucketOffset: uint64(i * per), Words: words[i*per : min(len(words), (i+1)*per)]}
 		b, err := cbi1.AppendFrame(nil, &fr)
 		require.NoError(t, err)
-		s.put(t, f.update(id, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, 0, seq, b))
+		s.put(t, f.update(id, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, seq, seq, b))
 	}
 }
 
@@ -256,7 +257,7 @@ func TestGRPC_FollowsCatalogKey(t *testing.T) {
 	require.Eventually(t, func() bool { w, seq := laneWords(t, r); return seq == 5 && assert.ObjectsAreEqual(words, w) }, 5*time.Second, time.Millisecond, "%+v", r.Lane(0))
 	for seq := uint64(5); seq < 25; seq++ {
 		f.sendDelta(t, s, testID, seq, words, rng)
-		s.put(t, f.update(testID, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, 0, seq+1, nil))
+		s.put(t, f.update(testID, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, seq+1, seq+1, nil))
 	}
 	require.Eventually(t, func() bool { w, seq := laneWords(t, r); return seq == 25 && assert.ObjectsAreEqual(words, w) }, 5*time.Second, time.Millisecond, "%+v", r.Lane(0))
 	// CBI1 allows an empty delta and repeated buckets (the last image wins);
@@ -298,9 +299,11 @@ func TestGRPC_GapResubscribesFromAFreshSnapshot(t *testing.T) {
 	assert.Equal(t, uint64(1), r.Lane(0).Resubscribes)
 }
 
-// TestGRPC_HeartbeatOfAnotherSequenceDeactivates: a heartbeat whose
-// sequence is not the installed one means a lost delta.
-func TestGRPC_HeartbeatOfAnotherSequenceDeactivates(t *testing.T) {
+// TestGRPC_HeartbeatOfAnotherSequenceEndsTheStream: a heartbeat whose
+// sequence is not the installed one means a lost delta; the stream ends
+// with Dynamo's reason (global_view_consumer/stream.rs) and a fresh
+// subscription follows.
+func TestGRPC_HeartbeatOfAnotherSequenceEndsTheStream(t *testing.T) {
 	f, addr := startFakeKV(t)
 	f.setCatalog(1, descriptor(testID))
 	r, _ := startGRPCRouter(t, addr, nil)
@@ -308,9 +311,71 @@ func TestGRPC_HeartbeatOfAnotherSequenceDeactivates(t *testing.T) {
 	words := randomWords(rand.New(rand.NewPCG(5, 6)), testFormat.BucketCount)
 	f.sendSnapshot(t, s, testID, 4, words, 64)
 	require.Eventually(t, func() bool { return r.Lane(0).Ready }, 5*time.Second, time.Millisecond)
-	s.put(t, f.update(testID, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, 0, 5, nil))
+	s.put(t, f.update(testID, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, 5, 5, nil))
 	f.next(t)
-	assert.Contains(t, r.Lane(0).LastError, ErrDeactivated.Error())
+	assert.Contains(t, r.Lane(0).LastError, ErrInvalidPublication.Error())
+	assert.Contains(t, r.Lane(0).LastError, "CKF heartbeat has unexpected payload or sequence")
+}
+
+// TestGRPC_DynamoConsumerChecks (issue #32 item 4): the checks Dynamo's
+// consumer makes of every update (global_view_consumer/stream.rs
+// process_update), each ending the stream with Dynamo's reason and a fresh
+// subscription that converges.
+func TestGRPC_DynamoConsumerChecks(t *testing.T) {
+	chunk := func(f *fakeKV, seq uint64, index, count uint32, words []uint64) []byte {
+		fr := cbi1.Frame{Header: cbi1.Header{Kind: cbi1.KindSnapshotChunk, Format: testFormat, DCID: testPool.DCID, Epoch: seq},
+			ChunkIndex: index, ChunkCount: count, BucketOffset: uint64(index) * uint64(len(words)), Words: words}
+		b, err := cbi1.AppendFrame(nil, &fr)
+		require.NoError(t, err)
+		return b
+	}
+	const (
+		kChunk = kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK
+		kBeat  = kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT
+	)
+	for _, tt := range []struct {
+		name      string
+		installed bool // send the whole snapshot at 4 first
+		bad       func(f *fakeKV, words []uint64) []*kvrelaypb.FilterUpdate
+		reason    string
+	}{
+		{"relay identity changes within the stream", true, func(f *fakeKV, _ []uint64) []*kvrelaypb.FilterUpdate {
+			m := f.update(testID, kBeat, 4, 4, nil)
+			m.Relay = &kvrelaypb.RelayIdentity{DrtInstanceId: f.relay.GetDrtInstanceId(), RelayIncarnation: f.relay.GetRelayIncarnation() + 1}
+			return []*kvrelaypb.FilterUpdate{m}
+		}, "relay incarnation changed within a CKF stream"},
+		{"chunk base_sequence is not its sequence", false, func(f *fakeKV, words []uint64) []*kvrelaypb.FilterUpdate {
+			return []*kvrelaypb.FilterUpdate{f.update(testID, kChunk, 3, 4, chunk(f, 4, 0, 1, words))}
+		}, "snapshot chunk has mismatched base sequence"},
+		{"heartbeat base_sequence is not its sequence", true, func(f *fakeKV, _ []uint64) []*kvrelaypb.FilterUpdate {
+			return []*kvrelaypb.FilterUpdate{f.update(testID, kBeat, 3, 4, nil)}
+		}, "CKF heartbeat has unexpected payload or sequence"},
+		{"heartbeat before the snapshot completes", false, func(f *fakeKV, words []uint64) []*kvrelaypb.FilterUpdate {
+			return []*kvrelaypb.FilterUpdate{f.update(testID, kChunk, 4, 4, chunk(f, 4, 0, 2, words[:32])), f.update(testID, kBeat, 4, 4, nil)}
+		}, "CKF heartbeat has unexpected payload or sequence"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, addr := startFakeKV(t)
+			f.setCatalog(1, descriptor(testID))
+			r, _ := startGRPCRouter(t, addr, func(c *Config) { c.IdleTimeout = -1 })
+			s := f.next(t)
+			words := randomWords(rand.New(rand.NewPCG(13, 14)), testFormat.BucketCount)
+			if tt.installed {
+				f.sendSnapshot(t, s, testID, 4, words, 64)
+				require.Eventually(t, func() bool { return r.Lane(0).Ready }, 5*time.Second, time.Millisecond)
+			}
+			for _, m := range tt.bad(f, words) {
+				s.tryPut(m)
+			}
+			s2 := f.next(t)
+			li := r.Lane(0)
+			assert.Contains(t, li.LastError, ErrInvalidPublication.Error())
+			assert.Contains(t, li.LastError, tt.reason)
+			assert.False(t, li.Ready)
+			f.sendSnapshot(t, s2, testID, 9, words, 32)
+			require.Eventually(t, func() bool { w, seq := laneWords(t, r); return seq == 9 && assert.ObjectsAreEqual(words, w) }, 5*time.Second, time.Millisecond)
+		})
+	}
 }
 
 // TestGRPC_InvalidPublicationClosesTheReplica: every contract violation in
@@ -439,6 +504,28 @@ func TestGRPC_QuarantinesUnknownValues(t *testing.T) {
 		"model target unset": func(d *kvrelaypb.KvPoolDescriptor) {
 			d.Registrations = []*kvrelaypb.ModelRegistration{{CanonicalModelId: "m"}}
 		},
+		// Malformed in Dynamo's validate_pool_descriptor (wire/identity.rs).
+		"role twice": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.PoolRoles = []kvrelaypb.WorkerRole{kvrelaypb.WorkerRole_WORKER_ROLE_AGGREGATED, kvrelaypb.WorkerRole_WORKER_ROLE_AGGREGATED}
+		},
+		"alias twice": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("m", "a", "a")}
+		},
+		"empty alias": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("m", "")}
+		},
+		"empty model id":  func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg("")} },
+		"padded model id": func(d *kvrelaypb.KvPoolDescriptor) { d.Registrations = []*kvrelaypb.ModelRegistration{baseReg(" m")} },
+		"empty base model": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.Registrations = []*kvrelaypb.ModelRegistration{loraReg("m", "", "x")}
+		},
+		"empty adapter": func(d *kvrelaypb.KvPoolDescriptor) {
+			d.Registrations = []*kvrelaypb.ModelRegistration{loraReg("m", "m", "")}
+		},
+		"no endpoint":     func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint = nil },
+		"empty namespace": func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Namespace = "" },
+		"empty component": func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Component = "" },
+		"padded endpoint": func(d *kvrelaypb.KvPoolDescriptor) { d.ServingEndpoint.Endpoint = "generate\n" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			f, addr := startFakeKV(t)
@@ -466,7 +553,7 @@ func TestGRPC_AmbiguousOrInvalidCatalog(t *testing.T) {
 	r, _ := startGRPCRouter(t, addr, nil)
 	f.none(t, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return r.Lane(0).LastError != "" }, 5*time.Second, time.Millisecond)
-	assert.Contains(t, r.Lane(0).LastError, "more than one entry")
+	assert.Contains(t, r.Lane(0).LastError, ErrAmbiguous.Error())
 
 	_, err := parseCatalog(func() *kvrelaypb.KvPoolCatalogUpdate {
 		m := &kvrelaypb.KvPoolCatalogUpdate{Snapshot: &kvrelaypb.KvPoolCatalogSnapshot{Pools: []*kvrelaypb.KvPoolDescriptor{descriptor(testID), descriptor(testID)}}}

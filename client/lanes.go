@@ -21,6 +21,13 @@ import (
 // consumer and wire sentinels with errors.Is, whatever the implementation.
 // Implementations are safe for concurrent use.
 //
+// Every implementation caps its inputs at consumer.MaxInputBytes (64 MiB): a
+// larger frame body is wire.ErrFrameTooLarge and a larger query (8 bytes a
+// hash, 4 a token) consumer.ErrInvalidQuery, before anything changes. Any
+// token block size ≥ 1 is valid; one above the token count (any above 2^31−1
+// included) leaves no complete block. AppendLaneWords on a lane that is not
+// ready is consumer.ErrUnavailable with no words.
+//
 // A [Router] uses Assign, Retire, ApplyFrame, QuerySequenceHashes, Contains
 // and AppendLaneWords, and serializes its own calls; the other methods serve
 // routers that hash tokens themselves and tools that inspect lanes.
@@ -46,7 +53,8 @@ type Lanes interface {
 	Contains(seqHash uint64) (uint16, error)
 	// LaneStatus reports one lane's assignment, readiness and counters.
 	LaneStatus(lane int) (consumer.LaneStatus, error)
-	// AppendLaneWords appends a ready lane's bucket words in bucket order.
+	// AppendLaneWords appends a ready lane's bucket words in bucket order;
+	// a lane that is not ready is consumer.ErrUnavailable and dst unchanged.
 	AppendLaneWords(dst []uint64, lane int) ([]uint64, error)
 	// Stats reports the table's size and query counters.
 	Stats() (consumer.Stats, error)

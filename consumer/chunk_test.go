@@ -125,3 +125,31 @@ func TestConsumer_ChunkOnReadyLane(t *testing.T) {
 	f.want(f.c.ApplySnapshotChunk(chunk(0, l, 6, 0, 2, 0, testWords(1, 32))), Deactivated, SnapshotWhileReady)
 	f.wantTable(before)
 }
+
+// TestConsumer_AppendLaneWordsNotReady: a lane that is not ready — assigned
+// with half a snapshot staged, unassigned, or deactivated — has no words to
+// give: a *LaneError matching ErrUnavailable, and dst comes back unchanged
+// (before, the half-staged column was returned with no error).
+func TestConsumer_AppendLaneWordsNotReady(t *testing.T) {
+	f := newFixture(t)
+	words := testWords(5, testBuckets)
+	l := f.assign(0, 1)
+	f.want(f.c.ApplySnapshotChunk(chunk(0, l, 3, 0, 2, 0, words[:testBuckets/2])), SnapshotChunkAccepted, NoFault)
+	dst := []uint64{42}
+	for _, step := range []string{"half staged", "retired"} {
+		got, err := f.c.AppendLaneWords(dst, 0)
+		require.ErrorIs(t, err, ErrUnavailable, step)
+		var le *LaneError
+		require.ErrorAs(t, err, &le, step)
+		require.Equal(t, 0, le.Lane, step)
+		require.Equal(t, []uint64{42}, got, "%s: dst unchanged", step)
+		require.NoError(t, f.c.Retire(0))
+	}
+	got, err := f.c.AppendLaneWords(dst, 3)
+	require.ErrorIs(t, err, ErrUnavailable, "an unconfigured lane")
+	require.Equal(t, []uint64{42}, got)
+	f.ready(1, 1, 7)
+	got, err = f.c.AppendLaneWords(dst[:0:0], 1)
+	require.NoError(t, err, "a ready lane")
+	require.Len(t, got, testBuckets)
+}

@@ -8,34 +8,50 @@ import (
 // lanes is the fixed lane count of the transposed table (the row width).
 const lanes = ckf.MaxLanes
 
-// Consumer holds up to 16 pools' filters in one transposed table and answers
-// prefix-depth queries over the lanes that are ready (SPEC §8).
+// Consumer holds up to 16 pools' filters and answers prefix-depth queries
+// over the lanes that are ready (SPEC §8).
 //
-// The table is bucket-major and lane-minor: the word of bucket b in lane l is
-// at index b*16+l, so one probe reads the same two rows for all 16 lanes
-// (2 × 128 bytes). It is allocated once by [New] and never resized:
-// bucket_count × 128 bytes (64 MiB at 524,288 buckets), whatever the number
-// of configured lanes.
+// Each lane's format (seed, bucket count) comes from its assignment, so
+// pools of different sizes share one consumer. Lanes of the same format form
+// a format group ([group]) with one bucket-major, lane-minor table whose rows
+// are the group's lane count rounded up to 1, 2, 4, 8 or 16 words; one
+// logical probe is the OR of each group's two-row probe, mapped into the
+// lane mask, so the prefix search is the same for any mix (docs/RATIONALE.md,
+// "Why format groups with narrow rows?").
+//
+// A version-1 manifest pins every lane to its one format: New then builds
+// the table of before, one group of 16-word rows where the word of bucket b
+// in lane l is at index b*16+l, so one probe reads the same two rows for all
+// 16 lanes (2 × 128 bytes), bucket_count × 128 bytes allocated once (64 MiB
+// at 524,288 buckets) whatever the number of configured lanes, and queries
+// run the same code and kernel as before. Otherwise groups are built as
+// lanes are assigned.
 //
 // A Consumer is not safe for concurrent use: frames and queries must be
 // serialized by the caller (the WebAssembly guest is single-threaded). It
 // starts no goroutine and touches no OS resource. The zero value is not
 // usable; build one with [New].
 type Consumer struct {
-	manifest    Manifest
-	bucketCount uint64
-	addresser   ckf.Addresser
-	window      int
+	manifest Manifest
+	window   int
 
-	// words is the transposed table, len bucketCount*16.
-	words []uint64
+	// groups are the format groups, sorted by seed.
+	groups []*group
+	// uniform: one group of 16 slots where slot l is lane l; then words,
+	// addresser and bucketCount are that group's and queries take the
+	// one-table path (and, in WebAssembly, the search kernel).
+	uniform     bool
+	words       []uint64
+	addresser   ckf.Addresser
+	bucketCount uint64
+
 	// ready has bit l set when lane l is ready. Queries read it once.
 	// INVARIANT: bit l is set iff lanes[l].ready.
 	ready uint16
 	lanes [lanes]lane
 
-	// seen is a bitset over buckets used to reject duplicate images before
-	// any write; every bit is zero between calls.
+	// seen is a bitset over buckets (of the largest group) used to reject
+	// duplicate images before any write; every bit is zero between calls.
 	seen []uint64
 
 	q querier
@@ -48,10 +64,17 @@ type Consumer struct {
 type lane struct {
 	configured bool
 	pool       ckf.PoolID
+	// pin is the format the manifest requires of the lane (zero: any).
+	pin ckf.Format
 
 	assigned bool
 	identity ckf.ProducerIdentity
 	lease    ckf.LaneLease // current lease, or the last one once revoked
+
+	// grp and slot place the lane's column: the group of its current
+	// format (nil before its first assignment) and its slot in the rows.
+	grp  *group
+	slot int
 
 	hasEpoch  bool
 	lastEpoch uint64
@@ -72,26 +95,35 @@ type lane struct {
 	stats       LaneStats
 }
 
-// New validates m and returns a Consumer with every lane unassigned. It
-// allocates the whole table up front.
+// New validates m and returns a Consumer with every lane unassigned. A
+// manifest with one format for every lane (Format set, no lane pin that
+// differs) allocates the whole 16-lane table up front; otherwise each group
+// is allocated when its first lane is assigned.
 func New(m Manifest) (*Consumer, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	n := m.Format.BucketCount
-	c := &Consumer{
-		manifest:    m,
-		bucketCount: n,
-		addresser:   m.Format.Addresser(),
-		window:      m.VerificationWindow,
-		words:       make([]uint64, n*lanes),
-		seen:        make([]uint64, (n+63)/64),
-	}
+	c := &Consumer{manifest: m, window: m.VerificationWindow}
 	for i, p := range m.Lanes {
 		if p != nil {
 			c.lanes[i].configured = true
 			c.lanes[i].pool = *p
+			c.lanes[i].pin = m.LaneFormat(i)
 		}
+	}
+	if f, ok := m.UniformFormat(); ok {
+		g := newGroup(f, lanes)
+		g.fixed = true
+		for i := range c.lanes {
+			if c.lanes[i].configured {
+				g.slotLane[i] = int8(i)
+				g.members |= 1 << i
+				c.lanes[i].grp, c.lanes[i].slot = g, i
+			}
+		}
+		c.groups = []*group{g}
+		c.seen = make([]uint64, (f.BucketCount+63)/64)
+		c.regroup()
 	}
 	return c, nil
 }
@@ -111,11 +143,17 @@ func (c *Consumer) laneIndex(op string, i int) (*lane, error) {
 
 // Assign grants lease.PhysicalLane to the producer identity (SPEC §8.3). It
 // checks, in order: the consumer instance, the lane, the identity's pool
-// against the lane's pool, the format against the manifest's, and that the
-// epoch is greater than every epoch ever assigned to the lane (retire keeps
-// it). A failure is a [*LaneError] and leaves the lane untouched. On success
-// readiness is cleared first, any partial snapshot is discarded, and the
-// lane waits for a snapshot under the new lease at installed sequence 0.
+// against the lane's pool, the identity's format (valid, and the lane's pin
+// when the manifest pins one), and that the epoch is greater than every
+// epoch ever assigned to the lane (retire keeps it). A failure is a
+// [*LaneError] and leaves the lane untouched. On success readiness is
+// cleared first, any partial snapshot is discarded, and the lane waits for a
+// snapshot under the new lease at installed sequence 0.
+//
+// The lane's format is the identity's. A lane whose format changes (a
+// resubscribe to a resized pool) leaves its group — dropped when it empties
+// — and joins the group of its new format, created or widened as needed;
+// its column there is only read once a snapshot has rewritten all of it.
 func (c *Consumer) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error {
 	li := int(lease.PhysicalLane)
 	if lease.ConsumerInstance != c.manifest.ConsumerInstance {
@@ -128,12 +166,15 @@ func (c *Consumer) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) er
 	switch {
 	case identity.Pool != l.pool:
 		return &LaneError{Op: "assign", Lane: li, Err: ErrWrongPool}
-	case identity.Format != c.manifest.Format:
+	case l.pin != (ckf.Format{}) && identity.Format != l.pin:
+		return &LaneError{Op: "assign", Lane: li, Err: ErrFormatMismatch}
+	case identity.Format.Validate() != nil:
 		return &LaneError{Op: "assign", Lane: li, Err: ErrFormatMismatch}
 	case l.hasEpoch && lease.AssignmentEpoch <= l.lastEpoch:
 		return &LaneError{Op: "assign", Lane: li, Err: ErrStaleAssignmentEpoch}
 	}
 	c.setReady(li, false)
+	c.join(li, identity.Format)
 	l.staging = false
 	l.assigned = true
 	l.identity = identity
@@ -192,6 +233,10 @@ type LaneStatus struct {
 	Assigned bool
 	Lease    ckf.LaneLease
 	Identity ckf.ProducerIdentity
+	// Format is the lane's format: its last assignment's (Identity.Format),
+	// else the manifest's pin for it, else zero. Its words (AppendLaneWords)
+	// are Format.BucketCount long.
+	Format ckf.Format
 	// LastEpoch is the greatest epoch ever assigned (valid when HasEpoch).
 	HasEpoch  bool
 	LastEpoch uint64
@@ -221,12 +266,16 @@ func (c *Consumer) LaneStatus(i int) (LaneStatus, error) {
 		Assigned:    l.assigned,
 		Lease:       l.lease,
 		Identity:    l.identity,
+		Format:      l.pin,
 		HasEpoch:    l.hasEpoch,
 		LastEpoch:   l.lastEpoch,
 		Ready:       l.ready,
 		LastOutcome: l.lastOutcome,
 		LastFault:   l.lastFault,
 		Stats:       l.stats,
+	}
+	if l.hasEpoch {
+		s.Format = l.identity.Format
 	}
 	if l.ready {
 		s.InstalledSequence = l.installed
@@ -240,24 +289,33 @@ func (c *Consumer) LaneStatus(i int) (LaneStatus, error) {
 }
 
 // AppendLaneWords appends lane i's column of the table (bucket_count words,
-// bucket order) to dst and returns it, whatever the lane's readiness: the
-// words of a lane that is not ready may be stale or partially staged. It is
-// meant for diagnostics and for comparing a lane with its producer's table.
-// Cost: O(bucket_count) strided reads.
+// bucket order) to dst and returns it. Only a ready lane has words to give:
+// the column of a lane that is not ready may be stale or half staged, so it
+// is a [*LaneError] matching [ErrUnavailable] and dst comes back unchanged.
+// It is meant for diagnostics and for comparing a lane with its producer's
+// table. Cost: O(bucket_count) strided reads.
 func (c *Consumer) AppendLaneWords(dst []uint64, i int) ([]uint64, error) {
 	if i < 0 || i >= lanes {
 		return dst, &LaneError{Op: "words", Lane: i, Err: ErrWrongLane}
 	}
-	for b := uint64(0); b < c.bucketCount; b++ {
-		dst = append(dst, c.words[b*lanes+uint64(i)])
+	l := &c.lanes[i]
+	if !l.ready {
+		return dst, &LaneError{Op: "words", Lane: i, Err: ErrUnavailable}
+	}
+	g, w := l.grp, uint64(l.grp.width)
+	for b := range g.bucketCount {
+		dst = append(dst, g.words[b*w+uint64(l.slot)])
 	}
 	return dst, nil
 }
 
 // Stats is the consumer-wide view.
 type Stats struct {
+	// BucketCount is the bucket count of the one format group, or the
+	// largest of several (0 before any group exists).
 	BucketCount uint64
-	TableBytes  uint64 // bytes of the transposed table
+	TableBytes  uint64 // bytes of every group's table together
+	Groups      int    // format groups
 	ReadyMask   uint16
 	Queries     uint64 // queries answered (including Contains)
 	Probes      uint64 // row-pair probes made by queries
@@ -265,11 +323,11 @@ type Stats struct {
 
 // Stats returns the consumer-wide counters.
 func (c *Consumer) Stats() Stats {
-	return Stats{
-		BucketCount: c.bucketCount,
-		TableBytes:  uint64(len(c.words)) * 8,
-		ReadyMask:   c.ready,
-		Queries:     c.q.queries,
-		Probes:      c.q.probes,
+	s := Stats{Groups: len(c.groups)}
+	for _, g := range c.groups {
+		s.BucketCount = max(s.BucketCount, g.bucketCount)
+		s.TableBytes += uint64(len(g.words)) * 8
 	}
+	s.ReadyMask, s.Queries, s.Probes = c.ready, c.q.queries, c.q.probes
+	return s
 }

@@ -40,9 +40,11 @@ var (
 
 // Query errors.
 var (
-	// ErrUnavailable: no lane is ready, so no depth can be answered.
+	// ErrUnavailable: no lane is ready, so no depth can be answered; or,
+	// from AppendLaneWords, the lane asked for is not ready.
 	ErrUnavailable = errors.New("consumer: no lane is ready")
-	// ErrInvalidQuery: a query argument is unusable (block size ≤ 0, nil result).
+	// ErrInvalidQuery: a query argument is unusable (block size ≤ 0, nil
+	// result, an input over MaxInputBytes).
 	ErrInvalidQuery = errors.New("consumer: invalid query")
 )
 

@@ -14,8 +14,20 @@ import (
 
 // clone returns a deep copy of c's lane state and table (not query scratch).
 func (c *Consumer) clone() *Consumer {
-	d := &Consumer{manifest: c.manifest, bucketCount: c.bucketCount, addresser: c.addresser, window: c.window,
-		words: slices.Clone(c.words), ready: c.ready, lanes: c.lanes, seen: slices.Clone(c.seen)}
+	d := &Consumer{manifest: c.manifest, window: c.window, ready: c.ready, lanes: c.lanes, seen: slices.Clone(c.seen)}
+	copies := map[*group]*group{}
+	for _, g := range c.groups {
+		h := *g
+		h.words = slices.Clone(g.words)
+		copies[g] = &h
+		d.groups = append(d.groups, &h)
+	}
+	for i := range d.lanes {
+		if g := d.lanes[i].grp; g != nil {
+			d.lanes[i].grp = copies[g]
+		}
+	}
+	d.regroup()
 	return d
 }
 

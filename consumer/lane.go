@@ -3,6 +3,7 @@ package consumer
 import (
 	"encoding/binary"
 	"math"
+	"strconv"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -137,12 +138,13 @@ func (c *Consumer) installChunk(id *ckf.ProducerIdentity, lease ckf.LaneLease, s
 		return c.deactivate(idx, WrongIdentity)
 	}
 	n := words.len()
+	bc := l.grp.bucketCount
 	switch {
 	case count == 0 || index >= count:
 		return c.fail(idx, MalformedChunk)
-	case offset > c.bucketCount || n > c.bucketCount-offset:
+	case offset > bc || n > bc-offset:
 		return c.fail(idx, WrongBucketCount)
-	case index == count-1 && offset+n != c.bucketCount:
+	case index == count-1 && offset+n != bc:
 		return c.fail(idx, WrongBucketCount)
 	case n == 0:
 		return c.fail(idx, MalformedChunk)
@@ -196,18 +198,20 @@ func (c *Consumer) writeColumn(idx int, offset uint64, src wordSrc) {
 	if n == 0 {
 		return
 	}
+	l := &c.lanes[idx]
+	w := l.grp.width
 	// Reslicing once lets the compiler drop the bounds check in the loops.
-	col := c.words[offset*lanes+uint64(idx):]
-	_ = col[(n-1)*lanes]
+	col := l.grp.words[offset*uint64(w)+uint64(l.slot):]
+	_ = col[(n-1)*w]
 	if src.raw != nil {
 		raw := src.raw[:8*n]
 		for i := range n {
-			col[i*lanes] = binary.LittleEndian.Uint64(raw[8*i:])
+			col[i*w] = binary.LittleEndian.Uint64(raw[8*i:])
 		}
 		return
 	}
-	for i, w := range src.words {
-		col[i*lanes] = w
+	for i, word := range src.words {
+		col[i*w] = word
 	}
 }
 
@@ -277,15 +281,15 @@ func (c *Consumer) applyDelta(d *ckf.Delta, images imageSrc) Result {
 	case images.len() == 0:
 		return c.deactivate(idx, EmptyDelta)
 	}
-	if !c.imagesValid(images) {
+	if !c.imagesValid(images, l.grp.bucketCount) {
 		return c.deactivate(idx, MalformedImages)
 	}
 	// INVARIANT: every check has passed; from here on nothing can fail.
-	col := c.words[idx:]
+	col, stride := l.grp.words[l.slot:], uint64(l.grp.width)
 	n := images.len()
 	for i := range n {
 		b, w := images.at(i)
-		col[b*lanes] = w
+		col[b*stride] = w
 	}
 	l.installed = d.Sequence
 	l.stats.DeltasApplied++
@@ -294,14 +298,14 @@ func (c *Consumer) applyDelta(d *ckf.Delta, images imageSrc) Result {
 }
 
 // imagesValid reports whether every image names a distinct bucket below
-// bucket_count. It marks buckets in c.seen and clears them again, so the
-// check costs O(len(images)) whatever the table size.
-func (c *Consumer) imagesValid(images imageSrc) bool {
+// bucketCount (the lane's). It marks buckets in c.seen and clears them again,
+// so the check costs O(len(images)) whatever the table size.
+func (c *Consumer) imagesValid(images imageSrc, bucketCount uint64) bool {
 	ok := true
 	n := 0
 	for i := range images.len() {
 		b, _ := images.at(i)
-		if b >= c.bucketCount {
+		if b >= bucketCount {
 			ok = false
 			break
 		}
@@ -378,11 +382,16 @@ func (c *Consumer) ApplyFrame(f *wire.Frame) Result {
 // ApplyFrameBytes decodes one frame (the msgpack body, without the 4-byte
 // length prefix) and applies it like [Consumer.ApplyFrame]. A frame that does
 // not decode returns the wire error (a *wire.DecodeError) and changes
-// nothing. Snapshot words and delta images are read straight from data into
+// nothing; so does a body over [MaxInputBytes] (wire.ErrFrameTooLarge, as in
+// the WebAssembly module). Snapshot words and delta images are read straight from data into
 // the table, so a snapshot is never held three times (frame, scratch,
 // table). data is only read and not retained. Decoding reuses a frame owned
 // by the consumer: steady-state applies do not allocate.
 func (c *Consumer) ApplyFrameBytes(data []byte) (Result, error) {
+	if len(data) > MaxInputBytes {
+		return Result{Lane: -1}, &wire.DecodeError{Kind: wire.ErrFrameTooLarge,
+			Detail: "frame of " + strconv.Itoa(len(data)) + " bytes exceeds the consumer's " + strconv.Itoa(MaxInputBytes)}
+	}
 	f := &c.frame
 	if err := wire.DecodeFrameView(data, f); err != nil {
 		return Result{Lane: -1}, err

@@ -1,8 +1,37 @@
 package consumer
 
 import (
+	"fmt"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
+
+// MaxInputBytes bounds every input a consumer takes in one call, natively
+// and in the WebAssembly module alike (whose alloc export hands out no
+// larger buffer): a frame body, or a query as the module's ABI encodes it —
+// 8 bytes a hash, 4 a token, and for [Consumer.QueryTokensWith] the token
+// query layout ([TokenQueryBytes]). A larger frame is refused with
+// wire.ErrFrameTooLarge and a larger query with [ErrInvalidQuery], before
+// anything changes. 64 MiB is 16,777,216 tokens or 8,388,608 blocks: far
+// beyond any request, and eight times the relay's default frame limit.
+const MaxInputBytes = 64 << 20
+
+// TokenQueryBytes is the size of a token query in the module's layout
+// (docs/abi.md §3.1): a 16-byte header, 4 bytes a token and a multimodal
+// list length, zero padding to 8 bytes, 8 bytes a multimodal hash.
+func TokenQueryBytes(nTokens int, o ckf.HashOptions) uint64 {
+	var nMM uint64
+	for _, l := range o.MM {
+		nMM += uint64(len(l))
+	}
+	n := 16 + 4*uint64(nTokens) + 4*uint64(len(o.MM))
+	return (n+7)&^7 + 8*nMM
+}
+
+// tooLarge is the error of a query whose input exceeds MaxInputBytes.
+func tooLarge(n uint64) error {
+	return fmt.Errorf("%w: input of %d bytes exceeds the %d-byte limit", ErrInvalidQuery, n, MaxInputBytes)
+}
 
 // QueryResult is filled by the query methods. The caller owns it and may
 // reuse it across queries; queries never allocate it.
@@ -24,10 +53,14 @@ type QueryResult struct {
 // It chains them into canonical sequence hashes in reused scratch, then runs
 // the prefix search of SPEC §8.4. With no ready lane it returns
 // [ErrUnavailable] and res.Mask = 0. locals is only read. After a query of
-// the same or greater length, Query does not allocate.
+// the same or greater length, Query does not allocate. More than
+// MaxInputBytes/8 hashes is [ErrInvalidQuery] ([MaxInputBytes]).
 func (c *Consumer) Query(locals []uint64, res *QueryResult) error {
 	if res == nil {
 		return ErrInvalidQuery
+	}
+	if n := 8 * uint64(len(locals)); n > MaxInputBytes {
+		return tooLarge(n)
 	}
 	q := &c.q
 	q.seq = ckf.AppendSequenceHashes(q.seq[:0], locals)
@@ -37,6 +70,9 @@ func (c *Consumer) Query(locals []uint64, res *QueryResult) error {
 // QuerySequenceHashes is [Consumer.Query] for hashes that are already the
 // canonical chain. seq is only read and not retained.
 func (c *Consumer) QuerySequenceHashes(seq []uint64, res *QueryResult) error {
+	if n := 8 * uint64(len(seq)); n > MaxInputBytes {
+		return tooLarge(n)
+	}
 	if hasSearchKernel { // a constant: this inlines into the caller either way
 		return c.runKernel(seq, res)
 	}
@@ -47,6 +83,9 @@ func (c *Consumer) QuerySequenceHashes(seq []uint64, res *QueryResult) error {
 // stops at each lane's first miss) over already-chained hashes. It exists to
 // check and compare the fast search; routers should use the fast one.
 func (c *Consumer) QuerySequenceHashesLinear(seq []uint64, res *QueryResult) error {
+	if n := 8 * uint64(len(seq)); n > MaxInputBytes {
+		return tooLarge(n)
+	}
 	return c.runOn(seq, res, true)
 }
 
@@ -66,11 +105,19 @@ func (c *Consumer) runOn(seq []uint64, res *QueryResult, linear bool) error {
 // QueryTokens hashes tokens into complete blocks of blockSize tokens with the
 // given salt (see [ckf.Salt]; a trailing partial block is ignored), chains
 // them and answers like [Consumer.Query]. blockSize must be > 0
-// ([ErrInvalidQuery] otherwise). It does not allocate: on little-endian
-// targets ckf hashes the tokens in place.
+// ([ErrInvalidQuery] otherwise); any larger block size is valid, and one
+// above the token count leaves no complete block (Blocks 0, every depth 0).
+// The WebAssembly module takes block sizes up to 2^32−1 and its hosts pass
+// a larger one as 2^32−1, which answers the same: with at most
+// MaxInputBytes/4 tokens neither holds a complete block. More than
+// MaxInputBytes/4 tokens is [ErrInvalidQuery]. It does not allocate: on
+// little-endian targets ckf hashes the tokens in place.
 func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res *QueryResult) error {
 	if res == nil || blockSize <= 0 {
 		return ErrInvalidQuery
+	}
+	if n := 4 * uint64(len(tokens)); n > MaxInputBytes {
+		return tooLarge(n)
 	}
 	q := &c.q
 	q.seq = ckf.AppendTokenSequenceHashes(q.seq[:0], tokens, blockSize, salt)
@@ -81,10 +128,15 @@ func (c *Consumer) QueryTokens(tokens []uint32, blockSize int, salt uint64, res 
 // inputs Dynamo's router uses beyond the salt (which carries the LoRA name
 // and the cache namespace: [ckf.Salt]): per-block multimodal hashes and
 // Eagle windows ([ckf.HashOptions], [ckf.AppendTokenSequenceHashesWith]).
-// With zero options it answers exactly as QueryTokens.
+// With zero options it answers exactly as QueryTokens. A request larger
+// than MaxInputBytes in the module's token query layout ([TokenQueryBytes])
+// is [ErrInvalidQuery].
 func (c *Consumer) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *QueryResult) error {
 	if res == nil || blockSize <= 0 {
 		return ErrInvalidQuery
+	}
+	if n := TokenQueryBytes(len(tokens), o); n > MaxInputBytes {
+		return tooLarge(n)
 	}
 	q := &c.q
 	q.seq = ckf.AppendTokenSequenceHashesWith(q.seq[:0], tokens, blockSize, salt, o)
@@ -93,7 +145,7 @@ func (c *Consumer) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, 
 
 // run searches c.q.seq over the ready lanes captured once here.
 func (c *Consumer) run(res *QueryResult, linear bool) error {
-	if hasSearchKernel && useSearchKernel && !linear {
+	if hasSearchKernel && useSearchKernel && !linear && c.uniform {
 		return c.runKernel(c.q.seq, res)
 	}
 	ready := c.ready

@@ -145,5 +145,5 @@ func TestConsumer_StatsCountQueriesAndProbes(t *testing.T) {
 	_ = f.c.QuerySequenceHashes([]uint64{1, 2, 3}, &res)
 	_, _ = f.c.Contains(5)
 	s := f.c.Stats()
-	require.Equal(t, Stats{Queries: 2, Probes: uint64(res.Probes) + 1, BucketCount: testBuckets, TableBytes: testBuckets * 16 * 8, ReadyMask: 1}, s)
+	require.Equal(t, Stats{Queries: 2, Probes: uint64(res.Probes) + 1, BucketCount: testBuckets, TableBytes: testBuckets * 16 * 8, Groups: 1, ReadyMask: 1}, s)
 }

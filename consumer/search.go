@@ -41,11 +41,16 @@ func (q *querier) prepare(n int) {
 	}
 }
 
-// rowHits returns, for the ready lanes, which hold seqHash: one probe of the
-// same two rows (buckets a and b) for every lane, in one call
-// ([ckf.Addresser.LaneRowHits]: hand-written WebAssembly in wasm builds).
+// rowHits returns, for the ready lanes, which hold seqHash. With one
+// uniform group it is one probe of the same two rows (buckets a and b) for
+// every lane, in one call ([ckf.Addresser.LaneRowHits]: hand-written
+// WebAssembly in wasm builds), as before format groups; otherwise the OR of
+// each group's probe ([Consumer.groupHits]).
 func (c *Consumer) rowHits(seqHash uint64, ready uint16) uint16 {
-	return c.addresser.LaneRowHits(c.words, seqHash) & ready
+	if c.uniform {
+		return c.addresser.LaneRowHits(c.words, seqHash) & ready
+	}
+	return c.groupHits(seqHash, ready)
 }
 
 // probe returns the hit mask of position p of the current query, probing the
@@ -196,7 +201,7 @@ var useSearchKernel = true
 // provenance fallback (rare: a window miss at the window's left edge), in
 // searchFast's lane order, so results and probes are the same.
 func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
-	if !useSearchKernel {
+	if !useSearchKernel || !c.uniform {
 		return c.runOn(seq, res, false)
 	}
 	if res == nil {

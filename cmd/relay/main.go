@@ -1,7 +1,7 @@
 // Command relay is ckfrelay's server and its operator tools.
 //
 //	relay serve [flags]     host pools over HTTP (see README "HTTP API")
-//	relay tail [flags]      print a pool's frame stream as JSON lines
+//	relay tail [flags]      print a pool's frame stream (HTTP) or a gRPC relay's catalog and selected pools (--grpc) as JSON lines
 //	relay demo [flags]      three data centers, a synthetic fleet and a router, in one process
 //	relay replay [flags]    replay a Mooncake trace through simulated data centers, scored against exact truth
 //
@@ -71,7 +71,7 @@ func usage(w io.Writer) {
 
 commands:
   serve   host pools over HTTP: events in, frame streams out
-  tail    subscribe to a pool and print decoded frames as JSON lines
+  tail    subscribe to a pool (or, with --grpc, a KvEventRelay server) and print decoded frames as JSON lines
   demo    three data centers, a synthetic fleet and a router, in one process
   replay  replay a Mooncake trace through simulated data centers; score routing against exact truth
 `)

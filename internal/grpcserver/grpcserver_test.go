@@ -375,15 +375,49 @@ func TestSubscribeKvPool_Lagged(t *testing.T) {
 	t.Logf("%d updates before the lagged close (installed %v)", n, rp.installed)
 }
 
-// TestSubscribeKvPool_OversizeDeltaBecomesSnapshot: a publication with more
-// images than a CBI1 delta holds reaches the subscriber as a snapshot
-// (here with the limit lowered to 8 images), and the stream goes on with
-// deltas; the replica equals the HTTP stream's table.
-func TestSubscribeKvPool_OversizeDeltaBecomesSnapshot(t *testing.T) {
+// TestSubscribeKvPool_OversizePublicationClosesSubscribers: a publication
+// with more images than a CBI1 delta holds (here with the limit lowered to
+// 8 images) closes every current subscriber UNAVAILABLE /
+// PUBLICATION_UNAVAILABLE, as Dynamo's hub does (publication/hub.rs
+// recover_snapshot; its test
+// oversized_delta_resnapshots_and_closes_existing_subscribers): no second
+// snapshot on the same stream. A new subscription starts from a snapshot at
+// or past that publication, then goes on with deltas, and equals the HTTP
+// stream's table.
+func TestSubscribeKvPool_OversizePublicationClosesSubscribers(t *testing.T) {
 	r := startRelay(t, testConfig())
 	r.g.maxDeltaImages = 8
 	p := r.pool(t, "dc-a")
 	want := producerToWire(p.Identity())
+	var streams []grpc.ServerStreamingClient[kvrelaypb.FilterUpdate]
+	var replicas []*replica
+	for range 2 {
+		st, err := r.client.SubscribeKvPool(t.Context(), subscribeReq(want))
+		require.NoError(t, err)
+		rp := &replica{t: t, want: want}
+		for !rp.installed {
+			u, err := st.Recv()
+			require.NoError(t, err)
+			rp.apply(u)
+		}
+		streams, replicas = append(streams, st), append(replicas, rp)
+	}
+	r.post(t, "dc-a", storedJSON(1, 1, 64)) // one publication of ~64 images
+	for i, st := range streams {
+		for {
+			u, err := st.Recv()
+			if err != nil {
+				code, why := reason(err, st.Trailer())
+				assert.Equal(t, codes.Unavailable, code, "%v", err)
+				assert.Equal(t, reasonUnavailable, why)
+				break
+			}
+			require.NotEqual(t, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, u.GetKind(), "subscriber %d: no second snapshot on a stream", i)
+			replicas[i].apply(u)
+		}
+		assert.Equal(t, 1, replicas[i].snapshots)
+	}
+	big := p.Hub().Stats().Sequence
 	st, err := r.client.SubscribeKvPool(t.Context(), subscribeReq(want))
 	require.NoError(t, err)
 	rp := &replica{t: t, want: want}
@@ -392,22 +426,71 @@ func TestSubscribeKvPool_OversizeDeltaBecomesSnapshot(t *testing.T) {
 		require.NoError(t, err)
 		rp.apply(u)
 	}
-	r.post(t, "dc-a", storedJSON(1, 1, 64)) // one publication of ~64 images
-	for rp.snapshots < 2 {
-		u, err := st.Recv()
-		require.NoError(t, err)
-		require.NotEqual(t, kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_DELTA, u.GetKind(), "the large publication is no delta")
-		rp.apply(u)
-	}
+	assert.GreaterOrEqual(t, rp.seq, big, "the new snapshot includes the large publication")
 	r.post(t, "dc-a", storedJSON(1, 2, 1)) // then a small one
 	for rp.deltas == 0 {
 		u, err := st.Recv()
 		require.NoError(t, err)
 		rp.apply(u)
 	}
-	assert.Equal(t, 2, rp.snapshots, "the large publication came as a snapshot")
-	assert.GreaterOrEqual(t, rp.deltas, 1, "and the stream went on with deltas")
 	assert.Equal(t, streamtable.At(t, r.http, "dc-a", 99, rp.seq, 10*time.Second), rp.words)
+}
+
+// TestSubscribeKvPool_AdmissionOrder: Dynamo's order (wan/grpc/service.rs
+// subscribe_kv_pool): the relay's total pool stream limit is taken before
+// the pool and producer are looked up, and the pool's own subscriber limit
+// after them.
+func TestSubscribeKvPool_AdmissionOrder(t *testing.T) {
+	cfg := testConfig()
+	cfg.GRPC.MaxStreams = 1
+	cfg.MaxSubscribers = 1
+	r := startRelay(t, cfg)
+	p := r.pool(t, "dc-a")
+	id := p.Identity()
+	stale, unknown := id, id
+	stale.ProducerIncarnation--
+	unknown.Pool.DCID = 99
+	refused := func(want ckf.ProducerIdentity) (codes.Code, kvrelaypb.RelayErrorReason) {
+		st, err := r.client.SubscribeKvPool(t.Context(), subscribeReq(producerToWire(want)))
+		require.NoError(t, err)
+		_, err = st.Recv()
+		require.Error(t, err)
+		return reason(err, st.Trailer())
+	}
+
+	// The pool's one hub slot taken by an HTTP stream: the pool and
+	// producer checks answer first, then the hub's limit.
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.http+"/v1/pools/dc-a/stream?consumer=5&lane=0&epoch=1", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Eventually(t, func() bool { return p.Hub().Stats().Subscribers == 1 }, 5*time.Second, time.Millisecond)
+	code, why := refused(stale)
+	assert.Equal(t, codes.FailedPrecondition, code)
+	assert.Equal(t, reasonProducer, why)
+	code, why = refused(unknown)
+	assert.Equal(t, codes.NotFound, code)
+	assert.Equal(t, reasonNotFound, why)
+	code, why = refused(id)
+	assert.Equal(t, codes.ResourceExhausted, code)
+	assert.Equal(t, reasonLimit, why)
+	cancel()
+	resp.Body.Close()
+	require.Eventually(t, func() bool { return p.Hub().Stats().Subscribers == 0 }, 5*time.Second, time.Millisecond)
+
+	// The relay's one pool stream taken: every subscribe is refused
+	// RESOURCE_LIMIT before its pool is looked up.
+	st, err := r.client.SubscribeKvPool(t.Context(), subscribeReq(producerToWire(id)))
+	require.NoError(t, err)
+	_, err = st.Recv()
+	require.NoError(t, err)
+	for _, want := range []ckf.ProducerIdentity{stale, unknown, id} {
+		code, why := refused(want)
+		assert.Equal(t, codes.ResourceExhausted, code, "%+v", want.Pool)
+		assert.Equal(t, reasonLimit, why)
+	}
 }
 
 // TestLoadReadinessServing: pool-load windows count the exact state's

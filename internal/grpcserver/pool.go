@@ -38,10 +38,32 @@ func (g *Server) findPool(id ckf.PoolID) (server.KvPool, bool) {
 	return server.KvPool{}, false
 }
 
+// advertised returns the producer the published catalog advertises for the
+// pool id, as Dynamo's relay resolves a subscription against its catalog.
+func (g *Server) advertised(id ckf.PoolID) (ckf.ProducerIdentity, bool) {
+	cat, _ := g.catalog.latest()
+	for _, d := range cat.GetSnapshot().GetPools() {
+		if p, err := producerFromWire(d.GetProducer()); err == nil && p.Pool == id {
+			return p, true
+		}
+	}
+	return ckf.ProducerIdentity{}, false
+}
+
 // SubscribeKvPool streams one pool's filter for the exact producer the
 // request expects: its CBI1 snapshot chunks, then contiguous deltas, with
 // heartbeats while idle. The snapshot and deltas are the pool's hub's, the
 // fan-out the HTTP stream reads.
+//
+// Admission follows Dynamo's order, codes and reasons
+// (wan/grpc/service.rs subscribe_kv_pool and its source's subscribe_pool
+// @91ec3789; docs/deploy.md): the envelope, subscriber_id and
+// expected_producer are checked; then the relay's total pool stream limit
+// is taken (RESOURCE_LIMIT); then the pool is looked up in the published
+// catalog (POOL_NOT_FOUND) and its advertised producer compared
+// (PRODUCER_CHANGED); then the pool's hub admits the subscriber
+// (RESOURCE_LIMIT at the per-pool limit, PUBLICATION_UNAVAILABLE when it is
+// not publishing).
 func (g *Server) SubscribeKvPool(req *kvrelaypb.SubscribeKvPoolRequest, stream grpc.ServerStreamingServer[kvrelaypb.FilterUpdate]) error {
 	ctx := stream.Context()
 	if err := kvrelay.CheckRequest(req); err != nil {
@@ -57,19 +79,23 @@ func (g *Server) SubscribeKvPool(req *kvrelaypb.SubscribeKvPoolRequest, stream g
 	case err != nil:
 		return kvrelay.Fail(ctx, reasonInvalid, "%v", err)
 	}
-	pool, ok := g.findPool(want.Pool)
-	if !ok {
-		return kvrelay.Fail(ctx, reasonNotFound, "no pool with dc_id %d in this routing domain", want.Pool.DCID)
-	}
-	if cur := pool.Identity(); cur != want {
-		return kvrelay.Fail(ctx, reasonProducer, "pool %q publishes incarnation %d layout %d format %+v; refresh the catalog",
-			pool.Spec().Name, cur.ProducerIncarnation, cur.LayoutGeneration, cur.Format)
-	}
 	select {
 	case g.poolSlots <- struct{}{}:
 		defer func() { <-g.poolSlots }()
 	default:
 		return kvrelay.Fail(ctx, reasonLimit, "relay total pool stream limit %d reached", cap(g.poolSlots))
+	}
+	adv, ok := g.advertised(want.Pool)
+	if !ok {
+		return kvrelay.Fail(ctx, reasonNotFound, "unknown pool (dc_id %d in this indexer domain)", want.Pool.DCID)
+	}
+	if adv != want {
+		return kvrelay.Fail(ctx, reasonProducer, "requested producer is no longer active (the catalog advertises incarnation %d layout %d); refresh the catalog",
+			adv.ProducerIncarnation, adv.LayoutGeneration)
+	}
+	pool, ok := g.findPool(want.Pool)
+	if !ok {
+		return kvrelay.Fail(ctx, reasonUnavailable, "pool with dc_id %d stopped publishing; reconnect", want.Pool.DCID)
 	}
 	ps := &poolStream{g: g, pool: pool, want: want, stream: stream, ctx: ctx}
 	return ps.run()
@@ -194,17 +220,17 @@ func (ps *poolStream) snapshot() error {
 }
 
 // delta sends one delta. A publication with more images than a CBI1 delta
-// holds is sent as a snapshot instead (the contract's rule): the stream
-// takes a new hub subscription, whose snapshot is at that publication's
-// sequence or later, and continues with its deltas.
+// holds ends the stream PUBLICATION_UNAVAILABLE, as Dynamo's hub does
+// (publication/hub.rs run_hub_loop → recover_snapshot @2f5ba727): the hub's
+// snapshot is already past it, every current gRPC subscriber sees the same
+// publication and is closed, and each reconnects to a new snapshot. Sending
+// a second snapshot on the same stream is no rule of the contract.
 func (ps *poolStream) delta(d ckf.Delta) error {
 	if len(d.Images) > ps.g.maxDeltaImages {
-		ps.g.log.Info("grpc: publication exceeds a CBI1 delta; sending a snapshot", "pool", ps.pool.Spec().Name,
+		ps.g.log.Info("grpc: publication exceeds a CBI1 delta; closing the stream for a new snapshot", "pool", ps.pool.Spec().Name,
 			"images", len(d.Images), "sequence", d.Sequence)
-		if err := ps.subscribe(); err != nil {
-			return err
-		}
-		return ps.snapshot()
+		return kvrelay.Fail(ps.ctx, reasonUnavailable, "pool %q: publication of %d images at sequence %d exceeds a CBI1 delta (%d); publication subscription requires a fresh snapshot",
+			ps.pool.Spec().Name, len(d.Images), d.Sequence, ps.g.maxDeltaImages)
 	}
 	var err error
 	ps.buf, err = cbi1.AppendFrame(ps.buf[:0], &cbi1.Frame{Header: cbi1.Header{Kind: cbi1.KindDelta, Format: d.Identity.Format,
@@ -239,8 +265,6 @@ func (ps *poolStream) end(cause error) error {
 		return kvrelay.Fail(ps.ctx, reasonLagged, "pool %q: subscriber fell behind the relay's delta log; resubscribe for a snapshot", name)
 	case errors.Is(cause, server.ErrPoolFenced):
 		return kvrelay.Fail(ps.ctx, reasonFenced, "pool %q: producer fenced", name)
-	case errors.Is(cause, hub.ErrProducerChanged) && ps.pool.Identity() != ps.want:
-		return kvrelay.Fail(ps.ctx, reasonProducer, "pool %q: producer changed; refresh the catalog", name)
 	case errors.Is(cause, hub.ErrProducerChanged), errors.Is(cause, hub.ErrBrokenStream), errors.Is(cause, hub.ErrNotReady),
 		errors.Is(cause, hub.ErrClosed), errors.Is(cause, server.ErrPoolShuttingDown):
 		return kvrelay.Fail(ps.ctx, reasonUnavailable, "pool %q: publication restarting or stopped (%v); reconnect", name, cause)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,13 +45,16 @@ type e2eRelay struct {
 	ts     *httptest.Server
 }
 
-func startE2ERelay(t *testing.T, cfg server.Config, grpcAddr string) *e2eRelay {
+func startE2ERelay(t *testing.T, cfg server.Config, grpcAddr string, tune ...func(*Server)) *e2eRelay {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	srv, err := server.New(cfg, log)
 	require.NoError(t, err)
 	g, err := New(srv, log)
 	require.NoError(t, err)
+	for _, f := range tune {
+		f(g) // before Serve: no stream reads it yet
+	}
 	ts := httptest.NewServer(srv.Handler())
 	var ln net.Listener
 	require.Eventually(t, func() bool { ln, err = net.Listen("tcp", grpcAddr); return err == nil }, 5*time.Second, 10*time.Millisecond)
@@ -268,4 +272,80 @@ func TestRouter_FollowsRealRelayOverGRPC(t *testing.T) {
 	for lane, p := range wcfg.Pools {
 		requireLaneEquals(t, rl, r, p.Name, lane)
 	}
+}
+
+// TestRouter_FollowsMultiPoolRelayOverGRPC is the e2e property over gRPC
+// against a relay shaped like Dynamo's: data center 1 hosts the pools of two
+// models (one dc_id, two indexer domains), data center 2 one of them. A
+// router routing for llama follows exactly llama's two pools, one lane per
+// data center, and after every round of random histories (on all three
+// pools) each lane equals its pool's exact table. A publication too large
+// for a CBI1 delta ends llama's data-center-1 stream PUBLICATION_UNAVAILABLE;
+// that lane alone resubscribes and converges.
+func TestRouter_FollowsMultiPoolRelayOverGRPC(t *testing.T) {
+	agg := server.KvPoolSpec{Roles: []string{"aggregated"}}
+	model := func(k server.KvPoolSpec, id string) server.KvPoolSpec {
+		k.Models = []server.ModelSpec{{ID: id}}
+		return k
+	}
+	cfg := server.Config{HeartbeatInterval: server.Duration(20 * time.Millisecond), SubscriberQueue: 64,
+		GRPC: server.GRPCConfig{Listen: "127.0.0.1:0", LoadInterval: server.Duration(20 * time.Millisecond)},
+		Pools: []server.PoolSpec{
+			{Name: "llama-1", DCID: 1, ExpectedBlocks: 4096, PublishEveryNEvents: 1, CacheSemantics: "llama", KvRelay: model(agg, "llama")},
+			{Name: "qwen-1", DCID: 1, ExpectedBlocks: 4096, PublishEveryNEvents: 1, CacheSemantics: "qwen", KvRelay: model(agg, "qwen")},
+			{Name: "llama-2", DCID: 2, ExpectedBlocks: 4096, PublishEveryNEvents: 1, CacheSemantics: "llama", KvRelay: model(agg, "llama")},
+		}}
+	const maxImages = 256
+	rl := startE2ERelay(t, cfg, "127.0.0.1:0", func(g *Server) { g.maxDeltaImages = maxImages })
+
+	wcfg := cfg.WithDefaults()
+	format, err := wcfg.Pools[0].Format()
+	require.NoError(t, err)
+	llama := wcfg.PoolDomain(wcfg.Pools[0])
+	m := consumer.Manifest{ConsumerInstance: 32, Domain: llama, Format: format, VerificationWindow: 2}
+	m.Lanes[0], m.Lanes[1] = &ckf.PoolID{Domain: llama, DCID: 1}, &ckf.PoolID{Domain: llama, DCID: 2}
+	native, err := client.NewNative(m)
+	require.NoError(t, err)
+	r, err := client.New(client.Config{ConsumerInstance: 32, Select: client.Selection{Model: "llama"},
+		Targets:    []client.Target{{Pool: "dc1", Lane: 0, DCID: 1}, {Pool: "dc2", Lane: 1, DCID: 2}},
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, IdleTimeout: 5 * time.Second,
+		Relays: []client.Relay{{Addrs: []string{rl.grpc}}}, GRPC: &client.GRPCConfig{}}, native)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	followed := map[string]int{"llama-1": 0, "llama-2": 1}
+	hs := map[string]*history{"llama-1": {rng: rand.New(rand.NewPCG(1, 1))}, "qwen-1": {rng: rand.New(rand.NewPCG(2, 2)), next: 1 << 40},
+		"llama-2": {rng: rand.New(rand.NewPCG(3, 3)), next: 2 << 40}}
+	rounds := 6
+	if testing.Short() {
+		rounds = 3
+	}
+	for range rounds {
+		for _, p := range wcfg.Pools {
+			hs[p.Name].round(t, rl.http, p.Name, 40)
+		}
+		for name, lane := range followed {
+			requireLaneEquals(t, rl, r, name, lane)
+		}
+	}
+	// One publication larger than a CBI1 delta may hold, on llama-1.
+	before0, before1 := r.Lane(0).Resubscribes, r.Lane(1).Resubscribes
+	var blocks []string
+	for i := range 3 * maxImages {
+		blocks = append(blocks, fmt.Sprintf(`{"block_hash": %d, "tokens_hash": %d}`, 3<<40+i, 3<<40+i))
+	}
+	body := fmt.Sprintf(`[{"worker_id": 9, "event": {"event_id": 1, "data": {"stored": {"parent_hash": null, "blocks": [%s]}}}}]`, strings.Join(blocks, ","))
+	resp, err := http.Post(rl.http+"/v1/pools/llama-1/events?source_epoch=2", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.Eventually(t, func() bool { return r.Lane(0).Resubscribes > before0 }, 20*time.Second, time.Millisecond)
+	assert.Contains(t, r.Lane(0).LastError, "PUBLICATION_UNAVAILABLE")
+	for name, lane := range followed {
+		requireLaneEquals(t, rl, r, name, lane)
+	}
+	assert.Equal(t, before1, r.Lane(1).Resubscribes, "the other data center's lane was not disturbed")
 }

@@ -75,8 +75,8 @@ var graph = map[string]rule{
 		tests:   []string{"pgregory.net/rapid"},
 	},
 	"client": {
-		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc"},
-		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "github.com/zeebo/xxh3", "google.golang.org/protobuf"},
+		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc", "google.golang.org/protobuf"},
+		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "github.com/zeebo/xxh3"},
 	},
 	"client/natsjs": {},
 	"wasm/abi": {
@@ -156,7 +156,10 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/grpcserver", "internal/server", "internal/sim/engine", "internal/sim/replay", "internal/sim/replay/report", "internal/sim/workload", "wasm/host", "wire", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats-server/v2", "google.golang.org/grpc"},
 	},
 	"internal/serve": {imports: []string{"internal/grpcserver", "internal/server"}},
-	"internal/tail":  {imports: []string{"ckf", "client", "internal/catalog", "wire"}},
+	"internal/tail": {
+		imports: []string{"ckf", "client", "internal/catalog", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "google.golang.org/grpc"},
+		tests:   []string{"internal/grpcserver", "internal/server"},
+	},
 	"cmd/relay": {
 		imports: []string{"internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
 		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/h2peer", "internal/testing/natstest", "internal/testing/streamprobe", "internal/testing/streamtable", "producer", "wasm/host", "wire",

@@ -52,7 +52,7 @@ func parseConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	grpcListen := fs.String("grpc-listen", "", "serve Dynamo's dynamo.kvrelay.v1 gRPC contract on this address (env CKFRELAY_GRPC_LISTEN; off when unset; docs/deploy.md)")
 	dataDir := fs.String("data-dir", "", "directory that keeps the pools' exact state across a crash (env CKFRELAY_DATA_DIR; off when unset)")
 	var pools poolFlags
-	fs.Var(&pools, "pool", "a pool: name:dc=ID[,expected=N][,seed=S][,cadence=N][,delay=D][,kicks=N][,members=N][,tracked=N] (repeatable; env CKFRELAY_POOLS, ';'-separated)")
+	fs.Var(&pools, "pool", "a pool: name:dc=ID[,expected=N][,seed=S][,cadence=N][,delay=D][,kicks=N][,members=N][,tracked=N][,block_size=N][,hash_format=F][,cache_semantics=NAME][,routing_scope=NAME] (repeatable; env CKFRELAY_POOLS, ';'-separated)")
 	var sources []string
 	fs.Func("source", "an engine source of a pool: pool:engine=vllm|sglang|trtllm,endpoint=tcp://host:5557|bind=tcp://*:5557[,replay=tcp://host:5558][,topic=T][,dp_ranks=N],worker=ID,block_size=N[,source_timeout=D], or pool:engine=dynamo,url=nats://…,subject=S[,stream=S,durable=D][,source_timeout=D] (repeatable; env CKFRELAY_SOURCES, ';'-separated; docs/ingest.md)",
 		func(v string) error { sources = append(sources, v); return nil })

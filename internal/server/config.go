@@ -70,6 +70,13 @@ type PoolSpec struct {
 	Sources []SourceSpec `json:"sources,omitempty"`
 	// KvRelay is the pool's metadata in the gRPC catalog (kvrelay.go).
 	KvRelay KvPoolSpec `json:"kvrelay,omitzero"`
+	// CacheSemantics and RoutingScope, when set, override the relay-level
+	// keys of the same names for this pool: its indexer domain. A relay
+	// hosts several pools of one data center (one dc_id) the way Dynamo's
+	// does, one per indexer domain, e.g. one per model; two pools of one
+	// data center in the same domain are a configuration error.
+	CacheSemantics string `json:"cache_semantics,omitempty"`
+	RoutingScope   string `json:"routing_scope,omitempty"`
 }
 
 // Hash formats of a pool (PoolSpec.HashFormat): Dynamo's KvQueryHashFormat
@@ -410,7 +417,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	names := map[string]bool{}
-	dcs := map[uint64]bool{}
+	pools := map[ckf.PoolID]string{}
 	for _, p := range c.Pools {
 		if !poolName.MatchString(p.Name) {
 			return invalid("pool name %q must match %s", p.Name, poolName)
@@ -418,10 +425,11 @@ func (c Config) Validate() error {
 		if names[p.Name] {
 			return invalid("duplicate pool name %q", p.Name)
 		}
-		if dcs[p.DCID] {
-			return invalid("pool %q: duplicate dc_id %d", p.Name, p.DCID)
+		id := ckf.PoolID{Domain: c.PoolDomain(p), DCID: p.DCID}
+		if other, dup := pools[id]; dup {
+			return invalid("pool %q: dc_id %d in the indexer domain of pool %q: pools of one data center need different cache_semantics or routing_scope", p.Name, p.DCID, other)
 		}
-		names[p.Name], dcs[p.DCID] = true, true
+		names[p.Name], pools[id] = true, p.Name
 		if err := p.ckfConfig().Validate(); err != nil {
 			return invalid("pool %q: %v", p.Name, err)
 		}
@@ -494,6 +502,19 @@ func (c Config) Domain() ckf.Domain {
 	return ckf.Domain{CacheSemantics: scopedDigest(c.CacheSemantics), RoutingScope: scopedDigest(c.RoutingScope)}
 }
 
+// PoolDomain returns pool p's indexer domain: its own cache_semantics and
+// routing_scope where set, else the relay's.
+func (c Config) PoolDomain(p PoolSpec) ckf.Domain {
+	d := c.Domain()
+	if p.CacheSemantics != "" {
+		d.CacheSemantics = scopedDigest(p.CacheSemantics)
+	}
+	if p.RoutingScope != "" {
+		d.RoutingScope = scopedDigest(p.RoutingScope)
+	}
+	return d
+}
+
 // DefaultDomainName is hashed for a domain digest left unset.
 const DefaultDomainName = "ckfrelay/default"
 
@@ -523,7 +544,7 @@ func LoadConfigFile(path string) (Config, error) {
 }
 
 // ParsePoolFlag parses the --pool flag form
-// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608,workers=2,block_size=16,hash_format=dynamo_standard_v1";
+// "name:dc=1,expected=1048576,seed=0x5DEE…,cadence=16,delay=1ms,kicks=500,members=16384,tracked=8388608,workers=2,block_size=16,hash_format=dynamo_standard_v1,cache_semantics=llama,routing_scope=prod";
 // every key but dc is optional.
 func ParsePoolFlag(s string) (PoolSpec, error) {
 	name, rest, _ := strings.Cut(s, ":")
@@ -558,6 +579,10 @@ func ParsePoolFlag(s string) (PoolSpec, error) {
 			p.BlockSize, err = strconv.Atoi(v)
 		case "hash_format":
 			p.HashFormat = v
+		case "cache_semantics":
+			p.CacheSemantics = v
+		case "routing_scope":
+			p.RoutingScope = v
 		default:
 			return errUnknownKey
 		}

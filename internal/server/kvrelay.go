@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -198,6 +199,29 @@ func (k KvPoolSpec) validate(pool string) error {
 			return invalid("pool %q: kvrelay.models: duplicate id %q", pool, m.ID)
 		}
 		ids[m.ID] = true
+		aliases := map[string]bool{}
+		for _, a := range m.Aliases {
+			if aliases[a] {
+				return invalid("pool %q: kvrelay.models %q: alias %q listed twice (Dynamo's routers refuse the pool)", pool, m.ID, a)
+			}
+			aliases[a] = true
+		}
+	}
+	// Dynamo's routers treat empty or padded endpoint and model text as a
+	// malformed descriptor (validate_text, wan/grpc/protocol/wire/identity.rs):
+	// never publish one.
+	texts := []string{k.Namespace, k.Component, k.Endpoint}
+	for _, m := range k.Models {
+		texts = append(texts, m.ID, m.BaseModel)
+		texts = append(texts, m.Aliases...)
+		if m.LoraAdapter != "" {
+			texts = append(texts, m.LoraAdapter)
+		}
+	}
+	for _, v := range texts {
+		if v == "" || strings.TrimSpace(v) != v {
+			return invalid("pool %q: kvrelay: %q is empty or has surrounding whitespace", pool, v)
+		}
 	}
 	roles := map[string]bool{}
 	for _, r := range k.Roles {

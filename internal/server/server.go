@@ -68,9 +68,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.store = st
 	}
-	domain := cfg.Domain()
 	for _, spec := range cfg.Pools {
-		p, err := startPool(spec, cfg, domain, s.incarnation, log, s.m, s.store)
+		p, err := startPool(spec, cfg, cfg.PoolDomain(spec), s.incarnation, log, s.m, s.store)
 		if err != nil {
 			s.stopPools(context.Background())
 			return nil, fmt.Errorf("server: pool %q: %w", spec.Name, err)

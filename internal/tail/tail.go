@@ -1,6 +1,8 @@
 // Package tail is the `relay tail` command: it subscribes to one pool's frame
-// stream over HTTP and prints every frame as a JSON line (words and images in
-// hex, 64-bit values as decimal strings as in the catalog).
+// stream over HTTP, or follows a dynamo.kvrelay.v1 KvEventRelay server over
+// gRPC as the Go client does (grpc.go), and prints every frame as a JSON line
+// (words and images in hex, 64-bit values as decimal strings as in the
+// catalog).
 package tail
 
 import (
@@ -37,11 +39,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	epoch := fs.Uint64("epoch", 0, "assignment epoch; must exceed the lane's last one on this relay (0: the current time in ns, which always does)")
 	token := fs.String("auth-token", "", "bearer token")
 	limit := fs.Int("frames", 0, "stop after this many frames (0: until the stream ends)")
-	caFile := fs.String("ca-file", "", "PEM file of the CA that signed the relay's certificate (for https:// relays under a private CA; default: the system's roots)")
-	if err := fs.Parse(args); err != nil || *pool == "" {
-		if *pool == "" {
-			fmt.Fprintln(stderr, "tail: --pool is required")
-		}
+	caFile := fs.String("ca-file", "", "PEM file of the CA that signed the relay's certificate (for https:// relays, or a TLS gRPC relay, under a private CA; default: the system's roots)")
+	g := grpcFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	if *g.addr != "" {
+		return runGRPC(ctx, g, *token, *caFile, *limit, stdout, stderr)
+	}
+	if *pool == "" {
+		fmt.Fprintln(stderr, "tail: --pool is required (or --grpc HOST:PORT)")
 		return ErrUsage
 	}
 	if *epoch == 0 {

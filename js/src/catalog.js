@@ -112,18 +112,34 @@ function writeFormat(w, f) {
   return w.array(5).uint(f.version).uint(f.seed).uint(f.bucketCount).uint(f.fingerprintBits).uint(f.slotsPerBucket);
 }
 
-/** encodeManifest returns the msgpack manifest of docs/abi.md §6. */
+/**
+ * encodeManifest returns the msgpack manifest of docs/abi.md §6: version 1
+ * when m.format pins every lane and no lane has its own (m.laneFormats),
+ * version 2 otherwise — m.format null pins none, m.laneFormats[i] pins lane
+ * i, and a lane pinned by neither takes its assignment's format.
+ */
 export function encodeManifest(m) {
-  const w = new Writer().array(6).uint(1).uint(m.consumerInstance).array(4);
+  const laneFormats = m.laneFormats ?? [];
+  const v2 = !m.format || laneFormats.some((f) => f);
+  const w = new Writer().array(v2 ? 7 : 6).uint(v2 ? 2 : 1).uint(m.consumerInstance).array(4);
   writeDigest(w, m.domain.cacheSemantics);
   writeDigest(w, m.domain.routingScope);
-  writeFormat(w, m.format);
+  if (m.format) writeFormat(w, m.format);
+  else w.nil();
   w.array(16);
   for (let i = 0; i < 16; i++) {
     if (m.lanes[i]) writePool(w, m.lanes[i]);
     else w.nil();
   }
-  return w.uint(m.verificationWindow).bytes();
+  w.uint(m.verificationWindow);
+  if (v2) {
+    w.array(16);
+    for (let i = 0; i < 16; i++) {
+      if (laneFormats[i]) writeFormat(w, laneFormats[i]);
+      else w.nil();
+    }
+  }
+  return w.bytes();
 }
 
 /**

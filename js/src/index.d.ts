@@ -58,9 +58,12 @@ export interface LaneStatus {
   assignments: bigint; framesApplied: bigint; framesIgnored: bigint; deactivations: bigint;
   snapshotRetries: bigint; snapshotsInstalled: bigint; deltasApplied: bigint; imagesApplied: bigint;
   drainsAcknowledged: bigint;
+  /** The lane's own format (its assignment's, else its pin): 0n and 0n before it has one. */
+  seed: bigint; bucketCount: bigint;
 }
 
-export interface Stats { bucketCount: bigint; tableBytes: bigint; readyMask: number; queries: bigint; probes: bigint }
+/** bucketCount: the one format group's, or the largest of several; tableBytes: every group's together. */
+export interface Stats { bucketCount: bigint; tableBytes: bigint; readyMask: number; queries: bigint; probes: bigint; groups: number }
 
 /**
  * A compiled WebAssembly module: WebAssembly.Module where the program's libs
@@ -90,6 +93,8 @@ export declare const Code: Readonly<Record<
 export declare const QueryKind: Readonly<{ LocalHashes: 0; SequenceHashes: 1; Tokens: 2; TokensWith: 3 }>;
 /** Token-hash seed of the base model. */
 export declare const BASE_SALT: bigint;
+/** The consumer's input cap (64 MiB): a larger frame is FrameTooLarge, a larger query InvalidQuery, on every host. */
+export declare const MAX_INPUT_BYTES: number;
 
 /** An export returned a negative status. */
 export declare class AbiError extends Error {
@@ -234,10 +239,17 @@ export declare function decodeMsgpack(bytes: Uint8Array, maxDepth?: number): unk
 
 /** GET /v1/pools; 64-bit values are decimal strings. */
 export declare function fetchCatalog(relayUrl: string, options?: { authToken?: string; fetch?: typeof globalThis.fetch; signal?: AbortSignal }): Promise<{ pools: any[] }>;
+export interface ManifestFormat { version: number | bigint; seed: bigint; bucketCount: bigint; fingerprintBits: number | bigint; slotsPerBucket: number | bigint }
+/**
+ * A consumer manifest (docs/abi.md §6). `format` pins every lane (null: none,
+ * a version-2 manifest); `laneFormats[i]` pins lane i. A lane pinned by
+ * neither takes its format from its assignment.
+ */
 export interface Manifest {
   consumerInstance: bigint;
   domain: { cacheSemantics: { digest: Uint8Array; source: number }; routingScope: { digest: Uint8Array; source: number } };
-  format: { version: number | bigint; seed: bigint; bucketCount: bigint; fingerprintBits: number | bigint; slotsPerBucket: number | bigint };
+  format: ManifestFormat | null;
+  laneFormats?: Array<ManifestFormat | null | undefined>;
   lanes: Array<{ domain: Manifest["domain"]; dcId: bigint } | null>;
   verificationWindow: number;
 }

@@ -64,6 +64,26 @@ export const BASE_SALT = 1337n;
 // Typed arrays use the platform's byte order; the module reads little-endian.
 const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
+/**
+ * MAX_INPUT_BYTES is the consumer's input cap, natively and in the module
+ * (consumer.MaxInputBytes, the alloc limit): a larger frame is FrameTooLarge
+ * and a larger query InvalidQuery, as the Go hosts answer.
+ */
+export const MAX_INPUT_BYTES = 64 * 1024 * 1024;
+
+/**
+ * abiBlockSize maps a token block size to the module's signed i32 argument,
+ * with the Go hosts' rule: anything but a positive integer is invalid (0),
+ * and one above 2^31−1 is passed as 2^31−1, which answers like any larger
+ * block size (an input of at most 2^24 tokens holds no complete block).
+ * Passing the number through would let WebAssembly wrap it (2^32+16 → 16).
+ */
+function abiBlockSize(bs) {
+  const n = typeof bs === "bigint" ? bs : Number.isInteger(bs) ? BigInt(bs) : 0n;
+  if (n <= 0n) return 0;
+  return n > 0x7fffffffn ? 0x7fffffff : Number(n);
+}
+
 const ABI_VERSION = 1, RESULT_SIZE = 32, QUERY_SIZE = 80, LANE_STATUS_SIZE = 168, STATS_SIZE = 48, RECORD = 256;
 
 /** An export returned a negative status: `code` (number) and `codeName`, and the module's message. */
@@ -125,7 +145,6 @@ export class Consumer {
     this.out = this.x.alloc(RECORD);
     this.cap = 0;
     this.in = 0;
-    this.bucketCount = 0;
   }
 
   view() { return new DataView(this.x.memory.buffer); }
@@ -165,8 +184,6 @@ export class Consumer {
   /** configure installs a manifest (encoded per docs/abi.md §6, see encodeManifest). */
   configure(manifest) {
     this.check("configure", this.x.configure(this.write(manifest), manifest.length));
-    this.check("stats", this.x.stats(this.out));
-    this.bucketCount = Number(this.view().getBigUint64(this.out, true));
   }
 
   /** assign grants a lane from an encoded (identity, lease) (see encodeAssignment). */
@@ -183,6 +200,9 @@ export class Consumer {
    * does not decode throws AbiError (-40..-45) and changes nothing.
    */
   apply(frame) {
+    if (frame.length > MAX_INPUT_BYTES) {
+      throw new AbiError("apply", Code.FrameTooLarge, `frame of ${frame.length} bytes exceeds the consumer's ${MAX_INPUT_BYTES}`);
+    }
     const code = this.x.apply(this.write(frame), frame.length);
     if (code < 0) throw new AbiError("apply", code, this.lastError());
     this.x.last_result(this.out);
@@ -202,6 +222,10 @@ export class Consumer {
   queryRaw(kind, input, blockSize = 0, salt = BASE_SALT) {
     const width = kind === QueryKind.TokensWith ? 1 : kind === QueryKind.Tokens ? 4 : 8;
     const count = input.length;
+    if (width * count > MAX_INPUT_BYTES) {
+      return { code: Code.InvalidQuery, mask: 0, depths: new Array(16).fill(0), blocks: 0, probes: 0,
+        message: `input of ${width * count} bytes exceeds the ${MAX_INPUT_BYTES}-byte limit` };
+    }
     const p = this.input(width * count);
     if (width === 1) {
       this.bytes(p, count).set(input);
@@ -216,7 +240,7 @@ export class Consumer {
       if (width === 4) for (let i = 0; i < count; i++) v.setUint32(p + 4 * i, input[i], true);
       else for (let i = 0; i < count; i++) v.setBigUint64(p + 8 * i, BigInt(input[i]), true);
     }
-    const code = this.x.query(kind, p, count, blockSize, BigInt.asIntN(64, BigInt(salt)), this.out);
+    const code = this.x.query(kind, p, count, abiBlockSize(blockSize), BigInt.asIntN(64, BigInt(salt)), this.out);
     const r = { code, mask: 0, depths: new Array(16).fill(0), blocks: 0, probes: 0 };
     if (code >= 0 || code === Code.Unavailable) {
       const w = this.view(), o = this.out;
@@ -230,7 +254,7 @@ export class Consumer {
 
   query(kind, input, blockSize, salt) {
     const r = this.queryRaw(kind, input, blockSize, salt);
-    if (r.code < 0) throw new AbiError("query", r.code, this.lastError());
+    if (r.code < 0) throw new AbiError("query", r.code, r.message ?? this.lastError());
     delete r.code;
     return r;
   }
@@ -269,14 +293,16 @@ export class Consumer {
       lastEpoch: u64(24), installedSequence: u64(32), chunksStaged: v.getUint32(o + 40, true),
       chunkCount: v.getUint32(o + 44, true), dcId: u64(48), producerIncarnation: u64(56), layoutGeneration: u64(64),
       lastHeartbeatMicros: v.getBigInt64(o + 144, true),
+      // The lane's own format (docs/abi.md §7.3): 0n and 0n before it has one.
+      seed: u64(152), bucketCount: u64(160),
     };
     counters.forEach((k, i) => { s[k] = u64(72 + 8 * i); });
     return s;
   }
 
-  /** laneWords returns a copy of a lane's bucket words. */
+  /** laneWords returns a copy of a ready lane's bucket words (as many as its own format's bucket count). */
   laneWords(lane) {
-    const n = 8 * this.bucketCount;
+    const n = 8 * Number(this.laneStatus(lane).bucketCount);
     const p = this.input(n);
     this.check("lane_words", this.x.lane_words(lane, p, n));
     return new BigUint64Array(this.x.memory.buffer.slice(p, p + n));
@@ -288,7 +314,7 @@ export class Consumer {
     const v = this.view(), o = this.out;
     return {
       bucketCount: v.getBigUint64(o, true), tableBytes: v.getBigUint64(o + 8, true), readyMask: v.getUint16(o + 16, true),
-      queries: v.getBigUint64(o + 24, true), probes: v.getBigUint64(o + 32, true),
+      queries: v.getBigUint64(o + 24, true), probes: v.getBigUint64(o + 32, true), groups: v.getUint32(o + 40, true),
     };
   }
 

@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Consumer, AbiError, Code } from "../src/index.js";
+import { Consumer, AbiError, Code, MAX_INPUT_BYTES } from "../src/index.js";
 import { repo, wasmPath } from "../testsupport/relay.mjs";
 
 const scenario = JSON.parse(readFileSync(join(repo, "testdata", "conformance", "normal_flow.json"), "utf8"));
@@ -22,4 +22,13 @@ test("signed lanes and block sizes, and last_error after a failed free", async (
   assert.equal(c.x.free(c.in + 1), Code.BadArgument);
   assert.match(c.lastError(), /free/);
   assert.equal(c.liveBuffers(), 2);
+});
+
+test("inputs over the 64 MiB cap: the Go hosts' errors, before any allocation", async () => {
+  const c = await Consumer.instantiate(wasmPath);
+  c.configure(Buffer.from(scenario.manifest, "base64"));
+  assert.throws(() => c.apply(new Uint8Array(MAX_INPUT_BYTES + 1)), (e) => e instanceof AbiError && e.code === Code.FrameTooLarge, "frame");
+  assert.throws(() => c.queryTokens(new Uint32Array(MAX_INPUT_BYTES / 4 + 1), 4), (e) => e instanceof AbiError && e.code === Code.InvalidQuery, "tokens");
+  assert.throws(() => c.querySequenceHashes(new BigUint64Array(MAX_INPUT_BYTES / 8 + 1)), (e) => e instanceof AbiError && e.code === Code.InvalidQuery, "hashes");
+  assert.equal(c.liveBuffers(), 2, "no buffer was allocated for them");
 });

@@ -63,10 +63,11 @@ function exec(c, st) {
     case "status": {
       let s;
       const rc = code(() => { s = c.laneStatus(st.lane ?? 0); });
-      if (rc < 0) return { code: rc, ready: false, assigned: false, installed: "0", last_epoch: "0", staging: false, last_outcome: 0, last_fault: 0 };
+      if (rc < 0) return { code: rc, ready: false, assigned: false, installed: "0", last_epoch: "0", staging: false, last_outcome: 0, last_fault: 0, seed: "0", bucket_count: "0" };
       return {
         code: 0, assigned: s.assigned, ready: s.ready, staging: s.staging, last_outcome: s.lastOutcome,
         last_fault: s.lastFault, last_epoch: s.lastEpoch.toString(), installed: s.installedSequence.toString(),
+        seed: s.seed.toString(), bucket_count: s.bucketCount.toString(),
       };
     }
     case "words": {
@@ -93,7 +94,7 @@ function expected(st) {
       return {
         code, assigned: w.assigned ?? false, ready: w.ready ?? false, staging: w.staging ?? false,
         last_outcome: w.last_outcome ?? 0, last_fault: w.last_fault ?? 0,
-        last_epoch: w.last_epoch ?? "0", installed: w.installed ?? "0",
+        last_epoch: w.last_epoch ?? "0", installed: w.installed ?? "0", seed: w.seed ?? "0", bucket_count: w.bucket_count ?? "0",
       };
     case "words":
       return { code, sha256: w.sha256 ?? "" };

@@ -168,7 +168,10 @@ const (
 // MaxAlloc is the largest single buffer the alloc export hands out. A larger
 // request returns 0 instead of running the module out of memory (which would
 // trap: the Go runtime's out-of-memory is fatal, not a recoverable panic).
-const MaxAlloc = 64 << 20
+// It is consumer.MaxInputBytes, the input cap the native consumer keeps
+// too, so a host refuses a larger frame (FrameTooLarge) or query
+// (InvalidQuery) before allocating, with the native consumer's errors.
+const MaxAlloc = consumer.MaxInputBytes
 
 // MaxTableBytes bounds the transposed table a manifest may ask for
 // (bucket_count × 128 bytes): 2^23 buckets = 1 GiB. A wasm32 Go program

@@ -159,6 +159,7 @@ func TestRecords_RoundTrip(t *testing.T) {
 	s := consumer.LaneStatus{Configured: true, Pool: *m.Lanes[15], Assigned: true, HasEpoch: true, Ready: true,
 		Lease:     ckf.LaneLease{ConsumerInstance: 9, PhysicalLane: 15, AssignmentEpoch: 4},
 		Identity:  ckf.ProducerIdentity{Pool: *m.Lanes[15], ProducerIncarnation: 2, LayoutGeneration: 3, Format: m.Format},
+		Format:    m.Format,
 		LastEpoch: 4, InstalledSequence: 77, SnapshotInProgress: true, ChunksStaged: 2, ChunkCount: 5,
 		LastOutcome: consumer.Applied, LastFault: consumer.ChunkOverlap,
 		Stats: consumer.LaneStats{Assignments: 1, FramesApplied: 2, FramesIgnored: 3, Deactivations: 4, SnapshotRetries: 5,
@@ -167,6 +168,16 @@ func TestRecords_RoundTrip(t *testing.T) {
 	abi.PutLaneStatus(b, &s)
 	got := abi.ReadLaneStatus(b, &m, 15)
 	assert.Equal(t, s, got, "lane status: got %+v, want %+v", got, s)
+	// A lane of another format than the manifest's: the record carries it.
+	s.Format = ckf.NewFormat(77, 1<<20)
+	s.Identity.Format = s.Format
+	abi.PutLaneStatus(b, &s)
+	got = abi.ReadLaneStatus(b, &m, 15)
+	assert.Equal(t, s, got, "lane status, own format: got %+v, want %+v", got, s)
+	st := consumer.Stats{BucketCount: 1 << 20, TableBytes: 3 << 20, Groups: 4, ReadyMask: 0xf00f, Queries: 5, Probes: 6}
+	sb := make([]byte, abi.StatsSize)
+	abi.PutStats(sb, &st)
+	assert.Equal(t, st, abi.ReadStats(sb), "stats")
 	q := consumer.QueryResult{Mask: 0x8001, Blocks: 9, Probes: 4}
 	q.Depths[0], q.Depths[15] = 9, 3
 	qb := make([]byte, abi.QueryRecordSize)
@@ -199,4 +210,35 @@ func FuzzDecodeAssignment(f *testing.F) {
 		require.Equal(t, id, gid, "re-decode: %+v %+v %v", gid, gl, err)
 		require.Equal(t, l, gl, "re-decode: %+v %+v %v", gid, gl, err)
 	})
+}
+
+// TestManifest_Version2 round-trips manifests with per-lane formats (version
+// 2) and checks a one-format manifest still encodes as version 1, byte for
+// byte what it was (its first two bytes: fixarray 6, version 1).
+func TestManifest_Version2(t *testing.T) {
+	m := manifest()
+	v1 := abi.AppendManifest(nil, &m)
+	require.Equal(t, []byte{0x96, 0x01}, v1[:2], "one format: version 1")
+	for _, tc := range []struct {
+		name string
+		edit func(m *consumer.Manifest)
+	}{
+		{"no pin at all", func(m *consumer.Manifest) { m.Format = ckf.Format{} }},
+		{"one lane pinned", func(m *consumer.Manifest) { m.Format = ckf.Format{}; m.LaneFormats[15] = ckf.NewFormat(5, 1<<17) }},
+		{"a default and one other lane", func(m *consumer.Manifest) { m.LaneFormats[15] = ckf.NewFormat(5, 64) }},
+	} {
+		mm := manifest()
+		tc.edit(&mm)
+		b := abi.AppendManifest(nil, &mm)
+		require.Equal(t, []byte{0x97, 0x02}, b[:2], "%s: version 2", tc.name)
+		got, err := abi.DecodeManifest(b)
+		require.NoError(t, err, tc.name)
+		assert.Equal(t, mm, got, tc.name)
+		_, err = abi.DecodeManifest(b[:len(b)-1])
+		require.ErrorIs(t, err, abi.ErrEncoding, "%s: truncated", tc.name)
+	}
+	bad := append([]byte(nil), v1...)
+	bad[1] = 2 // version 2 in a manifest of 6 elements
+	_, err := abi.DecodeManifest(bad)
+	require.ErrorIs(t, err, abi.ErrEncoding, "version 2 with version 1's shape")
 }

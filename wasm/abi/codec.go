@@ -17,7 +17,9 @@ import (
 // frames needs nothing new:
 //
 //	manifest   = [1, consumer_instance, domain, format, lanes, verification_window]
+//	           | [2, consumer_instance, domain, nil | format, lanes, verification_window, lane_formats]
 //	lanes      = array of exactly 16 × (nil | pool_id)
+//	lane_formats = array of exactly 16 × (nil | format)
 //	domain     = [sem_digest bin16, sem_source, scope_digest bin16, scope_source]
 //	pool_id    = [sem_digest bin16, sem_source, scope_digest bin16, scope_source, dc_id]
 //	format     = [format_version, seed, bucket_count, fingerprint_bits, slots_per_bucket]
@@ -30,20 +32,35 @@ import (
 // Decoders reject trailing bytes, wrong array lengths and out-of-range
 // values with [ErrEncoding].
 
-// ManifestVersion is the first element of an encoded manifest.
-const ManifestVersion = 1
+// ManifestVersion is the first element of an encoded manifest with one
+// format for every lane; ManifestVersion2 of one with per-lane formats
+// (docs/abi.md §6): its format is the manifest-wide pin or nil, and
+// lane_formats pins lanes one by one (nil: the format comes from the lane's
+// assignment). Both decode; [AppendManifest] writes version 1 whenever it
+// can, so a version-1 manifest's bytes are unchanged.
+const (
+	ManifestVersion  = 1
+	ManifestVersion2 = 2
+)
 
 // ErrEncoding is wrapped by every manifest or assignment decode failure,
 // together with the wire.DecodeError that says where and why.
 var ErrEncoding = errors.New("abi: malformed encoding")
 
-// AppendManifest appends the msgpack encoding of m to dst.
+// AppendManifest appends the msgpack encoding of m to dst: version 1 when
+// m pins one format for every lane through Format alone, version 2
+// otherwise.
 func AppendManifest(dst []byte, m *consumer.Manifest) []byte {
-	b := wire.AppendArrayHeader(dst, 6)
-	b = wire.AppendUint(b, ManifestVersion)
+	v2 := m.LaneFormats != [len(m.LaneFormats)]ckf.Format{} || m.Format == (ckf.Format{})
+	n, version := 6, uint64(ManifestVersion)
+	if v2 {
+		n, version = 7, ManifestVersion2
+	}
+	b := wire.AppendArrayHeader(dst, n)
+	b = wire.AppendUint(b, version)
 	b = wire.AppendUint(b, m.ConsumerInstance)
 	b = wire.AppendDomain(b, &m.Domain)
-	b = wire.AppendFormat(b, &m.Format)
+	b = appendFormatOrNil(b, &m.Format)
 	b = wire.AppendArrayHeader(b, len(m.Lanes))
 	for _, p := range m.Lanes {
 		if p == nil {
@@ -52,29 +69,48 @@ func AppendManifest(dst []byte, m *consumer.Manifest) []byte {
 		}
 		b = wire.AppendPoolID(b, p)
 	}
-	return wire.AppendUint(b, uint64(max(m.VerificationWindow, 0)))
+	b = wire.AppendUint(b, uint64(max(m.VerificationWindow, 0)))
+	if v2 {
+		b = wire.AppendArrayHeader(b, len(m.LaneFormats))
+		for i := range m.LaneFormats {
+			b = appendFormatOrNil(b, &m.LaneFormats[i])
+		}
+	}
+	return b
 }
 
-// DecodeManifest decodes an encoding written by [AppendManifest]. It does not
-// validate the manifest's meaning (see consumer.Manifest.Validate).
+func appendFormatOrNil(b []byte, f *ckf.Format) []byte {
+	if *f == (ckf.Format{}) {
+		return wire.AppendNil(b)
+	}
+	return wire.AppendFormat(b, f)
+}
+
+// DecodeManifest decodes an encoding written by [AppendManifest], of either
+// version. It does not validate the manifest's meaning (see
+// consumer.Manifest.Validate).
 func DecodeManifest(data []byte) (consumer.Manifest, error) {
-	m, err := decodeManifest(wire.NewDecoder(data))
+	n, version := 6, uint64(ManifestVersion)
+	if wire.NewDecoder(data).Array(7, "manifest") == nil {
+		n, version = 7, ManifestVersion2
+	}
+	m, err := decodeManifest(wire.NewDecoder(data), n, version)
 	if err != nil {
 		return consumer.Manifest{}, fmt.Errorf("%w: manifest: %w", ErrEncoding, err)
 	}
 	return m, nil
 }
 
-func decodeManifest(d *wire.Decoder) (m consumer.Manifest, err error) {
-	if err = d.Array(6, "manifest"); err != nil {
+func decodeManifest(d *wire.Decoder, n int, version uint64) (m consumer.Manifest, err error) {
+	if err = d.Array(n, "manifest"); err != nil {
 		return m, err
 	}
-	v, err := d.Uint(ManifestVersion, "manifest.version")
+	v, err := d.Uint(ManifestVersion2, "manifest.version")
 	if err != nil {
 		return m, err
 	}
-	if v != ManifestVersion {
-		return m, fmt.Errorf("manifest version %d", v)
+	if v != version {
+		return m, fmt.Errorf("manifest version %d in a manifest of %d elements", v, n)
 	}
 	if m.ConsumerInstance, err = d.Uint(math.MaxUint64, "manifest.consumer_instance"); err != nil {
 		return m, err
@@ -82,8 +118,10 @@ func decodeManifest(d *wire.Decoder) (m consumer.Manifest, err error) {
 	if m.Domain, err = d.Domain(); err != nil {
 		return m, err
 	}
-	if m.Format, err = d.Format(); err != nil {
-		return m, err
+	if version == ManifestVersion || !d.Nil() {
+		if m.Format, err = d.Format(); err != nil {
+			return m, err
+		}
 	}
 	if err = d.Array(len(m.Lanes), "manifest.lanes"); err != nil {
 		return m, err
@@ -103,6 +141,19 @@ func decodeManifest(d *wire.Decoder) (m consumer.Manifest, err error) {
 		return m, err
 	}
 	m.VerificationWindow = int(w)
+	if version == ManifestVersion2 {
+		if err = d.Array(len(m.LaneFormats), "manifest.lane_formats"); err != nil {
+			return m, err
+		}
+		for i := range m.LaneFormats {
+			if d.Nil() {
+				continue
+			}
+			if m.LaneFormats[i], err = d.Format(); err != nil {
+				return m, err
+			}
+		}
+	}
 	return m, d.End()
 }
 

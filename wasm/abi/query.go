@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/consumer"
 )
 
 // Token query layout (kind [QueryTokensWith]): the query export's input is
@@ -45,8 +46,7 @@ func TokenQuerySize(nTokens int, o ckf.HashOptions) int {
 	if uint64(nTokens) > math.MaxUint32 || uint64(len(o.MM)) > math.MaxUint32 || uint64(nMM) > math.MaxUint32 {
 		return -1
 	}
-	n := uint64(tokenQueryHeader) + 4*uint64(nTokens) + 4*uint64(len(o.MM))
-	n = (n+7)&^7 + 8*uint64(nMM)
+	n := consumer.TokenQueryBytes(nTokens, o)
 	if n > math.MaxInt {
 		return -1
 	}

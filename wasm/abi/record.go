@@ -55,9 +55,10 @@ func ReadResult(b []byte) Result {
 }
 
 // Lane status record layout (LaneStatusSize bytes), written by lane_status.
-// The producer identity is not repeated: its pool is the lane's pool and its
-// format the manifest's (assign checks both), so a host rebuilds it from the
-// two u64 fields and the manifest it configured.
+// The producer identity is not repeated: its pool is the lane's pool (assign
+// checks it) and its format the lane's (seed and bucket count at 152 and
+// 160; the other format fields are version 1's constants), so a host
+// rebuilds it from the record and the manifest it configured.
 //
 //	0   u8  configured         5  u8 last_outcome
 //	1   u8  assigned           6  u8 last_fault
@@ -76,7 +77,8 @@ func ReadResult(b []byte) Result {
 //	        deactivations, snapshot_retries, snapshots_installed,
 //	        deltas_applied, images_applied, drains_acknowledged
 //	144 i64 last_heartbeat_micros
-//	152 —   reserved (16 bytes of 0)
+//	152 u64 format.seed            the lane's format (consumer.LaneStatus.Format),
+//	160 u64 format.bucket_count    0 and 0 when it has none yet
 func PutLaneStatus(b []byte, s *consumer.LaneStatus) {
 	clear(b[:LaneStatusSize])
 	b[0] = b2u(s.Configured)
@@ -102,6 +104,8 @@ func PutLaneStatus(b []byte, s *consumer.LaneStatus) {
 		le.PutUint64(b[72+8*i:], v)
 	}
 	le.PutUint64(b[144:], uint64(s.Stats.LastHeartbeatMicros))
+	le.PutUint64(b[152:], s.Format.Seed)
+	le.PutUint64(b[160:], s.Format.BucketCount)
 }
 
 // ReadLaneStatus decodes a record written by [PutLaneStatus] for lane i of a
@@ -128,12 +132,15 @@ func ReadLaneStatus(b []byte, m *consumer.Manifest, i int) consumer.LaneStatus {
 	if s.Configured && i >= 0 && i < len(m.Lanes) && m.Lanes[i] != nil {
 		s.Pool = *m.Lanes[i]
 	}
+	if n := le.Uint64(b[160:]); n != 0 {
+		s.Format = ckf.NewFormat(le.Uint64(b[152:]), n)
+	}
 	if s.HasEpoch {
 		s.Identity = ckf.ProducerIdentity{
 			Pool:                s.Pool,
 			ProducerIncarnation: le.Uint64(b[56:]),
 			LayoutGeneration:    le.Uint64(b[64:]),
-			Format:              m.Format,
+			Format:              s.Format,
 		}
 	}
 	st := &s.Stats
@@ -147,12 +154,14 @@ func ReadLaneStatus(b []byte, m *consumer.Manifest, i int) consumer.LaneStatus {
 
 // Stats record layout (StatsSize bytes), written by stats:
 //
-//	0  u64 bucket_count
-//	8  u64 table_bytes
+//	0  u64 bucket_count   the one format group's, or the largest of several
+//	8  u64 table_bytes    every group's table together
 //	16 u16 ready_mask, then 6 bytes of 0
 //	24 u64 queries
 //	32 u64 probes
-//	40 —   reserved (8 bytes of 0)
+//	40 u32 groups         format groups (0 before the first assignment of a
+//	                      consumer with no format pinned to every lane)
+//	44 —   reserved (4 bytes of 0)
 func PutStats(b []byte, s *consumer.Stats) {
 	clear(b[:StatsSize])
 	le.PutUint64(b[0:], s.BucketCount)
@@ -160,6 +169,7 @@ func PutStats(b []byte, s *consumer.Stats) {
 	le.PutUint16(b[16:], s.ReadyMask)
 	le.PutUint64(b[24:], s.Queries)
 	le.PutUint64(b[32:], s.Probes)
+	le.PutUint32(b[40:], uint32(s.Groups))
 }
 
 // ReadStats decodes a record written by [PutStats].
@@ -170,6 +180,7 @@ func ReadStats(b []byte) consumer.Stats {
 		ReadyMask:   le.Uint16(b[16:]),
 		Queries:     le.Uint64(b[24:]),
 		Probes:      le.Uint64(b[32:]),
+		Groups:      int(le.Uint32(b[40:])),
 	}
 }
 

@@ -61,8 +61,10 @@ func (g *guest) configure(b []byte) abi.Code {
 	if err := m.Validate(); err != nil {
 		return g.fail(abi.ErrInvalidManifest, err)
 	}
-	if m.Format.BucketCount > abi.MaxTableBytes/(8*ckf.MaxLanes) {
-		return g.fail(abi.ErrOutOfMemory, fmt.Errorf("abi: table of %d buckets × 16 lanes exceeds %d bytes", m.Format.BucketCount, abi.MaxTableBytes))
+	for i := range m.Lanes {
+		if f := m.LaneFormat(i); m.Lanes[i] != nil && f.BucketCount > abi.MaxTableBytes/(8*ckf.MaxLanes) {
+			return g.fail(abi.ErrOutOfMemory, fmt.Errorf("abi: table of %d buckets × 16 lanes exceeds %d bytes", f.BucketCount, abi.MaxTableBytes))
+		}
 	}
 	// Drop the old table before allocating the new one so the GC can reuse
 	// its memory: wasm linear memory never shrinks.
@@ -244,20 +246,20 @@ func (g *guest) laneStatus(lane int32, out []byte) abi.Code {
 	return abi.OK
 }
 
-// laneWords writes lane i's column (bucket_count u64 LE words) into out and
-// returns the number of words.
+// laneWords writes lane i's column (its format's bucket_count u64 LE
+// words) into out and returns the number of words. Only a ready lane has
+// words (Unavailable otherwise), checked before the buffer's size.
 func (g *guest) laneWords(lane int32, out []byte) abi.Code {
 	if g.c == nil {
 		return g.fail(abi.ErrNotConfigured, nil)
-	}
-	n := g.manifest.Format.BucketCount
-	if uint64(len(out)) < 8*n {
-		return g.fail(abi.ErrBufferTooSmall, nil)
 	}
 	words, err := g.c.AppendLaneWords(g.hashes[:0], int(lane))
 	g.hashes = words[:0]
 	if err != nil {
 		return g.fail(abi.CodeOf(err), err)
+	}
+	if len(out) < 8*len(words) {
+		return g.fail(abi.ErrBufferTooSmall, fmt.Errorf("abi: lane_words needs %d bytes, got %d", 8*len(words), len(out)))
 	}
 	for i, w := range words {
 		binary.LittleEndian.PutUint64(out[8*i:], w)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -159,9 +160,22 @@ func TestGuest_QueryArguments(t *testing.T) {
 		assert.Nil(t, l, "no view of the host's buffer kept after the query")
 	}
 	words := make([]byte, 8*16)
-	assert.Equal(t, abi.Code(16), g.laneWords(2, words), "lane words")
-	assert.Equal(t, make([]byte, 8*16), words, "lane words")
-	c := g.laneWords(2, words[:8*15])
+	assert.Equal(t, abi.ErrUnavailable, g.laneWords(2, words), "lane words of a lane that is not ready")
+	assert.Equal(t, make([]byte, 8*16), words, "lane words: nothing written")
+	id := ckf.ProducerIdentity{Pool: *m.Lanes[2], ProducerIncarnation: 1, LayoutGeneration: 1, Format: m.Format}
+	lease := ckf.LaneLease{ConsumerInstance: m.ConsumerInstance, PhysicalLane: 2, AssignmentEpoch: 1}
+	require.Equal(t, abi.OK, g.assign(abi.AppendAssignment(nil, &id, &lease)))
+	snap := make([]uint64, m.Format.BucketCount)
+	for i := range snap {
+		snap[i] = uint64(i + 1)
+	}
+	frame, err := wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: wire.SnapshotChunk{Identity: id, Lease: lease, Sequence: 1, ChunkCount: 1, Words: snap}})
+	require.NoError(t, err)
+	require.Equal(t, abi.Code(consumer.SnapshotInstalled), g.apply(frame))
+	words = make([]byte, 8*len(snap))
+	assert.Equal(t, abi.Code(len(snap)), g.laneWords(2, words), "lane words of the ready lane")
+	assert.Equal(t, uint64(len(snap)), binary.LittleEndian.Uint64(words[8*(len(snap)-1):]), "last word")
+	c := g.laneWords(2, words[:len(words)-8])
 	assert.Equal(t, abi.ErrBufferTooSmall, c, "lane words short buffer: got %v, want BufferTooSmall", c)
 }
 

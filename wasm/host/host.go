@@ -12,6 +12,12 @@
 // callers with a mutex: one call in flight per module instance is a wazero
 // rule. [Pool] spreads queries over several instances that receive the same
 // frames. See docs/RATIONALE.md for why the host is shaped this way.
+//
+// Inputs are capped as natively (consumer.MaxInputBytes, 64 MiB, the
+// module's alloc limit): a larger frame is refused with
+// wire.ErrFrameTooLarge and a larger query with consumer.ErrInvalidQuery
+// before the module is called, and a token block size above 2^31−1 is passed
+// as 2^31−1, which answers like any larger one (docs/abi.md §2).
 package host
 
 import (
@@ -20,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
@@ -126,6 +133,12 @@ type Runtime struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	cache    wazero.CompilationCache
+
+	// mu guards closed and live: Close must close every instance under the
+	// instance's own lock, so no call is running when its memory is unmapped.
+	mu     sync.Mutex
+	closed bool
+	live   map[*Instance]struct{}
 }
 
 // NewRuntime validates cfg, creates a compiler-engine runtime with WASI and
@@ -162,12 +175,26 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("%w: missing export %q", ErrModule, name)
 		}
 	}
-	return &Runtime{cfg: cfg, rt: rt, compiled: compiled, cache: cache}, nil
+	return &Runtime{cfg: cfg, rt: rt, compiled: compiled, cache: cache, live: map[*Instance]struct{}{}}, nil
 }
 
 // Close releases the runtime, its compiled module and every instance made
-// from it.
+// from it. It is safe while other goroutines call those instances: each
+// instance is closed under its own lock, so a call in flight finishes first
+// (freeing a linear memory under a running call would fault the process),
+// and every later call returns an error matching [ErrClosed], as does
+// [Runtime.NewInstance].
 func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	live := make([]*Instance, 0, len(r.live))
+	for in := range r.live {
+		live = append(live, in)
+	}
+	r.mu.Unlock()
+	for _, in := range live {
+		in.Close()
+	}
 	err := r.rt.Close(ctx)
 	if r.cache != nil {
 		_ = r.cache.Close(ctx)

@@ -44,12 +44,38 @@ type assignment struct {
 // that fails validation is an error matching consumer.ErrInvalidManifest.
 func (r *Runtime) NewInstance(ctx context.Context, m consumer.Manifest) (*Instance, error) {
 	in := &Instance{rt: r, manifest: m, enc: abi.AppendManifest(nil, &m)}
+	// Registered before it has a module, under its own lock, so a
+	// concurrent Runtime.Close either sees it (and waits for the lock) or
+	// has already marked the runtime closed.
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !r.register(in) {
+		return nil, ErrClosed
+	}
 	mod, err := in.fresh(ctx)
 	if err != nil {
+		r.unregister(in)
 		return nil, err
 	}
 	in.m = mod
 	return in, nil
+}
+
+// register adds in to the instances Close must close; false once closed.
+func (r *Runtime) register(in *Instance) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.live[in] = struct{}{}
+	return true
+}
+
+func (r *Runtime) unregister(in *Instance) {
+	r.mu.Lock()
+	delete(r.live, in)
+	r.mu.Unlock()
 }
 
 // fresh instantiates and configures a module with the manifest.
@@ -86,7 +112,8 @@ func (m *module) check(op string, fn abi.Export, params ...uint64) error {
 	return nil
 }
 
-// Close releases the instance. Later calls return [ErrClosed].
+// Close releases the instance, after any call in flight. Later calls
+// return [ErrClosed].
 func (in *Instance) Close() error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -94,6 +121,7 @@ func (in *Instance) Close() error {
 		in.m.close()
 		in.m = nil
 	}
+	in.rt.unregister(in)
 	return nil
 }
 
@@ -204,6 +232,12 @@ func (in *Instance) Retire(lane int) error {
 // ApplyFrame implements client.Lanes.
 func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	res := consumer.Result{Lane: -1}
+	if len(frame) > consumer.MaxInputBytes {
+		// The native consumer's answer (wire.ErrFrameTooLarge), before the
+		// module is asked for a buffer it would refuse.
+		return res, &Error{Op: "apply", Code: abi.ErrFrameTooLarge,
+			Message: fmt.Sprintf("frame of %d bytes exceeds the consumer's %d", len(frame), consumer.MaxInputBytes)}
+	}
 	err := in.do(func(m *module) error {
 		p, v, err := m.input(len(frame))
 		if err != nil {
@@ -226,23 +260,25 @@ func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	return res, err
 }
 
-// maxUint32Int is 2^32-1 where int holds it (the ABI's u32 limit) and
-// MaxInt on 32-bit targets.
-const maxUint32Int = int(min(uint64(math.MaxUint32), uint64(math.MaxInt)))
+// abiBlockSize maps a block size to the module's signed i32 argument: a
+// negative one is invalid like 0, and one above 2^31−1 is passed as 2^31−1.
+// That answers exactly as the native consumer does: an input holds at most
+// consumer.MaxInputBytes/4 = 2^24 tokens, so neither block size leaves a
+// complete block (docs/abi.md §3).
+func abiBlockSize(bs int) int32 {
+	return int32(min(max(bs, 0), math.MaxInt32))
+}
 
 // query writes the input (count elements of width bytes; fill encodes
-// them), calls query and reads the record into res.
+// them), calls query and reads the record into res. An input above
+// consumer.MaxInputBytes is refused before any call, with the native
+// consumer's error (ErrInvalidQuery).
 func (in *Instance) query(kind int, count, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
 	if res == nil {
 		return consumer.ErrInvalidQuery
 	}
-	// The module takes a u32 block size: a negative one is invalid like 0,
-	// and one above 2^32-1 spans more tokens than a query can hold, like
-	// 2^32-1 (no complete block).
-	if blockSize < 0 {
-		blockSize = 0
-	} else if uint64(blockSize) > math.MaxUint32 {
-		blockSize = maxUint32Int
+	if n := uint64(count) * uint64(width); n > consumer.MaxInputBytes {
+		return fmt.Errorf("%w: input of %d bytes exceeds the %d-byte limit", consumer.ErrInvalidQuery, n, consumer.MaxInputBytes)
 	}
 	m, err := in.lock()
 	if err != nil {
@@ -252,12 +288,13 @@ func (in *Instance) query(kind int, count, width int, fill func(b []byte), block
 }
 
 func (m *module) query(kind int, count, width int, fill func(b []byte), blockSize int, salt uint64, res *consumer.QueryResult) error {
+	bs := abiBlockSize(blockSize)
 	p, v, err := m.input(count * width)
 	if err != nil {
 		return err
 	}
 	fill(v)
-	code, err := m.call(abi.ExportQuery, uint64(kind), uint64(p), uint64(count), uint64(blockSize), salt, uint64(m.out))
+	code, err := m.call(abi.ExportQuery, uint64(kind), uint64(p), uint64(count), uint64(uint32(bs)), salt, uint64(m.out))
 	if err != nil {
 		return err
 	}
@@ -291,8 +328,8 @@ func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res
 // older than that kind answers an *Error with abi.ErrBadArgument.
 func (in *Instance) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error {
 	n := abi.TokenQuerySize(len(tokens), o)
-	if n < 0 || n > maxUint32Int {
-		return fmt.Errorf("%w: token query of %d tokens and %d multimodal lists exceeds the ABI's u32 sizes", consumer.ErrInvalidQuery, len(tokens), len(o.MM))
+	if n < 0 || n > consumer.MaxInputBytes {
+		return fmt.Errorf("%w: token query of %d tokens and %d multimodal lists exceeds the %d-byte limit", consumer.ErrInvalidQuery, len(tokens), len(o.MM), consumer.MaxInputBytes)
 	}
 	return in.query(abi.QueryTokensWith, n, 1, func(b []byte) { abi.PutTokenQuery(b, tokens, o) }, blockSize, salt, res)
 }
@@ -332,22 +369,31 @@ func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	return s, err
 }
 
-// AppendLaneWords implements client.Lanes.
+// AppendLaneWords implements client.Lanes. The buffer is sized by the
+// lane's own format (its lane_status record), so lanes of every format
+// read alike.
 func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	err := in.do(func(m *module) error {
 		if lane < 0 || lane > 1<<16 {
 			return &Error{Op: "lane_words", Code: abi.ErrWrongLane}
 		}
-		n := int(in.manifest.Format.BucketCount)
+		if err := m.check("lane_status", abi.ExportLaneStatus, uint64(lane), uint64(m.out)); err != nil {
+			return err
+		}
+		n := int(abi.ReadLaneStatus(m.record(abi.LaneStatusSize), &in.manifest, lane).Format.BucketCount)
 		p, _, err := m.input(8 * n)
 		if err != nil {
 			return err
 		}
-		if err := m.check("lane_words", abi.ExportLaneWords, uint64(lane), uint64(p), uint64(8*n)); err != nil {
+		c, err := m.call(abi.ExportLaneWords, uint64(lane), uint64(p), uint64(8*n))
+		if err != nil {
 			return err
 		}
-		v, _ := m.mem.Read(p, uint32(8*n))
-		for i := range n {
+		if c := abi.Code(int32(c)); c < 0 {
+			return &Error{Op: "lane_words", Code: c, Message: m.lastError()}
+		}
+		v, _ := m.mem.Read(p, uint32(8*int(int32(c))))
+		for i := range int(int32(c)) {
 			dst = append(dst, binary.LittleEndian.Uint64(v[8*i:]))
 		}
 		return nil

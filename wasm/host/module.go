@@ -34,11 +34,19 @@ func newModule(mod api.Module) *module {
 	return m
 }
 
+// testHookCall, when set (by tests only, before any instance runs), is
+// called before every export call, under the instance's lock: a pause point
+// that holds a call in flight.
+var testHookCall func(fn abi.Export)
+
 // call invokes export fn with params and returns its single result. An
 // error means the call trapped (the module's state is undefined).
 func (m *module) call(fn abi.Export, params ...uint64) (uint64, error) {
 	st := m.stack[:max(len(params), 1)]
 	copy(st, params)
+	if testHookCall != nil {
+		testHookCall(fn)
+	}
 	if err := m.fns[fn].CallWithStack(m.ctx, st); err != nil {
 		return 0, fmt.Errorf("%s: %w", abi.ExportNames[fn], err)
 	}

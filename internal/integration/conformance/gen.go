@@ -50,16 +50,24 @@ type collector struct{ deltas []ckf.Delta }
 func (c *collector) Enqueue(d ckf.Delta) error { c.deltas = append(c.deltas, d); return nil }
 
 func newSource(lane int, incarnation uint64) *source {
+	s := newSourceOf(lane, incarnation, ckf.DefaultSeed, genExpected)
+	if s.id.Format != genFormat {
+		panic(fmt.Sprintf("generator format %+v, pool format %+v", genFormat, s.id.Format))
+	}
+	return s
+}
+
+// newSourceOf is a producer of its own format: seed and the bucket count
+// of expected blocks (200 → 64 buckets, 400 → 128, 800 → 256, 1600 → 512).
+func newSourceOf(lane int, incarnation, seed, expected uint64) *source {
 	cfg := ckf.DefaultConfig()
-	cfg.ExpectedBlocks = genExpected
+	cfg.ExpectedBlocks = expected
+	cfg.Seed = seed
 	p, err := ckf.NewPool(cfg)
 	if err != nil {
 		panic(err) // a constant config: a failure is a generator bug
 	}
-	if p.Format() != genFormat {
-		panic(fmt.Sprintf("generator format %+v, pool format %+v", genFormat, p.Format()))
-	}
-	id := ckf.ProducerIdentity{Pool: genPool(lane), ProducerIncarnation: incarnation, LayoutGeneration: 1, Format: genFormat}
+	id := ckf.ProducerIdentity{Pool: genPool(lane), ProducerIncarnation: incarnation, LayoutGeneration: 1, Format: p.Format()}
 	s := &source{pool: p, sink: &collector{}, id: id, worker: uint64(lane + 1)}
 	s.pub = producer.NewPublisher(id, 0, s.sink)
 	return s
@@ -150,6 +158,7 @@ func (s *source) subscribe(lease ckf.LaneLease) ckf.Snapshot {
 
 // laneModel is what the declared outcomes imply about one lane.
 type laneModel struct {
+	format    ckf.Format // the lane's format: its last assignment's
 	ready     bool
 	assigned  bool
 	installed uint64
@@ -164,22 +173,39 @@ type builder struct {
 	s     Scenario
 	m     consumer.Manifest
 	lanes [ckf.MaxLanes]laneModel
-	ad    ckf.Addresser
 }
 
+// newBuilder configures lanes with genFormat pinned to all (a version-1
+// manifest).
 func newBuilder(name, desc string, lanes ...int) *builder {
-	m := consumer.Manifest{ConsumerInstance: genInstance, Domain: genDomain, Format: genFormat,
+	return newBuilderFormat(name, desc, genFormat, lanes...)
+}
+
+// newBuilderFormat configures lanes with format f pinned to all, or with
+// no pin (f zero: a version-2 manifest, each lane's format its
+// assignment's).
+func newBuilderFormat(name, desc string, f ckf.Format, lanes ...int) *builder {
+	m := consumer.Manifest{ConsumerInstance: genInstance, Domain: genDomain, Format: f,
 		VerificationWindow: consumer.DefaultVerificationWindow}
 	for _, l := range lanes {
 		p := genPool(l)
 		m.Lanes[l] = &p
 	}
-	b := &builder{m: m, ad: genFormat.Addresser()}
+	b := &builder{m: m}
 	b.s = Scenario{Name: name, Description: desc, Manifest: abi.AppendManifest(nil, &m)}
-	for i := range b.lanes {
-		b.lanes[i].words = make([]uint64, genBuckets)
+	for _, l := range lanes {
+		b.lanes[l].format = f
+		b.lanes[l].words = make([]uint64, f.BucketCount)
 	}
 	return b
+}
+
+// pin pins lane l to format f in the manifest (re-encoded).
+func (b *builder) pin(l int, f ckf.Format) {
+	b.m.LaneFormats[l] = f
+	b.lanes[l].format = f
+	b.lanes[l].words = make([]uint64, f.BucketCount)
+	b.s.Manifest = abi.AppendManifest(nil, &b.m)
 }
 
 func lease(lane int, epoch uint64) ckf.LaneLease {
@@ -194,6 +220,9 @@ func (b *builder) assign(note string, id ckf.ProducerIdentity, l ckf.LaneLease, 
 	if code == abi.OK {
 		lm := &b.lanes[l.PhysicalLane]
 		lm.ready, lm.assigned, lm.staging, lm.installed, lm.lastEpoch = false, true, false, 0, l.AssignmentEpoch
+		if lm.format != id.Format {
+			lm.format, lm.words = id.Format, make([]uint64, id.Format.BucketCount)
+		}
 	}
 }
 
@@ -280,14 +309,20 @@ func (b *builder) malformed(note string, frame []byte, code abi.Code) {
 	b.step(Step{Op: OpApply, Note: note, Frame: frame, Want: Want{Code: int32(code), ResLane: -1}})
 }
 
+// words checks a lane's column; a lane that is not ready has none to give
+// (its column may be stale or half staged): Unavailable.
 func (b *builder) words(lane int) {
+	if !b.lanes[lane].ready {
+		b.step(Step{Op: OpWords, Note: "lane not ready: no words", Lane: lane, Want: Want{Code: int32(abi.ErrUnavailable)}})
+		return
+	}
 	b.step(Step{Op: OpWords, Note: "lane words unchanged by the model", Lane: lane, Want: Want{SHA256: WordsDigest(b.lanes[lane].words)}})
 }
 
 func (b *builder) status(lane int) {
 	lm := &b.lanes[lane]
 	w := Want{Ready: lm.ready, Assigned: lm.assigned, LastEpoch: U64(lm.lastEpoch), Staging: lm.staging,
-		LastOut: uint8(lm.lastOut), LastFault: uint8(lm.lastFault)}
+		LastOut: uint8(lm.lastOut), LastFault: uint8(lm.lastFault), Seed: U64(lm.format.Seed), BucketCount: U64(lm.format.BucketCount)}
 	if lm.ready {
 		w.Installed = U64(lm.installed)
 	}
@@ -304,8 +339,9 @@ func (b *builder) depths(seq []uint64) (mask uint16, depths []uint32) {
 			continue
 		}
 		mask |= 1 << l
+		ad := lm.format.Addresser()
 		for _, h := range seq {
-			a := b.ad.Address(h)
+			a := ad.Address(h)
 			if !ckf.Bucket(lm.words[a.A]).Contains(a.Fingerprint) && !ckf.Bucket(lm.words[a.B]).Contains(a.Fingerprint) {
 				break
 			}
@@ -379,7 +415,131 @@ func Generate() []Scenario {
 		genMalformedFrames(),
 		genAssignErrors(),
 		genTokenOptions(),
+		genMixedFormats(),
+		genLaneFormatChange(),
+		genSixteenFormats(),
 	}
+}
+
+// genMixedFormats: lanes of different formats in one consumer (a version-2
+// manifest pinning none but lane 6): two bucket counts of the default seed
+// (two groups sharing a key hash), another seed, and a group of two lanes.
+func genMixedFormats() Scenario {
+	b := newBuilderFormat("mixed_formats", "a version-2 manifest: lanes of 64, 256 and 512 buckets and two seeds in one consumer (format groups), one lane pinned; queries, deltas, words and status per lane", ckf.Format{}, 0, 1, 2, 3, 6)
+	srcs := map[int]*source{
+		0: newSourceOf(0, 1, ckf.DefaultSeed, 200),
+		1: newSourceOf(1, 1, ckf.DefaultSeed, 800),
+		2: newSourceOf(2, 1, 7, 1600),
+		3: newSourceOf(3, 1, ckf.DefaultSeed, 200),
+		6: newSourceOf(6, 1, 7, 400),
+	}
+	b.pin(6, srcs[6].id.Format)
+	reqA, reqB := request(31000, 8), request(47000, 6)
+	for l, d := range map[int]int{0: 8, 1: 5, 2: 3, 3: 0, 6: 7} {
+		srcs[l].store(reqA[:d*genBlockSize])
+	}
+	srcs[3].store(reqB)
+	srcs[1].store(reqB[:2*genBlockSize])
+	b.queries("before any lane is ready", reqA)
+	for _, l := range []int{0, 1, 2, 3, 6} {
+		b.assign(fmt.Sprintf("lane %d: %d buckets, seed %#x", l, srcs[l].id.Format.BucketCount, srcs[l].id.Format.Seed), srcs[l].id, lease(l, 1), abi.OK)
+		b.status(l)
+	}
+	wrong := srcs[6].id
+	wrong.Format = ckf.NewFormat(7, 64)
+	b.assign("lane 6 is pinned: another format", wrong, lease(6, 2), abi.ErrFormatMismatch)
+	for _, l := range []int{0, 1, 2, 3, 6} {
+		b.snapshot(fmt.Sprintf("lane %d snapshot", l), srcs[l].subscribe(lease(l, 1)))
+	}
+	b.queries("request A on five lanes of four formats", reqA)
+	b.queries("request B", reqB)
+	srcs[2].store(reqA[:7*genBlockSize])
+	srcs[0].remove(reqA, 6)
+	for _, l := range []int{0, 2} {
+		for _, d := range srcs[l].take() {
+			b.delta(fmt.Sprintf("lane %d delta", l), d)
+		}
+	}
+	b.queries("request A after deltas", reqA)
+	for _, l := range []int{0, 1, 2, 3, 6} {
+		b.status(l)
+		b.words(l)
+	}
+	b.retire(1, abi.OK)
+	b.queries("after retiring lane 1", reqA)
+	return b.s
+}
+
+// genLaneFormatChange: one lane follows a pool that is resized (a new
+// producer incarnation with another bucket count) and resubscribes in the
+// new format, then in a third one; the other lanes' answers never change,
+// and frames of the old format's lease are ignored.
+func genLaneFormatChange() Scenario {
+	b := newBuilderFormat("lane_format_change", "a lane changes format across resubscribes (64 → 512 → 128 buckets, then another seed) while lanes of the old format keep answering; the old lease's frames are ignored", ckf.Format{}, 0, 1, 2)
+	s0, s1, s2 := newSourceOf(0, 1, ckf.DefaultSeed, 200), newSourceOf(1, 1, ckf.DefaultSeed, 200), newSourceOf(2, 1, ckf.DefaultSeed, 200)
+	req := request(90210, 7)
+	s0.store(req[:6*genBlockSize])
+	s1.store(req[:4*genBlockSize])
+	s2.store(req)
+	for l, s := range []*source{s0, s1, s2} {
+		b.assign(fmt.Sprintf("lane %d", l), s.id, lease(l, 1), abi.OK)
+		b.snapshot(fmt.Sprintf("lane %d snapshot", l), s.subscribe(lease(l, 1)))
+	}
+	b.queries("one group of three lanes", req)
+	s1.store(req[:5*genBlockSize])
+	stale := s1.take()
+	epoch := uint64(1)
+	for i, next := range []struct{ seed, expected uint64 }{{ckf.DefaultSeed, 1600}, {ckf.DefaultSeed, 400}, {7, 400}} {
+		epoch++
+		r := newSourceOf(1, uint64(10+i), next.seed, next.expected)
+		r.store(req[:(2+i)*genBlockSize])
+		b.assign(fmt.Sprintf("lane 1 resubscribes at %d buckets, seed %#x", r.id.Format.BucketCount, r.id.Format.Seed), r.id, lease(1, epoch), abi.OK)
+		b.status(1)
+		b.words(1)
+		b.queries("lane 1 between formats: not ready", req)
+		b.snapshot("lane 1 snapshot in its new format", r.subscribe(lease(1, epoch)))
+		b.status(1)
+		b.words(1)
+		b.queries("lane 1 in its new format", req)
+		for _, d := range stale {
+			b.rejected("a delta of lane 1's first lease: ignored", deltaFrame(&d), 1, consumer.IgnoredForeignLease, consumer.NoFault)
+		}
+		r.store(req[:(3+i)*genBlockSize])
+		for _, d := range r.take() {
+			b.delta("lane 1 delta in its new format", d)
+		}
+		b.queries("after lane 1's delta", req)
+	}
+	b.words(0)
+	b.words(2)
+	return b.s
+}
+
+// genSixteenFormats: 16 lanes in 16 formats (four seeds × four bucket
+// counts): 16 groups of one lane each.
+func genSixteenFormats() Scenario {
+	all := make([]int, ckf.MaxLanes)
+	for i := range all {
+		all[i] = i
+	}
+	b := newBuilderFormat("sixteen_formats", "16 lanes in 16 formats (seeds × 64, 128, 256, 512 buckets): 16 format groups of one lane; every lane's own depth", ckf.Format{}, all...)
+	seeds := []uint64{ckf.DefaultSeed, 7, 1 << 40, 0xfeed}
+	req := request(123456, 18)
+	for l := range ckf.MaxLanes {
+		s := newSourceOf(l, uint64(l+1), seeds[l%4], 200<<(l/4))
+		s.store(req[:(l+2)*genBlockSize])
+		b.assign(fmt.Sprintf("lane %d", l), s.id, lease(l, 1), abi.OK)
+		b.snapshot(fmt.Sprintf("lane %d snapshot", l), s.subscribe(lease(l, 1)))
+		if l%5 == 0 {
+			b.queries(fmt.Sprintf("%d lanes ready", l+1), req)
+		}
+	}
+	b.queries("all 16 lanes", req)
+	for l := range ckf.MaxLanes {
+		b.status(l)
+	}
+	b.words(15)
+	return b.s
 }
 
 func genNormalFlow() Scenario {
@@ -409,9 +569,18 @@ func genNormalFlow() Scenario {
 	b.queries("request B after deltas", reqB)
 	b.queries("empty request", nil)
 	b.queries("partial block only", reqA[:genBlockSize-1])
-	for _, bs := range []int{0, -1} {
+	for _, bs := range []int{0, -1, -1 << 32, -(1<<32 - 16)} {
 		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.Itoa(bs), Kind: abi.QueryTokens, Tokens: reqA, BlockSize: bs,
 			Salt: U64(ckf.BaseSalt), Want: Want{Code: int32(abi.ErrInvalidQuery)}})
+	}
+	// Any positive block size is valid; one above the token count leaves no
+	// complete block. The module's i32 argument must not wrap one ≥ 2^31
+	// (2^32+16 is not 16) on any host.
+	for _, bs := range []int{len(reqA) + 1, 1<<31 - 1, 1 << 31, 1<<32 - 1, 1 << 32, 1<<32 + genBlockSize} {
+		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.Itoa(bs) + ": no complete block", Kind: abi.QueryTokens, Tokens: reqA,
+			BlockSize: bs, Salt: U64(ckf.BaseSalt), Want: b.queryWant(nil)})
+		b.step(Step{Op: OpQuery, Note: "token query (kind 3), block size " + strconv.Itoa(bs) + ": no complete block", Kind: abi.QueryTokensWith,
+			Tokens: reqA, BlockSize: bs, Salt: U64(ckf.BaseSalt), MM: [][]U64{{1}}, Want: b.queryWant(nil)})
 	}
 	b.status(0)
 	b.status(3)
@@ -598,6 +767,7 @@ func genChunkedSnapshot() Scenario {
 	accept("chunk 0", chunks[0], false)
 	b.queries("chunk 0 staged: lane 1 invisible", req)
 	b.status(1)
+	b.words(1) // a lane that is not ready has no words to give: Unavailable
 	retry("chunk 2 after chunk 0", chunks[2], consumer.ChunkOutOfOrder)
 	accept("chunk 0 again", chunks[0], false)
 	other := chunks[1]

@@ -60,7 +60,8 @@ func normalize(op Op, w Want) Want {
 		return Want{Code: w.Code, Mask: w.Mask, Depths: d, Blocks: w.Blocks}
 	case OpStatus:
 		return Want{Code: w.Code, Ready: w.Ready, Assigned: w.Assigned, Installed: w.Installed,
-			LastEpoch: w.LastEpoch, Staging: w.Staging, LastOut: w.LastOut, LastFault: w.LastFault}
+			LastEpoch: w.LastEpoch, Staging: w.Staging, LastOut: w.LastOut, LastFault: w.LastFault,
+			Seed: w.Seed, BucketCount: w.BucketCount}
 	case OpWords:
 		return Want{Code: w.Code, SHA256: w.SHA256}
 	}
@@ -123,7 +124,7 @@ func Exec(c client.Lanes, st *Step) (Want, error) {
 		}
 		return Want{Ready: s.Ready, Assigned: s.Assigned, Installed: U64(s.InstalledSequence),
 			LastEpoch: U64(s.LastEpoch), Staging: s.SnapshotInProgress, LastOut: uint8(s.LastOutcome),
-			LastFault: uint8(s.LastFault)}, nil
+			LastFault: uint8(s.LastFault), Seed: U64(s.Format.Seed), BucketCount: U64(s.Format.BucketCount)}, nil
 	case OpWords:
 		w, err := c.AppendLaneWords(nil, st.Lane)
 		if err != nil {

@@ -102,6 +102,10 @@ type Want struct {
 	Staging   bool  `json:"staging,omitempty"`
 	LastOut   uint8 `json:"last_outcome,omitempty"`
 	LastFault uint8 `json:"last_fault,omitempty"`
+	// Seed and BucketCount are the lane's format (lane_status bytes 152
+	// and 160): its assignment's, else its pin, else 0 and 0.
+	Seed        U64 `json:"seed,omitempty"`
+	BucketCount U64 `json:"bucket_count,omitempty"`
 
 	// OpWords: hex SHA-256 of the lane's bucket_count words as u64 LE.
 	SHA256 string `json:"sha256,omitempty"`

@@ -376,6 +376,9 @@ func (in *Instance) Retire(lane int) error {
 // ApplyFrame implements client.Lanes.
 func (in *Instance) ApplyFrame(frame []byte) (consumer.Result, error) {
 	res := consumer.Result{Lane: -1}
+	if len(frame) > consumer.MaxInputBytes { // as natively: wire.ErrFrameTooLarge
+		return res, &Error{Op: "apply", Code: abi.ErrFrameTooLarge, Message: fmt.Sprintf("frame of %d bytes exceeds the consumer's %d", len(frame), consumer.MaxInputBytes)}
+	}
 	if err := in.lock(); err != nil {
 		return res, err
 	}
@@ -406,6 +409,9 @@ func (in *Instance) query(kind int32, count, width int, fill func(b []byte), blo
 	// natively; one above 2^31-1 spans more tokens than a query holds, so
 	// it hashes no complete block, like 2^31-1.
 	bs := int32(min(max(blockSize, 0), math.MaxInt32))
+	if n := uint64(count) * uint64(width); n > consumer.MaxInputBytes { // as natively
+		return fmt.Errorf("%w: input of %d bytes exceeds the %d-byte limit", consumer.ErrInvalidQuery, n, consumer.MaxInputBytes)
+	}
 	if err := in.lock(); err != nil {
 		return err
 	}
@@ -447,8 +453,8 @@ func (in *Instance) QueryTokens(tokens []uint32, blockSize int, salt uint64, res
 // the request in the token query layout (abi.PutTokenQuery).
 func (in *Instance) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, o ckf.HashOptions, res *consumer.QueryResult) error {
 	n := abi.TokenQuerySize(len(tokens), o)
-	if n < 0 || uint64(n) > math.MaxUint32 {
-		return fmt.Errorf("%w: token query of %d tokens and %d multimodal lists exceeds the ABI's u32 sizes", consumer.ErrInvalidQuery, len(tokens), len(o.MM))
+	if n < 0 || n > consumer.MaxInputBytes {
+		return fmt.Errorf("%w: token query of %d tokens and %d multimodal lists exceeds the %d-byte limit", consumer.ErrInvalidQuery, len(tokens), len(o.MM), consumer.MaxInputBytes)
 	}
 	return in.query(abi.QueryTokensWith, n, 1, func(b []byte) { abi.PutTokenQuery(b, tokens, o) }, blockSize, salt, res)
 }
@@ -486,7 +492,8 @@ func (in *Instance) LaneStatus(lane int) (consumer.LaneStatus, error) {
 	return abi.ReadLaneStatus(in.record(abi.LaneStatusSize), &in.manifest, lane), nil
 }
 
-// AppendLaneWords implements client.Lanes.
+// AppendLaneWords implements client.Lanes: the buffer is sized by the
+// lane's own format, read from its lane_status record.
 func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	if err := in.lock(); err != nil {
 		return dst, err
@@ -496,16 +503,23 @@ func (in *Instance) AppendLaneWords(dst []uint64, lane int) ([]uint64, error) {
 	if err != nil {
 		return dst, err
 	}
-	n := int(in.manifest.Format.BucketCount)
+	if err := in.check("lane_status", abi.ExportLaneStatus, l, int32(in.out)); err != nil {
+		return dst, err
+	}
+	n := int(abi.ReadLaneStatus(in.record(abi.LaneStatusSize), &in.manifest, lane).Format.BucketCount)
 	p, err := in.input(8 * n)
 	if err != nil {
 		return dst, err
 	}
-	if err := in.check("lane_words", abi.ExportLaneWords, l, int32(p), int32(8*n)); err != nil {
+	c, err := in.call(abi.ExportLaneWords, l, int32(p), int32(8*n))
+	if err != nil {
 		return dst, err
 	}
-	v := in.view()[p : p+uint32(8*n)]
-	for i := range n {
+	if c < 0 {
+		return dst, &Error{Op: "lane_words", Code: abi.Code(c), Message: in.lastError()}
+	}
+	v := in.view()[p : p+uint32(8*c)]
+	for i := range int(c) {
 		dst = append(dst, binary.LittleEndian.Uint64(v[8*i:]))
 	}
 	return dst, nil

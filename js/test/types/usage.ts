@@ -3,7 +3,7 @@
 // @ckfrelay/router, so a declaration that needs a lib the program lacks, or
 // that drifts from the runtime exports' names, fails the test.
 import {
-  Router, SessionError, Consumer, AbiError, compileModule, Outcome, FaultNames, Code, QueryKind, BASE_SALT, encodeTokenQuery,
+  Router, SessionError, Consumer, AbiError, compileModule, Outcome, FaultNames, Code, QueryKind, BASE_SALT, MAX_INPUT_BYTES, encodeTokenQuery,
   decodeFrame, readFrames, FrameError, Kind, DEFAULT_MAX_FRAME_BYTES,
   fetchCatalog, manifestFromCatalog, encodeManifest, encodeAssignment, decodeMsgpack, MsgpackError,
 } from "@ckfrelay/router";

@@ -1,0 +1,209 @@
+package consumer
+
+import (
+	"math/bits"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+)
+
+// group is one format group (SPEC §8.1): the lanes whose current format is
+// the same share one lane-minor table whose rows are width words wide, the
+// group's lane count rounded up to 1, 2, 4, 8 or 16. A probe reads two rows
+// of width words; a consumer with one group of 16 identity slots (every
+// version-1 manifest) is exactly the 16-wide table of before, and queries
+// run the same kernel (Consumer.uniform).
+type group struct {
+	format      ckf.Format
+	addresser   ckf.Addresser
+	bucketCount uint64
+	width       int
+	// words is the table, len bucketCount*width: bucket b of slot s at
+	// b*width+s.
+	words []uint64
+	// members has bit l set for each lane in the group; slotLane[s] is the
+	// lane of slot s, -1 when free.
+	members  uint16
+	slotLane [ckf.MaxLanes]int8
+	// fixed: the version-1 table (slot l is lane l, 16 wide), never resized.
+	fixed bool
+	// sameSeedAsPrev: the previous group of Consumer.groups has this seed,
+	// so a probe reuses its key hash (groups are kept sorted by seed).
+	sameSeedAsPrev bool
+}
+
+func newGroup(f ckf.Format, width int) *group {
+	g := &group{format: f, addresser: f.Addresser(), bucketCount: f.BucketCount, width: width,
+		words: make([]uint64, f.BucketCount*uint64(width))}
+	for s := range g.slotLane {
+		g.slotLane[s] = -1
+	}
+	return g
+}
+
+// freeSlot returns a free slot below the group's width, or -1.
+func (g *group) freeSlot() int {
+	for s := range g.width {
+		if g.slotLane[s] < 0 {
+			return s
+		}
+	}
+	return -1
+}
+
+// widen doubles the row width until it has a free slot, copying every
+// member's column to the same slot of the wider rows.
+func (g *group) widen() {
+	w := g.width * 2
+	words := make([]uint64, g.bucketCount*uint64(w))
+	for s := range g.width {
+		if g.slotLane[s] < 0 {
+			continue
+		}
+		for b := range g.bucketCount {
+			words[b*uint64(w)+uint64(s)] = g.words[b*uint64(g.width)+uint64(s)]
+		}
+	}
+	g.words, g.width = words, w
+}
+
+// narrow rebuilds g with rows of n lanes rounded up to a power of two, its
+// lanes in slots 0..n-1 in lane order.
+func (c *Consumer) narrow(g *group, n int) {
+	w := 1
+	for w < n {
+		w *= 2
+	}
+	words := make([]uint64, g.bucketCount*uint64(w))
+	var slotLane [ckf.MaxLanes]int8
+	for s := range slotLane {
+		slotLane[s] = -1
+	}
+	s := 0
+	for m := g.members; m != 0; m &= m - 1 {
+		li := bits.TrailingZeros16(m)
+		l := &c.lanes[li]
+		for b := range g.bucketCount {
+			words[b*uint64(w)+uint64(s)] = g.words[b*uint64(g.width)+uint64(l.slot)]
+		}
+		l.slot = s
+		slotLane[s] = int8(li)
+		s++
+	}
+	g.words, g.width, g.slotLane = words, w, slotLane
+}
+
+// slotHits maps a mask of slots to the mask of their lanes.
+func (g *group) slotHits(slots uint16) uint16 {
+	var m uint16
+	for ; slots != 0; slots &= slots - 1 {
+		m |= 1 << uint(g.slotLane[bits.TrailingZeros16(slots)])
+	}
+	return m
+}
+
+// join puts lane i in the group of format f, creating it (or widening it)
+// as needed, after taking it out of its current group. A lane that already
+// serves f keeps its group and slot. A group left empty is dropped: its
+// table becomes garbage (in WebAssembly the Go heap reuses it; linear memory
+// never shrinks).
+func (c *Consumer) join(i int, f ckf.Format) {
+	l := &c.lanes[i]
+	if l.grp != nil && l.grp.format == f {
+		return
+	}
+	c.leave(i)
+	var g *group
+	for _, cand := range c.groups {
+		if cand.format == f {
+			g = cand
+			break
+		}
+	}
+	if g == nil {
+		g = newGroup(f, 1)
+		c.groups = append(c.groups, g)
+	}
+	s := g.freeSlot()
+	for s < 0 {
+		g.widen()
+		s = g.freeSlot()
+	}
+	g.slotLane[s] = int8(i)
+	g.members |= 1 << i
+	l.grp, l.slot = g, s
+	if need := (f.BucketCount + 63) / 64; uint64(len(c.seen)) < need {
+		c.seen = make([]uint64, need)
+	}
+	c.regroup()
+}
+
+// leave takes lane i out of its group. A group whose lanes fit rows half as
+// wide is narrowed (its lanes move to the low slots), so a group's rows are
+// always its lane count rounded up to a power of two.
+func (c *Consumer) leave(i int) {
+	l := &c.lanes[i]
+	g := l.grp
+	if g == nil {
+		return
+	}
+	g.slotLane[l.slot] = -1
+	g.members &^= 1 << i
+	l.grp, l.slot = nil, 0
+	if n := bits.OnesCount16(g.members); n > 0 && !g.fixed && n <= g.width/2 {
+		c.narrow(g, n)
+	}
+	if g.members == 0 {
+		for k, cand := range c.groups {
+			if cand == g {
+				c.groups = append(c.groups[:k], c.groups[k+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// regroup orders the groups by seed (so one key hash serves each run of
+// groups with the same seed) and decides whether queries take the uniform
+// path: one group of 16 slots where slot l is lane l, today's table.
+func (c *Consumer) regroup() {
+	gs := c.groups
+	for i := 1; i < len(gs); i++ { // insertion sort: at most 16 groups
+		for j := i; j > 0 && gs[j].format.Seed < gs[j-1].format.Seed; j-- {
+			gs[j], gs[j-1] = gs[j-1], gs[j]
+		}
+	}
+	for k, g := range gs {
+		g.sameSeedAsPrev = k > 0 && gs[k-1].format.Seed == g.format.Seed
+	}
+	c.uniform = false
+	c.words, c.addresser, c.bucketCount = nil, ckf.Addresser{}, 0
+	if len(gs) != 1 || gs[0].width != lanes {
+		return
+	}
+	for s, l := range gs[0].slotLane {
+		if int(l) != s && l >= 0 {
+			return
+		}
+	}
+	g := gs[0]
+	c.uniform = true
+	c.words, c.addresser, c.bucketCount = g.words, g.addresser, g.bucketCount
+}
+
+// groupHits is rowHits for several groups: per group one probe of its two
+// rows (width words each), its slot hits mapped to lanes; the key is hashed
+// once per seed.
+func (c *Consumer) groupHits(seqHash uint64, ready uint16) uint16 {
+	var m uint16
+	var kh ckf.KeyHash
+	for _, g := range c.groups {
+		if !g.sameSeedAsPrev {
+			kh = g.addresser.HashKey(seqHash)
+		}
+		if g.members&ready == 0 {
+			continue
+		}
+		m |= g.slotHits(g.addresser.RowHitsHashed(g.words, g.width, kh))
+	}
+	return m & ready
+}
