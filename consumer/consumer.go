@@ -121,6 +121,7 @@ func New(m Manifest) (*Consumer, error) {
 				c.lanes[i].grp, c.lanes[i].slot = g, i
 			}
 		}
+		g.remap()
 		c.groups = []*group{g}
 		c.seen = make([]uint64, (f.BucketCount+63)/64)
 		c.regroup()

@@ -24,6 +24,9 @@ type group struct {
 	// lane of slot s, -1 when free.
 	members  uint16
 	slotLane [ckf.MaxLanes]int8
+	// lo and hi map a slot hit mask to its lanes, a byte at a time (kept
+	// by setSlot), so a probe maps a group's hits with two loads.
+	lo, hi [256]uint16
 	// fixed: the version-1 table (slot l is lane l, 16 wide), never resized.
 	fixed bool
 	// sameSeedAsPrev: the previous group of Consumer.groups has this seed,
@@ -90,15 +93,31 @@ func (c *Consumer) narrow(g *group, n int) {
 		s++
 	}
 	g.words, g.width, g.slotLane = words, w, slotLane
+	g.remap()
 }
 
 // slotHits maps a mask of slots to the mask of their lanes.
 func (g *group) slotHits(slots uint16) uint16 {
-	var m uint16
-	for ; slots != 0; slots &= slots - 1 {
-		m |= 1 << uint(g.slotLane[bits.TrailingZeros16(slots)])
+	return g.lo[slots&0xff] | g.hi[slots>>8]
+}
+
+// remap rebuilds lo and hi from slotLane.
+func (g *group) remap() {
+	for v := range 256 {
+		var lo, hi uint16
+		for s := range 8 {
+			if v&(1<<s) == 0 {
+				continue
+			}
+			if l := g.slotLane[s]; l >= 0 {
+				lo |= 1 << uint(l)
+			}
+			if l := g.slotLane[s+8]; l >= 0 {
+				hi |= 1 << uint(l)
+			}
+		}
+		g.lo[v], g.hi[v] = lo, hi
 	}
-	return m
 }
 
 // join puts lane i in the group of format f, creating it (or widening it)
@@ -130,6 +149,7 @@ func (c *Consumer) join(i int, f ckf.Format) {
 	}
 	g.slotLane[s] = int8(i)
 	g.members |= 1 << i
+	g.remap()
 	l.grp, l.slot = g, s
 	if need := (f.BucketCount + 63) / 64; uint64(len(c.seen)) < need {
 		c.seen = make([]uint64, need)
@@ -148,6 +168,7 @@ func (c *Consumer) leave(i int) {
 	}
 	g.slotLane[l.slot] = -1
 	g.members &^= 1 << i
+	g.remap()
 	l.grp, l.slot = nil, 0
 	if n := bits.OnesCount16(g.members); n > 0 && !g.fixed && n <= g.width/2 {
 		c.narrow(g, n)
@@ -192,7 +213,8 @@ func (c *Consumer) regroup() {
 
 // groupHits is rowHits for several groups: per group one probe of its two
 // rows (width words each), its slot hits mapped to lanes; the key is hashed
-// once per seed.
+// once per seed (groups are sorted by seed). Loading every group's rows
+// before testing any did not measure faster (docs/RATIONALE.md).
 func (c *Consumer) groupHits(seqHash uint64, ready uint16) uint16 {
 	var m uint16
 	var kh ckf.KeyHash
