@@ -1,7 +1,7 @@
 // Package client is the router side of ckfrelay: it subscribes one consumer
 // lane per pool (data center) to a relay's frame streams, feeds every frame
 // to a consumer (native or WebAssembly), and keeps each lane converged. A
-// router reads a ckfrelay relay's HTTP streams (Config.RelayURL), its NATS
+// router reads ckfrelay relays' HTTP streams ([Config.Relays]), their NATS
 // JetStream broadcast ([NATSConfig]), or any server of Dynamo's
 // dynamo.kvrelay.v1 gRPC contract, ckfrelay's or Dynamo's ([GRPCConfig]).
 //
@@ -36,6 +36,9 @@ import (
 type Target struct {
 	Pool string // the relay's pool name (over gRPC only a label: see DCID)
 	Lane int    // 0..15; must match the lane the consumer's manifest gives the pool
+	// Relay is the index in Config.Relays of the relay that hosts the pool
+	// (HTTP and gRPC; 0 with one relay). Unused over NATS.
+	Relay int
 	// DCID selects the pool over gRPC, whose catalog names pools by
 	// producer identity, not by name: the entry whose
 	// ProducerIdentity.pool_id.dc_id is DCID (the relay's pool dc_id).
@@ -45,13 +48,16 @@ type Target struct {
 
 // Config configures a Router.
 type Config struct {
-	// RelayURL is the relay's base URL, e.g. "http://127.0.0.1:7878".
-	RelayURL string
+	// Relays are the relays whose pools the targets name, each as its
+	// replicas' addresses ([Relay]): http(s) base URLs by default, gRPC
+	// targets when GRPC is set. Empty over NATS.
+	Relays []Relay
 	// NATS, when set, reads the relays' JetStream broadcast instead of
-	// RelayURL's HTTP streams (see [NATSConfig]).
+	// their HTTP streams (see [NATSConfig]).
 	NATS *NATSConfig
-	// GRPC, when set, follows a dynamo.kvrelay.v1 KvEventRelay server
-	// (ckfrelay's or Dynamo's) instead of RelayURL (see [GRPCConfig]).
+	// GRPC, when set, follows dynamo.kvrelay.v1 KvEventRelay servers
+	// (ckfrelay's or Dynamo's) at the Relays' addresses instead of HTTP
+	// streams (see [GRPCConfig]).
 	GRPC *GRPCConfig
 	// AuthToken is sent as a bearer token when set.
 	AuthToken string
@@ -105,8 +111,9 @@ type Router struct {
 	mu   sync.Mutex // serializes every call into lanes and guards info
 	ls   Lanes
 	info [ckf.MaxLanes]LaneInfo
-	nats *natsTransport // nil: HTTP or gRPC
-	grpc *grpcTransport // nil: HTTP or NATS
+	nats *natsTransport   // nil: HTTP or gRPC
+	grpc []*grpcTransport // one per relay over gRPC; nil: HTTP or NATS
+	http []*replicas      // one per relay over HTTP; nil: NATS or gRPC
 
 	onBackoff func(lane int, ceil time.Duration) // test hook: before each resubscribe delay
 }
@@ -130,29 +137,25 @@ func CheckRelayURL(s string) error {
 
 // New returns a router over lanes. It does nothing until [Router.Run].
 func New(cfg Config, lanes Lanes) (*Router, error) {
-	transports := 0
-	for _, set := range []bool{cfg.RelayURL != "", cfg.NATS != nil, cfg.GRPC != nil} {
-		if set {
-			transports++
-		}
+	if cfg.NATS != nil && cfg.GRPC != nil || len(cfg.Targets) == 0 {
+		return nil, errors.New("client: at most one of NATS and GRPC (neither: HTTP), and at least one target, are required")
 	}
-	if transports != 1 || len(cfg.Targets) == 0 {
-		return nil, errors.New("client: exactly one of RelayURL, NATS and GRPC, and at least one target, are required")
+	if err := checkRelays(&cfg); err != nil {
+		return nil, err
 	}
-	if cfg.RelayURL != "" {
-		if err := CheckRelayURL(cfg.RelayURL); err != nil {
-			return nil, err
-		}
+	type relayDC struct {
+		relay int
+		dc    uint64
 	}
-	seen, dcs := map[int]bool{}, map[uint64]bool{}
+	seen, dcs := map[int]bool{}, map[relayDC]bool{}
 	for _, t := range cfg.Targets {
 		if t.Lane < 0 || t.Lane >= ckf.MaxLanes || seen[t.Lane] || t.Pool == "" {
 			return nil, fmt.Errorf("client: target %+v: lanes must be distinct in 0..15 and pools named", t)
 		}
-		if cfg.GRPC != nil && dcs[t.DCID] {
-			return nil, fmt.Errorf("client: target %+v: over gRPC every target needs its own DCID", t)
+		if cfg.GRPC != nil && dcs[relayDC{t.Relay, t.DCID}] {
+			return nil, fmt.Errorf("client: target %+v: over gRPC every target of a relay needs its own DCID", t)
 		}
-		seen[t.Lane], dcs[t.DCID] = true, true
+		seen[t.Lane], dcs[relayDC{t.Relay, t.DCID}] = true, true
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 50 * time.Millisecond
@@ -173,13 +176,20 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Router{cfg: cfg, log: cfg.Logger, ls: lanes}
-	if cfg.NATS != nil {
+	switch {
+	case cfg.NATS != nil:
 		r.nats = newNATSTransport(*cfg.NATS)
-	}
-	if cfg.GRPC != nil {
-		var err error
-		if r.grpc, err = newGRPCTransport(*cfg.GRPC, cfg.AuthToken, cfg.ConsumerInstance); err != nil {
-			return nil, err
+	case cfg.GRPC != nil:
+		for _, rl := range cfg.Relays {
+			t, err := newGRPCTransport(*cfg.GRPC, rl.Addrs, cfg.AuthToken, cfg.ConsumerInstance)
+			if err != nil {
+				return nil, err
+			}
+			r.grpc = append(r.grpc, t)
+		}
+	default:
+		for _, rl := range cfg.Relays {
+			r.http = append(r.http, &replicas{addrs: rl.Addrs})
 		}
 	}
 	for _, t := range cfg.Targets {
@@ -191,11 +201,11 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 // Run follows every target until ctx ends. It always returns ctx's error.
 func (r *Router) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	if r.grpc != nil {
+	for _, g := range r.grpc {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.grpc.watchCatalog(ctx, r.cfg.MinBackoff, r.cfg.MaxBackoff, func(msg string, args ...any) { r.log.Info(msg, args...) })
+			g.watchCatalog(ctx, r.cfg.MinBackoff, r.cfg.MaxBackoff, func(msg string, args ...any) { r.log.Info(msg, args...) })
 		}()
 	}
 	for _, t := range r.cfg.Targets {
@@ -209,8 +219,8 @@ func (r *Router) Run(ctx context.Context) error {
 	if r.nats != nil {
 		r.nats.close()
 	}
-	if r.grpc != nil {
-		r.grpc.close()
+	for _, g := range r.grpc {
+		g.close()
 	}
 	return ctx.Err()
 }
@@ -369,7 +379,7 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 	case r.nats != nil:
 		fr, err = r.nats.open(sctx, t.Pool, lease, r.cfg.MaxFrameBytes)
 	case r.grpc != nil:
-		fr, err = r.grpc.open(sctx, t.DCID, lease)
+		fr, err = r.grpc[t.Relay].open(sctx, t.DCID, lease)
 	default:
 		fr, err = r.openHTTP(sctx, t, epoch)
 	}
@@ -445,10 +455,20 @@ type httpSource struct {
 
 func (h httpSource) Close() error { return h.body.Close() }
 
-// openHTTP opens the relay's stream for t under epoch.
-func (r *Router) openHTTP(ctx context.Context, t Target, epoch uint64) (frameSource, error) {
+// openHTTP opens the stream for t under epoch at its relay's replica in use;
+// a replica that cannot serve it (unreachable, or any answer but 200: a
+// standby, a relay not ready) moves t's relay to its next replica for the
+// next attempt.
+func (r *Router) openHTTP(ctx context.Context, t Target, epoch uint64) (src frameSource, err error) {
+	rs := r.http[t.Relay]
+	base, i := rs.current()
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			rs.failed(i)
+		}
+	}()
 	u := fmt.Sprintf("%s/v1/pools/%s/stream?consumer=%d&lane=%d&epoch=%d",
-		strings.TrimRight(r.cfg.RelayURL, "/"), url.PathEscape(t.Pool), r.cfg.ConsumerInstance, t.Lane, epoch)
+		strings.TrimRight(base, "/"), url.PathEscape(t.Pool), r.cfg.ConsumerInstance, t.Lane, epoch)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err

@@ -179,11 +179,11 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 		cfg  Config
 	}{
 		{"no url", Config{Targets: []Target{{Pool: "p", Lane: 0}}}},
-		{"no targets", Config{RelayURL: "http://x"}},
-		{"lane too high", Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 16}}}},
-		{"negative lane", Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: -1}}}},
-		{"duplicate lane", Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 1}, {Pool: "q", Lane: 1}}}},
-		{"unnamed pool", Config{RelayURL: "http://x", Targets: []Target{{Lane: 1}}}},
+		{"no targets", Config{Relays: []Relay{{Addrs: []string{"http://x"}}}}},
+		{"lane too high", Config{Relays: []Relay{{Addrs: []string{"http://x"}}}, Targets: []Target{{Pool: "p", Lane: 16}}}},
+		{"negative lane", Config{Relays: []Relay{{Addrs: []string{"http://x"}}}, Targets: []Target{{Pool: "p", Lane: -1}}}},
+		{"duplicate lane", Config{Relays: []Relay{{Addrs: []string{"http://x"}}}, Targets: []Target{{Pool: "p", Lane: 1}, {Pool: "q", Lane: 1}}}},
+		{"unnamed pool", Config{Relays: []Relay{{Addrs: []string{"http://x"}}}, Targets: []Target{{Lane: 1}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -194,7 +194,7 @@ func TestNew_RejectsBadConfig(t *testing.T) {
 }
 
 func TestRouter_LaneOutOfRangeIsZero(t *testing.T) {
-	r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p", Lane: 0}}}, newNative(t))
+	r, err := New(Config{Relays: []Relay{{Addrs: []string{"http://x"}}}, Targets: []Target{{Pool: "p", Lane: 0}}}, newNative(t))
 	require.NoError(t, err)
 	for _, lane := range []int{-1, 16, 1 << 30} {
 		got := r.Lane(lane)
@@ -208,7 +208,7 @@ func TestRouter_LaneOutOfRangeIsZero(t *testing.T) {
 func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 	url, sessions, release := fakeRelay(t)
 	lanes := newNative(t)
-	r := startRouter(t, Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+	r := startRouter(t, Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
 
 	// Session 1: snapshot at 5, then a delta from 7: a gap.
@@ -254,7 +254,7 @@ func TestRouter_DeactivationResubscribesWithHigherEpoch(t *testing.T) {
 // A stream that goes silent (no heartbeat) is abandoned after IdleTimeout.
 func TestRouter_IdleStreamResubscribes(t *testing.T) {
 	url, sessions, _ := fakeRelay(t)
-	r := startRouter(t, Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+	r := startRouter(t, Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: 50 * time.Millisecond}, newNative(t))
 	s1 := nextSession(t, sessions)
 	snap := ckf.Snapshot{Identity: testID, Lease: lease(s1.epoch), Sequence: 1, Words: words(1)}
@@ -277,7 +277,7 @@ func TestRouter_HTTPErrorIsRetried(t *testing.T) {
 		http.Error(w, `{"error":{"code":"unknown_pool"}}`, http.StatusNotFound)
 	}))
 	t.Cleanup(srv.Close)
-	r := startRouter(t, Config{RelayURL: srv.URL, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+	r := startRouter(t, Config{Relays: []Relay{{Addrs: []string{srv.URL}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}, newNative(t))
 	var prev uint64
 	for i := range 3 {
@@ -307,7 +307,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestRouter_StopIsNotAResubscribe(t *testing.T) {
 	url, sessions, _ := fakeRelay(t)
 	lanes := newNative(t)
-	r, err := New(Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+	r, err := New(Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -362,7 +362,7 @@ func TestNew_HealthySessionDefault(t *testing.T) {
 		{30 * time.Second, -1, 30 * time.Second},
 		{2 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
 	} {
-		r, err := New(Config{RelayURL: "http://x", Targets: []Target{{Pool: "p"}}, MinBackoff: time.Millisecond,
+		r, err := New(Config{Relays: []Relay{{Addrs: []string{"http://x"}}}, Targets: []Target{{Pool: "p"}}, MinBackoff: time.Millisecond,
 			MaxBackoff: tt.maxBackoff, HealthySession: tt.healthy}, nil)
 		require.NoError(t, err)
 		assert.Equal(t, tt.want, r.cfg.HealthySession, "MaxBackoff %v, HealthySession %v: got %v, want %v", tt.maxBackoff, tt.healthy, r.cfg.HealthySession, tt.want)
@@ -385,7 +385,7 @@ func TestRouter_ShortInstalledSessionsBackOff(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			url, sessions, release := fakeRelay(t)
-			r, err := New(Config{RelayURL: url, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+			r, err := New(Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
 				MinBackoff: time.Millisecond, MaxBackoff: time.Second, HealthySession: tt.healthy, IdleTimeout: -1}, newNative(t))
 			require.NoError(t, err)
 			ceils := make(chan time.Duration, sessionsRun+1)

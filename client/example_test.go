@@ -21,7 +21,7 @@ import (
 // Example follows one relay pool, the data center "dc-east", on lane 0 of an
 // in-process consumer and asks how many leading blocks of a request that data
 // center caches. The relay runs in this process (the project's own server
-// behind httptest); in production RelayURL names a running `relay serve`.
+// behind httptest); in production Config.Relays names running `relay serve`s.
 func Example() {
 	// The relay hosts "dc-east" (dc_id 1, sized for 1,024 blocks, default
 	// routing domain), and one of its engines stored the first 3 blocks of a
@@ -53,7 +53,7 @@ func Example() {
 		panic(err)
 	}
 	router, err := client.New(client.Config{
-		RelayURL:         relayURL,
+		Relays:           []client.Relay{{Addrs: []string{relayURL}}},
 		ConsumerInstance: 7,
 		Targets:          []client.Target{{Pool: "dc-east", Lane: 0}},
 	}, lanes)

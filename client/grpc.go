@@ -44,16 +44,12 @@ import (
 //     source or version, CKF format, hash format, worker role, model
 //     target) are quarantined: their lanes stay retired ([ErrQuarantined]).
 type GRPCConfig struct {
-	// Target is the relay's gRPC address, e.g. "127.0.0.1:7879" (any
-	// grpc.NewClient target); ignored when Conn is set.
-	Target string
-	// DialOptions are used when the router dials Target itself. Default:
-	// plaintext (insecure.NewCredentials()); pass TLS credentials for a
-	// relay that serves TLS. Config.AuthToken is added as a bearer token
-	// per RPC either way.
+	// DialOptions are used to dial every relay address (Config.Relays:
+	// any grpc.NewClient target, e.g. "127.0.0.1:7879"). Default: plaintext
+	// (insecure.NewCredentials()); pass TLS credentials for a relay that
+	// serves TLS. Config.AuthToken is added as a bearer token per RPC
+	// either way.
 	DialOptions []grpc.DialOption
-	// Conn is an existing connection to use (its owner closes it).
-	Conn grpc.ClientConnInterface
 	// SubscriberID is the streams' subscriber_id, a diagnostic label
 	// (non-empty, at most 128 UTF-8 bytes, no control characters). Default
 	// "ckfrelay-router-<ConsumerInstance>".
@@ -120,10 +116,11 @@ type catalogEntry struct {
 type grpcTransport struct {
 	cfg   GRPCConfig
 	token string
+	addrs *replicas
 
 	mu      sync.Mutex
-	conn    grpc.ClientConnInterface
-	own     *grpc.ClientConn // the router dialed it and closes it
+	conn    *grpc.ClientConn // nil until first use and after a move to another replica
+	connAt  int              // the replica index conn was dialed to
 	catalog map[uint64]catalogEntry
 	catErr  error // why there is no catalog (nil: one is installed)
 	blocked map[int]ckf.ProducerIdentity
@@ -131,35 +128,34 @@ type grpcTransport struct {
 	changed chan struct{} // closed and replaced on every catalog change
 }
 
-func newGRPCTransport(cfg GRPCConfig, token string, consumer uint64) (*grpcTransport, error) {
+func newGRPCTransport(cfg GRPCConfig, addrs []string, token string, consumer uint64) (*grpcTransport, error) {
 	if cfg.SubscriberID == "" {
 		cfg.SubscriberID = fmt.Sprintf("ckfrelay-router-%d", consumer)
 	}
 	if err := kvrelay.CheckSubscriberID(cfg.SubscriberID); err != nil {
 		return nil, fmt.Errorf("client: grpc: %w", err)
 	}
-	if cfg.Conn == nil && cfg.Target == "" {
-		return nil, errors.New("client: grpc: Target or Conn is required")
-	}
-	return &grpcTransport{cfg: cfg, token: token, catErr: ErrNotInCatalog,
+	return &grpcTransport{cfg: cfg, token: token, addrs: &replicas{addrs: addrs}, catErr: ErrNotInCatalog,
 		blocked: map[int]ckf.ProducerIdentity{}, active: map[int]*grpcSource{}, changed: make(chan struct{})}, nil
 }
 
-// client returns the relay stub, dialing on first use.
+// client returns the stub of the relay's replica in use, dialing on first
+// use and after a move.
 func (t *grpcTransport) client() (kvrelaypb.KvEventRelayClient, error) {
+	addr, i := t.addrs.current()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.conn != nil && t.connAt != i {
+		t.conn.Close() // moved: streams on the old replica end and resubscribe
+		t.conn = nil
+	}
 	if t.conn == nil {
-		if t.cfg.Conn != nil {
-			t.conn = t.cfg.Conn
-		} else {
-			opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, t.cfg.DialOptions...)
-			cc, err := grpc.NewClient(t.cfg.Target, opts...)
-			if err != nil {
-				return nil, fmt.Errorf("client: grpc: %w", err)
-			}
-			t.conn, t.own = cc, cc
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, t.cfg.DialOptions...)
+		cc, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("client: grpc: %w", err)
 		}
+		t.conn, t.connAt = cc, i
 	}
 	return kvrelaypb.NewKvEventRelayClient(t.conn), nil
 }
@@ -167,10 +163,10 @@ func (t *grpcTransport) client() (kvrelaypb.KvEventRelayClient, error) {
 func (t *grpcTransport) close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.own != nil {
-		t.own.Close()
+	if t.conn != nil {
+		t.conn.Close()
 	}
-	t.conn, t.own = nil, nil
+	t.conn = nil
 }
 
 // callCtx adds the bearer token to an RPC's context.
@@ -192,12 +188,17 @@ func callOpts(trailer *metadata.MD) []grpc.CallOption {
 func (t *grpcTransport) watchCatalog(ctx context.Context, lo, hi time.Duration, log func(msg string, args ...any)) {
 	failures := 0
 	for ctx.Err() == nil {
+		_, at := t.addrs.current()
 		got, err := t.watchOnce(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if got {
 			failures = 0
+		} else {
+			// This replica served no catalog (unreachable, refusing, or a
+			// standby): try the relay's next one.
+			t.addrs.failed(at)
 		}
 		log("catalog watch ended", "err", err)
 		d := backoff(lo, hi, failures)

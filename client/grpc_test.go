@@ -208,7 +208,7 @@ func startGRPCRouter(t *testing.T, addr string, mutate func(*Config)) (*Router, 
 func startGRPCRouterWith(t *testing.T, addr string, mutate func(*Config), before func(*Router)) (*Router, *Native) {
 	t.Helper()
 	n := newNative(t)
-	cfg := Config{GRPC: &GRPCConfig{Target: addr}, ConsumerInstance: testConsumer,
+	cfg := Config{GRPC: &GRPCConfig{}, Relays: []Relay{{Addrs: []string{addr}}}, ConsumerInstance: testConsumer,
 		Targets:    []Target{{Pool: "p", Lane: 0, DCID: testPool.DCID}},
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
 	if mutate != nil {
@@ -478,10 +478,30 @@ func TestGRPC_AmbiguousOrInvalidCatalog(t *testing.T) {
 }
 
 func TestNew_GRPCTargetsNeedDistinctDCs(t *testing.T) {
-	_, err := New(Config{GRPC: &GRPCConfig{Target: "x"}, Targets: []Target{{Pool: "a", Lane: 0, DCID: 1}, {Pool: "b", Lane: 1, DCID: 1}}}, nil)
+	x := []Relay{{Addrs: []string{"x"}}}
+	_, err := New(Config{GRPC: &GRPCConfig{}, Relays: x, Targets: []Target{{Pool: "a", Lane: 0, DCID: 1}, {Pool: "b", Lane: 1, DCID: 1}}}, nil)
 	require.Error(t, err)
-	_, err = New(Config{GRPC: &GRPCConfig{Target: "x"}, RelayURL: "http://x", Targets: []Target{{Pool: "a"}}}, nil)
+	_, err = New(Config{GRPC: &GRPCConfig{}, NATS: &NATSConfig{}, Relays: x, Targets: []Target{{Pool: "a"}}}, nil)
 	require.Error(t, err)
-	_, err = New(Config{GRPC: &GRPCConfig{Target: "x", SubscriberID: "a\nb"}, Targets: []Target{{Pool: "a"}}}, nil)
+	_, err = New(Config{GRPC: &GRPCConfig{}, Targets: []Target{{Pool: "a"}}}, nil)
+	require.Error(t, err, "gRPC needs a relay address")
+	_, err = New(Config{GRPC: &GRPCConfig{SubscriberID: "a\nb"}, Relays: x, Targets: []Target{{Pool: "a"}}}, nil)
 	require.ErrorIs(t, err, kvrelay.ErrInvalidSubscriberID)
+}
+
+// A relay listed as two replicas whose first refuses connections (a replica
+// whose machine is gone): the catalog watch moves to the second, and the lane
+// follows the pool there.
+func TestGRPC_MovesToTheReplicaThatServes(t *testing.T) {
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	goneAddr := gone.Addr().String()
+	require.NoError(t, gone.Close())
+	f, addr := startFakeKV(t)
+	f.setCatalog(1, descriptor(testID))
+	r, _ := startGRPCRouter(t, addr, func(c *Config) { c.Relays = []Relay{{Addrs: []string{goneAddr, addr}}} })
+	s := f.next(t)
+	words := randomWords(rand.New(rand.NewPCG(3, 4)), testFormat.BucketCount)
+	f.sendSnapshot(t, s, testID, 5, words, 16)
+	require.Eventually(t, func() bool { w, seq := laneWords(t, r); return seq == 5 && assert.ObjectsAreEqual(words, w) }, 5*time.Second, time.Millisecond, "%+v", r.Lane(0))
 }

@@ -51,7 +51,7 @@ func mustJS(t *testing.T, tr *natsTransport) jetstream.JetStream {
 
 func TestNew_OneTransport(t *testing.T) {
 	targets := []Target{{Pool: "p", Lane: 0}}
-	_, err := New(Config{RelayURL: "http://x", NATS: &NATSConfig{URL: "nats://x"}, Targets: targets}, nil)
+	_, err := New(Config{Relays: []Relay{{Addrs: []string{"http://x"}}}, NATS: &NATSConfig{URL: "nats://x"}, Targets: targets}, nil)
 	assert.Error(t, err, "HTTP and NATS at once")
 	_, err = New(Config{Targets: targets}, nil)
 	assert.Error(t, err, "neither")

@@ -211,7 +211,7 @@ func startRouter(t *testing.T, relayURL string, pools []string, lanes client.Lan
 	for i, p := range pools {
 		targets = append(targets, client.Target{Pool: p, Lane: i})
 	}
-	r, err := client.New(client.Config{RelayURL: relayURL, ConsumerInstance: 77, Targets: targets,
+	r, err := client.New(client.Config{Relays: []client.Relay{{Addrs: []string{relayURL}}}, ConsumerInstance: 77, Targets: targets,
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 5 * time.Second, HTTPClient: hc}, lanes)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())

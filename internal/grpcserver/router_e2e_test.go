@@ -213,7 +213,7 @@ func TestRouter_FollowsRealRelayOverGRPC(t *testing.T) {
 	require.NoError(t, err)
 	lanes := &gatedLanes{Lanes: native}
 	r, err := client.New(client.Config{ConsumerInstance: 31, Targets: targets, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-		IdleTimeout: 5 * time.Second, GRPC: &client.GRPCConfig{Target: rl.grpc,
+		IdleTimeout: 5 * time.Second, Relays: []client.Relay{{Addrs: []string{rl.grpc}}}, GRPC: &client.GRPCConfig{
 			// Small flow-control windows, so a router that stops reading
 			// stalls the relay's sends and is lagged.
 			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -177,9 +177,9 @@ func benchFanout(b *testing.B, transport string, routers int) {
 		case "nats":
 			rc.NATS = &client.NATSConfig{URL: natsURL}
 		case "grpc":
-			rc.GRPC = &client.GRPCConfig{Target: gaddr} // a connection per router, as HTTP's transport per router
+			rc.Relays, rc.GRPC = []client.Relay{{Addrs: []string{gaddr}}}, &client.GRPCConfig{} // a connection per router, as HTTP's transport per router
 		default:
-			rc.RelayURL = "http://" + ln.Addr().String()
+			rc.Relays = []client.Relay{{Addrs: []string{"http://" + ln.Addr().String()}}}
 		}
 		r, err := client.New(rc, lanes)
 		require.NoError(b, err)

@@ -18,10 +18,10 @@ type grpcCounts struct {
 	updates atomic.Uint64
 }
 
-// demoGRPC is the router's gRPC config for a relay serving at addr: the
+// demoGRPC is the router's gRPC options for the demo relay: the
 // client's own dialing (plaintext on loopback) with a stream interceptor
 // that counts the pool subscriptions and their messages into c.
-func demoGRPC(addr string, c *grpcCounts) *client.GRPCConfig {
+func demoGRPC(c *grpcCounts) *client.GRPCConfig {
 	count := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil || method != kvrelaypb.KvEventRelay_SubscribeKvPool_FullMethodName {
@@ -30,7 +30,7 @@ func demoGRPC(addr string, c *grpcCounts) *client.GRPCConfig {
 		c.streams.Add(1)
 		return countingStream{ClientStream: cs, n: &c.updates}, nil
 	}
-	return &client.GRPCConfig{Target: addr, DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(count)},
+	return &client.GRPCConfig{DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(count)},
 		SubscriberID: "ckfrelay-demo-router"}
 }
 

@@ -46,14 +46,14 @@ func startDemoRouter(ctx context.Context, o demoOptions, relay *demoRelay) (*dem
 	if err != nil {
 		return nil, err
 	}
-	rcfg := client.Config{RelayURL: relay.base, ConsumerInstance: demoConsumerInstance, Targets: targets, IdleTimeout: 5 * time.Second}
+	rcfg := client.Config{Relays: []client.Relay{{Addrs: []string{relay.base}}}, ConsumerInstance: demoConsumerInstance, Targets: targets, IdleTimeout: 5 * time.Second}
 	var counts *grpcCounts
 	switch {
 	case relay.nats != nil:
-		rcfg.RelayURL, rcfg.NATS = "", relay.nats
+		rcfg.Relays, rcfg.NATS = nil, relay.nats
 	case relay.grpc != "":
 		counts = &grpcCounts{}
-		rcfg.RelayURL, rcfg.GRPC = "", demoGRPC(relay.grpc, counts)
+		rcfg.Relays, rcfg.GRPC = []client.Relay{{Addrs: []string{relay.grpc}}}, demoGRPC(counts)
 	}
 	delivery := &deliveryLanes{Lanes: lanes}
 	cr, err := client.New(rcfg, delivery)
