@@ -150,8 +150,9 @@ var graph = map[string]rule{
 	},
 	"internal/serve": {imports: []string{"internal/grpcserver", "internal/server"}},
 	"internal/tail":  {imports: []string{"ckf", "client", "internal/catalog", "wire"}},
+	"internal/query": {imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/tail", "wasm/host"}},
 	"cmd/relay": {
-		imports: []string{"internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
+		imports: []string{"internal/query", "internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
 		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "internal/testing/streamtable", "producer", "wasm/host", "wire",
 			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
 	},
