@@ -229,3 +229,38 @@ func (c *Consumer) groupHits(seqHash uint64, ready uint16) uint16 {
 	}
 	return m & ready
 }
+
+// TableBytesAfterAssign bounds the bytes of every group's table once lane i
+// has been assigned format f (a lane index outside 0..15 counts as no lane):
+// exact, except that a group the lane leaves is counted at its current width
+// though it may narrow. The WebAssembly module refuses an assignment past
+// its table limit with it, before any table grows (docs/abi.md §5).
+func (c *Consumer) TableBytesAfterAssign(i int, f ckf.Format) uint64 {
+	var cur *group
+	if i >= 0 && i < lanes {
+		cur = c.lanes[i].grp
+	}
+	var total uint64
+	found := false
+	for _, g := range c.groups {
+		n, w := bits.OnesCount16(g.members), g.width
+		if g.format == f {
+			found = true
+			if cur != g {
+				n++
+			}
+		}
+		if !g.fixed {
+			p := 1
+			for p < n {
+				p *= 2
+			}
+			w = max(w, p)
+		}
+		total += g.bucketCount * uint64(w) * 8
+	}
+	if !found {
+		total += f.BucketCount * 8
+	}
+	return total
+}
