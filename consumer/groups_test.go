@@ -196,3 +196,57 @@ func TestConsumer_OneGroupRunsTodaysPath(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumer_FormatPinsAndInvalidFormats: a lane pinned by the manifest
+// refuses another format, an unpinned lane refuses an invalid one (a bucket
+// count that is not a power of two, a zero format), each as
+// ErrFormatMismatch with the lane untouched (still ready, same words, no
+// group created); a pin on an unconfigured lane or an invalid pin fails
+// validation.
+func TestConsumer_FormatPinsAndInvalidFormats(t *testing.T) {
+	m := mixedManifest()
+	pinned := ckf.NewFormat(testSeed, 128)
+	m.LaneFormats[1] = pinned
+	c, err := New(m)
+	require.NoError(t, err)
+	f := ckf.NewFormat(5, 64)
+	seq := []uint64{ckf.ChainHash(1, 2)}
+	install(t, c, 0, f, 1, laneWordsFor(t, f, seq, 1))
+	install(t, c, 1, pinned, 1, laneWordsFor(t, pinned, seq, 1))
+	before := c.Stats()
+	wordsBefore, err := c.AppendLaneWords(nil, 0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		lane int
+		f    ckf.Format
+	}{
+		{"pinned lane, another format", 1, f},
+		{"bucket count not a power of two", 0, ckf.NewFormat(5, 96)},
+		{"bucket count above 2^24", 0, ckf.NewFormat(5, 1<<25)},
+		{"zero format", 0, ckf.Format{}},
+		{"fingerprint bits", 0, ckf.Format{Version: 1, Seed: 5, BucketCount: 64, FingerprintBits: 8, SlotsPerBucket: 4}},
+	} {
+		id := testIdentity(tc.lane, 64)
+		id.Format = tc.f
+		err := c.Assign(id, testLease(tc.lane, 9))
+		require.ErrorIs(t, err, ErrFormatMismatch, tc.name)
+		s, _ := c.LaneStatus(tc.lane)
+		require.True(t, s.Ready, "%s: lane untouched", tc.name)
+		require.Equal(t, uint64(1), s.LastEpoch, "%s: epoch untouched", tc.name)
+		require.Equal(t, before, c.Stats(), "%s: no group created", tc.name)
+	}
+	got, err := c.AppendLaneWords(nil, 0)
+	require.NoError(t, err)
+	require.Equal(t, wordsBefore, got)
+
+	bad := mixedManifest()
+	bad.Lanes[3] = nil
+	bad.LaneFormats[3] = pinned
+	_, err = New(bad)
+	require.ErrorIs(t, err, ErrInvalidManifest, "a pin on an unconfigured lane")
+	bad = mixedManifest()
+	bad.LaneFormats[2] = ckf.NewFormat(1, 3)
+	_, err = New(bad)
+	require.ErrorIs(t, err, ErrInvalidManifest, "an invalid pin")
+}

@@ -126,6 +126,9 @@ func answerLines(in io.Reader, out io.Writer, answer func(line []byte) any) erro
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("query: stdin: a request line over %d bytes (the consumer's input limit)", maxLineBytes)
+		}
 		return fmt.Errorf("query: stdin: %w", err)
 	}
 	return nil
