@@ -96,8 +96,15 @@ type relay struct {
 // line.
 func startRelay(t *testing.T, args ...string) *relay {
 	t.Helper()
-	bin := relayBinary(t)
-	cmd := exec.Command(bin, append([]string{"serve", "--log-level", "warn"}, args...)...)
+	return startRelayUnder(t, nil, args...)
+}
+
+// startRelayUnder is startRelay with the relay run by a wrapper command
+// (wrap, then the relay's path and arguments), e.g. prlimit.
+func startRelayUnder(t *testing.T, wrap []string, args ...string) *relay {
+	t.Helper()
+	argv := append(append(slices.Clone(wrap), relayBinary(t), "serve", "--log-level", "warn"), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, err := os.Create(filepath.Join(t.TempDir(), "relay.stderr"))
 	require.NoError(t, err)
 	cmd.Stderr = stderr

@@ -35,7 +35,8 @@ func dynStored(worker, hash uint64, blocks int) ckf.RouterEvent {
 // event past max_blocks_per_event and a flood of distinct workers, and a
 // member whose epoch a bridge pushed to the ceiling: nothing of it is
 // admitted or resets a member, the source tracks at most max_members, and
-// the unadmittable message is terminated, not redelivered forever.
+// the unadmittable message is terminated, not redelivered forever, with the
+// source reading failing while that member's epoch is refused.
 func TestE2E_HostileDynamoPublisher(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	const subject = "namespace.dynamo.component.backend.kv-events"
@@ -128,5 +129,8 @@ func TestE2E_HostileDynamoPublisher(t *testing.T) {
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, info.NumRedelivered, "nothing is redelivered")
-	assert.Equal(t, "live", st.State)
+	// Worker 1's epoch is refused for good: the source says so instead of
+	// reading live (docs/ingest.md "Worker identity and source epochs").
+	assert.Equal(t, "failing", st.State)
+	assert.Contains(t, st.LastError, "refused for good")
 }

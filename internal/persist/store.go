@@ -19,6 +19,7 @@
 package persist
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -26,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -66,19 +68,72 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// StoreOptions tune a relay's database. Zero fields take the defaults.
+type StoreOptions struct {
+	// ReserveBytes is the free space the data dir's file system must keep:
+	// a commit that would leave less is not attempted and the store stops
+	// taking writes ([ErrLowSpace]) while the database is still whole,
+	// instead of meeting the full disk inside Pebble. Default
+	// [DefaultReserveBytes]; negative turns the check off.
+	ReserveBytes int64
+	// Logger receives the store's and Pebble's errors; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultReserveBytes is StoreOptions.ReserveBytes' default: 256 MiB, room
+// for Pebble's own flushes and compactions after the last commit allowed.
+const DefaultReserveBytes = 256 << 20
+
 // Store is a relay's Pebble database.
+//
+// A store whose writes fail — the disk full, a file-size limit, an I/O error,
+// or Pebble reporting a fatal error — is abandoned, not exited on: every
+// pool's journal stops (Stats.WriteError says why), the pools go on without
+// persistence, and no further write reaches the database (docs/RATIONALE.md
+// "Why does a data dir that stops taking writes leave the relay running
+// without persistence?").
 type Store struct {
 	db  *pebble.DB
 	dir string
+	opt StoreOptions
+
+	mu     sync.Mutex
+	failed error      // set once: the store takes no more writes
+	pools  []*PoolLog // told when the store fails
 }
 
 // ErrLocked: another process holds the data directory.
 var ErrLocked = errors.New("persist: data directory in use")
 
-// Open opens (creating if needed) the database in dir. A directory another
-// relay holds fails with [ErrLocked].
-func Open(dir string) (*Store, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{pebble.DefaultLogger}})
+// ErrWriteFailed matches the error a pool's journal stopped on when the
+// database failed a write (or Pebble reported a fatal error): the pool's
+// state is no longer kept.
+var ErrWriteFailed = errors.New("persist: the data directory stopped taking writes")
+
+// ErrLowSpace matches the error a pool's journal stopped on when the data
+// dir's free space fell below StoreOptions.ReserveBytes.
+var ErrLowSpace = errors.New("persist: free space in the data directory is below the reserve")
+
+// Open opens (creating if needed) the database in dir with the default
+// options. A directory another relay holds fails with [ErrLocked].
+func Open(dir string) (*Store, error) { return OpenWith(dir, StoreOptions{}) }
+
+// OpenWith is [Open] with options.
+func OpenWith(dir string, opt StoreOptions) (*Store, error) {
+	if opt.ReserveBytes == 0 {
+		opt.ReserveBytes = DefaultReserveBytes
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	s := &Store{dir: dir, opt: opt}
+	el := pebble.EventListener{BackgroundError: func(err error) {
+		// A flush or compaction that fails (a full disk) is retried by
+		// Pebble while commits stall behind it: stop writing now.
+		s.fail(fmt.Errorf("%w: background write: %w", ErrWriteFailed, err))
+	}}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: storeLogger{s}, EventListener: &el})
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
 		// Pebble's LOCK file is flock'ed by the process holding the
 		// database: another relay (or this one, twice).
@@ -87,11 +142,69 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("persist: open %s: %w", dir, err)
 	}
-	return &Store{db: db, dir: dir}, nil
+	s.db = db
+	return s, nil
 }
 
-// Close closes the database; close every pool's journal first.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database; close every pool's journal first. It returns
+// the error the store failed with, if any. A database that failed a write is
+// left as it is (Pebble after a fatal error may block or panic in Close):
+// the process's exit releases it. One stopped below the reserve is whole and
+// closed.
+func (s *Store) Close() error {
+	err := s.failure()
+	if err != nil && !errors.Is(err, ErrLowSpace) {
+		return err
+	}
+	return cmp.Or(err, s.db.Close())
+}
+
+// failure returns why the store stopped taking writes, or nil.
+func (s *Store) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// fail abandons the store (once): no write reaches the database from now
+// on, and every pool's journal stops.
+func (s *Store) fail(err error) {
+	s.mu.Lock()
+	if s.failed != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.failed = err
+	pools := slices.Clone(s.pools)
+	s.mu.Unlock()
+	s.opt.Logger.Error("persist: the data directory stopped taking writes; every pool goes on without persistence until a restart",
+		"dir", s.dir, "err", err)
+	for _, p := range pools {
+		p.abandon(err)
+	}
+}
+
+// commit commits b with an fsync unless the store failed, and fails the
+// store on an error — also on one Pebble reported through Fatalf during the
+// commit, after which Commit returns nil (storeLogger).
+func (s *Store) commit(b *pebble.Batch) error {
+	if err := s.failure(); err != nil {
+		return err
+	}
+	if s.opt.ReserveBytes > 0 {
+		if free, err := freeBytes(s.dir); err == nil && free < uint64(s.opt.ReserveBytes)+uint64(len(b.Repr())) {
+			err := fmt.Errorf("%w: %d bytes free, reserve %d, commit %d", ErrLowSpace, free, s.opt.ReserveBytes, len(b.Repr()))
+			s.fail(err)
+			return err
+		}
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		err = fmt.Errorf("%w: %w", ErrWriteFailed, err)
+		s.fail(err)
+		return err
+	}
+	return s.failure()
+}
 
 // Key layout, under the pool's name and a 0 byte (pool names never hold one):
 // 'm' meta (JSON), 't' the time of the last commit (unix nanoseconds, 8 bytes
@@ -145,13 +258,16 @@ type PoolLog struct {
 	writeErr   error
 	lastCommit time.Time
 
-	mark      *os.File // the journal's high-water mark (watermark.go)
-	markErr   bool     // a mark write failed (logged once)
-	handle    producer.Handle
-	ckDone    sync.WaitGroup // a checkpoint in flight
-	wake      chan struct{}
-	done      chan struct{}
-	recovered Recovered
+	mark    *os.File // the journal's high-water mark (watermark.go)
+	markErr bool     // a mark write failed (logged once)
+	// markedLost is the position the mark was raised to after the store
+	// failed (abandon): commands up to it were admitted, not kept.
+	markedLost uint64
+	handle     producer.Handle
+	ckDone     sync.WaitGroup // a checkpoint in flight
+	wake       chan struct{}
+	done       chan struct{}
+	recovered  Recovered
 }
 
 // Pool returns the journal of the named pool.
@@ -159,7 +275,40 @@ func (s *Store) Pool(name string, opt Options) *PoolLog {
 	p := &PoolLog{store: s, pool: name, opt: opt.withDefaults(), paused: true,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
+	s.mu.Lock()
+	s.pools = append(s.pools, p)
+	failed := s.failed
+	s.mu.Unlock()
+	if failed != nil {
+		p.abandon(failed)
+	}
 	return p
+}
+
+// abandon stops the journal after the store failed: what is pending is
+// dropped, later commands are counted but not kept, and the high-water mark
+// is raised to the last command admitted, so the next start reports the
+// commands that never reached the disk (Recovered.Lost) and resets the
+// recovered ranks instead of claiming a complete recovery.
+func (p *PoolLog) abandon(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.writeErr == nil {
+		p.writeErr = err
+		p.opt.Logger.Error("persist: journal stopped; the pool's state is no longer kept", "pool", p.pool, "err", err)
+	}
+	p.pending = nil
+	p.markLost()
+	p.cond.Broadcast()
+}
+
+// markLost raises the high-water mark to the last command admitted when it
+// is beyond the durable one: the commands in between are lost. p.mu is held.
+func (p *PoolLog) markLost() {
+	if p.position > p.durable && p.position > p.markedLost {
+		p.markedLost = p.position
+		p.writeMark(p.position)
+	}
 }
 
 // Recovered is what [PoolLog.Load] found.
@@ -173,7 +322,8 @@ type Recovered struct {
 	LoadTime  time.Duration       // reading and decoding
 	// Lost counts the journalled commands the high-water mark promises
 	// beyond Position: the database's newest write-ahead log was damaged
-	// or deleted, and its tail is gone. Restore then resets every
+	// or deleted, and its tail is gone, or the last run's store stopped
+	// taking writes (abandon) and these commands never reached it. Restore then resets every
 	// recovered rank (ResetRanks of them), degraded.
 	Lost       uint64
 	ResetRanks int
@@ -229,6 +379,9 @@ func (p *PoolLog) Load() (Recovered, error) {
 	}
 	rec.State.JournalPosition = m.CheckpointPosition
 	rec.Position = m.CheckpointPosition
+	// The journal's blocks count toward CheckpointEveryBlocks as this
+	// run's do: the bound holds across restarts, not only within one.
+	var blocks uint64
 	it, err = db.NewIter(&pebble.IterOptions{LowerBound: logKey(p.pool, m.CheckpointPosition+1), UpperBound: poolKey(p.pool, 'm')})
 	if err != nil {
 		return rec, err
@@ -247,6 +400,7 @@ func (p *PoolLog) Load() (Recovered, error) {
 		}
 		rec.Journal = append(rec.Journal, r)
 		rec.Position = pos
+		blocks += r.blocks()
 	}
 	if err := it.Close(); err != nil {
 		return rec, err
@@ -260,7 +414,7 @@ func (p *PoolLog) Load() (Recovered, error) {
 		rec.Lost = mark - rec.Position
 	}
 	p.mu.Lock()
-	p.position, p.durable, p.checkpoint = rec.Position, rec.Position, m.CheckpointPosition
+	p.position, p.durable, p.checkpoint, p.blocks = rec.Position, rec.Position, m.CheckpointPosition, blocks
 	p.mu.Unlock()
 	rec.LoadTime = time.Since(start)
 	return rec, nil
@@ -325,7 +479,8 @@ func (p *PoolLog) Restore(ctx context.Context, h producer.Handle, rec Recovered)
 // The resets are journalled, so a later restart does not bring the blocks
 // back. It returns how many ranks it reset.
 func (p *PoolLog) resetAfterLoss(ctx context.Context, h producer.Handle, rec Recovered) (int, error) {
-	p.opt.Logger.Error("persist: the journal ends before its high-water mark: the newest write-ahead log was damaged or deleted; "+
+	p.opt.Logger.Error("persist: the journal ends before its high-water mark: the newest write-ahead log was damaged or deleted, "+
+		"or the data dir stopped taking writes in the last run; "+
 		"every recovered rank is reset (degraded) so nothing stale is advertised",
 		"lost_commands", rec.Lost, "journal_position", rec.Position, "high_water_mark", rec.Position+rec.Lost)
 	st, err := h.ExportState(ctx)
@@ -382,8 +537,17 @@ func (p *PoolLog) add(r Record) {
 	if p.paused || p.closing {
 		return
 	}
-	for len(p.pending) >= p.opt.MaxPending && !p.closing {
+	for len(p.pending) >= p.opt.MaxPending && !p.closing && p.writeErr == nil {
 		p.cond.Wait() // back-pressure: the disk is behind
+	}
+	if p.writeErr != nil {
+		// Abandoned: the command is admitted but not kept. The first one
+		// lost raises the mark; Close raises it to the last.
+		p.position++
+		if p.markedLost == 0 {
+			p.markLost()
+		}
+		return
 	}
 	p.pending = append(p.pending, r)
 	p.position++
@@ -417,11 +581,12 @@ func (p *PoolLog) write() {
 		p.mu.Unlock()
 		if len(batch) > 0 {
 			err := p.commit(first, batch)
-			p.mu.Lock()
-			if err != nil && p.writeErr == nil {
-				p.writeErr = err
-				p.opt.Logger.Error("persist: journal write failed; the pool's state is no longer kept", "pool", p.pool, "err", err)
+			if err != nil {
+				// The database is shared and suspect: every pool stops
+				// (abandon), this one included.
+				p.store.fail(err)
 			}
+			p.mu.Lock()
 			if err == nil {
 				p.durable = first + uint64(len(batch)) - 1
 				p.lastCommit = time.Now()
@@ -469,7 +634,7 @@ func (p *PoolLog) commit(first uint64, batch []Record) error {
 	if err := b.Set(poolKey(p.pool, 't'), t[:], nil); err != nil {
 		return err
 	}
-	return b.Commit(pebble.Sync)
+	return p.store.commit(b)
 }
 
 // takeCheckpoint exports the actor's state, waits until the journal up to it
@@ -529,7 +694,7 @@ func (p *PoolLog) WriteCheckpoint(st producer.ExactState) error {
 	if err := b.Set(poolKey(p.pool, 'm'), mv, nil); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := p.store.commit(b); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -567,11 +732,42 @@ func (p *PoolLog) Close(ctx context.Context) error {
 	p.ckDone.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.writeErr != nil {
+		p.markLost() // every command admitted since the failure
+	}
 	if p.mark != nil {
 		_ = p.mark.Close()
 		p.mark = nil
 	}
 	return p.writeErr
+}
+
+// WaitDurable waits until every command journalled before the call is
+// committed. It returns nil also once the journal stopped on a store
+// failure (Stats.WriteError): the pool then runs without persistence,
+// nothing more becomes durable, and a caller holding acknowledgements until
+// then would only stall its upstream. It returns ctx's error when ctx ends
+// first, and an error when the journal was closed first.
+func (p *PoolLog) WaitDurable(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.cond.Broadcast()
+		p.mu.Unlock()
+	})
+	defer stop()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pos := p.position
+	for p.durable < pos && p.writeErr == nil && !p.stopped && ctx.Err() == nil {
+		p.cond.Wait()
+	}
+	switch {
+	case p.durable >= pos || p.writeErr != nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return errors.New("persist: journal closed before the commands were durable")
 }
 
 // Stats is a point-in-time view of a pool's journal.
@@ -606,7 +802,18 @@ func (p *PoolLog) Stats() Stats {
 	return st
 }
 
-// quietLogger keeps Pebble's informational chatter out of the relay's log.
-type quietLogger struct{ pebble.Logger }
+// storeLogger is Pebble's logger: informational chatter is dropped, errors
+// go to the store's log, and a fatal error fails the store instead of
+// exiting the process (Pebble's default Fatalf calls os.Exit: one full disk
+// would take down every pool and stream of the relay).
+type storeLogger struct{ s *Store }
 
-func (quietLogger) Infof(string, ...any) {}
+func (storeLogger) Infof(string, ...any) {}
+
+func (l storeLogger) Errorf(format string, args ...any) {
+	l.s.opt.Logger.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (l storeLogger) Fatalf(format string, args ...any) {
+	l.s.fail(fmt.Errorf("%w: pebble: %s", ErrWriteFailed, fmt.Sprintf(format, args...)))
+}

@@ -133,6 +133,10 @@ type SourceSpec struct {
 	// announcing more is disconnected. Default: the relay's
 	// max_request_bytes.
 	MaxMessageBytes int64 `json:"max_message_bytes,omitempty"`
+	// MaxReplayBytes bounds the bytes one replay request may return (a ZMQ
+	// source); past it the gap is not filled and the rank is reset
+	// degraded. Default zmq.DefaultMaxReplayBytes (64 MiB).
+	MaxReplayBytes int64 `json:"max_replay_bytes,omitempty"`
 	// ImageTokenID, when set, is the model's image placeholder token: a
 	// multimodal block is hashed with each run of it replaced by the pad
 	// value of its mm hash instead of with the mm hashes appended (Dynamo's
@@ -172,6 +176,11 @@ type Config struct {
 	// DataDir, when set, keeps every pool's exact state there (a Pebble
 	// database) so a relay killed without warning restarts with it.
 	DataDir string `json:"data_dir,omitempty"`
+	// DataDirReserveBytes is the free space the data dir's file system must
+	// keep: below it the pools stop writing and go on without persistence
+	// (docs/limits.md "Data directory"). 0 means persist.DefaultReserveBytes
+	// (256 MiB); negative turns the check off.
+	DataDirReserveBytes int64 `json:"data_dir_reserve_bytes,omitempty"`
 	// CacheSemantics and RoutingScope name the routing domain; their digests
 	// are XXH3-128 of the strings, marked explicit when set and
 	// default-derived ("ckfrelay/default") otherwise.

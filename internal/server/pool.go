@@ -11,6 +11,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/internal/persist"
+	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/ckfrelay/ckfrelay/internal/source/dynamonats"
 	"github.com/ckfrelay/ckfrelay/producer"
 )
 
@@ -178,6 +180,36 @@ func (p *hostedPool) drainFaults(faults <-chan producer.Fault) {
 			p.log.Warn("pool fault", "fault", f.String(), "category_occurrences", n)
 		}
 	}
+}
+
+// sink is what the pool's sources admit into: the actor's handle, which with
+// a data dir also tells when what was admitted is durable.
+func (p *hostedPool) sink() source.Sink {
+	if p.journal == nil {
+		return p.handle
+	}
+	return durableSink{Handle: p.handle, journal: p.journal}
+}
+
+// durableSink is a pool's handle plus Durable: a Dynamo JetStream source
+// acknowledges a message only once its events are in the journal.
+type durableSink struct {
+	producer.Handle
+	journal *persist.PoolLog
+}
+
+var _ dynamonats.DurableSink = durableSink{}
+
+// Durable waits until the actor has applied (and so journalled) every
+// command admitted before the call, then until the journal committed them.
+// The barrier is a Stats request: answered between two commands, in mailbox
+// order, it publishes nothing (Flush would cut the publication delay short
+// for every acknowledgement batch).
+func (d durableSink) Durable(ctx context.Context) error {
+	if _, err := d.Stats(ctx); err != nil {
+		return err
+	}
+	return d.journal.WaitDurable(ctx)
 }
 
 // shutdown drains admitted work, publishes the tail and closes the hub.

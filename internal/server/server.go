@@ -61,7 +61,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	if cfg.DataDir != "" {
-		st, err := persist.Open(cfg.DataDir)
+		st, err := persist.OpenWith(cfg.DataDir, persist.StoreOptions{Logger: log, ReserveBytes: cfg.DataDirReserveBytes})
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}

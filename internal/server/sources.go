@@ -47,7 +47,7 @@ func newSource(spec SourceSpec, pool PoolSpec, cfg Config, log *slog.Logger) (so
 		return zmq.New(zmq.Config{Engine: spec.Engine, Endpoint: spec.Endpoint, Bind: spec.Bind, Replay: spec.Replay,
 			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: bs,
 			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log, Eagle: pool.Eagle(),
-			MaxMessageBytes: cmp.Or(spec.MaxMessageBytes, cfg.MaxRequestBytes),
+			MaxMessageBytes: cmp.Or(spec.MaxMessageBytes, cfg.MaxRequestBytes), MaxReplayBytes: spec.MaxReplayBytes,
 			Ingest: zmq.IngestOptions{ImageTokenID: spec.ImageTokenID, FailWindow: time.Duration(spec.FailWindow),
 				MaxNamespaceBlocks: spec.MaxNamespaceBlocks},
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
@@ -72,7 +72,7 @@ func (s *Server) startSources() error {
 			rs := &runningSource{pool: p.spec.Name, src: src, done: make(chan struct{})}
 			go func() {
 				defer close(rs.done)
-				if err := src.Run(ctx, p.handle); err != nil {
+				if err := src.Run(ctx, p.sink()); err != nil {
 					p.log.Error("source stopped", "source", src.Status().Name, "err", err)
 				}
 			}()
@@ -196,7 +196,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 // ParseSourceFlag parses the --source flag form
 // "pool:engine=vllm,endpoint=tcp://host:5557,replay=tcp://host:5558,worker=7,block_size=16"
 // (keys: engine, endpoint, bind, replay, topic, dp_ranks, worker,
-// block_size, source_timeout, max_message_bytes, image_token_id, fail_window,
+// block_size, source_timeout, max_message_bytes, max_replay_bytes, image_token_id, fail_window,
 // max_namespace_blocks; url, subject, stream, durable for dynamo) and
 // returns the pool's name and the spec.
 func ParseSourceFlag(s string) (string, SourceSpec, error) {
@@ -233,6 +233,8 @@ func ParseSourceFlag(s string) (string, SourceSpec, error) {
 			spec.Durable = v
 		case "max_message_bytes":
 			spec.MaxMessageBytes, err = strconv.ParseInt(v, 0, 64)
+		case "max_replay_bytes":
+			spec.MaxReplayBytes, err = strconv.ParseInt(v, 0, 64)
 		case "source_timeout":
 			var d time.Duration
 			d, err = time.ParseDuration(v)

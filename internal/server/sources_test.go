@@ -148,7 +148,7 @@ func FuzzParseSourceFlag(f *testing.F) {
 // SourceSpec) reach the ZMQ source, with the pool's block size and hash
 // format; negative values and the keys on a dynamo source are refused.
 func TestSource_IngestOptionsReachTheSource(t *testing.T) {
-	_, spec, err := ParseSourceFlag("dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,image_token_id=32000,fail_window=250ms,max_namespace_blocks=4096")
+	_, spec, err := ParseSourceFlag("dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,image_token_id=32000,fail_window=250ms,max_namespace_blocks=4096,max_replay_bytes=1048576")
 	require.NoError(t, err)
 	require.NotNil(t, spec.ImageTokenID)
 	assert.Equal(t, uint32(32000), *spec.ImageTokenID)
@@ -161,6 +161,7 @@ func TestSource_IngestOptionsReachTheSource(t *testing.T) {
 	assert.Equal(t, uint32(32000), *c.Ingest.ImageTokenID)
 	assert.Equal(t, 250*time.Millisecond, c.Ingest.FailWindow)
 	assert.Equal(t, 4096, c.Ingest.MaxNamespaceBlocks)
+	assert.EqualValues(t, 1<<20, c.MaxReplayBytes)
 	assert.Equal(t, 16, c.BlockSize, "the pool's block size")
 	assert.True(t, c.Eagle, "the pool's hash format")
 
@@ -176,6 +177,8 @@ func TestSource_IngestOptionsReachTheSource(t *testing.T) {
 		"dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,block_size=16,max_namespace_blocks=-1",
 		"dc-a:engine=dynamo,url=nats://h,subject=s,image_token_id=5",
 		"dc-a:engine=dynamo,url=nats://h,subject=s,fail_window=1s",
+		"dc-a:engine=dynamo,url=nats://h,subject=s,max_replay_bytes=5",
+		"dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,block_size=16,max_replay_bytes=-1",
 	} {
 		_, spec, err := ParseSourceFlag(bad)
 		require.NoError(t, err, bad)

@@ -50,6 +50,9 @@ type Source struct {
 
 	mu     sync.Mutex
 	status source.Status
+	// refused holds the members whose epoch the pool refuses for good
+	// (errTerminal): while any is, the source reads failing, not live.
+	refused map[ckf.Member]struct{}
 
 	// Run's goroutine only.
 	members map[ckf.Member]*memberState
@@ -114,7 +117,7 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Stream != "" {
 		name += " (" + cfg.Stream + "/" + cfg.Durable + ")"
 	}
-	return &Source{cfg: cfg, members: map[ckf.Member]*memberState{}, decided: map[ckf.Member]decision{},
+	return &Source{cfg: cfg, members: map[ckf.Member]*memberState{}, decided: map[ckf.Member]decision{}, refused: map[ckf.Member]struct{}{},
 		status: source.Status{Name: name, Engine: "dynamo", State: "connecting"}}, nil
 }
 
@@ -125,6 +128,34 @@ func (s *Source) Status() source.Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.status
+}
+
+// connectedState is the state of a connected source: failing while the pool
+// refuses some member's epoch, else live. s.mu is held.
+func (s *Source) connectedState() string {
+	if len(s.refused) > 0 {
+		return source.StateFailing
+	}
+	return "live"
+}
+
+// setRefused records whether the pool refuses m's epoch and updates the
+// state of a connected source.
+func (s *Source) setRefused(m ckf.Member, refused bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, was := s.refused[m]
+	if was == refused {
+		return
+	}
+	if refused {
+		s.refused[m] = struct{}{}
+	} else {
+		delete(s.refused, m)
+	}
+	if s.status.State == "live" || s.status.State == source.StateFailing {
+		s.status.State = s.connectedState()
+	}
 }
 
 func (s *Source) update(f func(*source.Status)) {
@@ -147,7 +178,11 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 				}
 			})
 		}),
-		nats.ReconnectHandler(func(*nats.Conn) { s.update(func(st *source.Status) { st.State = "live"; st.Restarts++ }) }),
+		// A reconnect is the relay's connection coming back, not an engine
+		// restart: Restarts counts only new publisher lifetimes.
+		nats.ReconnectHandler(func(*nats.Conn) {
+			s.update(func(st *source.Status) { st.State = s.connectedState(); st.Reconnects++ })
+		}),
 	}, s.cfg.Options...)
 	nc, err := nats.Connect(s.cfg.URL, opts...)
 	if err != nil {
@@ -180,13 +215,16 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 		}
 	}
 	defer stop()
-	s.update(func(st *source.Status) { st.State = "live" })
+	s.update(func(st *source.Status) { st.State = s.connectedState() })
 	var tick <-chan time.Time
 	if s.cfg.SourceTimeout > 0 {
 		t := time.NewTicker(s.cfg.SourceTimeout / 4)
 		defer t.Stop()
 		tick = t.C
 	}
+	// JetStream messages handled but not yet acknowledged: they are
+	// acknowledged together once what they admitted is durable.
+	var acks []func(settlement)
 	for {
 		select {
 		case m := <-msgs:
@@ -194,12 +232,15 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 			if m.settle != nil {
 				switch {
 				case err == nil:
-					m.settle(ack)
+					acks = append(acks, m.settle)
 				case errors.Is(err, errTerminal):
 					m.settle(term) // redelivering it would be refused again
 				default:
 					m.settle(nak) // not admitted: JetStream redelivers it
 				}
+			}
+			if len(acks) > 0 && (len(msgs) == 0 || len(acks) >= maxAckBatch) {
+				acks = s.ackDurable(ctx, sink, acks)
 			}
 			if errors.Is(err, errTerminal) {
 				s.update(func(st *source.Status) { st.Dropped++; st.LastError = err.Error() })
@@ -219,6 +260,45 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// maxAckBatch bounds the messages acknowledged after one wait for
+// durability: a busy consumer still acknowledges steadily (MaxAckPending is
+// 4,096).
+const maxAckBatch = 256
+
+// DurableSink is a Sink that tells when what it admitted is durable: the
+// relay gives its sources one when the pool has a data dir, and Durable
+// returns once the pool's journal committed every command admitted before
+// the call. The JetStream consumer acknowledges a message only after that
+// (docs/ingest.md "When a message is acknowledged (JetStream)"), so a relay
+// killed between admitting a message's events and committing them has the
+// message redelivered, not lost.
+type DurableSink interface {
+	source.Sink
+	Durable(ctx context.Context) error
+}
+
+// ackDurable acknowledges acks once the events they admitted are durable
+// (at once when sink does not keep them) and returns acks emptied. When the
+// wait fails (the source is stopping) the messages are left unacknowledged:
+// JetStream redelivers them after AckWait to the next run.
+func (s *Source) ackDurable(ctx context.Context, sink source.Sink, acks []func(settlement)) []func(settlement) {
+	if ds, ok := sink.(DurableSink); ok {
+		if err := ds.Durable(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.update(func(st *source.Status) { st.LastError = err.Error() })
+				for _, a := range acks {
+					a(nak)
+				}
+			}
+			return acks[:0]
+		}
+	}
+	for _, a := range acks {
+		a(ack)
+	}
+	return acks[:0]
 }
 
 // durable binds (or creates) the durable pull consumer and feeds msgs.
@@ -348,6 +428,22 @@ func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member,
 		s.update(func(s *source.Status) { s.Gaps++; s.Resets++ })
 		st.epoch, st.wrapped = epoch, false
 	}
+	// The pool owns the member's epochs (docs/ingest.md, "Source epochs"):
+	// when its record is not the epoch this source would admit under — a
+	// first contact with a member the pool already knows (one that came
+	// back after source_timeout, or recovered from --data-dir after a
+	// restart), or another writer's reset — the events would be refused as
+	// an unannounced epoch, so a new epoch above both is announced first.
+	// The reset also drops blocks of the earlier lifetime the source never
+	// heard removed.
+	if recorded, known := source.RecordedEpoch(sink, m); known && recorded != st.epoch {
+		epoch, err := s.reset(ctx, sink, max(uint64(now.UnixNano()), st.epoch+1, recorded+1), m, false)
+		if err != nil {
+			return 0, false, err
+		}
+		s.update(func(s *source.Status) { s.Resets++ })
+		st.epoch = epoch
+	}
 	if env.Enveloped {
 		// Sequence 2^64−1 is followed by 0: an explicit wrap, not a gap
 		// (seqOrder).
@@ -395,8 +491,10 @@ func (s *Source) reset(ctx context.Context, sink source.Sink, epoch uint64, m ck
 	}
 	switch {
 	case err == nil:
+		s.setRefused(m, false)
 		return epoch, nil
 	case errors.Is(err, producer.ErrStaleSourceEpoch), errors.Is(err, producer.ErrEpochOutOfRange):
+		s.setRefused(m, true)
 		return 0, fmt.Errorf("%w: reset of worker %d rank %d: %w", errTerminal, m.WorkerID, m.DPRank, err)
 	}
 	return 0, err
@@ -413,6 +511,7 @@ func (s *Source) expire(ctx context.Context, sink source.Sink, now time.Time) er
 			return err
 		}
 		delete(s.members, m)
+		s.setRefused(m, false)
 		s.update(func(st *source.Status) { st.Resets++ })
 	}
 	return nil

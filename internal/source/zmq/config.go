@@ -31,6 +31,9 @@ const (
 	DefaultMaxBackoff    = 5 * time.Second
 	// DefaultMaxReplayBatches bounds one replay (vLLM buffers 10,000).
 	DefaultMaxReplayBatches = 100_000
+	// DefaultMaxReplayBytes bounds the bytes one replay keeps (docs/limits.md):
+	// 10,000 batches of a few KiB fit many times over.
+	DefaultMaxReplayBytes = 64 << 20
 	// DefaultMaxMessageBytes bounds one ZMQ message (its frames' bodies
 	// together); the relay passes its max_request_bytes instead.
 	DefaultMaxMessageBytes = 16 << 20
@@ -80,6 +83,10 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// MaxReplayBatches bounds the batches accepted from one replay.
 	MaxReplayBatches int
+	// MaxReplayBytes bounds the bytes (payloads and topics) kept from one
+	// replay; past it the replay fails and the rank is reset degraded.
+	// Default DefaultMaxReplayBytes.
+	MaxReplayBytes int64
 	// Limits bound one batch.
 	Limits Limits
 	// Ingest tunes event conversion and the failing state (health.go).
@@ -117,6 +124,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxReplayBatches == 0 {
 		c.MaxReplayBatches = DefaultMaxReplayBatches
 	}
+	if c.MaxReplayBytes == 0 {
+		c.MaxReplayBytes = DefaultMaxReplayBytes
+	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
@@ -144,8 +154,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: block_size must be ≥ 1", ErrInvalidConfig)
 	case c.DPRanks < 0 || c.DPRanks > 1024:
 		return fmt.Errorf("%w: dp_ranks must be in [1, 1024]", ErrInvalidConfig)
-	case c.MaxMessageBytes < 0 || c.MaxPeers < 0:
-		return fmt.Errorf("%w: negative max_message_bytes or max_peers", ErrInvalidConfig)
+	case c.MaxMessageBytes < 0 || c.MaxPeers < 0 || c.MaxReplayBytes < 0:
+		return fmt.Errorf("%w: negative max_message_bytes, max_peers or max_replay_bytes", ErrInvalidConfig)
 	case c.SourceTimeout < 0 || c.ReplayTimeout < 0 || c.HandshakeTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("%w: negative or inverted durations", ErrInvalidConfig)
 	case c.Ingest.FailWindow < 0:

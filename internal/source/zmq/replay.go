@@ -20,23 +20,38 @@ var ErrReplayOverrun = fmt.Errorf("%w: the buffer no longer holds the start", Er
 // EndOfReplay is the sequence of the marker that ends a replay.
 const EndOfReplay int64 = -1
 
-// Replay asks the engine's replay (ROUTER) socket at ep for every buffered
-// batch from sequence start on and returns them in the order sent, up to the
-// end marker. It accepts both reply layouts engines have shipped: [seq,
+// ReplayLimits bound one replay request.
+type ReplayLimits struct {
+	// Timeout bounds the whole request: dial, handshake and every reply.
+	Timeout time.Duration
+	// MaxBatches bounds the replies kept.
+	MaxBatches int
+	// MaxBytes bounds the bytes the kept replies hold (payloads and
+	// topics); zero means no bound.
+	MaxBytes int64
+}
+
+// Replay asks the engine's replay (ROUTER) socket at ep for the buffered
+// batches of [start, end) and returns them in the order sent. It stops
+// reading at the reply for end−1 (an engine answers with its whole buffer
+// from start on: what follows the gap is not needed, and is not kept), or
+// at the end marker when the buffer ends first; end = math.MaxInt64 reads
+// to the marker. It accepts both reply layouts engines have shipped: [seq,
 // payload] and [topic, seq, payload] (each after the DEALER's empty
-// delimiter). It gives up after timeout or beyond maxBatches replies, and
-// with [ErrReplayOverrun] as soon as the first reply is not start (an engine
-// answers with its whole buffer; there is no point receiving it). The
+// delimiter). It gives up after lim.Timeout or beyond lim.MaxBatches
+// replies or lim.MaxBytes bytes kept (a peer answering with huge replies
+// costs a bounded amount of memory), and with [ErrReplayOverrun] as soon as
+// the first reply is not start (there is no point receiving the rest). The
 // timeout covers the dial and the ZMTP handshake too: a tcp:// endpoint goes
 // through the source's guarded transport, whose handshake ends at the
 // context's deadline.
-func Replay(ctx context.Context, ep string, start int64, timeout time.Duration, maxBatches int) ([]Message, error) {
+func Replay(ctx context.Context, ep string, start, end int64, lim ReplayLimits) ([]Message, error) {
 	g := *guardOf(ctx)
 	g.own = zmq4.Dealer
-	ctx, cancel := context.WithTimeout(withGuard(ctx, g), timeout)
+	ctx, cancel := context.WithTimeout(withGuard(ctx, g), lim.Timeout)
 	defer cancel()
-	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(timeout),
-		zmq4.WithTimeout(timeout), zmq4.WithLogger(zmqLogger))
+	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0), zmq4.WithDialerTimeout(lim.Timeout),
+		zmq4.WithTimeout(lim.Timeout), zmq4.WithLogger(zmqLogger))
 	defer d.Close()
 	if err := d.Dial(subEndpoint(ep)); err != nil {
 		return nil, fmt.Errorf("%w: dial %s: %v", ErrReplay, ep, err)
@@ -46,6 +61,7 @@ func Replay(ctx context.Context, ep string, start int64, timeout time.Duration, 
 		return nil, fmt.Errorf("%w: request: %v", ErrReplay, err)
 	}
 	var out []Message
+	var kept int64
 	for {
 		m, err := d.Recv()
 		if err != nil {
@@ -61,10 +77,19 @@ func Replay(ctx context.Context, ep string, start int64, timeout time.Duration, 
 		if len(out) == 0 && rep.Seq != start {
 			return nil, fmt.Errorf("%w: asked for %d, first reply %d", ErrReplayOverrun, start, rep.Seq)
 		}
-		if len(out) >= maxBatches {
-			return nil, fmt.Errorf("%w: more than %d batches", ErrReplay, maxBatches)
+		if rep.Seq >= end {
+			return out, nil // past the range asked for: not kept
+		}
+		if len(out) >= lim.MaxBatches {
+			return nil, fmt.Errorf("%w: more than %d batches", ErrReplay, lim.MaxBatches)
+		}
+		if kept += int64(len(rep.Payload) + len(rep.Topic)); lim.MaxBytes > 0 && kept > lim.MaxBytes {
+			return nil, fmt.Errorf("%w: more than %d bytes after %d batches", ErrReplay, lim.MaxBytes, len(out))
 		}
 		out = append(out, rep)
+		if rep.Seq == end-1 {
+			return out, nil // [start, end) is covered
+		}
 	}
 }
 

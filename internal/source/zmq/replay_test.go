@@ -1,6 +1,7 @@
 package zmq
 
 import (
+	"math"
 	"net"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestReplay_ManyClientsInARow(t *testing.T) {
 	fails := 0
 	for i := range 100 {
 		start := time.Now()
-		got, err := Replay(t.Context(), rep, 0, 500*time.Millisecond, 100)
+		got, err := Replay(t.Context(), rep, 0, math.MaxInt64, ReplayLimits{Timeout: 500 * time.Millisecond, MaxBatches: 100})
 		if err != nil {
 			fails++
 			t.Logf("%d: %v after %v", i, err, time.Since(start))
@@ -39,18 +40,18 @@ func TestReplay_OverrunAndLayouts(t *testing.T) {
 		for range 6 {
 			require.NoError(t, e.Heartbeat())
 		}
-		got, err := Replay(t.Context(), rep, 3, time.Second, 100)
+		got, err := Replay(t.Context(), rep, 3, math.MaxInt64, ReplayLimits{Timeout: time.Second, MaxBatches: 100})
 		require.NoError(t, err)
 		require.Len(t, got, 3)
 		for i, m := range got {
 			require.Equal(t, int64(3+i), m.Seq)
 		}
-		_, err = Replay(t.Context(), rep, 0, time.Second, 100)
+		_, err = Replay(t.Context(), rep, 0, math.MaxInt64, ReplayLimits{Timeout: time.Second, MaxBatches: 100})
 		require.ErrorIs(t, err, ErrReplayOverrun, "seqs 0 and 1 left the 4-batch buffer")
-		got, err = Replay(t.Context(), rep, 9, time.Second, 100)
+		got, err = Replay(t.Context(), rep, 9, math.MaxInt64, ReplayLimits{Timeout: time.Second, MaxBatches: 100})
 		require.NoError(t, err)
 		require.Empty(t, got, "nothing at or after 9 yet")
-		_, err = Replay(t.Context(), rep, 2, time.Second, 2)
+		_, err = Replay(t.Context(), rep, 2, math.MaxInt64, ReplayLimits{Timeout: time.Second, MaxBatches: 2})
 		require.ErrorIs(t, err, ErrReplay, "more than maxBatches")
 	}
 }
@@ -75,7 +76,7 @@ func TestReplay_SilentPeerCostsOneTimeout(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	go func() {
-		_, err := Replay(t.Context(), "tcp://"+l.Addr().String(), 0, 300*time.Millisecond, 10)
+		_, err := Replay(t.Context(), "tcp://"+l.Addr().String(), 0, math.MaxInt64, ReplayLimits{Timeout: 300 * time.Millisecond, MaxBatches: 10})
 		done <- err
 	}()
 	held = append(held, <-accepted)

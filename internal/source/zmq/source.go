@@ -73,6 +73,8 @@ type Source struct {
 	health        health // what could not be used (health.go); guarded by mu
 	notLive       int    // ranks whose published state is not live; guarded by mu
 	failingRanks  int    // ranks published as failing; guarded by mu
+
+	logs logLimiter // thins the recovery lines (logs.go)
 }
 
 // rank is the per-DP-rank state of the stream.
@@ -289,7 +291,7 @@ func (s *Source) dialLoop(ctx context.Context, rankIdx int, ep string, out chan<
 			msg, err := sub.Recv()
 			if err != nil {
 				if ctx.Err() == nil {
-					s.log.Warn("zmq source: disconnected; redialling", "endpoint", ep, "err", err)
+					s.logs.log(s.log, slog.LevelWarn, "zmq source: disconnected; redialling", "endpoint", ep, "err", err)
 					s.update(func(st *source.Status) { st.Reconnects++; st.LastError = err.Error() })
 				}
 				s.update(func(st *source.Status) {
@@ -479,7 +481,7 @@ func (s *Source) handleRank(ctx context.Context, sink source.Sink, r *rank, in i
 		return s.apply(ctx, sink, r, msg, b)
 	case r.synced: // msg.Seq > r.next
 		s.update(func(st *source.Status) { st.Gaps++ })
-		s.log.Warn("zmq source: sequence gap", "rank", dp, "expected", r.next, "got", msg.Seq)
+		s.logs.log(s.log, slog.LevelWarn, "zmq source: sequence gap", "rank", dp, "expected", r.next, "got", msg.Seq)
 		return s.recover(ctx, sink, r, r.next, msg, b, reasonGap)
 	case msg.Seq == 0: // first contact with a fresh engine
 		if err := s.begin(ctx, sink, r, false, ""); err != nil {
@@ -558,7 +560,7 @@ func isEpochRefusal(err error) bool {
 // failRank marks r as unable to take an epoch: the next message tries again.
 func (s *Source) failRank(r *rank, err error) {
 	r.synced, r.state, r.reason, r.failing = false, RankReset, err.Error(), true
-	s.log.Warn("zmq source: rank's epoch refused; retrying on its next message", "rank", r.member.DPRank, "err", err)
+	s.logs.log(s.log, slog.LevelWarn, "zmq source: rank's epoch refused; retrying on its next message", "rank", r.member.DPRank, "err", err)
 	s.update(func(st *source.Status) { st.LastError = err.Error() })
 }
 
@@ -566,7 +568,7 @@ func (s *Source) failRank(r *rank, err error) {
 // reset, and the stream taken up again as a first contact.
 func (s *Source) restart(ctx context.Context, sink source.Sink, r *rank, seq int64) error {
 	s.update(func(st *source.Status) { st.Restarts++ })
-	s.log.Warn("zmq source: engine restart; new source epoch", "rank", r.member.DPRank, "seq", seq, "epoch", r.epoch+1)
+	s.logs.log(s.log, slog.LevelWarn, "zmq source: engine restart; new source epoch", "rank", r.member.DPRank, "seq", seq, "epoch", r.epoch+1)
 	if err := s.begin(ctx, sink, r, false, ""); err != nil {
 		return err
 	}
@@ -589,9 +591,10 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 	if check {
 		start = from - 1
 	}
-	replies, err := Replay(s.guarded(ctx, zmq4.Dealer), replayEP, start, s.cfg.ReplayTimeout, s.cfg.MaxReplayBatches)
+	replies, err := Replay(s.guarded(ctx, zmq4.Dealer), replayEP, start, msg.Seq,
+		ReplayLimits{Timeout: s.cfg.ReplayTimeout, MaxBatches: s.cfg.MaxReplayBatches, MaxBytes: s.cfg.MaxReplayBytes})
 	if err != nil {
-		s.log.Warn("zmq source: replay failed", "rank", r.member.DPRank, "endpoint", replayEP, "from", start, "err", err)
+		s.logs.log(s.log, slog.LevelWarn, "zmq source: replay failed", "rank", r.member.DPRank, "endpoint", replayEP, "from", start, "err", err)
 		if from == msg.Seq && r.synced {
 			return s.apply(ctx, sink, r, msg, b) // nothing is missing
 		}
@@ -603,7 +606,7 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 	if check {
 		if len(replies) == 0 || replies[0].Seq != start {
 			if from == msg.Seq { // nothing is missing; continuity is merely unproven
-				s.log.Info("zmq source: could not verify continuity after reconnect", "rank", r.member.DPRank)
+				s.logs.log(s.log, slog.LevelInfo, "zmq source: could not verify continuity after reconnect", "rank", r.member.DPRank)
 				return s.apply(ctx, sink, r, msg, b)
 			}
 			return s.degrade(ctx, sink, r, msg, b, why+"; "+reasonOverrun)
@@ -651,14 +654,14 @@ func (s *Source) recover(ctx context.Context, sink source.Sink, r *rank, from in
 			return err
 		}
 	}
-	s.log.Info("zmq source: gap filled from replay", "rank", r.member.DPRank, "from", from, "batches", len(cover), "why", why)
+	s.logs.log(s.log, slog.LevelInfo, "zmq source: gap filled from replay", "rank", r.member.DPRank, "from", from, "batches", len(cover), "why", why)
 	return s.apply(ctx, sink, r, msg, b)
 }
 
 // degrade resets the rank because history is lost, then applies msg: the
 // rank advertises only what it has heard since.
 func (s *Source) degrade(ctx context.Context, sink source.Sink, r *rank, msg Message, b Batch, why string) error {
-	s.log.Warn("zmq source: rank reset (degraded)", "rank", r.member.DPRank, "reason", why, "seq", msg.Seq, "epoch", r.epoch+1)
+	s.logs.log(s.log, slog.LevelWarn, "zmq source: rank reset (degraded)", "rank", r.member.DPRank, "reason", why, "seq", msg.Seq, "epoch", r.epoch+1)
 	if err := s.begin(ctx, sink, r, true, why); err != nil {
 		return err
 	}
@@ -673,7 +676,7 @@ func (s *Source) degrade(ctx context.Context, sink source.Sink, r *rank, msg Mes
 // degraded, before the batch is admitted.
 func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Message, b Batch) error {
 	if cur, ok := source.RecordedEpoch(sink, r.member); ok && cur > r.epoch {
-		s.log.Warn("zmq source: another writer raised the rank's epoch; rank reset (degraded)", "rank", r.member.DPRank, "epoch", r.epoch, "recorded", cur)
+		s.logs.log(s.log, slog.LevelWarn, "zmq source: another writer raised the rank's epoch; rank reset (degraded)", "rank", r.member.DPRank, "epoch", r.epoch, "recorded", cur)
 		if err := s.begin(ctx, sink, r, true, reasonEpochRaised); err != nil {
 			return err
 		}
@@ -749,7 +752,7 @@ func (s *Source) checkSilence(ctx context.Context, sink source.Sink, now time.Ti
 		if !r.synced || now.Sub(r.lastHeard) < s.cfg.SourceTimeout {
 			continue
 		}
-		s.log.Warn("zmq source: rank silent; reset", "rank", r.member.DPRank, "silent_for", now.Sub(r.lastHeard).Round(time.Millisecond))
+		s.logs.log(s.log, slog.LevelWarn, "zmq source: rank silent; reset", "rank", r.member.DPRank, "silent_for", now.Sub(r.lastHeard).Round(time.Millisecond))
 		if err := s.begin(ctx, sink, r, false, ""); err != nil {
 			if isEpochRefusal(err) {
 				s.failRank(r, err)
