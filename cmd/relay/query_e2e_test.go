@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/wasm/host"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
 
@@ -216,4 +221,71 @@ func TestE2E_QueryRefusesMixedSemanticsAndWaits(t *testing.T) {
 	assert.Contains(t, string(out), "pools not ready")
 	assert.Contains(t, string(out), "a (")
 	assert.NotContains(t, string(out), "b (", "pool b on the healthy relay became ready")
+}
+
+// TestE2E_RouterFollowsAResize: a Go router (client.Router over the
+// WebAssembly consumer) whose manifest pins no format follows a pool whose
+// relay restarts with another size — a new incarnation in another format
+// (64 expected blocks, 32 buckets → 100,000, 65,536 buckets) — and
+// converges on the new table, while a lane of the old size beside it keeps
+// answering. With a format pinned (a version-1 manifest) the resized
+// pool's assignment would be ErrFormatMismatch and the lane would never
+// recover (the "retries forever").
+func TestE2E_RouterFollowsAResize(t *testing.T) {
+	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "p:dc=1,expected=64")
+	other := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "q:dc=2,expected=64")
+	rtOnce.Do(func() { rt, rtErr = host.NewRuntime(context.Background(), host.NewConfig()) })
+	require.NoError(t, rtErr)
+	domain := server.Config{}.Domain()
+	m := consumer.Manifest{ConsumerInstance: 77, Domain: domain, VerificationWindow: 2} // no format pinned
+	m.Lanes[0] = &ckf.PoolID{Domain: domain, DCID: 1}
+	m.Lanes[1] = &ckf.PoolID{Domain: domain, DCID: 2}
+	in, err := rt.NewInstance(context.Background(), m)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = in.Close() })
+	r, err := client.New(client.Config{Relays: []client.Relay{{Addrs: []string{rl.base}}, {Addrs: []string{other.base}}}, ConsumerInstance: 77,
+		Targets:    []client.Target{{Pool: "p", Lane: 0}, {Pool: "q", Lane: 1, Relay: 1}},
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 5 * time.Second}, in)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	req := tokensFrom(5, 6)
+	storeTokens(t, rl.base, "p", req[:16*2], 1)
+	storeTokens(t, other.base, "q", req[:16*4], 1)
+	waitResident(t, rl.base, "p", 2)
+	waitResident(t, other.base, "q", 4)
+	converge(t, r, rl.base, "p", 0)
+	converge(t, r, other.base, "q", 1)
+	seq := ckf.AppendTokenSequenceHashes(nil, req, 16, ckf.BaseSalt)
+	var res consumer.QueryResult
+	require.NoError(t, r.QuerySequenceHashes(seq, &res))
+	assert.Equal(t, []uint32{2, 4}, res.Depths[:2])
+	small := getCatalog(t, rl.base)["p"].Identity.Format.BucketCount
+
+	rl.kill()
+	var rl2 *relay
+	for attempt := 0; ; attempt++ {
+		rl2 = startRelayMaybeWith(t, rl.addr, "--pool", "p:dc=1,expected=100000")
+		if rl2 != nil || attempt == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NotNil(t, rl2, "could not restart the relay on %s", rl.addr)
+	big := getCatalog(t, rl2.base)["p"].Identity.Format.BucketCount
+	require.NotEqual(t, small, big, "the restarted pool has another format")
+	storeTokens(t, rl2.base, "p", req[:16*5], 1)
+	waitResident(t, rl2.base, "p", 5)
+	converge(t, r, rl2.base, "p", 0)
+	st, err := in.LaneStatus(0)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(big), st.Format.BucketCount, "lane 0 in the new format")
+	require.NoError(t, r.QuerySequenceHashes(seq, &res))
+	assert.Equal(t, []uint32{5, 4}, res.Depths[:2], "the resized pool's new prefix; the other lane unchanged")
+	stats, err := in.Stats()
+	require.NoError(t, err)
+	assert.Equal(t, 2, stats.Groups, "two formats, two groups")
 }
