@@ -69,13 +69,10 @@ func (g *group) widen() {
 	g.words, g.width = words, w
 }
 
-// narrow rebuilds g with rows of n lanes rounded up to a power of two, its
-// lanes in slots 0..n-1 in lane order.
-func (c *Consumer) narrow(g *group, n int) {
-	w := 1
-	for w < n {
-		w *= 2
-	}
+// relayout rebuilds g with rows of w words, copying every lane's column:
+// to the slot of its own index (byLane, w = 16), or to slots 0..n-1 in lane
+// order.
+func (c *Consumer) relayout(g *group, w int, byLane bool) {
 	words := make([]uint64, g.bucketCount*uint64(w))
 	var slotLane [ckf.MaxLanes]int8
 	for s := range slotLane {
@@ -84,6 +81,9 @@ func (c *Consumer) narrow(g *group, n int) {
 	s := 0
 	for m := g.members; m != 0; m &= m - 1 {
 		li := bits.TrailingZeros16(m)
+		if byLane {
+			s = li
+		}
 		l := &c.lanes[li]
 		for b := range g.bucketCount {
 			words[b*uint64(w)+uint64(s)] = g.words[b*uint64(g.width)+uint64(l.slot)]
@@ -139,10 +139,17 @@ func (c *Consumer) join(i int, f ckf.Format) {
 		}
 	}
 	if g == nil {
-		g = newGroup(f, 1)
+		w := 1
+		if len(c.groups) == 0 {
+			w = lanes // the only group: today's 16-lane table (shape)
+		}
+		g = newGroup(f, w)
 		c.groups = append(c.groups, g)
 	}
 	s := g.freeSlot()
+	if g.width == lanes && g.slotLane[i] < 0 {
+		s = i // keep a 16-wide group's slots its lanes
+	}
 	for s < 0 {
 		g.widen()
 		s = g.freeSlot()
@@ -154,12 +161,54 @@ func (c *Consumer) join(i int, f ckf.Format) {
 	if need := (f.BucketCount + 63) / 64; uint64(len(c.seen)) < need {
 		c.seen = make([]uint64, need)
 	}
+	c.shape()
 	c.regroup()
 }
 
-// leave takes lane i out of its group. A group whose lanes fit rows half as
-// wide is narrowed (its lanes move to the low slots), so a group's rows are
-// always its lane count rounded up to a power of two.
+// shape keeps the layout rule: one group is today's 16-lane table (slot l is
+// lane l, so queries take the one-table path and the WebAssembly search
+// kernel); several groups have rows of their lane count rounded up to a
+// power of two. It rebuilds (copying columns) only a group that breaks the
+// rule, which happens only when a format group appears or disappears.
+func (c *Consumer) shape() {
+	if len(c.groups) == 1 {
+		if g := c.groups[0]; !g.fixed && !g.identity() {
+			c.relayout(g, lanes, true)
+		}
+		return
+	}
+	for _, g := range c.groups {
+		if n := bits.OnesCount16(g.members); !g.fixed && g.width != rowWidth(n) {
+			c.relayout(g, rowWidth(n), false)
+		}
+	}
+}
+
+// rowWidth is n lanes rounded up to 1, 2, 4, 8 or 16.
+func rowWidth(n int) int {
+	w := 1
+	for w < n {
+		w *= 2
+	}
+	return w
+}
+
+// identity reports whether g is 16 wide with every lane in the slot of its
+// own index.
+func (g *group) identity() bool {
+	if g.width != lanes {
+		return false
+	}
+	for s, l := range g.slotLane {
+		if l >= 0 && int(l) != s {
+			return false
+		}
+	}
+	return true
+}
+
+// leave takes lane i out of its group; a group left empty is dropped (the
+// caller then restores the layout rule: shape).
 func (c *Consumer) leave(i int) {
 	l := &c.lanes[i]
 	g := l.grp
@@ -170,9 +219,6 @@ func (c *Consumer) leave(i int) {
 	g.members &^= 1 << i
 	g.remap()
 	l.grp, l.slot = nil, 0
-	if n := bits.OnesCount16(g.members); n > 0 && !g.fixed && n <= g.width/2 {
-		c.narrow(g, n)
-	}
 	if g.members == 0 {
 		for k, cand := range c.groups {
 			if cand == g {
@@ -230,37 +276,48 @@ func (c *Consumer) groupHits(seqHash uint64, ready uint16) uint16 {
 	return m & ready
 }
 
-// TableBytesAfterAssign bounds the bytes of every group's table once lane i
-// has been assigned format f (a lane index outside 0..15 counts as no lane):
-// exact, except that a group the lane leaves is counted at its current width
-// though it may narrow. The WebAssembly module refuses an assignment past
-// its table limit with it, before any table grows (docs/abi.md §5).
+// TableBytesAfterAssign returns the bytes of every group's table once lane
+// i has been assigned format f (a lane index outside 0..15 counts as no
+// lane), by the layout rule of shape. The WebAssembly module refuses an
+// assignment past its table limit with it, before any table grows
+// (docs/abi.md §5).
 func (c *Consumer) TableBytesAfterAssign(i int, f ckf.Format) uint64 {
 	var cur *group
 	if i >= 0 && i < lanes {
 		cur = c.lanes[i].grp
 	}
-	var total uint64
+	type after struct {
+		buckets uint64
+		n       int
+		fixed   bool
+	}
+	var gs []after
 	found := false
 	for _, g := range c.groups {
-		n, w := bits.OnesCount16(g.members), g.width
+		a := after{g.bucketCount, bits.OnesCount16(g.members), g.fixed}
+		if cur == g && g.format != f {
+			a.n--
+		}
 		if g.format == f {
 			found = true
 			if cur != g {
-				n++
+				a.n++
 			}
 		}
-		if !g.fixed {
-			p := 1
-			for p < n {
-				p *= 2
-			}
-			w = max(w, p)
+		if a.n > 0 || a.fixed {
+			gs = append(gs, a)
 		}
-		total += g.bucketCount * uint64(w) * 8
 	}
 	if !found {
-		total += f.BucketCount * 8
+		gs = append(gs, after{f.BucketCount, 1, false})
+	}
+	var total uint64
+	for _, a := range gs {
+		w := rowWidth(a.n)
+		if a.fixed || len(gs) == 1 {
+			w = lanes
+		}
+		total += a.buckets * uint64(w) * 8
 	}
 	return total
 }
