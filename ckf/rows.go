@@ -68,22 +68,36 @@ func (ad Addresser) RowHits(words []uint64, width int, key uint64) uint16 {
 
 // RowHitsHashed is [Addresser.RowHits] for a key already hashed under ad's
 // seed ([Addresser.HashKey], possibly by another Addresser with the same
-// seed).
+// seed). It is branch-free over the slots (the zero-lane test of
+// [Bucket.Contains] on every word, turned into a bit arithmetically), so
+// the loads of several tables' rows overlap.
 func (ad Addresser) RowHitsHashed(words []uint64, width int, kh KeyHash) uint16 {
+	a, b := ad.Rows(width, kh)
+	w := uint64(width)
+	return HitsAt(words[a:a+w:a+w], words[b:b+w:b+w], kh)
+}
+
+// Rows returns the offsets (in words) of key's two rows in a lane-minor
+// table of width lanes: row A at ra, row B at rb. With [HitsAt] it splits
+// [Addresser.RowHitsHashed] in two, so a caller probing several tables can
+// compute every address before the first load.
+func (ad Addresser) Rows(width int, kh KeyHash) (ra, rb uint64) {
 	a := kh.h & ad.mask
 	d := kh.disp & ad.mask
-	if d == 0 {
-		d = 1
-	}
-	b := a ^ d
-	w := uint64(width)
-	ra := words[a*w : a*w+w : a*w+w]
-	rb := words[b*w : b*w+w : b*w+w]
-	var m uint16
+	d |= (d - 1) >> 63 // 0 → 1, as displacement
+	return a * uint64(width), (a ^ d) * uint64(width)
+}
+
+// HitsAt is the second half of [Addresser.RowHitsHashed]: the slots of the
+// width-word rows ra and rb that hold kh's fingerprint.
+func HitsAt(ra, rb []uint64, kh KeyHash) uint16 {
+	fp := uint64(kh.fp) * laneLow
+	rb = rb[:len(ra)]
+	var m uint64
 	for l := range ra {
-		if Bucket(ra[l]).Contains(kh.fp) || Bucket(rb[l]).Contains(kh.fp) {
-			m |= 1 << l
-		}
+		x, y := ra[l]^fp, rb[l]^fp
+		z := ((x - laneLow) &^ x & laneHigh) | ((y - laneLow) &^ y & laneHigh)
+		m |= ((z | -z) >> 63) << l
 	}
-	return m
+	return uint16(m)
 }

@@ -243,3 +243,105 @@ func BenchmarkConsumerInstallSnapshot(b *testing.B) {
 		})
 	}
 }
+
+// mixedBenchFormats are the formats of BenchmarkConsumerQueryMixed's four
+// groups: four pool sizes (2^19 down to 2^16 buckets), with one seed or
+// four.
+func mixedBenchFormats(seeds int) [4]ckf.Format {
+	var fs [4]ckf.Format
+	for g := range fs {
+		seed := uint64(testSeed)
+		if seeds == 4 {
+			seed += uint64(g) * 0x9E3779B97F4A7C15
+		}
+		fs[g] = ckf.NewFormat(seed, benchBuckets>>g)
+	}
+	return fs
+}
+
+// mixedBench is a consumer with 16 ready lanes at 50% load holding the
+// d1024_l16 pattern of BenchmarkConsumerQuery (lane l holds the first
+// 1024*(16-l)/16 blocks of one request), laid out as one 16-lane group
+// (uniform: the version-1 table) or four groups of four lanes (mixed4).
+func mixedBench(b *testing.B, mixed bool, seeds int) (*Consumer, []uint32) {
+	b.Helper()
+	const depth = 1024
+	m := testManifest(lanes, benchBuckets)
+	fs := [4]ckf.Format{m.Format, m.Format, m.Format, m.Format}
+	if mixed {
+		m.Format = ckf.Format{}
+		fs = mixedBenchFormats(seeds)
+	}
+	c, err := New(m)
+	require.NoError(b, err)
+	rng := ckf.NewRNG(42)
+	tokens := make([]uint32, depth*benchBlockSize)
+	for i := range tokens {
+		tokens[i] = uint32(rng.Next())
+	}
+	seq := ckf.AppendTokenSequenceHashes(nil, tokens, benchBlockSize, ckf.BaseSalt)
+	for l := range lanes {
+		f := fs[l%4] // lanes 0, 4, 8, 12 share a group: every group answers four depths
+		words := make([]uint64, f.BucketCount)
+		for i := range words {
+			r := rng.Next()
+			words[i] = uint64(uint16(r)|1) | uint64(uint16(r>>16)|1)<<16
+		}
+		ad := f.Addresser()
+		for _, h := range seq[:depth*(lanes-l)/lanes] {
+			a := ad.Address(h)
+			if !place(words, a.A, a.Fingerprint) && !place(words, a.B, a.Fingerprint) {
+				require.Fail(b, fmt.Sprintf("lane %d: both buckets full", l))
+			}
+		}
+		id := testIdentity(l, f.BucketCount)
+		id.Format = f
+		lease := testLease(l, 1)
+		require.NoError(b, c.Assign(id, lease))
+		r := c.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Words: words})
+		require.Equal(b, SnapshotInstalled, r.Outcome, "got %v", r)
+	}
+	require.Equal(b, !mixed, c.uniform)
+	return c, tokens
+}
+
+// BenchmarkConsumerQueryMixed: a 1024-block query over 16 ready lanes in
+// four format groups of four lanes (layout=mixed4; four pool sizes, one seed
+// or four) against the same lanes in one 16-lane group (layout=uniform), in
+// one run: by=tokens hashes the tokens first, by=seq starts from sequence
+// hashes (the search alone, the real test of the groups' probe cost).
+func BenchmarkConsumerQueryMixed(b *testing.B) {
+	for _, by := range []string{"tokens", "seq"} {
+		for _, seeds := range []int{1, 4} {
+			for _, layout := range []string{"mixed4", "uniform"} {
+				b.Run(fmt.Sprintf("by=%s/seeds=%d/layout=%s", by, seeds, layout), func(b *testing.B) {
+					c, tokens := mixedBench(b, layout == "mixed4", seeds)
+					seq := ckf.AppendTokenSequenceHashes(nil, tokens, benchBlockSize, ckf.BaseSalt)
+					var res QueryResult
+					query := func() error { return c.QueryTokens(tokens, benchBlockSize, ckf.BaseSalt, &res) }
+					if by == "seq" {
+						query = func() error { return c.QuerySequenceHashes(seq, &res) }
+					}
+					require.NoError(b, query())
+					for l := range lanes {
+						require.GreaterOrEqual(b, res.Depths[l], uint32(1024*(lanes-l)/lanes), "lane %d", l)
+					}
+					probes := 0
+					d := make([]time.Duration, b.N)
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := range b.N {
+						t0 := time.Now()
+						_ = query()
+						d[i] = time.Since(t0)
+						probes += res.Probes
+					}
+					b.StopTimer()
+					benchSink += res.Depths[0]
+					reportLatency(b, d)
+					b.ReportMetric(float64(probes)/float64(b.N), "probes/op")
+				})
+			}
+		}
+	}
+}

@@ -19,13 +19,13 @@ const lanes = ckf.MaxLanes
 // lane mask, so the prefix search is the same for any mix (docs/RATIONALE.md,
 // "Why format groups with narrow rows?").
 //
-// A version-1 manifest pins every lane to its one format: New then builds
-// the table of before, one group of 16-word rows where the word of bucket b
-// in lane l is at index b*16+l, so one probe reads the same two rows for all
-// 16 lanes (2 × 128 bytes), bucket_count × 128 bytes allocated once (64 MiB
-// at 524,288 buckets) whatever the number of configured lanes, and queries
-// run the same code and kernel as before. Otherwise groups are built as
-// lanes are assigned.
+// Lanes of one format are the table of before: one group of 16-word rows
+// where the word of bucket b in lane l is at index b*16+l, so one probe
+// reads the same two rows for all 16 lanes (2 × 128 bytes), bucket_count ×
+// 128 bytes (64 MiB at 524,288 buckets) whatever the number of lanes, and
+// queries run the same code and kernel as before. A version-1 manifest
+// (one format pinned to every lane) allocates it in New; otherwise groups
+// are built, and rebuilt narrow or 16 wide, as lanes are assigned.
 //
 // A Consumer is not safe for concurrent use: frames and queries must be
 // serialized by the caller (the WebAssembly guest is single-threaded). It
@@ -121,6 +121,7 @@ func New(m Manifest) (*Consumer, error) {
 				c.lanes[i].grp, c.lanes[i].slot = g, i
 			}
 		}
+		g.remap()
 		c.groups = []*group{g}
 		c.seen = make([]uint64, (f.BucketCount+63)/64)
 		c.regroup()

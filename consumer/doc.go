@@ -5,16 +5,18 @@
 //
 // It covers:
 //
-//   - [Manifest] validation (SPEC §8.2): one domain, one format, distinct
-//     pools and dc_ids, a verification window in 1..=8.
+//   - [Manifest] validation (SPEC §8.2): one domain, distinct pools and
+//     dc_ids, a verification window in 1..=8, optional format pins (one for
+//     every lane, or per lane); a lane's format is its assignment's.
 //   - The per-lane state machine of SPEC §8.3: [Consumer.Assign],
 //     [Consumer.InstallSnapshot] / [Consumer.ApplySnapshotChunk],
 //     [Consumer.ApplyDelta], [Consumer.Drain], [Consumer.Retire]. Every frame
 //     ends in one [Result]: an [Outcome] and, for faults, a [Fault] that maps
 //     to ckf's failure point and disposition (SPEC §5). The checks run in the
 //     spec's order, which decides whether a frame is ignored or faults.
-//   - The transposed table (index = bucket*16 + lane) and the prefix search
-//     of SPEC §8.4: [Consumer.Query] (local block hashes),
+//   - The transposed tables, one per format group (index = bucket*width +
+//     slot; one 16-lane table, index = bucket*16 + lane, when every lane has
+//     one format), and the prefix search of SPEC §8.4: [Consumer.Query] (local block hashes),
 //     [Consumer.QuerySequenceHashes], [Consumer.QueryTokens] and
 //     [Consumer.Contains], plus the linear reference search.
 //

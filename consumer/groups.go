@@ -24,6 +24,9 @@ type group struct {
 	// lane of slot s, -1 when free.
 	members  uint16
 	slotLane [ckf.MaxLanes]int8
+	// lo and hi map a slot hit mask to its lanes, a byte at a time (kept
+	// by setSlot), so a probe maps a group's hits with two loads.
+	lo, hi [256]uint16
 	// fixed: the version-1 table (slot l is lane l, 16 wide), never resized.
 	fixed bool
 	// sameSeedAsPrev: the previous group of Consumer.groups has this seed,
@@ -66,13 +69,10 @@ func (g *group) widen() {
 	g.words, g.width = words, w
 }
 
-// narrow rebuilds g with rows of n lanes rounded up to a power of two, its
-// lanes in slots 0..n-1 in lane order.
-func (c *Consumer) narrow(g *group, n int) {
-	w := 1
-	for w < n {
-		w *= 2
-	}
+// relayout rebuilds g with rows of w words, copying every lane's column:
+// to the slot of its own index (byLane, w = 16), or to slots 0..n-1 in lane
+// order.
+func (c *Consumer) relayout(g *group, w int, byLane bool) {
 	words := make([]uint64, g.bucketCount*uint64(w))
 	var slotLane [ckf.MaxLanes]int8
 	for s := range slotLane {
@@ -81,6 +81,9 @@ func (c *Consumer) narrow(g *group, n int) {
 	s := 0
 	for m := g.members; m != 0; m &= m - 1 {
 		li := bits.TrailingZeros16(m)
+		if byLane {
+			s = li
+		}
 		l := &c.lanes[li]
 		for b := range g.bucketCount {
 			words[b*uint64(w)+uint64(s)] = g.words[b*uint64(g.width)+uint64(l.slot)]
@@ -90,15 +93,31 @@ func (c *Consumer) narrow(g *group, n int) {
 		s++
 	}
 	g.words, g.width, g.slotLane = words, w, slotLane
+	g.remap()
 }
 
 // slotHits maps a mask of slots to the mask of their lanes.
 func (g *group) slotHits(slots uint16) uint16 {
-	var m uint16
-	for ; slots != 0; slots &= slots - 1 {
-		m |= 1 << uint(g.slotLane[bits.TrailingZeros16(slots)])
+	return g.lo[slots&0xff] | g.hi[slots>>8]
+}
+
+// remap rebuilds lo and hi from slotLane.
+func (g *group) remap() {
+	for v := range 256 {
+		var lo, hi uint16
+		for s := range 8 {
+			if v&(1<<s) == 0 {
+				continue
+			}
+			if l := g.slotLane[s]; l >= 0 {
+				lo |= 1 << uint(l)
+			}
+			if l := g.slotLane[s+8]; l >= 0 {
+				hi |= 1 << uint(l)
+			}
+		}
+		g.lo[v], g.hi[v] = lo, hi
 	}
-	return m
 }
 
 // join puts lane i in the group of format f, creating it (or widening it)
@@ -120,26 +139,76 @@ func (c *Consumer) join(i int, f ckf.Format) {
 		}
 	}
 	if g == nil {
-		g = newGroup(f, 1)
+		w := 1
+		if len(c.groups) == 0 {
+			w = lanes // the only group: today's 16-lane table (shape)
+		}
+		g = newGroup(f, w)
 		c.groups = append(c.groups, g)
 	}
 	s := g.freeSlot()
+	if g.width == lanes && g.slotLane[i] < 0 {
+		s = i // keep a 16-wide group's slots its lanes
+	}
 	for s < 0 {
 		g.widen()
 		s = g.freeSlot()
 	}
 	g.slotLane[s] = int8(i)
 	g.members |= 1 << i
+	g.remap()
 	l.grp, l.slot = g, s
 	if need := (f.BucketCount + 63) / 64; uint64(len(c.seen)) < need {
 		c.seen = make([]uint64, need)
 	}
+	c.shape()
 	c.regroup()
 }
 
-// leave takes lane i out of its group. A group whose lanes fit rows half as
-// wide is narrowed (its lanes move to the low slots), so a group's rows are
-// always its lane count rounded up to a power of two.
+// shape keeps the layout rule: one group is today's 16-lane table (slot l is
+// lane l, so queries take the one-table path and the WebAssembly search
+// kernel); several groups have rows of their lane count rounded up to a
+// power of two. It rebuilds (copying columns) only a group that breaks the
+// rule, which happens only when a format group appears or disappears.
+func (c *Consumer) shape() {
+	if len(c.groups) == 1 {
+		if g := c.groups[0]; !g.fixed && !g.identity() {
+			c.relayout(g, lanes, true)
+		}
+		return
+	}
+	for _, g := range c.groups {
+		if n := bits.OnesCount16(g.members); !g.fixed && g.width != rowWidth(n) {
+			c.relayout(g, rowWidth(n), false)
+		}
+	}
+}
+
+// rowWidth is n lanes rounded up to 1, 2, 4, 8 or 16.
+func rowWidth(n int) int {
+	w := 1
+	for w < n {
+		w *= 2
+	}
+	return w
+}
+
+// identity reports whether g is 16 wide with every lane in the slot of its
+// own index.
+func (g *group) identity() bool {
+	if g.width != lanes {
+		return false
+	}
+	for s, l := range g.slotLane {
+		if l >= 0 && int(l) != s {
+			return false
+		}
+	}
+	return true
+}
+
+// leave takes lane i out of its group; a group left empty is dropped (the
+// caller then restores the layout rule: shape).
 func (c *Consumer) leave(i int) {
 	l := &c.lanes[i]
 	g := l.grp
@@ -148,10 +217,8 @@ func (c *Consumer) leave(i int) {
 	}
 	g.slotLane[l.slot] = -1
 	g.members &^= 1 << i
+	g.remap()
 	l.grp, l.slot = nil, 0
-	if n := bits.OnesCount16(g.members); n > 0 && !g.fixed && n <= g.width/2 {
-		c.narrow(g, n)
-	}
 	if g.members == 0 {
 		for k, cand := range c.groups {
 			if cand == g {
@@ -192,7 +259,8 @@ func (c *Consumer) regroup() {
 
 // groupHits is rowHits for several groups: per group one probe of its two
 // rows (width words each), its slot hits mapped to lanes; the key is hashed
-// once per seed.
+// once per seed (groups are sorted by seed). Loading every group's rows
+// before testing any did not measure faster (docs/RATIONALE.md).
 func (c *Consumer) groupHits(seqHash uint64, ready uint16) uint16 {
 	var m uint16
 	var kh ckf.KeyHash
@@ -206,4 +274,50 @@ func (c *Consumer) groupHits(seqHash uint64, ready uint16) uint16 {
 		m |= g.slotHits(g.addresser.RowHitsHashed(g.words, g.width, kh))
 	}
 	return m & ready
+}
+
+// TableBytesAfterAssign returns the bytes of every group's table once lane
+// i has been assigned format f (a lane index outside 0..15 counts as no
+// lane), by the layout rule of shape. The WebAssembly module refuses an
+// assignment past its table limit with it, before any table grows
+// (docs/abi.md §5).
+func (c *Consumer) TableBytesAfterAssign(i int, f ckf.Format) uint64 {
+	var cur *group
+	if i >= 0 && i < lanes {
+		cur = c.lanes[i].grp
+	}
+	type after struct {
+		buckets uint64
+		n       int
+		fixed   bool
+	}
+	var gs []after
+	found := false
+	for _, g := range c.groups {
+		a := after{g.bucketCount, bits.OnesCount16(g.members), g.fixed}
+		if cur == g && g.format != f {
+			a.n--
+		}
+		if g.format == f {
+			found = true
+			if cur != g {
+				a.n++
+			}
+		}
+		if a.n > 0 || a.fixed {
+			gs = append(gs, a)
+		}
+	}
+	if !found {
+		gs = append(gs, after{f.BucketCount, 1, false})
+	}
+	var total uint64
+	for _, a := range gs {
+		w := rowWidth(a.n)
+		if a.fixed || len(gs) == 1 {
+			w = lanes
+		}
+		total += a.buckets * uint64(w) * 8
+	}
+	return total
 }

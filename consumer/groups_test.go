@@ -66,7 +66,9 @@ func TestConsumer_MixedFormats_property(t *testing.T) {
 			f := ckf.NewFormat(seeds[rapid.IntRange(0, len(seeds)-1).Draw(t, "seed")], counts[rapid.IntRange(0, len(counts)-1).Draw(t, "buckets")])
 			words := laneWordsFor(t, f, seq, rapid.IntRange(0, n).Draw(t, "depth"))
 			epoch[l]++
+			predicted := c.TableBytesAfterAssign(l, f)
 			install(t, c, l, f, epoch[l], words)
+			require.Equal(t, predicted, c.Stats().TableBytes, "TableBytesAfterAssign is exact")
 			m := testManifest(lanes, f.BucketCount)
 			m.Format = f
 			ref, err := New(m)
@@ -117,9 +119,16 @@ func TestConsumer_MixedFormats_property(t *testing.T) {
 				}
 				require.Equal(t, wm, gm, "%s: contains", stage)
 			}
+			// The layout rule: one group is the 16-lane table (slot l =
+			// lane l: the one-table path); several have rows of their
+			// lane count rounded up to a power of two.
 			var total uint64
 			for _, g := range c.groups {
-				require.Equal(t, g.width, max(1, 1<<bitsLen(popcount(g.members)-1)), "%s: group of %d lanes has rows of %d", stage, popcount(g.members), g.width)
+				if len(c.groups) == 1 {
+					require.True(t, g.identity() && c.uniform, "%s: one group: the 16-lane table", stage)
+				} else {
+					require.Equal(t, max(1, 1<<bitsLen(popcount(g.members)-1)), g.width, "%s: group of %d lanes has rows of %d", stage, popcount(g.members), g.width)
+				}
 				total += uint64(len(g.words)) * 8
 			}
 			require.Equal(t, total, c.Stats().TableBytes, stage)
@@ -149,13 +158,13 @@ func bitsLen(x int) int {
 }
 
 // TestConsumer_OneGroupRunsTodaysPath is the structural check of the
-// uniform case: a version-1 manifest, and a manifest with no pin whose 16
-// lanes were assigned one format in lane order, both hold one 16-wide group
-// where slot l is lane l, so queries take the one-table path (LaneRowHits,
-// and in WebAssembly the search kernel: Consumer.uniform) with the same
-// probes; the same lanes assigned in reverse order hold one group whose
-// slots are permuted, which takes the group path and still answers with the
-// same depths and the same probe count.
+// uniform case: a version-1 manifest, and manifests with no pin whose lanes
+// were all assigned one format — in lane order, in reverse order, or only
+// three of them — hold one 16-wide group where slot l is lane l, so queries
+// take the one-table path (LaneRowHits, and in WebAssembly the search
+// kernel: Consumer.uniform) with the same depths and probe counts. A second
+// format turns the groups narrow; when it leaves, the one group is the
+// 16-lane table again.
 func TestConsumer_OneGroupRunsTodaysPath(t *testing.T) {
 	f := ckf.NewFormat(testSeed, 4096)
 	seq := make([]uint64, 300)
@@ -178,10 +187,28 @@ func TestConsumer_OneGroupRunsTodaysPath(t *testing.T) {
 	}
 	require.True(t, c1.uniform, "version-1 manifest: the one 16-lane table")
 	require.True(t, c2.uniform, "one format assigned in lane order: the one 16-lane table")
-	require.False(t, c3.uniform, "permuted slots: the group path")
+	require.True(t, c3.uniform, "one format assigned in reverse order: the one 16-lane table")
 	for _, c := range []*Consumer{c1, c2, c3} {
 		require.Len(t, c.groups, 1)
 		require.Equal(t, lanes, c.groups[0].width)
+	}
+	c4, err := New(mixedManifest())
+	require.NoError(t, err)
+	for _, l := range []int{9, 2, 5} {
+		install(t, c4, l, f, 1, laneWordsFor(t, f, seq, 17*l))
+		require.True(t, c4.uniform, "three lanes of one format, lane %d assigned", l)
+	}
+	g := ckf.NewFormat(testSeed, 64)
+	install(t, c4, 7, g, 1, laneWordsFor(t, g, seq, 3))
+	require.False(t, c4.uniform, "two formats: the group path")
+	require.Equal(t, []int{4, 1}, []int{c4.groups[0].width, c4.groups[1].width}, "rows of 3 lanes → 4, of 1 lane → 1")
+	install(t, c4, 7, f, 2, laneWordsFor(t, f, seq, 17*7))
+	require.True(t, c4.uniform, "back to one format: the 16-lane table again")
+	var r4, r1 QueryResult
+	require.NoError(t, c4.QuerySequenceHashes(seq, &r4))
+	require.NoError(t, c1.QuerySequenceHashes(seq, &r1))
+	for _, l := range []int{2, 5, 7, 9} {
+		require.Equal(t, r1.Depths[l], r4.Depths[l], "lane %d", l)
 	}
 	require.Equal(t, len(c1.words), int(f.BucketCount)*lanes)
 	for _, n := range []int{1, 5, 64, 255, 300} {
@@ -195,4 +222,58 @@ func TestConsumer_OneGroupRunsTodaysPath(t *testing.T) {
 			require.Equal(t, uint32(min(n, 17*l)), r1.Depths[l], "%d blocks, lane %d", n, l)
 		}
 	}
+}
+
+// TestConsumer_FormatPinsAndInvalidFormats: a lane pinned by the manifest
+// refuses another format, an unpinned lane refuses an invalid one (a bucket
+// count that is not a power of two, a zero format), each as
+// ErrFormatMismatch with the lane untouched (still ready, same words, no
+// group created); a pin on an unconfigured lane or an invalid pin fails
+// validation.
+func TestConsumer_FormatPinsAndInvalidFormats(t *testing.T) {
+	m := mixedManifest()
+	pinned := ckf.NewFormat(testSeed, 128)
+	m.LaneFormats[1] = pinned
+	c, err := New(m)
+	require.NoError(t, err)
+	f := ckf.NewFormat(5, 64)
+	seq := []uint64{ckf.ChainHash(1, 2)}
+	install(t, c, 0, f, 1, laneWordsFor(t, f, seq, 1))
+	install(t, c, 1, pinned, 1, laneWordsFor(t, pinned, seq, 1))
+	before := c.Stats()
+	wordsBefore, err := c.AppendLaneWords(nil, 0)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		lane int
+		f    ckf.Format
+	}{
+		{"pinned lane, another format", 1, f},
+		{"bucket count not a power of two", 0, ckf.NewFormat(5, 96)},
+		{"bucket count above 2^24", 0, ckf.NewFormat(5, 1<<25)},
+		{"zero format", 0, ckf.Format{}},
+		{"fingerprint bits", 0, ckf.Format{Version: 1, Seed: 5, BucketCount: 64, FingerprintBits: 8, SlotsPerBucket: 4}},
+	} {
+		id := testIdentity(tc.lane, 64)
+		id.Format = tc.f
+		err := c.Assign(id, testLease(tc.lane, 9))
+		require.ErrorIs(t, err, ErrFormatMismatch, tc.name)
+		s, _ := c.LaneStatus(tc.lane)
+		require.True(t, s.Ready, "%s: lane untouched", tc.name)
+		require.Equal(t, uint64(1), s.LastEpoch, "%s: epoch untouched", tc.name)
+		require.Equal(t, before, c.Stats(), "%s: no group created", tc.name)
+	}
+	got, err := c.AppendLaneWords(nil, 0)
+	require.NoError(t, err)
+	require.Equal(t, wordsBefore, got)
+
+	bad := mixedManifest()
+	bad.Lanes[3] = nil
+	bad.LaneFormats[3] = pinned
+	_, err = New(bad)
+	require.ErrorIs(t, err, ErrInvalidManifest, "a pin on an unconfigured lane")
+	bad = mixedManifest()
+	bad.LaneFormats[2] = ckf.NewFormat(1, 3)
+	_, err = New(bad)
+	require.ErrorIs(t, err, ErrInvalidManifest, "an invalid pin")
 }

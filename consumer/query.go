@@ -43,8 +43,8 @@ type QueryResult struct {
 	Depths [ckf.MaxLanes]uint32
 	// Blocks is the number of blocks the query asked about.
 	Blocks int
-	// Probes is the number of table probes (two 16-lane rows each) the
-	// query made; at most Blocks.
+	// Probes is the number of logical table probes the query made (one a
+	// position: two rows of every format group); at most Blocks.
 	Probes int
 }
 

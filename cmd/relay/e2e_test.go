@@ -443,13 +443,18 @@ func TestE2E_RelayRestartIsNewIncarnation(t *testing.T) {
 // startRelayMaybe starts a relay on addr, or returns nil when the port is
 // still taken.
 func startRelayMaybe(t *testing.T, addr string) *relay {
+	return startRelayMaybeWith(t, addr, "--pool", "p:dc=1,expected=65536")
+}
+
+// startRelayMaybeWith is startRelayMaybe with the relay's pool flags.
+func startRelayMaybeWith(t *testing.T, addr string, pools ...string) *relay {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil
 	}
 	ln.Close()
-	return startRelay(t, "--listen", addr, "--pool", "p:dc=1,expected=65536")
+	return startRelay(t, append([]string{"--listen", addr}, pools...)...)
 }
 
 // gated is a consumer that stops (holding the router's lock, so the router

@@ -2,12 +2,13 @@
 //
 //	relay serve [flags]     host pools over HTTP (see README "HTTP API")
 //	relay tail [flags]      print a pool's frame stream (HTTP) or a gRPC relay's catalog and selected pools (--grpc) as JSON lines
+//	relay query [flags]     follow pools as a router does; answer each request's depth per pool
 //	relay demo [flags]      three data centers, a synthetic fleet and a router, in one process
 //	relay replay [flags]    replay a Mooncake trace through simulated data centers, scored against exact truth
 //
 // Run "relay <command> -h" for each command's flags. Each command is one
 // small file here that calls the Run of the package that owns it:
-// internal/serve, internal/tail, internal/sim/demo and
+// internal/serve, internal/tail, internal/query, internal/sim/demo and
 // internal/sim/replay/replaycmd.
 package main
 
@@ -44,6 +45,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runServe(ctx, args[1:], stdout, stderr)
 	case "tail":
 		err = runTail(ctx, args[1:], stdout, stderr)
+	case "query":
+		err = runQuery(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = runDemo(ctx, args[1:], stdout, stderr)
 	case "replay":
@@ -72,6 +75,7 @@ func usage(w io.Writer) {
 commands:
   serve   host pools over HTTP: events in, frame streams out
   tail    subscribe to a pool (or, with --grpc, a KvEventRelay server) and print decoded frames as JSON lines
+  query   follow pools as a router does; for each request on stdin, the depth each pool holds
   demo    three data centers, a synthetic fleet and a router, in one process
   replay  replay a Mooncake trace through simulated data centers; score routing against exact truth
 `)

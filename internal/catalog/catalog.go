@@ -93,9 +93,10 @@ type Pool struct {
 	Name string `json:"name"`
 	DCID U64    `json:"dc_id"`
 	// RouterKey is equal for two pools exactly when one router's consumer can
-	// hold both: same routing domain (both digests and their sources) and
-	// same format (version, seed, bucket count, fingerprint bits, slots).
-	// See [RouterKey].
+	// hold both: the same routing domain (both digests and their sources).
+	// Formats may differ (each lane has its own, SPEC §8.2); a router that
+	// asks one request of several pools also needs their Query semantics
+	// to agree. See [RouterKey].
 	RouterKey string   `json:"router_key"`
 	Identity  Identity `json:"identity"`
 	// Query is how a router hashes a request's tokens for this pool.
@@ -209,13 +210,12 @@ func FromIdentity(id ckf.ProducerIdentity) Identity {
 }
 
 // RouterKey returns 32 hex digits that are equal for two pools exactly when
-// their domain and format are (with overwhelming probability: a truncated
-// SHA-256 of both). One consumer's lanes must agree on both (SPEC §8.2), so
-// a router follows only pools of one key.
-func RouterKey(d ckf.Domain, f ckf.Format) string {
-	s := fmt.Sprintf("ckfrelay router key v1\x00%x/%d/%x/%d/%d/%d/%d/%d/%d",
-		d.CacheSemantics.Digest, d.CacheSemantics.Source, d.RoutingScope.Digest, d.RoutingScope.Source,
-		f.Version, f.Seed, f.BucketCount, f.FingerprintBits, f.SlotsPerBucket)
+// their routing domains are (with overwhelming probability: a truncated
+// SHA-256). One consumer's lanes must share a domain (SPEC §8.2) but not a
+// format, so a router follows pools of one key.
+func RouterKey(d ckf.Domain) string {
+	s := fmt.Sprintf("ckfrelay router key v2\x00%x/%d/%x/%d",
+		d.CacheSemantics.Digest, d.CacheSemantics.Source, d.RoutingScope.Digest, d.RoutingScope.Source)
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:16])
 }
@@ -250,16 +250,18 @@ func Get(ctx context.Context, hc *http.Client, base, token string) (Catalog, err
 }
 
 // Mismatch names a pool that cannot share a router with the first pool of
-// its routing scope: the fields of [Identity] that differ.
+// its routing scope: the fields that differ (of [Identity]'s domain, or of
+// [QuerySemantics]: a router asks one request of all its pools).
 type Mismatch struct {
 	Pool, First string
 	Fields      []string
 }
 
 // Mismatches returns, for pools of one routing scope (equal routing_scope
-// digest and source), every pool whose router key differs from the first
-// such pool's, and why. A relay warns about them at start: a router for that
-// scope cannot follow all of its pools with one consumer.
+// digest and source), every pool whose router key or query semantics differ
+// from the first such pool's, and why. A relay warns about them at start: a
+// router for that scope cannot ask all of its pools one request. Formats
+// (seed, bucket count) may differ: each lane has its own.
 func Mismatches(pools []Pool) []Mismatch {
 	var out []Mismatch
 	first := map[string]*Pool{}
@@ -271,7 +273,7 @@ func Mismatches(pools []Pool) []Mismatch {
 			first[scope] = p
 			continue
 		}
-		if p.RouterKey == f.RouterKey {
+		if p.RouterKey == f.RouterKey && p.Query == f.Query {
 			continue
 		}
 		a, b := &f.Identity, &p.Identity
@@ -281,11 +283,8 @@ func Mismatches(pools []Pool) []Mismatch {
 			same bool
 		}{
 			{"cache_semantics", a.CacheSemantics == b.CacheSemantics && a.CacheSemanticsSrc == b.CacheSemanticsSrc},
-			{"format_version", a.Format.Version == b.Format.Version},
-			{"seed", a.Format.Seed == b.Format.Seed},
-			{"bucket_count", a.Format.BucketCount == b.Format.BucketCount},
-			{"fingerprint_bits", a.Format.FingerprintBits == b.Format.FingerprintBits},
-			{"slots_per_bucket", a.Format.SlotsPerBucket == b.Format.SlotsPerBucket},
+			{"block_size", f.Query.BlockSize == p.Query.BlockSize},
+			{"hash_format", f.Query.HashFormat == p.Query.HashFormat},
 		} {
 			if !c.same {
 				why = append(why, c.name)
@@ -382,4 +381,36 @@ type Persistence struct {
 	DurablePosition    U64    `json:"durable_position"`
 	CheckpointPosition U64    `json:"checkpoint_position"`
 	WriteError         string `json:"write_error,omitempty"`
+}
+
+// Domain returns the routing domain the identity names: its two digests
+// and their sources, parsed back from the catalog's hex and names.
+func (i Identity) Domain() (ckf.Domain, error) {
+	sem, err := parseDigest(i.CacheSemantics, i.CacheSemanticsSrc)
+	if err != nil {
+		return ckf.Domain{}, fmt.Errorf("catalog: cache_semantics: %w", err)
+	}
+	scope, err := parseDigest(i.RoutingScope, i.RoutingScopeSrc)
+	if err != nil {
+		return ckf.Domain{}, fmt.Errorf("catalog: routing_scope: %w", err)
+	}
+	return ckf.Domain{CacheSemantics: sem, RoutingScope: scope}, nil
+}
+
+func parseDigest(h, src string) (ckf.ScopedDigest, error) {
+	var d ckf.ScopedDigest
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b) != len(d.Digest) {
+		return d, fmt.Errorf("digest %q is not %d hex digits", h, 2*len(d.Digest))
+	}
+	copy(d.Digest[:], b)
+	switch src {
+	case ckf.DigestDefaultDerived.String():
+		d.Source = ckf.DigestDefaultDerived
+	case ckf.DigestExplicit.String():
+		d.Source = ckf.DigestExplicit
+	default:
+		return d, fmt.Errorf("digest source %q", src)
+	}
+	return d, nil
 }

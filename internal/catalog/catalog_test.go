@@ -51,7 +51,8 @@ func identity(seed, buckets uint64) ckf.ProducerIdentity {
 }
 
 func pool(name string, id ckf.ProducerIdentity) catalog.Pool {
-	return catalog.Pool{Name: name, RouterKey: catalog.RouterKey(id.Pool.Domain, id.Format), Identity: catalog.FromIdentity(id)}
+	return catalog.Pool{Name: name, RouterKey: catalog.RouterKey(id.Pool.Domain), Identity: catalog.FromIdentity(id),
+		Query: catalog.QuerySemantics{BlockSize: 16, HashFormat: catalog.HashFormatStandard}}
 }
 
 func TestFromIdentity_KeepsEvery64BitValue(t *testing.T) {
@@ -64,17 +65,32 @@ func TestFromIdentity_KeepsEvery64BitValue(t *testing.T) {
 	assert.Contains(t, string(b), `"routing_scope_source":"explicit"`)
 }
 
+// TestMismatches_NameWhatDiffersWithinARoutingScope: within one routing
+// scope, pools of other formats share a router (each lane has its own
+// format); another cache_semantics (another domain: another router_key), or
+// another block size or hash format (one request cannot be asked of both),
+// do not, and the mismatch names the field.
 func TestMismatches_NameWhatDiffersWithinARoutingScope(t *testing.T) {
 	a := identity(7, 1024)
 	b := identity(7, 1024)
 	b.Pool.DCID, b.ProducerIncarnation = 2, 9 // pool id and incarnation may differ
-	c := identity(8, 4096)
+	c := identity(8, 4096)                    // another format: fine
+	d := identity(7, 1024)
+	d.Pool.Domain.CacheSemantics.Digest[0] = 5 // another domain
 	other := identity(9, 64)
 	other.Pool.Domain.RoutingScope.Digest[0] = 2 // another scope: never compared
-	assert.Equal(t, catalog.RouterKey(a.Pool.Domain, a.Format), catalog.RouterKey(b.Pool.Domain, b.Format))
-	got := catalog.Mismatches([]catalog.Pool{pool("a", a), pool("b", b), pool("c", c), pool("x", other)})
-	require.Len(t, got, 1)
-	assert.Equal(t, catalog.Mismatch{Pool: "c", First: "a", Fields: []string{"seed", "bucket_count"}}, got[0])
+	assert.Equal(t, catalog.RouterKey(a.Pool.Domain), catalog.RouterKey(c.Pool.Domain), "the key ignores the format")
+	assert.NotEqual(t, catalog.RouterKey(a.Pool.Domain), catalog.RouterKey(d.Pool.Domain))
+	e := pool("e", identity(7, 1024))
+	e.Query.BlockSize = 32
+	f := pool("f", identity(7, 1024))
+	f.Query.HashFormat = catalog.HashFormatEagle
+	got := catalog.Mismatches([]catalog.Pool{pool("a", a), pool("b", b), pool("c", c), pool("d", d), e, f, pool("x", other)})
+	assert.Equal(t, []catalog.Mismatch{
+		{Pool: "d", First: "a", Fields: []string{"cache_semantics"}},
+		{Pool: "e", First: "a", Fields: []string{"block_size"}},
+		{Pool: "f", First: "a", Fields: []string{"hash_format"}},
+	}, got)
 }
 
 func FuzzU64(f *testing.F) {

@@ -17,7 +17,7 @@ func (p *hostedPool) entry() catalogPool {
 	id := p.handle.Identity()
 	hs := p.hub.Stats()
 	return catalogPool{Name: p.spec.Name, DCID: catalog.U64(p.spec.DCID),
-		RouterKey: catalog.RouterKey(id.Pool.Domain, id.Format), Identity: catalog.FromIdentity(id),
+		RouterKey: catalog.RouterKey(id.Pool.Domain), Identity: catalog.FromIdentity(id),
 		Query: catalog.QuerySemantics{BlockSize: p.spec.BlockSize, HashFormat: p.spec.HashFormat},
 		Hub: catalog.Hub{Ready: hs.Ready, Sequence: catalog.U64(hs.Sequence), Subscribers: hs.Subscribers,
 			SnapshotGenerations: hs.SnapshotGenerations, SnapshotBytes: catalog.U64(hs.SnapshotBytes),

@@ -68,7 +68,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	hc := http.DefaultClient
 	if *caFile != "" {
-		if hc, err = caClient(*caFile); err != nil {
+		if hc, err = CAClient(*caFile); err != nil {
 			return err
 		}
 	}
@@ -84,9 +84,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return printFrames(resp.Body, stdout, *limit)
 }
 
-// caClient returns an HTTP client that trusts only the certificates in the
-// PEM file at path.
-func caClient(path string) (*http.Client, error) {
+// CAClient returns an HTTP client that trusts only the certificates in the
+// PEM file at path (`--ca-file` of relay tail and relay query).
+func CAClient(path string) (*http.Client, error) {
 	pem, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tail: --ca-file: %w", err)

@@ -1,5 +1,5 @@
 // Bootstrap from a relay's catalog (GET /v1/pools, README "Bootstrap"): the
-// routing domain, each pool's id and the format a consumer manifest needs,
+// routing domain and each pool's id a consumer manifest needs,
 // and the msgpack encodings of a manifest and an assignment (docs/abi.md §6).
 
 import { Writer } from "./msgpack.js";
@@ -27,7 +27,10 @@ function digest(hex, source, what) {
 /**
  * manifestFromCatalog returns the manifest fields for lanes serving the named
  * pools of a catalog: `targets` is [{pool, lane}]. Every target must have the
- * same router_key (one domain and format): a router cannot mix them.
+ * same router_key (one routing domain) and the same query_semantics (block
+ * size and hash format: a router asks one request of every lane). Formats
+ * may differ: the manifest pins none (version 2), so each lane takes its
+ * pool's format from its assignment and follows it across a resize.
  */
 export function manifestFromCatalog(catalog, targets, { consumerInstance, verificationWindow = 2 } = {}) {
   if (!targets.length) throw new Error("catalog: no target pools");
@@ -37,10 +40,14 @@ export function manifestFromCatalog(catalog, targets, { consumerInstance, verifi
     if (!p) throw new Error(`catalog: relay has no pool ${JSON.stringify(t.pool)}`);
     return p;
   });
-  const key = pools[0].router_key;
+  const key = pools[0].router_key, q0 = pools[0].query_semantics ?? {};
   for (const p of pools) {
     if (p.router_key !== key) {
-      throw new Error(`catalog: pools ${pools[0].name} and ${p.name} cannot share a router (router_key ${key} vs ${p.router_key}: another domain, seed or bucket count)`);
+      throw new Error(`catalog: pools ${pools[0].name} and ${p.name} cannot share a router (router_key ${key} vs ${p.router_key}: another routing domain)`);
+    }
+    const q = p.query_semantics ?? {};
+    if (q.block_size !== q0.block_size || q.hash_format !== q0.hash_format) {
+      throw new Error(`catalog: pools ${pools[0].name} and ${p.name} hash requests differently (block_size ${q0.block_size} vs ${q.block_size}, hash_format ${q0.hash_format} vs ${q.hash_format}): one router cannot ask both one request`);
     }
   }
   const id = pools[0].identity;
@@ -48,14 +55,9 @@ export function manifestFromCatalog(catalog, targets, { consumerInstance, verifi
     cacheSemantics: digest(id.cache_semantics, id.cache_semantics_source, "cache_semantics"),
     routingScope: digest(id.routing_scope, id.routing_scope_source, "routing_scope"),
   };
-  const f = id.format;
-  const format = {
-    version: f.format_version, seed: BigInt(f.seed), bucketCount: BigInt(f.bucket_count),
-    fingerprintBits: f.fingerprint_bits, slotsPerBucket: f.slots_per_bucket,
-  };
   const lanes = new Array(16).fill(null);
   targets.forEach((t, i) => { lanes[t.lane] = { domain, dcId: BigInt(pools[i].dc_id) }; });
-  return { consumerInstance: consumerInstanceOf(consumerInstance), domain, format, lanes, verificationWindow };
+  return { consumerInstance: consumerInstanceOf(consumerInstance), domain, format: null, lanes, verificationWindow };
 }
 
 const U64_MAX = (1n << 64n) - 1n;

@@ -86,13 +86,15 @@ test("encodeManifest and encodeAssignment write the Go encoder's bytes", () => {
   for (const file of readdirSync(dir).filter((f) => f.endsWith(".json"))) {
     const sc = JSON.parse(readFileSync(join(dir, file), "utf8"));
     const bytes = Buffer.from(sc.manifest, "base64");
-    const [, instance, domain, format, lanes, window] = decodeMsgpack(bytes);
+    // Version 1 or 2 (per-lane formats: format may be nil, lane_formats follows).
+    const [, instance, domain, format, lanes, window, laneFormats] = decodeMsgpack(bytes);
     const digest = (b, s) => ({ digest: b, source: Number(s) });
     const d = { cacheSemantics: digest(domain[0], domain[1]), routingScope: digest(domain[2], domain[3]) };
+    const fmt = (f) => f && { version: f[0], seed: f[1], bucketCount: f[2], fingerprintBits: f[3], slotsPerBucket: f[4] };
     const m = {
-      consumerInstance: instance, domain: d, verificationWindow: Number(window),
-      format: { version: format[0], seed: format[1], bucketCount: format[2], fingerprintBits: format[3], slotsPerBucket: format[4] },
+      consumerInstance: instance, domain: d, verificationWindow: Number(window), format: fmt(format),
       lanes: lanes.map((p) => p && { domain: { cacheSemantics: digest(p[0], p[1]), routingScope: digest(p[2], p[3]) }, dcId: p[4] }),
+      laneFormats: laneFormats?.map(fmt),
     };
     assert.equal(Buffer.from(encodeManifest(m)).toString("hex"), bytes.toString("hex"), file);
     for (const st of sc.steps.filter((s) => s.op === "assign")) {

@@ -227,3 +227,31 @@ test("every frame kind the relay emits decodes through the JavaScript decoder", 
   assert.deepEqual([...seen.keys()].sort(), [1, 2, 3, 4, 5], `kinds seen: ${[...seen.entries()]}`);
   assert.ok((await hubSequence(rl.base, "p").catch(() => 1n)) > 0n);
 });
+
+test("follows pools of different sizes (formats) in one consumer, and refuses other query semantics", async (t) => {
+  // Three formats: 32, 2,048 and 32,768 buckets. router_key is the domain
+  // alone, so one router follows all three (a version-2 manifest, each
+  // lane in its pool's format).
+  const rl = await relay(["--pool", "s:dc=1,expected=64", "--pool", "m:dc=2,expected=4096", "--pool", "l:dc=3,expected=65536",
+    "--pool", "x:dc=4,expected=64,block_size=32"]);
+  const cat = await fetchCatalog(rl.base);
+  const sizes = new Set(cat.pools.filter((p) => p.name !== "x").map((p) => p.identity.format.bucket_count));
+  assert.equal(sizes.size, 3, "three bucket counts");
+  const router = await Router.connect({ ...fast, relayUrl: rl.base, pools: ["s", "m", "l"] });
+  const running = router.run();
+  t.after(() => router.stop());
+  const hs = [await postStored(rl.base, "s", 1, 2), await postStored(rl.base, "m", 1, 3), await postStored(rl.base, "l", 1, 5)];
+  for (const [lane, pool] of ["s", "m", "l"].entries()) await converge(router, rl.base, pool, lane);
+  assert.equal(router.consumer.stats().groups, 3, "one format group a pool");
+  for (let lane = 0; lane < 3; lane++) {
+    const st = router.consumer.laneStatus(lane);
+    assert.equal(String(st.bucketCount), cat.pools[lane].identity.format.bucket_count, `lane ${lane}'s own bucket count`);
+    const r = router.consumer.queryLocalHashes(hs[lane][0]);
+    assert.deepEqual(r.depths.slice(0, 3), [0, 1, 2].map((l) => (l === lane ? hs[lane][0].length : 0)), `lane ${lane}'s request`);
+    assert.equal(router.laneWords(lane).words.length, Number(st.bucketCount));
+  }
+  await router.stop();
+  await running;
+  // Pools hashed with another block size cannot be asked one request.
+  assert.throws(() => manifestFromCatalog(cat, [{ pool: "s", lane: 0 }, { pool: "x", lane: 1 }], { consumerInstance: 1 }), /block_size/);
+});

@@ -86,6 +86,12 @@ func (g *guest) assign(b []byte) abi.Code {
 	if err != nil {
 		return g.fail(abi.ErrAssignmentEncoding, err)
 	}
+	// Lanes of many large formats could outgrow wasm32's memory; the Go
+	// runtime's out-of-memory is fatal (a trap), so refuse first. A
+	// version-1 manifest's table was checked by configure.
+	if n := g.c.TableBytesAfterAssign(int(lease.PhysicalLane), id.Format); id.Format.Validate() == nil && n > abi.MaxTableBytes {
+		return g.fail(abi.ErrOutOfMemory, fmt.Errorf("abi: lane %d in format of %d buckets would make the tables %d bytes, above %d", lease.PhysicalLane, id.Format.BucketCount, n, abi.MaxTableBytes))
+	}
 	if err := g.c.Assign(id, lease); err != nil {
 		return g.fail(abi.CodeOf(err), err)
 	}

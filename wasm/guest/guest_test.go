@@ -223,3 +223,34 @@ func TestRegistry_QueryViewsRemembersBuffers(t *testing.T) {
 	_, _, ok = r.queryViews(pin, 8, pout, 80)
 	assert.False(t, ok, "a freed input buffer")
 }
+
+// TestGuest_AssignRefusesTablesPastTheLimit: with no format pinned, lanes
+// assigned ever larger formats would grow the tables past MaxTableBytes (a
+// fatal out-of-memory in wasm32): the assignment that would is refused with
+// OutOfMemory before any table grows, and the lane is untouched.
+func TestGuest_AssignRefusesTablesPastTheLimit(t *testing.T) {
+	var g guest
+	m := testManifest()
+	m.Format = ckf.Format{}
+	for l := range m.Lanes {
+		p := ckf.PoolID{Domain: m.Domain, DCID: uint64(500 + l)}
+		m.Lanes[l] = &p
+	}
+	require.Equal(t, abi.OK, g.configure(abi.AppendManifest(nil, &m)))
+	assign := func(l int, buckets uint64) abi.Code {
+		id := ckf.ProducerIdentity{Pool: *m.Lanes[l], ProducerIncarnation: 1, LayoutGeneration: 1, Format: ckf.NewFormat(uint64(l), buckets)}
+		lease := ckf.LaneLease{ConsumerInstance: m.ConsumerInstance, PhysicalLane: uint8(l), AssignmentEpoch: 1}
+		return g.assign(abi.AppendAssignment(nil, &id, &lease))
+	}
+	// 2^23 buckets is 64 MiB a lane in its own format: 16 of them is 1 GiB.
+	for l := range 15 {
+		require.Equal(t, abi.OK, assign(l, 1<<23), "lane %d", l)
+	}
+	require.Equal(t, uint64(15<<26), g.c.Stats().TableBytes)
+	require.Equal(t, abi.ErrOutOfMemory, assign(15, 1<<24), "a 128 MiB lane past 1 GiB")
+	s, err := g.c.LaneStatus(15)
+	require.NoError(t, err)
+	require.False(t, s.HasEpoch, "the refused lane is untouched")
+	require.Equal(t, uint64(15<<26), g.c.Stats().TableBytes, "no table grew")
+	require.Equal(t, abi.OK, assign(15, 1<<23), "exactly 1 GiB fits")
+}

@@ -322,3 +322,112 @@ func BenchmarkQueryParallel(b *testing.B) {
 		})
 	}
 }
+
+// mixedWords returns a 50%-loaded table of format f holding every block of
+// the benchmark request (so every lane answers depth D, as in
+// BenchmarkQuery).
+func (e *benchEnv) mixedWords(b *testing.B, f ckf.Format) []uint64 {
+	filter, err := ckf.NewFilter(int(f.BucketCount), f.Seed, ckf.DefaultMaxKicks)
+	require.NoError(b, err)
+	for _, h := range ckf.AppendTokenSequenceHashes(nil, e.tokens, benchBlockSize, ckf.BaseSalt) {
+		require.NoError(b, filter.Insert(h))
+	}
+	rng := rand.New(rand.NewPCG(3, uint64(f.BucketCount)))
+	for filter.LoadFactor() < 0.5 {
+		_ = filter.Insert(rng.Uint64())
+	}
+	return filter.Words()
+}
+
+// mixedImpl returns a wasm instance (and a native consumer) with 16 ready
+// lanes in four format groups of four lanes (four pool sizes, 2^19 down to
+// 2^16 buckets; one seed or four), every lane holding the request.
+func (e *benchEnv) mixedImpls(b *testing.B, seeds int) []struct {
+	name string
+	c    client.Lanes
+} {
+	m := e.manifest
+	m.Format = ckf.Format{} // a version-2 manifest: formats from the assignments
+	n, err := client.NewNative(m)
+	require.NoError(b, err)
+	in, err := e.rt.NewInstance(context.Background(), m)
+	require.NoError(b, err)
+	b.Cleanup(func() { in.Close() })
+	var words [4][]uint64
+	var formats [4]ckf.Format
+	for g := range 4 {
+		seed := ckf.DefaultSeed
+		if seeds == 4 {
+			seed += uint64(g) * 0x9E3779B97F4A7C15
+		}
+		formats[g] = ckf.NewFormat(seed, benchBuckets>>g)
+		words[g] = e.mixedWords(b, formats[g])
+	}
+	for _, c := range []client.Lanes{n, in} {
+		for l := range ckf.MaxLanes {
+			id := e.ids[l]
+			id.Format = formats[l%4]
+			require.NoError(b, c.Assign(id, e.lease(l, 1)))
+			frame, err := wire.AppendFrame(nil, &wire.Frame{Kind: wire.KindSnapshotChunk, Snapshot: wire.SnapshotChunk{Identity: id,
+				Lease: e.lease(l, 1), Sequence: 1, ChunkCount: 1, Words: words[l%4]}})
+			require.NoError(b, err)
+			r, err := c.ApplyFrame(frame)
+			require.NoError(b, err, "snapshot")
+			require.Equal(b, consumer.SnapshotInstalled, r.Outcome, "snapshot: %v", r)
+		}
+	}
+	return []struct {
+		name string
+		c    client.Lanes
+	}{{"native", n}, {"wasm", in}}
+}
+
+// BenchmarkQueryMixed: a 1024-block query over 16 ready lanes in four
+// format groups of four lanes (layout=mixed4) against one 16-lane group
+// (layout=uniform, BenchmarkQuery's table), in one run, by tokens and by
+// sequence hashes, with one seed or four.
+func BenchmarkQueryMixed(b *testing.B) {
+	e := benchSetup(b)
+	seq := ckf.AppendTokenSequenceHashes(nil, e.tokens, benchBlockSize, ckf.BaseSalt)
+	uniform := e.impls(b, ckf.MaxLanes)
+	for _, seeds := range []int{1, 4} {
+		mixed := e.mixedImpls(b, seeds)
+		for _, by := range []string{"tokens", "seq"} {
+			for k := range mixed {
+				for _, layout := range []string{"mixed4", "uniform"} {
+					im := mixed[k]
+					if layout == "uniform" {
+						im = uniform[k]
+					}
+					b.Run(fmt.Sprintf("by=%s/seeds=%d/layout=%s/impl=%s", by, seeds, layout, im.name), func(b *testing.B) {
+						var res consumer.QueryResult
+						lat := make([]time.Duration, 0, 1<<16)
+						b.ReportAllocs()
+						for b.Loop() {
+							t0 := time.Now()
+							var err error
+							if by == "seq" {
+								err = im.c.QuerySequenceHashes(seq, &res)
+							} else {
+								err = im.c.QueryTokens(e.tokens, benchBlockSize, ckf.BaseSalt, &res)
+							}
+							if err != nil {
+								require.Fail(b, fmt.Sprint(err))
+							}
+							if len(lat) < cap(lat) {
+								lat = append(lat, time.Since(t0))
+							}
+						}
+						for l := range ckf.MaxLanes {
+							require.Equal(b, uint32(benchDepth), res.Depths[l], "lane %d depth", l)
+						}
+						slices.Sort(lat)
+						b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+						b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+						b.ReportMetric(float64(res.Probes), "probes/op")
+					})
+				}
+			}
+		}
+	}
+}
