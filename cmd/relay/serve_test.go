@@ -35,11 +35,17 @@ func serveOnce(t *testing.T, args ...string) string {
 }
 
 func TestServe_WarnsWhenPoolsOfOneScopeCannotShareARouter(t *testing.T) {
-	logs := serveOnce(t, "--pool", "dc-a:dc=1,expected=65536", "--pool", "dc-b:dc=2,expected=262144")
+	logs := serveOnce(t, "--pool", "dc-a:dc=1,expected=65536", "--pool", "dc-b:dc=2,expected=65536,block_size=32")
 	assert.Contains(t, logs, "cannot share a router")
 	assert.Contains(t, logs, `"pool":"dc-b"`)
-	assert.Contains(t, logs, "bucket_count")
+	assert.Contains(t, logs, "block_size")
 
-	logs = serveOnce(t, "--pool", "dc-a:dc=1,expected=65536", "--pool", "dc-b:dc=2,expected=65536")
+	// Pools of other sizes (formats) share a router: each lane has its own
+	// format (issue #35).
+	logs = serveOnce(t, "--pool", "dc-a:dc=1,expected=65536", "--pool", "dc-b:dc=2,expected=262144")
+	assert.NotContains(t, logs, "cannot share a router")
+	// Two models in one data center: pools of two domains, which a router
+	// selects apart (issue #32).
+	logs = serveOnce(t, "--pool", "llama:dc=1,expected=65536,cache_semantics=llama", "--pool", "qwen:dc=1,expected=65536,cache_semantics=qwen,block_size=32")
 	assert.NotContains(t, logs, "cannot share a router")
 }

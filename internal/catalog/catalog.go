@@ -257,32 +257,32 @@ type Mismatch struct {
 	Fields      []string
 }
 
-// Mismatches returns, for pools of one routing scope (equal routing_scope
-// digest and source), every pool whose router key or query semantics differ
-// from the first such pool's, and why. A relay warns about them at start: a
-// router for that scope cannot ask all of its pools one request. Formats
-// (seed, bucket count) may differ: each lane has its own.
+// Mismatches returns, for pools of one domain (equal router key: cache
+// semantics and routing scope), every pool whose query semantics differ from
+// the first such pool's, and why. A relay warns about them at start: a router
+// that follows that domain cannot ask all of its pools one request. Formats
+// (seed, bucket count) may differ: each lane has its own. Pools of other
+// cache semantics in one routing scope are another model's, which a router
+// selects apart (as Dynamo's relay hosts one pool per indexer domain), so
+// they are never compared.
 func Mismatches(pools []Pool) []Mismatch {
 	var out []Mismatch
 	first := map[string]*Pool{}
 	for i := range pools {
 		p := &pools[i]
-		scope := p.Identity.RoutingScope + "/" + p.Identity.RoutingScopeSrc
-		f, ok := first[scope]
+		f, ok := first[p.RouterKey]
 		if !ok {
-			first[scope] = p
+			first[p.RouterKey] = p
 			continue
 		}
-		if p.RouterKey == f.RouterKey && p.Query == f.Query {
+		if p.Query == f.Query {
 			continue
 		}
-		a, b := &f.Identity, &p.Identity
 		var why []string
 		for _, c := range []struct {
 			name string
 			same bool
 		}{
-			{"cache_semantics", a.CacheSemantics == b.CacheSemantics && a.CacheSemanticsSrc == b.CacheSemanticsSrc},
 			{"block_size", f.Query.BlockSize == p.Query.BlockSize},
 			{"hash_format", f.Query.HashFormat == p.Query.HashFormat},
 		} {

@@ -31,7 +31,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for _, m := range srv.RouterMismatches() {
-		log.Warn("pools of one routing scope cannot share a router: their lanes must agree on domain, block size and hash format",
+		log.Warn("pools of one domain cannot share a router: a router asks one request of all of them, so they must agree on block size and hash format",
 			"pool", m.Pool, "first", m.First, "differ", m.Fields)
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
