@@ -311,6 +311,12 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		// A follower that vanished without Stop (a killed relay) leaves
 		// its consumer behind until this.
 		InactiveThreshold: time.Minute,
+		// The client recreates a lost consumer with background contexts,
+		// forever by default, and Next waits meanwhile whatever its
+		// context says (nats.go v1.55.0 jetstream/ordered.go reset): a
+		// standby whose consumer died with a NATS node hung there. A few
+		// attempts, then Next fails and the standby rebuilds.
+		MaxResetAttempts: 3,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replica: follow %s: %w", subject, err)

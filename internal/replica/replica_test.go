@@ -62,25 +62,18 @@ type boundary struct {
 
 // at returns the replica's exact state and words after every command sent
 // so far: ExportState is answered between commands, after all of them, and
-// its reply orders the words read after the actor's writes.
+// its reply orders the words read after the actor's writes. The caller must
+// know that no further command reaches the actor meanwhile (a leader the
+// test stopped admitting to, a standby that has applied all of it).
 func (r *replica) at(t require.TestingT, ctx context.Context) boundary {
-	b, err := r.tryAt(ctx)
-	require.NoError(t, err)
-	return b
-}
-
-// tryAt is at for a condition polled while pools may be replaced.
-func (r *replica) tryAt(ctx context.Context) (boundary, error) {
 	st, err := r.h.ExportState(ctx)
-	if err != nil {
-		return boundary{}, err
-	}
+	require.NoError(t, err)
 	// A lineage is a set (external → canonical); its export order is a
 	// map's.
 	for _, m := range st.Members {
 		slices.SortFunc(m.Lineage.Blocks, func(a, b ckf.LineageEntry) int { return cmp.Compare(a.External, b.External) })
 	}
-	return boundary{state: st, words: r.pool.Words()}, nil
+	return boundary{state: st, words: r.pool.Words()}
 }
 
 // history drives random commands at a leader: events of a few members with
