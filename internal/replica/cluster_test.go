@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,11 +67,11 @@ const clusterTTL = 3 * time.Second
 // standby converges on the leader's exact state and words), then the
 // leader is killed and the standby leads with that state.
 func TestClusterTakeover(t *testing.T) {
-	if testing.Short() {
-		// Not in make test yet: under -race on a loaded machine the
+	if os.Getenv("CKFRELAY_HA_CLUSTER_TEST") == "" {
+		// Not in make test yet (neither run): on a loaded machine the
 		// standby sometimes does not catch up within 30 s after the NATS
-		// node's death (open; docs/deploy.md).
-		t.Skip("3-node cluster test: run without -short")
+		// node's death, cause not understood (open; docs/deploy.md).
+		t.Skip("3-node cluster test: set CKFRELAY_HA_CLUSTER_TEST=1 to run it (flaky under load, see docs/deploy.md)")
 	}
 	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
 	jsA := clusterJS(t, natstest.URLs(nodes[0], nodes))
