@@ -113,8 +113,6 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 		// SETTINGS_MAX_CONCURRENT_STREAMS: grpc-go refuses a stream beyond it
 		// with RST_STREAM(REFUSED_STREAM) before it costs anything.
 		grpc.MaxConcurrentStreams(uint32(cfg.GRPC.MaxStreamsPerConnection)),
-		// An idle connection gives its write buffer back.
-		grpc.SharedWriteBuffer(true),
 		// Find dead transports, so a vanished subscriber frees its slot.
 		// and close connections that finish no handshake, or carry no RPC.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
