@@ -154,8 +154,9 @@ var graph = map[string]rule{
 	"internal/tail":  {imports: []string{"ckf", "client", "internal/catalog", "wire"}},
 	"cmd/relay": {
 		imports: []string{"internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
-		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "internal/testing/streamtable", "producer", "wasm/host", "wire",
-			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
+		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/h2peer", "internal/testing/natstest", "internal/testing/streamprobe", "internal/testing/streamtable", "producer", "wasm/host", "wire",
+			"wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5",
+			"google.golang.org/grpc", "google.golang.org/protobuf"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},

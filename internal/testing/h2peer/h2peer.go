@@ -36,6 +36,10 @@ type Conn struct {
 	status    map[uint32]string // grpc-status of ended streams
 	dataBytes int64
 	goaway    bool
+	pings     int              // PING acks received
+	connWin   int64            // what the server lets us send on the connection
+	streamWin map[uint32]int64 // … and on each stream, beyond the initial window
+	initWin   int64
 	changed   chan struct{} // closed and replaced on every recorded event
 }
 
@@ -48,7 +52,8 @@ func Dial(addr string) (*Conn, error) {
 		return nil, err
 	}
 	c := &Conn{nc: nc, closed: make(chan struct{}), next: 1, settings: map[http2.SettingID]uint32{},
-		rst: map[uint32]http2.ErrCode{}, status: map[uint32]string{}, changed: make(chan struct{})}
+		rst: map[uint32]http2.ErrCode{}, status: map[uint32]string{}, changed: make(chan struct{}),
+		connWin: 65535, streamWin: map[uint32]int64{}, initWin: 65535}
 	c.fr = http2.NewFramer(nc, nc)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.enc = hpack.NewEncoder(&c.hbuf)
@@ -78,14 +83,29 @@ func (c *Conn) read() {
 				continue
 			}
 			_ = f.ForeachSetting(func(s http2.Setting) error {
-				c.event(func() { c.settings[s.ID] = s.Val })
+				c.event(func() {
+					c.settings[s.ID] = s.Val
+					if s.ID == http2.SettingInitialWindowSize {
+						c.initWin = int64(s.Val)
+					}
+				})
 				return nil
 			})
 			c.wmu.Lock()
 			_ = c.fr.WriteSettingsAck()
 			c.wmu.Unlock()
+		case *http2.WindowUpdateFrame:
+			c.event(func() {
+				if f.StreamID == 0 {
+					c.connWin += int64(f.Increment)
+				} else {
+					c.streamWin[f.StreamID] += int64(f.Increment)
+				}
+			})
 		case *http2.PingFrame:
-			if !f.IsAck() {
+			if f.IsAck() {
+				c.event(func() { c.pings++ })
+			} else {
 				c.wmu.Lock()
 				_ = c.fr.WritePing(true, f.Data)
 				c.wmu.Unlock()
@@ -152,6 +172,78 @@ func (c *Conn) Data(id uint32, b []byte, end bool) error {
 		b = b[16384:]
 	}
 	return c.fr.WriteData(id, end, b)
+}
+
+// Send sends b on stream id as the server's flow-control windows allow,
+// for at most d, and returns how many bytes it sent: it stops early when the
+// stream ends or the connection closes.
+func (c *Conn) Send(id uint32, b []byte, d time.Duration) int {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	sent := 0
+	for sent < len(b) {
+		c.mu.Lock()
+		_, ended := c.status[id]
+		_, reset := c.rst[id]
+		win := min(c.connWin, c.initWin+c.streamWin[id]-int64(sent), 16384, int64(len(b)-sent))
+		ch := c.changed
+		c.mu.Unlock()
+		if ended || reset {
+			return sent
+		}
+		if win > 0 {
+			c.wmu.Lock()
+			err := c.fr.WriteData(id, false, b[sent:sent+int(win)])
+			c.wmu.Unlock()
+			if err != nil {
+				return sent
+			}
+			c.mu.Lock()
+			c.connWin -= win
+			c.mu.Unlock()
+			sent += int(win)
+			continue
+		}
+		select {
+		case <-ch:
+		case <-c.closed:
+			return sent
+		case <-deadline.C:
+			return sent
+		}
+	}
+	return sent
+}
+
+// Ping sends a PING and waits up to d for its ack: the server has read
+// every frame sent before it.
+func (c *Conn) Ping(d time.Duration) bool {
+	c.mu.Lock()
+	want := c.pings + 1
+	c.mu.Unlock()
+	c.wmu.Lock()
+	err := c.fr.WritePing(false, [8]byte{'h', '2', 'p', 'e', 'e', 'r'})
+	c.wmu.Unlock()
+	if err != nil {
+		return false
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		c.mu.Lock()
+		ok, ch := c.pings >= want, c.changed
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-c.closed:
+			return false
+		case <-deadline.C:
+			return false
+		}
+	}
 }
 
 // Message returns a gRPC length-prefixed message: declared is the length
