@@ -13,7 +13,8 @@
 //     backlog behind the one Accept holds ([Config.RefuseWhenBusy] closes it
 //     at once instead).
 //   - One client address keeps at most [Config.MaxIdlePerClient] idle
-//     connections; past it, its own longest-idle one is closed.
+//     connections; past it, its own longest-idle one is closed. With
+//     [Config.MaxPerClient] it holds at most that many in all.
 //   - With [Config.BusyWithin], a connection that has not turned busy that
 //     long after it was accepted is closed: a peer must start real work soon
 //     after connecting.
@@ -43,6 +44,11 @@ type Config struct {
 	// MaxIdlePerClient is how many idle connections one client address may
 	// keep (≥ 1).
 	MaxIdlePerClient int
+	// MaxPerClient, when > 0, is how many connections (busy or idle) one
+	// client address may hold: a new one past it closes that address's
+	// longest-idle connection, or, when all of them are busy, is itself
+	// closed (counted by OnRefused). Zero: no such bound.
+	MaxPerClient int
 	// RefuseWhenBusy closes a new connection at once when MaxConns are open
 	// and none is idle, instead of waiting for one to close; OnRefused (if
 	// set) is called for each.
@@ -66,13 +72,14 @@ type Listener struct {
 	idle   list.List             // of *Conn, longest idle first
 	byAddr map[string]*list.List // per client address, the same (of *list.Element in idle)
 	conns  map[string]*Conn      // open connections by connKey
+	open   map[string]int        // open connections per client address
 	wake   chan struct{}         // a connection turned idle
 }
 
 // New wraps ln.
 func New(ln net.Listener, cfg Config) *Listener {
 	return &Listener{Listener: ln, cfg: cfg, slots: make(chan struct{}, cfg.MaxConns), done: make(chan struct{}),
-		byAddr: map[string]*list.List{}, conns: map[string]*Conn{}, wake: make(chan struct{}, 1)}
+		byAddr: map[string]*list.List{}, conns: map[string]*Conn{}, open: map[string]int{}, wake: make(chan struct{}, 1)}
 }
 
 // Accept returns the next connection, once a slot is free: at the bound it
@@ -95,6 +102,20 @@ func (l *Listener) Accept() (net.Conn, error) {
 
 // admit finds c a slot; false when c was closed instead.
 func (l *Listener) admit(c net.Conn) (*Conn, bool) {
+	if l.cfg.MaxPerClient > 0 {
+		host := hostOf(c)
+		for l.openOf(host) >= l.cfg.MaxPerClient {
+			victim := l.oldestIdle(host)
+			if victim == nil {
+				_ = c.Close()
+				if l.cfg.OnRefused != nil {
+					l.cfg.OnRefused()
+				}
+				return nil, false
+			}
+			_ = victim.Close()
+		}
+	}
 	for {
 		select {
 		case l.slots <- struct{}{}:
@@ -139,14 +160,26 @@ func connKey(remote, local net.Addr) string {
 	return remote.String() + " " + local.String()
 }
 
-func (l *Listener) track(c net.Conn) *Conn {
+// hostOf returns c's client address without the port.
+func hostOf(c net.Conn) string {
 	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
 	if err != nil {
 		host = c.RemoteAddr().String()
 	}
-	tc := &Conn{Conn: c, l: l, addr: host, key: connKey(c.RemoteAddr(), c.LocalAddr())}
+	return host
+}
+
+func (l *Listener) openOf(host string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open[host]
+}
+
+func (l *Listener) track(c net.Conn) *Conn {
+	tc := &Conn{Conn: c, l: l, addr: hostOf(c), key: connKey(c.RemoteAddr(), c.LocalAddr())}
 	l.mu.Lock()
 	l.conns[tc.key] = tc
+	l.open[tc.addr]++
 	l.mu.Unlock()
 	if l.cfg.BusyWithin > 0 {
 		tc.deadline = time.AfterFunc(l.cfg.BusyWithin, func() {
@@ -286,6 +319,9 @@ func (c *Conn) Close() error {
 		c.l.unlinkLocked(c)
 		if c.l.conns[c.key] == c {
 			delete(c.l.conns, c.key)
+		}
+		if c.l.open[c.addr]--; c.l.open[c.addr] <= 0 {
+			delete(c.l.open, c.addr)
 		}
 		c.l.mu.Unlock()
 		<-c.l.slots

@@ -278,3 +278,45 @@ func TestShutdown_HostileStreamsDoNotFailIt(t *testing.T) {
 	}
 	require.NoError(t, <-served)
 }
+
+// One client address holding connections busy with admitted streams that
+// it never reads cannot take every connection: past
+// max_connections_per_client its newcomers are refused, and a router from
+// another address is served.
+func TestListener_OneAddressCannotHoldEveryConnection(t *testing.T) {
+	cfg := testConfig()
+	cfg.GRPC.MaxConnections = 8
+	cfg.GRPC.MaxConnectionsPerClient = 4
+	r := startRelay(t, cfg.WithDefaults())
+	from := func(ip string) grpc.DialOption {
+		return grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+			return d.DialContext(ctx, "tcp", addr)
+		})
+	}
+	held := 0
+	for i := range 8 {
+		conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()), from("127.0.0.2"))
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		st, err := kvrelaypb.NewKvEventRelayClient(conn).WatchKvPoolCatalog(ctx, stamped(&kvrelaypb.WatchKvPoolCatalogRequest{SubscriberId: fmt.Sprint("a", i)}))
+		if err == nil {
+			_, err = st.Recv()
+		}
+		if err == nil {
+			held++
+			t.Cleanup(cancel)
+		} else {
+			cancel()
+		}
+	}
+	assert.Equal(t, 4, held, "one address holds at most max_connections_per_client busy connections")
+	conn, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()), from("127.0.0.1"))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err = kvrelaypb.NewKvEventRelayClient(conn).GetRelayInfo(ctx, stamped(&kvrelaypb.RelayInfoRequest{}))
+	require.NoError(t, err, "a router from another address is served")
+}

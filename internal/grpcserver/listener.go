@@ -24,12 +24,13 @@ const (
 // new one is closed at once (a blocked Accept would let peers holding busy
 // connections lock every router out while they last), counted in
 // ckfrelay_grpc_connections_refused_total; an address keeps at most
-// grpc.max_idle_per_client idle connections; a connection with no admitted
-// call grpc.first_request_timeout after it was accepted is closed. The gate
-// says which connections are busy.
+// grpc.max_idle_per_client idle connections and grpc.max_connections_per_client
+// in all (its longest-idle one makes room, else the new one is closed); a
+// connection with no admitted call grpc.first_request_timeout after it was
+// accepted is closed. The gate says which connections are busy.
 func (g *Server) listen(ln net.Listener) *connlimit.Listener {
 	cl := connlimit.New(ln, connlimit.Config{MaxConns: g.cfg.GRPC.MaxConnections, MaxIdlePerClient: g.cfg.GRPC.MaxIdlePerClient,
-		RefuseWhenBusy: true, OnRefused: func() { g.refusedConns.Add(1) }, BusyWithin: time.Duration(g.cfg.GRPC.FirstRequestTimeout)})
+		MaxPerClient: g.cfg.GRPC.MaxConnectionsPerClient, RefuseWhenBusy: true, OnRefused: func() { g.refusedConns.Add(1) }, BusyWithin: time.Duration(g.cfg.GRPC.FirstRequestTimeout)})
 	g.gate.ln.Store(cl)
 	return cl
 }

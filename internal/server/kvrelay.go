@@ -61,6 +61,11 @@ type GRPCConfig struct {
 	// progress) of one client address; past it the address's longest-idle
 	// one is closed. Default 64.
 	MaxIdlePerClient int `json:"max_idle_per_client,omitempty"`
+	// MaxConnectionsPerClient bounds the connections, busy or idle, of one
+	// client address: past it the address's longest-idle one is closed, or
+	// the new one when all are busy, so one address cannot hold every
+	// connection with admitted streams. Default 256.
+	MaxConnectionsPerClient int `json:"max_connections_per_client,omitempty"`
 }
 
 // Defaults of GRPCConfig.
@@ -74,6 +79,7 @@ const (
 	DefaultGRPCPending      = 1024
 	DefaultGRPCFirstRequest = 10 * time.Second
 	DefaultGRPCIdlePerAddr  = 64
+	DefaultGRPCConnsPerAddr = 256
 )
 
 // KvPoolSpec is a pool's descriptive metadata in the gRPC catalog
@@ -140,6 +146,7 @@ func (c *GRPCConfig) withDefaults() {
 	setDefault(&c.MaxPendingStreams, DefaultGRPCPending)
 	setDefault(&c.FirstRequestTimeout, Duration(DefaultGRPCFirstRequest))
 	setDefault(&c.MaxIdlePerClient, DefaultGRPCIdlePerAddr)
+	setDefault(&c.MaxConnectionsPerClient, DefaultGRPCConnsPerAddr)
 }
 
 func (c GRPCConfig) validate() error {
@@ -152,8 +159,8 @@ func (c GRPCConfig) validate() error {
 	if c.MaxConnections < 1 || c.HandshakeTimeout <= 0 || c.IdleTimeout <= 0 {
 		return invalid("grpc.max_connections must be ≥ 1, grpc.handshake_timeout and grpc.idle_timeout > 0")
 	}
-	if c.MaxStreamsPerConnection < 1 || c.MaxPendingStreams < 1 || c.MaxIdlePerClient < 1 || c.FirstRequestTimeout <= 0 {
-		return invalid("grpc.max_streams_per_connection, grpc.max_pending_streams and grpc.max_idle_per_client must be ≥ 1, grpc.first_request_timeout > 0")
+	if c.MaxStreamsPerConnection < 1 || c.MaxPendingStreams < 1 || c.MaxIdlePerClient < 1 || c.MaxConnectionsPerClient < 1 || c.FirstRequestTimeout <= 0 {
+		return invalid("grpc.max_streams_per_connection, grpc.max_pending_streams, grpc.max_idle_per_client and grpc.max_connections_per_client must be ≥ 1, grpc.first_request_timeout > 0")
 	}
 	return nil
 }
