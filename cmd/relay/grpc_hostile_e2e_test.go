@@ -147,6 +147,17 @@ func halfSent(t *testing.T, addr string, k int) (*h2peer.Conn, int) {
 	return c, total
 }
 
+// freshRelayInfo calls GetRelayInfo over a new connection within d.
+func freshRelayInfo(t *testing.T, addr string, d time.Duration) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	_, err = kvrelaypb.NewKvEventRelayClient(conn).GetRelayInfo(ctx, stampedReq(&kvrelaypb.RelayInfoRequest{}), grpc.WaitForReady(true))
+	return err
+}
+
 // grpcRelayConfig is a relay with one pool of 1 Mi expected blocks (a 4 MiB
 // table) and the gRPC port on.
 func grpcRelayConfig() server.Config {
@@ -296,7 +307,9 @@ func grpcMemoryBound(cfg server.Config, subscribers int, table int64) int64 {
 // CKFRELAY_GRPC_SOAK_DURATION (default 20s; skipped under -short) under a
 // hostile client — a stream flood over many connections, half-sent 8 MiB
 // requests, idle connections, all reconnecting when cut — beside 8 honest
-// filter subscribers and a steady ingest. The honest subscribers must stay
+// filter subscribers, a steady ingest and a router arriving on a fresh
+// connection (GetRelayInfo) every round, which must never be locked out. The
+// honest subscribers must stay
 // fresh (every published sequence seen by all 8 within 5 s; p50/p99 are
 // logged), the relay's peak RSS must stay under docs/limits.md's bound
 // (twice its idle RSS plus the formula: Go's collector headroom), and
@@ -410,12 +423,18 @@ func TestSoak_GRPCPortUnderHostileClient(t *testing.T) {
 	// Ingest, and freshness: after each post the pool's sequence must reach
 	// every honest subscriber within freshBound.
 	const freshBound = 5 * time.Second
-	var lags []time.Duration
-	var stale []string
+	var lags, infos []time.Duration
+	var stale, lockedOut []string
 	for ctx.Err() == nil {
+		// A router arriving now: a fresh connection's GetRelayInfo.
+		start := time.Now()
+		if err := freshRelayInfo(t, addr, 2*time.Second); err != nil {
+			lockedOut = append(lockedOut, fmt.Sprintf("after %v: %v", time.Since(start), err))
+		}
+		infos = append(infos, time.Since(start))
 		postBurst(t, rl.base, "p", 64, 4)
 		seq := uint64(getCatalog(t, rl.base)["p"].Hub.Sequence)
-		start := time.Now()
+		start = time.Now()
 		for i, h := range honest {
 			for h.last.Load() < seq && time.Since(start) < freshBound && h.failed() == nil {
 				time.Sleep(time.Millisecond)
@@ -428,6 +447,7 @@ func TestSoak_GRPCPortUnderHostileClient(t *testing.T) {
 		sleep(100 * time.Millisecond)
 	}
 	slices.Sort(lags)
+	slices.Sort(infos)
 	require.NotEmpty(t, lags)
 	p50, p99, worst := lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1]
 	wg.Wait()
@@ -436,9 +456,12 @@ func TestSoak_GRPCPortUnderHostileClient(t *testing.T) {
 	}
 	hcancel()
 	t.Logf("gRPC soak %v: %d posts; hostile: %d flood connections (2,000 streams each), %d half-sent 8 MiB requests, %d idle connections; "+
-		"honest freshness (all 8 subscribers at the posted sequence) p50 %v, p99 %v, max %v; RSS idle %d MiB, peak %d MiB, bound 2 × (idle + %d MiB)",
-		d, len(lags), floods.Load(), halves.Load(), idles.Load(), p50, p99, worst, rss0>>20, peak.Load()>>20, bound>>20)
+		"honest freshness (all 8 subscribers at the posted sequence) p50 %v, p99 %v, max %v; a fresh connection's GetRelayInfo p50 %v, max %v; "+
+		"RSS idle %d MiB, peak %d MiB, bound 2 × (idle + %d MiB)",
+		d, len(lags), floods.Load(), halves.Load(), idles.Load(), p50, p99, worst, infos[len(infos)/2], infos[len(infos)-1],
+		rss0>>20, peak.Load()>>20, bound>>20)
 	assert.Empty(t, stale, "honest subscribers fell behind")
+	assert.Empty(t, lockedOut, "a router arriving during the attack was locked out")
 	// RSS: the idle relay plus the formula's live memory, and the Go
 	// collector's headroom over both (GOGC=100: up to as much again).
 	assert.LessOrEqual(t, peak.Load(), 2*(rss0+bound), "peak RSS within docs/limits.md's formula")
