@@ -168,6 +168,10 @@ func TestListener_RequestlessConnectionsDoNotLockOut(t *testing.T) {
 				hostile = append(hostile, c)
 			}
 			require.Eventually(t, func() bool { return r.g.openConnections() == 8 }, 5*time.Second, time.Millisecond)
+			if token != "" {
+				require.Eventually(t, func() bool { return r.g.gate.refused.Load() >= 8 }, 5*time.Second, time.Millisecond,
+					"streams without the token are refused at their HEADERS")
+			}
 			for i := range 3 {
 				start := time.Now()
 				require.NoError(t, freshInfo(t, r.grpc, token, 2*time.Second), "fresh GetRelayInfo %d beside 10 request-less connections", i)

@@ -140,6 +140,9 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckfrelay_grpc_streams_cut_total",
 			Help: "gRPC streams cancelled before their request arrived (grpc.first_request_timeout, grpc.max_pending_streams, shutdown)."},
 			func() float64 { return float64(g.gate.cut.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckfrelay_grpc_streams_refused_total",
+			Help: "gRPC streams refused at their HEADERS: missing or wrong bearer token, or the relay shutting down."},
+			func() float64 { return float64(g.gate.refused.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckfrelay_grpc_streams_pending",
 			Help: "gRPC streams whose request has not arrived yet."},
 			func() float64 { return float64(g.gate.pendingLen()) })); err != nil {
