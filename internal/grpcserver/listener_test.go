@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func closedWithin(c net.Conn, d time.Duration) bool {
 func TestListener_SilentPeersAreBoundedAndClosed(t *testing.T) {
 	cfg := testConfig()
 	cfg.GRPC.MaxConnections = 4
-	cfg.GRPC.HandshakeTimeout = server.Duration(300 * time.Millisecond)
+	cfg.GRPC.HandshakeTimeout = server.Duration(2 * time.Second)
 	r := startRelay(t, cfg.WithDefaults())
 
 	var silent []net.Conn
@@ -49,12 +50,14 @@ func TestListener_SilentPeersAreBoundedAndClosed(t *testing.T) {
 	require.NoError(t, err)
 	defer extra.Close()
 	assert.True(t, closedWithin(silent[0], 2*time.Second), "a connection beyond max_connections closes the longest-idle one")
-	resp, err := http.Get(r.http + "/metrics")
-	require.NoError(t, err)
-	metrics, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	assert.Regexp(t, `(?m)^ckfrelay_grpc_connections_open 4$`, string(metrics))
+	assert.Eventually(t, func() bool {
+		resp, err := http.Get(r.http + "/metrics")
+		require.NoError(t, err)
+		metrics, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		return regexp.MustCompile(`(?m)^ckfrelay_grpc_connections_open 4$`).Match(metrics)
+	}, time.Second, time.Millisecond, "the newcomer took the evicted connection's slot")
 
 	for i, c := range append(silent[1:], extra) {
 		assert.True(t, closedWithin(c, 5*time.Second), "silent connection %d is closed after the handshake timeout", i)
