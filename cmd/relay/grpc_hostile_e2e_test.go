@@ -428,7 +428,7 @@ func TestSoak_GRPCPortUnderHostileClient(t *testing.T) {
 	for ctx.Err() == nil {
 		// A router arriving now: a fresh connection's GetRelayInfo.
 		start := time.Now()
-		if err := freshRelayInfo(t, addr, 2*time.Second); err != nil {
+		if err := freshRelayInfo(t, addr, 5*time.Second); err != nil {
 			lockedOut = append(lockedOut, fmt.Sprintf("after %v: %v", time.Since(start), err))
 		}
 		infos = append(infos, time.Since(start))
