@@ -158,6 +158,10 @@ func freshRelayInfo(t *testing.T, addr string, d time.Duration) error {
 	return err
 }
 
+// hostileIP is the soak's hostile client's address: routers and attackers
+// come from different addresses, which the per-address bounds tell apart.
+const hostileIP = "127.0.0.2"
+
 // grpcRelayConfig is a relay with one pool of 1 Mi expected blocks (a 4 MiB
 // table) and the gRPC port on.
 func grpcRelayConfig() server.Config {
@@ -306,7 +310,8 @@ func grpcMemoryBound(cfg server.Config, subscribers int, table int64) int64 {
 // TestSoak_GRPCPortUnderHostileClient runs the real relay's gRPC port for
 // CKFRELAY_GRPC_SOAK_DURATION (default 20s; skipped under -short) under a
 // hostile client — a stream flood over many connections, half-sent 8 MiB
-// requests, idle connections, all reconnecting when cut — beside 8 honest
+// requests, more idle connections than grpc.max_connections, all
+// reconnecting when cut, from an address of its own — beside 8 honest
 // filter subscribers, a steady ingest and a router arriving on a fresh
 // connection (GetRelayInfo) every round, which must never be locked out. The
 // honest subscribers must stay
@@ -358,7 +363,7 @@ func TestSoak_GRPCPortUnderHostileClient(t *testing.T) {
 	var floods, halves, idles atomic.Int64
 	for range 4 { // stream floods: 2,000 HEADERS-only streams a connection
 		run(func() {
-			c, err := h2peer.Dial(addr)
+			c, err := h2peer.DialFrom(addr, hostileIP)
 			if err != nil {
 				sleep(100 * time.Millisecond)
 				return
@@ -378,7 +383,7 @@ func TestSoak_GRPCPortUnderHostileClient(t *testing.T) {
 	}
 	for range 2 { // half-sent 8 MiB requests
 		run(func() {
-			c, err := h2peer.Dial(addr)
+			c, err := h2peer.DialFrom(addr, hostileIP)
 			if err != nil {
 				sleep(100 * time.Millisecond)
 				return
@@ -399,9 +404,9 @@ func TestSoak_GRPCPortUnderHostileClient(t *testing.T) {
 			c.Close()
 		})
 	}
-	for range 64 { // idle connections: a preface and nothing else
+	for range 300 { // idle connections, more than max_connections: a preface and nothing else
 		run(func() {
-			c, err := h2peer.Dial(addr)
+			c, err := h2peer.DialFrom(addr, hostileIP)
 			if err != nil {
 				sleep(100 * time.Millisecond)
 				return
@@ -412,6 +417,7 @@ func TestSoak_GRPCPortUnderHostileClient(t *testing.T) {
 			case <-ctx.Done():
 			}
 			c.Close()
+			sleep(time.Second) // reconnect: 300 a second at most, so the test's own CPU goes to the relay
 		})
 	}
 	hctx, hcancel := context.WithCancel(t.Context())

@@ -46,8 +46,17 @@ type Conn struct {
 // Dial connects to addr, sends the client preface and empty SETTINGS, and
 // starts reading what the server sends. It never sends WINDOW_UPDATE: the
 // server can send at most 64 KiB on the connection.
-func Dial(addr string) (*Conn, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+func Dial(addr string) (*Conn, error) { return DialFrom(addr, "") }
+
+// DialFrom is Dial from the local IP address ip ("" for any): on Linux every
+// 127.0.0.0/8 address is loopback, so tests can give the hostile peer an
+// address of its own.
+func DialFrom(addr, ip string) (*Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if ip != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
+	nc, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
