@@ -89,7 +89,8 @@ type relay struct {
 	addr   string
 	base   string
 	exited chan struct{}
-	err    error // the process's exit, valid after exited
+	err    error       // the process's exit, valid after exited
+	grpc   chan string // the "grpc listening on" address, with --grpc-listen
 }
 
 // startRelay runs "relay serve args..." and waits for its "listening on"
@@ -111,7 +112,7 @@ func startRelayUnder(t *testing.T, wrap []string, args ...string) *relay {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	r := &relay{t: t, cmd: cmd, exited: make(chan struct{})}
+	r := &relay{t: t, cmd: cmd, exited: make(chan struct{}), grpc: make(chan string, 1)}
 	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -119,6 +120,11 @@ func startRelayUnder(t *testing.T, wrap []string, args ...string) *relay {
 			lines <- sc.Text()
 		}
 		close(lines)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "grpc listening on "); ok {
+				r.grpc <- a
+			}
+		}
 		_, _ = io.Copy(io.Discard, stdout)
 	}()
 	go func() {

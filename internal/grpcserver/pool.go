@@ -110,9 +110,22 @@ type poolStream struct {
 	ctx    context.Context
 	sub    *hub.Subscription
 	last   uint64 // the sequence of the last snapshot or delta sent
-	buf    []byte // the CBI1 payload, reused: Send has marshalled it when it returns
-	words  []uint64
+	buf    []byte // the CBI1 payload, reused up to retainedBufferBytes: Send has marshalled it when it returns
 }
+
+// Per-subscriber memory of a filter stream (docs/limits.md, "Memory").
+const (
+	// snapshotChunkBuckets is how many buckets one snapshot chunk carries
+	// (30 KiB of words, well under cbi1.MaxChunkBuckets): a chunk's
+	// FilterUpdate, with its CBI1 header and envelope, fits grpc-go's 32 KiB
+	// buffer class, so a subscriber — reading or not — holds at most about
+	// one chunk of its snapshot, never the table. Consumers assemble any
+	// contiguous split (docs/wire.md §8.2).
+	snapshotChunkBuckets = 3840
+	// retainedBufferBytes is the largest encoding buffer a stream keeps
+	// between messages; a larger one (a big delta) is dropped after its send.
+	retainedBufferBytes = 64 << 10
+)
 
 func (ps *poolStream) run() error {
 	defer func() {
@@ -179,24 +192,22 @@ func (ps *poolStream) subscribe() error {
 }
 
 // snapshot sends the subscription's snapshot as CBI1 chunks of at most
-// cbi1.MaxChunkBuckets buckets, copying one chunk at a time out of the hub's
+// snapshotChunkBuckets buckets, copying one chunk at a time out of the hub's
 // shared generation.
 func (ps *poolStream) snapshot() error {
 	snap := ps.sub.Snapshot()
 	f := snap.Identity.Format
 	total := int(f.BucketCount)
-	count := (total + cbi1.MaxChunkBuckets - 1) / cbi1.MaxChunkBuckets
-	if cap(ps.words) < min(total, cbi1.MaxChunkBuckets) {
-		ps.words = make([]uint64, min(total, cbi1.MaxChunkBuckets))
-	}
+	count := (total + snapshotChunkBuckets - 1) / snapshotChunkBuckets
+	words := make([]uint64, min(total, snapshotChunkBuckets))
 	for i := range count {
-		off := i * cbi1.MaxChunkBuckets
-		n, err := ps.sub.ReadSnapshot(off, ps.words[:min(total-off, cbi1.MaxChunkBuckets)])
+		off := i * snapshotChunkBuckets
+		n, err := ps.sub.ReadSnapshot(off, words[:min(total-off, snapshotChunkBuckets)])
 		if err != nil {
 			return ps.end(err)
 		}
 		frame := cbi1.Frame{Header: cbi1.Header{Kind: cbi1.KindSnapshotChunk, Format: f, DCID: snap.Identity.Pool.DCID, Epoch: snap.Sequence},
-			ChunkIndex: uint32(i), ChunkCount: uint32(count), BucketOffset: uint64(off), Words: ps.words[:n]}
+			ChunkIndex: uint32(i), ChunkCount: uint32(count), BucketOffset: uint64(off), Words: words[:n]}
 		if ps.buf, err = cbi1.AppendFrame(ps.buf[:0], &frame); err != nil {
 			return kvrelay.Fail(ps.ctx, reasonInternal, "encode snapshot chunk: %v", err)
 		}
@@ -238,7 +249,11 @@ func (ps *poolStream) send(kind kvrelaypb.FilterUpdateKind, base, seq uint64, pa
 	u := &kvrelaypb.FilterUpdate{Producer: producerToWire(ps.want), BaseSequence: base, Sequence: seq,
 		SendTsUs: uint64(time.Now().UnixMicro()), Kind: kind, Payload: payload}
 	kvrelay.StampResponse(u, ps.g.id)
-	return ps.stream.Send(u)
+	err := ps.stream.Send(u)
+	if cap(ps.buf) > retainedBufferBytes {
+		ps.buf = nil
+	}
+	return err
 }
 
 // end maps why the hub subscription ended (or was refused) to the

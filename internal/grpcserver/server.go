@@ -17,14 +17,12 @@ package grpcserver
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,11 +30,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zeebo/xxh3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/wire/cbi1"
@@ -69,8 +64,8 @@ type Server struct {
 	// Stream limits, one per streaming RPC.
 	catalogSlots, poolSlots, readinessSlots, loadSlots, servingSlots chan struct{}
 	consumers                                                        atomic.Uint64
-	connSlots                                                        chan struct{} // one per open connection (listener.go)
-	refusedConns                                                     atomic.Uint64 // connections closed at max_connections
+	refusedConns                                                     atomic.Uint64 // connections closed at max_connections (listener.go)
+	gate                                                             *gate
 
 	catalog *feed[*kvrelaypb.KvPoolCatalogUpdate]
 	load    *feed[*kvrelaypb.KvPoolLoadUpdate]
@@ -101,18 +96,32 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 		id:           &kvrelaypb.RelayIdentity{DrtInstanceId: instance, RelayIncarnation: relay.Incarnation()},
 		catalogSlots: make(chan struct{}, cfg.GRPC.MaxStreams), poolSlots: make(chan struct{}, cfg.GRPC.MaxStreams),
 		readinessSlots: make(chan struct{}, cfg.GRPC.MaxStreams), loadSlots: make(chan struct{}, cfg.GRPC.MaxStreams),
-		servingSlots: make(chan struct{}, cfg.GRPC.MaxStreams), connSlots: make(chan struct{}, cfg.GRPC.MaxConnections),
-		catalog: newFeed[*kvrelaypb.KvPoolCatalogUpdate](loadHistory), load: newFeed[*kvrelaypb.KvPoolLoadUpdate](loadHistory),
+		servingSlots: make(chan struct{}, cfg.GRPC.MaxStreams),
+		catalog:      newFeed[*kvrelaypb.KvPoolCatalogUpdate](loadHistory), load: newFeed[*kvrelaypb.KvPoolLoadUpdate](loadHistory),
 		serving:        newFeed[*kvrelaypb.ServingLoadUpdate](loadHistory),
 		maxDeltaImages: cbi1.MaxDeltaImages, stop: make(chan struct{}), loopDone: make(chan struct{})}
+	g.gate = newGate(cfg.AuthToken, time.Duration(cfg.GRPC.FirstRequestTimeout), cfg.GRPC.MaxPendingStreams)
 	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(kvrelay.MaxMessageBytes), grpc.MaxSendMsgSize(kvrelay.MaxMessageBytes),
+		// Requests of this contract are under 1 KiB: a larger one is refused
+		// from its 5-byte message header, before its body is buffered.
+		grpc.MaxRecvMsgSize(maxRequestBytes), grpc.MaxSendMsgSize(kvrelay.MaxMessageBytes),
+		// Fixed 64 KiB receive windows (grpc-go's minimum; they switch off
+		// the BDP estimator, which would widen them to 16 MiB): what a peer
+		// can make a stream buffer before its handler reads is bounded. The
+		// relay receives only small requests, so nothing is slower.
+		grpc.InitialWindowSize(receiveWindowBytes), grpc.InitialConnWindowSize(receiveWindowBytes),
+		// SETTINGS_MAX_CONCURRENT_STREAMS: grpc-go refuses a stream beyond it
+		// with RST_STREAM(REFUSED_STREAM) before it costs anything.
+		grpc.MaxConcurrentStreams(uint32(cfg.GRPC.MaxStreamsPerConnection)),
 		// Find dead transports, so a vanished subscriber frees its slot.
 		// and close connections that finish no handshake, or carry no RPC.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second,
 			MaxConnectionIdle: time.Duration(cfg.GRPC.IdleTimeout)}),
 		grpc.ConnectionTimeout(time.Duration(cfg.GRPC.HandshakeTimeout)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Auth at HEADERS, the first-request deadline and connection
+		// idleness (gate.go).
+		grpc.InTapHandle(g.gate.tap), grpc.UnaryInterceptor(g.gate.unary), grpc.StreamInterceptor(g.gate.stream),
 	}
 	if cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
@@ -121,29 +130,22 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})))
 	}
-	if cfg.AuthToken != "" {
-		want := []byte(cfg.AuthToken)
-		opts = append(opts,
-			grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-				if err := checkToken(ctx, want); err != nil {
-					return nil, err
-				}
-				return h(ctx, req)
-			}),
-			grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-				if err := checkToken(ss.Context(), want); err != nil {
-					return err
-				}
-				return h(srv, ss)
-			}))
-	}
 	if err := relay.RegisterMetrics(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckfrelay_grpc_connections_refused_total",
 			Help: "gRPC connections closed at once because grpc.max_connections were open."},
 			func() float64 { return float64(g.refusedConns.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckfrelay_grpc_connections_open",
 			Help: "Open connections of the gRPC listener."},
-			func() float64 { return float64(len(g.connSlots)) })); err != nil {
+			func() float64 { return float64(g.openConnections()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckfrelay_grpc_streams_cut_total",
+			Help: "gRPC streams cancelled before their request arrived (grpc.first_request_timeout, grpc.max_pending_streams, shutdown)."},
+			func() float64 { return float64(g.gate.cut.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckfrelay_grpc_streams_refused_total",
+			Help: "gRPC streams refused at their HEADERS: missing or wrong bearer token, or the relay shutting down."},
+			func() float64 { return float64(g.gate.refused.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckfrelay_grpc_streams_pending",
+			Help: "gRPC streams whose request has not arrived yet."},
+			func() float64 { return float64(g.gate.pendingLen()) })); err != nil {
 		return nil, fmt.Errorf("grpcserver: metrics: %w", err)
 	}
 	g.grpc = grpc.NewServer(opts...)
@@ -154,24 +156,9 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 	return g, nil
 }
 
-// checkToken requires "authorization: Bearer <token>" (scheme
-// case-insensitive, token compared in constant time). A failure is
-// UNAUTHENTICATED without a reason trailer: the contract leaves
-// authentication to a proxy, and clients act on the status code.
-func checkToken(ctx context.Context, want []byte) error {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		scheme, tok, ok := strings.Cut(v, " ")
-		if ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimLeft(tok, " ")), want) == 1 {
-			return nil
-		}
-	}
-	return status.Error(codes.Unauthenticated, "missing or wrong bearer token")
-}
-
 // Serve accepts connections on ln until Shutdown.
 func (g *Server) Serve(ln net.Listener) error {
-	err := g.grpc.Serve(&boundedListener{Listener: ln, slots: g.connSlots, refused: &g.refusedConns})
+	err := g.grpc.Serve(g.listen(ln))
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
@@ -179,21 +166,27 @@ func (g *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown ends the catalog, readiness and load streams with
-// PUBLICATION_UNAVAILABLE, then stops the server gracefully within ctx
-// (filter streams end with their pools, in the relay's Shutdown).
+// PUBLICATION_UNAVAILABLE, cancels every stream whose request has not
+// arrived (never admitted, so nothing is lost), then stops the server
+// gracefully within ctx (filter streams end with their pools, in the
+// relay's Shutdown). Streams still open when ctx ends (subscribers that
+// stopped reading) are cut, with a warning: the gRPC port serves no
+// admitted work, so a slow peer is not a failed shutdown and the result is
+// nil (docs/deploy.md, "Shutdown").
 func (g *Server) Shutdown(ctx context.Context) error {
 	g.stopOnce.Do(func() { close(g.stop) })
 	<-g.loopDone
+	g.gate.stop()
 	done := make(chan struct{})
 	go func() { g.grpc.GracefulStop(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
+		g.log.Warn("grpc: shutdown grace over: cutting the streams still open (subscribers not reading)", "connections", g.openConnections())
 		g.grpc.Stop()
 		<-done
-		return ctx.Err()
 	}
+	return nil
 }
 
 // loop publishes catalog revisions and load windows every load interval.

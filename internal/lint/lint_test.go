@@ -92,7 +92,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
+		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/connlimit", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
 		tests: []string{"client", "consumer", "internal/grpcserver", "internal/testing/natstest", "internal/sim/engine", "internal/testing/streamprobe"},
 	},
@@ -116,10 +116,12 @@ var graph = map[string]rule{
 	},
 	"wire/kvrelay/kvrelaypb": {imports: []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	"internal/grpcserver": {
-		imports: []string{"ckf", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
+		imports: []string{"ckf", "internal/connlimit", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
 			"github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests: []string{"client", "consumer", "internal/testing/streamtable", "wire"},
+		tests: []string{"client", "consumer", "internal/testing/h2peer", "internal/testing/streamtable", "wire", "golang.org/x/net"},
 	},
+	"internal/connlimit":           {},
+	"internal/testing/h2peer":      {imports: []string{"golang.org/x/net"}},
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamtable": {imports: []string{"wire", "github.com/stretchr/testify"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
@@ -155,8 +157,9 @@ var graph = map[string]rule{
 	},
 	"cmd/relay": {
 		imports: []string{"internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
-		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/natstest", "internal/testing/streamprobe", "internal/testing/streamtable", "producer", "wasm/host", "wire",
-			"github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},
+		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/h2peer", "internal/testing/natstest", "internal/testing/streamprobe", "internal/testing/streamtable", "producer", "wasm/host", "wire",
+			"wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5",
+			"google.golang.org/grpc", "google.golang.org/protobuf"},
 	},
 	"cmd/wasmbuild": {
 		imports: []string{"internal/wasmbuild"},

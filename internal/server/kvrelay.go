@@ -45,6 +45,28 @@ type GRPCConfig struct {
 	// Defaults 5s and 2m.
 	HandshakeTimeout Duration `json:"handshake_timeout,omitempty"`
 	IdleTimeout      Duration `json:"idle_timeout,omitempty"`
+	// MaxStreamsPerConnection is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
+	// the listener advertises: a client queues further streams, a peer that
+	// opens one anyway gets RST_STREAM(REFUSED_STREAM). Default 100.
+	MaxStreamsPerConnection int `json:"max_streams_per_connection,omitempty"`
+	// MaxPendingStreams bounds the streams whose request has not arrived
+	// (all connections together); at the bound the longest-pending one is
+	// cancelled. Default 1024.
+	MaxPendingStreams int `json:"max_pending_streams,omitempty"`
+	// FirstRequestTimeout cancels a stream whose request has not arrived
+	// this long after its HEADERS, and closes a connection that has had no
+	// admitted call (with auth_token: no authenticated one) this long after
+	// it was accepted. Default 10s.
+	FirstRequestTimeout Duration `json:"first_request_timeout,omitempty"`
+	// MaxIdlePerClient bounds the idle connections (no admitted call in
+	// progress) of one client address; past it the address's longest-idle
+	// one is closed. Default 64.
+	MaxIdlePerClient int `json:"max_idle_per_client,omitempty"`
+	// MaxConnectionsPerClient bounds the connections, busy or idle, of one
+	// client address: past it the address's longest-idle one is closed, or
+	// the new one when all are busy, so one address cannot hold every
+	// connection with admitted streams. Default 256.
+	MaxConnectionsPerClient int `json:"max_connections_per_client,omitempty"`
 }
 
 // Defaults of GRPCConfig.
@@ -54,6 +76,11 @@ const (
 	DefaultGRPCMaxConns     = 1024
 	DefaultGRPCHandshake    = 5 * time.Second
 	DefaultGRPCIdle         = 2 * time.Minute
+	DefaultGRPCConnStreams  = 100
+	DefaultGRPCPending      = 1024
+	DefaultGRPCFirstRequest = 10 * time.Second
+	DefaultGRPCIdlePerAddr  = 64
+	DefaultGRPCConnsPerAddr = 256
 )
 
 // KvPoolSpec is a pool's descriptive metadata in the gRPC catalog
@@ -116,6 +143,11 @@ func (c *GRPCConfig) withDefaults() {
 	setDefault(&c.MaxConnections, DefaultGRPCMaxConns)
 	setDefault(&c.HandshakeTimeout, Duration(DefaultGRPCHandshake))
 	setDefault(&c.IdleTimeout, Duration(DefaultGRPCIdle))
+	setDefault(&c.MaxStreamsPerConnection, DefaultGRPCConnStreams)
+	setDefault(&c.MaxPendingStreams, DefaultGRPCPending)
+	setDefault(&c.FirstRequestTimeout, Duration(DefaultGRPCFirstRequest))
+	setDefault(&c.MaxIdlePerClient, DefaultGRPCIdlePerAddr)
+	setDefault(&c.MaxConnectionsPerClient, DefaultGRPCConnsPerAddr)
 }
 
 func (c GRPCConfig) validate() error {
@@ -127,6 +159,9 @@ func (c GRPCConfig) validate() error {
 	}
 	if c.MaxConnections < 1 || c.HandshakeTimeout <= 0 || c.IdleTimeout <= 0 {
 		return invalid("grpc.max_connections must be ≥ 1, grpc.handshake_timeout and grpc.idle_timeout > 0")
+	}
+	if c.MaxStreamsPerConnection < 1 || c.MaxPendingStreams < 1 || c.MaxIdlePerClient < 1 || c.MaxConnectionsPerClient < 1 || c.FirstRequestTimeout <= 0 {
+		return invalid("grpc.max_streams_per_connection, grpc.max_pending_streams, grpc.max_idle_per_client and grpc.max_connections_per_client must be ≥ 1, grpc.first_request_timeout > 0")
 	}
 	return nil
 }

@@ -64,7 +64,7 @@ func TestServer_IdleConnectionsMakeRoom(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
-		require.Eventually(t, func() bool { return s.listener.Load().idleLen() == want }, 5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return s.listener.Load().IdleLen() == want }, 5*time.Second, time.Millisecond)
 		return c, br
 	}
 	t.Run("at max_connections", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/internal/connlimit"
 	"github.com/ckfrelay/ckfrelay/internal/persist"
 )
 
@@ -29,7 +30,7 @@ type Server struct {
 	ingestSlots chan struct{} // a token per ingest request in progress
 	nats        *natsOut      // nil unless cfg.NATS.URL is set
 	sources     *poolSources  // engine sources (sources.go)
-	listener    atomic.Pointer[boundedListener]
+	listener    atomic.Pointer[connlimit.Listener]
 }
 
 // New validates cfg (after applying defaults), starts every pool's actor and
@@ -109,7 +110,7 @@ func (s *Server) Handler() http.Handler { return s.http.Handler }
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	bl := newBoundedListener(ln, s.cfg.MaxConnections, s.cfg.MaxIdlePerClient)
-	s.http.ConnState = bl.connState
+	s.http.ConnState = connState(bl)
 	s.listener.Store(bl)
 	ln = bl
 	var err error

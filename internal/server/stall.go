@@ -3,12 +3,9 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"time"
 )
-
-var errNoSocket = errors.New("server: connection has no socket")
 
 // connKey carries a request's connection in its context (http.Server's
 // ConnContext), so a stream can ask the kernel about its socket.
