@@ -236,6 +236,7 @@ func benchFanout(b *testing.B, transport string, routers int) {
 	}
 	slices.Sort(fresh)
 	b.ReportMetric(float64(fresh[len(fresh)/2].Nanoseconds()), "fresh-p50-ns")
+	b.ReportMetric(float64(fresh[len(fresh)*9/10].Nanoseconds()), "fresh-p90-ns")
 	b.ReportMetric(float64(fresh[len(fresh)*99/100].Nanoseconds()), "fresh-p99-ns")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(routers), "cpu-ns/op/sub")
 	b.ReportMetric(heapPerSub, "heap-B/sub")
