@@ -441,9 +441,9 @@ func (s *grpcSource) fail(err error) error {
 	return err
 }
 
-// ReadRaw implements frameSource: the next FilterUpdate as a wire v1 frame
-// body under the lane's lease.
-func (s *grpcSource) ReadRaw() ([]byte, error) {
+// ReadFrame implements decodedSource: the next FilterUpdate, checked and
+// translated to a wire v1 frame under the lane's lease, never encoded.
+func (s *grpcSource) ReadFrame() (*wire.Frame, error) {
 	m, err := s.stream.Recv()
 	if err != nil {
 		if cerr := context.Cause(s.ctx); cerr != nil {
@@ -457,7 +457,17 @@ func (s *grpcSource) ReadRaw() ([]byte, error) {
 		// skip a frame. The session's end retires the lane.
 		return nil, err
 	}
-	s.buf, err = wire.AppendFrame(s.buf[:0], &s.frame)
+	return &s.frame, nil
+}
+
+// ReadRaw implements frameSource: ReadFrame's frame encoded as a wire v1
+// frame body (for a reader of bodies; the router uses ReadFrame).
+func (s *grpcSource) ReadRaw() ([]byte, error) {
+	f, err := s.ReadFrame()
+	if err != nil {
+		return nil, err
+	}
+	s.buf, err = wire.AppendFrame(s.buf[:0], f)
 	return s.buf, err
 }
 
