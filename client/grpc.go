@@ -407,6 +407,7 @@ type grpcSource struct {
 	buf   []byte
 	imgs  []ckf.BucketImage // a delta's images, deduplicated
 	seen  map[uint32]int    // bucket → index in imgs
+	marks []uint64          // one bit per bucket of the format: finds repeated buckets without the map
 
 	// word0 is bucket 0's word in the lane, as of the last frame the
 	// consumer accepted; pend0 (when hasPend0) is the word the frame being
@@ -593,7 +594,7 @@ func (s *grpcSource) images(in []ckf.BucketImage) []ckf.BucketImage {
 		return append(s.imgs[:0], ckf.BucketImage{Bucket: 0, Word: s.word0})
 	}
 	out := in
-	if len(in) > 1 {
+	if len(in) > 1 && s.repeats(in) {
 		if s.seen == nil {
 			s.seen = map[uint32]int{}
 		}
@@ -615,6 +616,37 @@ func (s *grpcSource) images(in []ckf.BucketImage) []ckf.BucketImage {
 		}
 	}
 	return out
+}
+
+// repeats reports whether images name a bucket twice, with one bit per
+// bucket of the format (the lane's table holds 64 per bucket), so that a
+// delta without repeats — every one a relay of this project sends — costs
+// no map. A bucket outside the format reports no repeat: the consumer
+// refuses the delta whole (MalformedImages) whatever else it holds.
+func (s *grpcSource) repeats(images []ckf.BucketImage) bool {
+	n := s.id.Format.BucketCount
+	if uint64(len(s.marks)) < (n+63)/64 {
+		s.marks = make([]uint64, (n+63)/64)
+	}
+	found, marked := false, 0
+	for _, im := range images {
+		b := uint64(im.Bucket)
+		if b >= n {
+			found = false
+			break
+		}
+		w, bit := b/64, uint64(1)<<(b%64)
+		if s.marks[w]&bit != 0 {
+			found = true
+			break
+		}
+		s.marks[w] |= bit
+		marked++
+	}
+	for _, im := range images[:marked] {
+		s.marks[im.Bucket/64] = 0
+	}
+	return found
 }
 
 // accepted implements acceptor: bucket 0's word of the frame just applied
