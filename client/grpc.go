@@ -184,7 +184,8 @@ func (t *grpcTransport) client() (kvrelaypb.KvEventRelayClient, error) {
 	}
 	if t.conn == nil {
 		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true})},
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true}),
+			grpc.WithInitialWindowSize(receiveWindowBytes), grpc.WithInitialConnWindowSize(receiveWindowBytes)},
 			t.cfg.DialOptions...)
 		cc, err := grpc.NewClient(addr, opts...)
 		if err != nil {
@@ -671,3 +672,12 @@ func (s *grpcSource) Close() error {
 	s.t.mu.Unlock()
 	return nil
 }
+
+// receiveWindowBytes is the HTTP/2 receive window of a relay connection and
+// of each of its streams. A fixed window switches off grpc-go's BDP
+// estimator, which otherwise answers a sparse stream's data with a ping
+// (and the relay with its ack) for nearly every message: two more frames,
+// syscalls and wake-ups per delta on both sides. 4 MiB lets a relay send a
+// full CBI1 delta or a burst of chunks without waiting for the router's
+// window updates (the BDP estimator would grow to 16 MiB).
+const receiveWindowBytes = 4 << 20
