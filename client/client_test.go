@@ -27,7 +27,7 @@ var (
 	}
 	testPool   = ckf.PoolID{Domain: testDomain, DCID: 1}
 	testFormat = ckf.NewFormat(ckf.DefaultSeed, 64)
-	testID     = ckf.ProducerIdentity{Pool: testPool, ProducerIncarnation: 1, Format: testFormat}
+	testID     = ckf.ProducerIdentity{Pool: testPool, ProducerIncarnation: 1, LayoutGeneration: 1, Format: testFormat}
 )
 
 func newNative(t *testing.T) *Native {

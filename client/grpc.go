@@ -496,10 +496,7 @@ func (s *grpcSource) translate(m *kvrelaypb.FilterUpdate) error {
 		return fmt.Errorf("%w: filter update kind %d", ErrInvalidPublication, int32(m.GetKind()))
 	}
 	f := &s.cbi
-	if err := cbi1.Decode(m.GetPayload(), f); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidPublication, err)
-	}
-	if err := f.CheckFormat(s.id.Format); err != nil {
+	if err := cbi1.DecodeFor(m.GetPayload(), s.id.Format, f); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidPublication, err)
 	}
 	switch {

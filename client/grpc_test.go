@@ -506,6 +506,7 @@ func TestGRPC_QuarantinesUnknownValues(t *testing.T) {
 		"identity source":  func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.PoolId.IndexerDomain.RoutingScope.Source = 3 },
 		"identity version": func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.PoolId.IdentityVersion = 2 },
 		"ckf format":       func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.CkfFormat.FormatVersion = 2 },
+		"layout gen 0":     func(d *kvrelaypb.KvPoolDescriptor) { d.Producer.LayoutGeneration = 0 },
 		"model target unset": func(d *kvrelaypb.KvPoolDescriptor) {
 			d.Registrations = []*kvrelaypb.ModelRegistration{{CanonicalModelId: "m"}}
 		},

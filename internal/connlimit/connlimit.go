@@ -107,10 +107,7 @@ func (l *Listener) admit(c net.Conn) (*Conn, bool) {
 		for l.openOf(host) >= l.cfg.MaxPerClient {
 			victim := l.oldestIdle(host)
 			if victim == nil {
-				_ = c.Close()
-				if l.cfg.OnRefused != nil {
-					l.cfg.OnRefused()
-				}
+				l.refuse(c)
 				return nil, false
 			}
 			_ = victim.Close()
@@ -127,10 +124,7 @@ func (l *Listener) admit(c net.Conn) (*Conn, bool) {
 			continue
 		}
 		if l.cfg.RefuseWhenBusy {
-			_ = c.Close()
-			if l.cfg.OnRefused != nil {
-				l.cfg.OnRefused()
-			}
+			l.refuse(c)
 			return nil, false
 		}
 		select {
@@ -142,6 +136,15 @@ func (l *Listener) admit(c net.Conn) (*Conn, bool) {
 			return nil, false
 		}
 	}
+}
+
+// refuse counts c as refused, then closes it: by the time the peer sees the
+// close, the count includes it.
+func (l *Listener) refuse(c net.Conn) {
+	if l.cfg.OnRefused != nil {
+		l.cfg.OnRefused()
+	}
+	_ = c.Close()
 }
 
 func (l *Listener) closed() bool {

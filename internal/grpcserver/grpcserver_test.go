@@ -317,6 +317,8 @@ func TestSubscribeKvPool_Refusals(t *testing.T) {
 			return w
 		}()), codes.InvalidArgument, reasonInvalid},
 		{"no format", subscribeReq(func() *kvrelaypb.ProducerIdentity { w := producerToWire(id); w.CkfFormat = nil; return w }()), codes.InvalidArgument, reasonInvalid},
+		// Dynamo wire/identity.rs (7216a153): layout_generation 0 is malformed.
+		{"layout generation 0", subscribeReq(func() *kvrelaypb.ProducerIdentity { w := producerToWire(id); w.LayoutGeneration = 0; return w }()), codes.InvalidArgument, reasonInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -37,7 +37,9 @@ func TestCatalog_64BitValuesAreStrings(t *testing.T) {
 	assert.Equal(t, "9007199254740993", format["seed"])
 	assert.IsType(t, "", format["bucket_count"])
 	assert.IsType(t, "", id["producer_incarnation"])
-	assert.IsType(t, "", id["layout_generation"])
+	// Dynamo refuses layout_generation 0 (wire/identity.rs @7216a153): a pool
+	// publishes its incarnation's first layout, generation 1.
+	assert.Equal(t, "1", id["layout_generation"])
 	assert.Equal(t, "2", p["dc_id"])
 	assert.IsType(t, "", p["hub"].(map[string]any)["sequence"])
 	assert.IsType(t, "", p["stats"].(map[string]any)["sequence"])

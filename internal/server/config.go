@@ -149,6 +149,11 @@ type SourceSpec struct {
 	// value of its mm hash instead of with the mm hashes appended (Dynamo's
 	// image_token_id normalisation, docs/ingest.md).
 	ImageTokenID *uint32 `json:"image_token_id,omitempty"`
+	// VideoTokenID, when set, is the model's video placeholder token: a
+	// multimodal block is then normalised only when its image and video runs
+	// map onto its mm hashes exactly, else hashed with them appended
+	// (Dynamo's video_token_id normalisation, docs/ingest.md).
+	VideoTokenID *uint32 `json:"video_token_id,omitempty"`
 	// FailWindow is how long useless batches (all rejected or all dropped)
 	// must last before the source reads "failing". Default 10s.
 	FailWindow Duration `json:"fail_window,omitempty"`

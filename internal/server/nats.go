@@ -158,9 +158,9 @@ func newDynamoSource(spec SourceSpec, cfg Config, maxMembers int) (source.Source
 	if spec.URL == "" || spec.Subject == "" {
 		return nil, invalid("dynamo source: url and subject are required")
 	}
-	if spec.Endpoint != "" || spec.Bind != "" || spec.Replay != "" || spec.ImageTokenID != nil || spec.FailWindow != 0 ||
+	if spec.Endpoint != "" || spec.Bind != "" || spec.Replay != "" || spec.ImageTokenID != nil || spec.VideoTokenID != nil || spec.FailWindow != 0 ||
 		spec.MaxNamespaceBlocks != 0 || spec.MaxReplayBytes != 0 {
-		return nil, invalid("dynamo source: endpoint, bind, replay, image_token_id, fail_window, max_namespace_blocks and max_replay_bytes are ZMQ fields")
+		return nil, invalid("dynamo source: endpoint, bind, replay, image_token_id, video_token_id, fail_window, max_namespace_blocks and max_replay_bytes are ZMQ fields")
 	}
 	s, err := dynamonats.New(dynamonats.Config{URL: spec.URL, Subject: spec.Subject, Stream: spec.Stream,
 		Durable: spec.Durable, SourceTimeout: time.Duration(spec.SourceTimeout), MaxMembers: maxMembers,

@@ -20,6 +20,15 @@ import (
 // lease on each pool's publisher.
 const hubConsumer uint64 = 0xC0FFEE
 
+// layoutGeneration is every pool's ProducerIdentity.layout_generation: the
+// layout (format: seed, bucket count) of the pool's table within one producer
+// incarnation, counted from 1. A relay never changes a pool's layout while it
+// runs (a new format takes a restart, which is a new incarnation), so every
+// key it publishes is its incarnation's first layout. 0 is not a generation:
+// Dynamo refuses it as malformed (docs/RATIONALE.md "Why is every
+// layout_generation 1?").
+const layoutGeneration = 1
+
 // hubFeedBuffer is the delta buffer of the hub's own lease. The hub drains
 // it at memory speed into its shared log, so it need not match the log.
 const hubFeedBuffer = 4096
@@ -75,7 +84,8 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 	if journal != nil {
 		pcfg.Journal = journal
 	}
-	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: spec.DCID}, ProducerIncarnation: incarnation}
+	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: spec.DCID}, ProducerIncarnation: incarnation,
+		LayoutGeneration: layoutGeneration}
 	h, faults, err := producer.Start(pool, scope, pcfg)
 	if err != nil {
 		return nil, err

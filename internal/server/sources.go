@@ -48,7 +48,7 @@ func newSource(spec SourceSpec, pool PoolSpec, cfg Config, log *slog.Logger) (so
 			Topic: spec.Topic, DPRanks: spec.DPRanks, Worker: spec.Worker, BlockSize: bs,
 			SourceTimeout: time.Duration(spec.SourceTimeout), Logger: log, Eagle: pool.Eagle(),
 			MaxMessageBytes: cmp.Or(spec.MaxMessageBytes, cfg.MaxRequestBytes), MaxReplayBytes: spec.MaxReplayBytes,
-			Ingest: zmq.IngestOptions{ImageTokenID: spec.ImageTokenID, FailWindow: time.Duration(spec.FailWindow),
+			Ingest: zmq.IngestOptions{ImageTokenID: spec.ImageTokenID, VideoTokenID: spec.VideoTokenID, FailWindow: time.Duration(spec.FailWindow),
 				MaxNamespaceBlocks: spec.MaxNamespaceBlocks},
 			Limits: zmq.Limits{MaxEvents: cfg.MaxEventsPerBatch, MaxBlocks: cfg.MaxBlocksPerEvent, MaxTokens: 256 * cfg.MaxBlocksPerEvent}})
 	case "dynamo":
@@ -244,6 +244,11 @@ func ParseSourceFlag(s string) (string, SourceSpec, error) {
 			id, err = strconv.ParseUint(v, 0, 32)
 			t := uint32(id)
 			spec.ImageTokenID = &t
+		case "video_token_id":
+			var id uint64
+			id, err = strconv.ParseUint(v, 0, 32)
+			t := uint32(id)
+			spec.VideoTokenID = &t
 		case "fail_window":
 			var d time.Duration
 			d, err = time.ParseDuration(v)

@@ -143,12 +143,12 @@ func FuzzParseSourceFlag(f *testing.F) {
 	})
 }
 
-// TestSource_IngestOptionsReachTheSource: image_token_id, fail_window and
+// TestSource_IngestOptionsReachTheSource: image_token_id, video_token_id, fail_window and
 // max_namespace_blocks from a --source flag (and so from JSON, the same
 // SourceSpec) reach the ZMQ source, with the pool's block size and hash
 // format; negative values and the keys on a dynamo source are refused.
 func TestSource_IngestOptionsReachTheSource(t *testing.T) {
-	_, spec, err := ParseSourceFlag("dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,image_token_id=32000,fail_window=250ms,max_namespace_blocks=4096,max_replay_bytes=1048576")
+	_, spec, err := ParseSourceFlag("dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,image_token_id=32000,video_token_id=32001,fail_window=250ms,max_namespace_blocks=4096,max_replay_bytes=1048576")
 	require.NoError(t, err)
 	require.NotNil(t, spec.ImageTokenID)
 	assert.Equal(t, uint32(32000), *spec.ImageTokenID)
@@ -159,6 +159,8 @@ func TestSource_IngestOptionsReachTheSource(t *testing.T) {
 	c := zs.Config()
 	require.NotNil(t, c.Ingest.ImageTokenID)
 	assert.Equal(t, uint32(32000), *c.Ingest.ImageTokenID)
+	require.NotNil(t, c.Ingest.VideoTokenID)
+	assert.Equal(t, uint32(32001), *c.Ingest.VideoTokenID)
 	assert.Equal(t, 250*time.Millisecond, c.Ingest.FailWindow)
 	assert.Equal(t, 4096, c.Ingest.MaxNamespaceBlocks)
 	assert.EqualValues(t, 1<<20, c.MaxReplayBytes)
@@ -167,8 +169,9 @@ func TestSource_IngestOptionsReachTheSource(t *testing.T) {
 
 	var fromJSON SourceSpec
 	require.NoError(t, json.Unmarshal([]byte(`{"engine":"vllm","endpoint":"tcp://127.0.0.1:5557","block_size":16,
-		"image_token_id":32000,"fail_window":"250ms","max_namespace_blocks":4096}`), &fromJSON))
+		"image_token_id":32000,"video_token_id":32001,"fail_window":"250ms","max_namespace_blocks":4096}`), &fromJSON))
 	assert.Equal(t, spec.ImageTokenID, fromJSON.ImageTokenID)
+	assert.Equal(t, spec.VideoTokenID, fromJSON.VideoTokenID)
 	assert.Equal(t, spec.FailWindow, fromJSON.FailWindow)
 	assert.Equal(t, spec.MaxNamespaceBlocks, fromJSON.MaxNamespaceBlocks)
 
@@ -176,6 +179,7 @@ func TestSource_IngestOptionsReachTheSource(t *testing.T) {
 		"dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,block_size=16,fail_window=-1s",
 		"dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,block_size=16,max_namespace_blocks=-1",
 		"dc-a:engine=dynamo,url=nats://h,subject=s,image_token_id=5",
+		"dc-a:engine=dynamo,url=nats://h,subject=s,video_token_id=5",
 		"dc-a:engine=dynamo,url=nats://h,subject=s,fail_window=1s",
 		"dc-a:engine=dynamo,url=nats://h,subject=s,max_replay_bytes=5",
 		"dc-a:engine=vllm,endpoint=tcp://127.0.0.1:5557,block_size=16,max_replay_bytes=-1",

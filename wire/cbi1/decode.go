@@ -14,7 +14,7 @@ import (
 // Checks, in order (the first failure is reported): length in
 // [HeaderLen, MaxFrameBytes]; magic; wire version; checksum; format
 // version, fingerprint bits, slots per bucket, bucket count (a power of two
-// in 2..=2^24); flags; then the body:
+// in 2..=2^24); with [DecodeFor], the expected format; flags; then the body:
 //
 //   - snapshot chunk: at least the 16-byte prefix; chunk_count ≥ 1 and
 //     chunk_index < chunk_count; the words a multiple of 8 bytes, at most
@@ -23,7 +23,26 @@ import (
 //     body exactly 12 + 12·image_count bytes; every bucket < bucket_count.
 //
 // An empty chunk (no words) and an empty delta are valid frames.
-func Decode(b []byte, f *Frame) error {
+//
+// Decode checks that the format is one CBI1 allows, not that it is the
+// format a stream expects; a consumer that knows it (the producer key it
+// subscribed under) decodes with [DecodeFor], which checks it in Dynamo's
+// place, before the flags and the body.
+func Decode(b []byte, f *Frame) error { return decode(b, nil, f) }
+
+// DecodeFor is [Decode] for a consumer that expects the format want: a frame
+// whose valid format differs from want (another seed or bucket count) is
+// refused with [ErrFormat] right after the format's own checks, before the
+// flags and the body are looked at. This is the order of Dynamo's decoder,
+// which takes the expected format as an argument
+// (lib/llm/src/kv_dc_relay/publication/cbi1.rs @3e611dbc, decode →
+// FilterFormat::validate, then the flags): the same bad frame gets the same
+// error class from both (a mismatched frame with unknown flags is a format
+// error, not a flags error). Decode followed by [Header.CheckFormat] would
+// report the flags or the body first.
+func DecodeFor(b []byte, want ckf.Format, f *Frame) error { return decode(b, &want, f) }
+
+func decode(b []byte, want *ckf.Format, f *Frame) error {
 	if len(b) < HeaderLen {
 		return decodeErr(ErrTruncated, 0, "", "%d bytes, the header is %d", len(b), HeaderLen)
 	}
@@ -61,6 +80,11 @@ func Decode(b []byte, f *Frame) error {
 			off, field = offSlots, "slots_per_bucket"
 		}
 		return decodeErr(ErrFormat, off, field, "%v", err)
+	}
+	if want != nil {
+		if err := h.CheckFormat(*want); err != nil {
+			return err
+		}
 	}
 	switch h.Kind {
 	case KindSnapshotChunk:

@@ -198,3 +198,47 @@ func TestSnapshotChunks_Split(t *testing.T) {
 		assert.Equal(t, n, next)
 	}
 }
+
+// TestDecodeFor_FormatBeforeFlags: Dynamo's decoder takes the expected
+// format and checks it (version, fingerprint bits, slots, then seed and
+// bucket count) before the flags and the body (cbi1.rs @3e611dbc, decode);
+// DecodeFor reports the same class for the same bad frame.
+func TestDecodeFor_FormatBeforeFlags(t *testing.T) {
+	empty := golden(t, goldenEmptyDelta)
+	delta := golden(t, goldenDelta)
+	other := ckf.NewFormat(dynamoFormat.Seed^1, dynamoFormat.BucketCount) // Dynamo's fixture: one seed bit off
+	cases := []struct {
+		name  string
+		want  ckf.Format
+		in    []byte
+		err   error
+		field string
+	}{
+		{"Dynamo fixture: another seed", other, empty, cbi1.ErrFormat, "format"},
+		{"another bucket count", ckf.NewFormat(dynamoFormat.Seed, 2048), empty, cbi1.ErrFormat, "format"},
+		{"another seed and flags 0x8000", other, mutate(t, empty, func(b []byte) []byte { return put16(b, 6, 0x8000) }), cbi1.ErrFormat, "format"},
+		{"another seed and a malformed body", other, mutate(t, delta, func(b []byte) []byte { return reseal(put32(b, 56, 3)) }), cbi1.ErrFormat, "format"},
+		{"another seed and too many images", other, mutate(t, empty, func(b []byte) []byte { return reseal(put32(b, 56, cbi1.MaxDeltaImages+1)) }), cbi1.ErrFormat, "format"},
+		{"another seed and format version 2: the version first", other, mutate(t, empty, func(b []byte) []byte { return put16(b, 10, 2) }), cbi1.ErrFormat, "format_version"},
+		{"another seed and a bad checksum: the checksum first", other, append(append([]byte(nil), empty...), 1), cbi1.ErrChecksum, "body_checksum"},
+		{"Dynamo fixture: the expected format and flags 0x8000", dynamoFormat, mutate(t, empty, func(b []byte) []byte { return put16(b, 6, 0x8000) }), cbi1.ErrFlags, "flags"},
+		{"the expected format and a malformed body", dynamoFormat, mutate(t, delta, func(b []byte) []byte { return reseal(put32(b, 56, 3)) }), cbi1.ErrMalformed, "image_count"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := cbi1.Frame{Words: []uint64{7}, BaseEpoch: 9}
+			f := before
+			err := cbi1.DecodeFor(c.in, c.want, &f)
+			require.ErrorIs(t, err, c.err)
+			var e *cbi1.Error
+			require.True(t, errors.As(err, &e))
+			assert.Equal(t, c.field, e.Field)
+			assert.Equal(t, before, f, "a failed decode leaves the frame unchanged")
+		})
+	}
+	var f cbi1.Frame
+	require.NoError(t, cbi1.DecodeFor(delta, dynamoFormat, &f))
+	var g cbi1.Frame
+	require.NoError(t, cbi1.Decode(delta, &g))
+	assert.Equal(t, g, f, "DecodeFor of a frame in the expected format is Decode")
+}

@@ -2,6 +2,7 @@ package cbi1_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,7 +23,30 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		check := func(in []byte) {
 			var fr cbi1.Frame
-			if err := cbi1.Decode(in, &fr); err != nil {
+			err := cbi1.Decode(in, &fr)
+			// DecodeFor the frame's own format is Decode; for another
+			// format it is a format error whenever Decode got past the
+			// format's own checks (Dynamo's order: before flags and body).
+			var own, other cbi1.Frame
+			if err == nil {
+				require.NoError(t, cbi1.DecodeFor(in, fr.Format, &own))
+				require.Equal(t, fr, own)
+			}
+			errOther := cbi1.DecodeFor(in, dynamoFormat, &other)
+			pastFormat := err == nil || errors.Is(err, cbi1.ErrFlags) || errors.Is(err, cbi1.ErrMalformed) || errors.Is(err, cbi1.ErrLimitExceeded)
+			switch {
+			case pastFormat && (binary.LittleEndian.Uint64(in[12:]) != dynamoFormat.Seed ||
+				binary.LittleEndian.Uint64(in[20:]) != dynamoFormat.BucketCount):
+				// Past the format's own checks, in another format: the
+				// expected format decides, before the flags and the body.
+				require.ErrorIs(t, errOther, cbi1.ErrFormat)
+			case err == nil:
+				require.NoError(t, errOther)
+				require.Equal(t, fr, other)
+			default:
+				require.ErrorIs(t, errOther, errors.Unwrap(err), "the same class as Decode")
+			}
+			if err != nil {
 				return
 			}
 			out, err := cbi1.AppendFrame(nil, &fr)

@@ -49,8 +49,8 @@ func digestToWire(d ckf.ScopedDigest) *kvrelaypb.DigestIdentity {
 
 // ProducerFromWire converts and validates a ProducerIdentity, every field of
 // the frozen key, so that == on the result is the contract's key equality.
-// Missing messages, an UNSPECIFIED identity source, identity_version 0 or a
-// digest that is not 16 bytes are [ErrMalformedIdentity]; an identity source
+// Missing messages, an UNSPECIFIED identity source, identity_version 0, a
+// digest that is not 16 bytes or layout_generation 0 are [ErrMalformedIdentity]; an identity source
 // or identity_version this version does not know, or a CKF format ckf does
 // not implement (version, fingerprint bits, slots, bucket count), is
 // [ErrUnsupportedIdentity].
@@ -77,6 +77,11 @@ func ProducerFromWire(p *kvrelaypb.ProducerIdentity) (ckf.ProducerIdentity, erro
 	routing, err := digestFromWire("routing_scope", pid.GetIndexerDomain().GetRoutingScope())
 	if err != nil {
 		return ckf.ProducerIdentity{}, err
+	}
+	if p.GetLayoutGeneration() == 0 {
+		// Dynamo wire/identity.rs (7216a153) ZeroLayoutGeneration, checked
+		// between the pool id and the CKF format as there.
+		return ckf.ProducerIdentity{}, fmt.Errorf("%w: layout_generation 0", ErrMalformedIdentity)
 	}
 	f := p.GetCkfFormat()
 	if f == nil {

@@ -47,6 +47,12 @@ func TestProducerFromWire_Rejects(t *testing.T) {
 			p.PoolId.IndexerDomain.RoutingScope.Source = kvrelaypb.IdentitySource_IDENTITY_SOURCE_UNSPECIFIED
 		}, kvrelay.ErrMalformedIdentity},
 		{"source unknown", func(p *kvrelaypb.ProducerIdentity) { p.PoolId.IndexerDomain.CacheSemantics.Source = 3 }, kvrelay.ErrUnsupportedIdentity},
+		// Dynamo wire/identity.rs (7216a153) ZeroLayoutGeneration: malformed, checked
+		// after the pool id and before the CKF format.
+		{"layout_generation 0", func(p *kvrelaypb.ProducerIdentity) { p.LayoutGeneration = 0 }, kvrelay.ErrMalformedIdentity},
+		{"layout_generation 0 and an unknown format", func(p *kvrelaypb.ProducerIdentity) {
+			p.LayoutGeneration, p.CkfFormat.FormatVersion = 0, 2
+		}, kvrelay.ErrMalformedIdentity},
 		{"no format", func(p *kvrelaypb.ProducerIdentity) { p.CkfFormat = nil }, kvrelay.ErrMalformedIdentity},
 		{"format version 2", func(p *kvrelaypb.ProducerIdentity) { p.CkfFormat.FormatVersion = 2 }, kvrelay.ErrUnsupportedIdentity},
 		{"format version 257", func(p *kvrelaypb.ProducerIdentity) { p.CkfFormat.FormatVersion = 257 }, kvrelay.ErrUnsupportedIdentity},

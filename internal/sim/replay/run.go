@@ -127,7 +127,7 @@ func newHarness(cfg Config) (*harness, error) {
 		}
 		id := ckf.PoolID{Domain: domain, DCID: uint64(d + 1)}
 		dc := &dataCenter{pool: pool, inflight: make(map[uint64]int32), omitted: make(map[uint64]struct{})}
-		dc.pub = producer.NewPublisher(producer.Scope{Pool: id, ProducerIncarnation: 1}.Identity(pool.Format()), 0, &dc.sink)
+		dc.pub = producer.NewPublisher(producer.Scope{Pool: id, ProducerIncarnation: 1, LayoutGeneration: 1}.Identity(pool.Format()), 0, &dc.sink)
 		h.dcs = append(h.dcs, dc)
 		m.Lanes[d] = &id
 	}

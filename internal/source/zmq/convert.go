@@ -1,6 +1,8 @@
 package zmq
 
 import (
+	"slices"
+
 	"github.com/ckfrelay/ckfrelay/ckf"
 )
 
@@ -17,8 +19,13 @@ const (
 	DropShortTokens DropReason = "short_tokens" // token_ids do not cover every block
 	DropDuplicate   DropReason = "duplicate"    // a block hash repeats within the event (or equals its parent)
 	DropRemote      DropReason = "remote"       // locality other than LOCAL (REMOTE or unknown)
-	DropUnknown     DropReason = "unknown_type" // an event type this relay does not know
-	DropMedium      DropReason = "unknown_medium"
+	// DropOwnership: ownership "kvcr" (a KV connector's transition, which
+	// Dynamo's normalizer does not index); DropUnknownOwnership: any other
+	// ownership value (Dynamo's labels, zmq_wire/mod.rs).
+	DropOwnership        DropReason = "unsupported_ownership"
+	DropUnknownOwnership DropReason = "unknown_ownership"
+	DropUnknown          DropReason = "unknown_type" // an event type this relay does not know
+	DropMedium           DropReason = "unknown_medium"
 	// DropStringTokens: token_ids holding strings (TensorRT-LLM's
 	// EventTokenId = int | str), whose block keys cannot be computed.
 	DropStringTokens DropReason = "string_token_ids"
@@ -46,11 +53,13 @@ const maxGroups = 4096
 
 // Converter turns engine events into the relay's [ckf.RouterEvent]s the way
 // NVIDIA Dynamo's ZMQ normalizer does (docs/ingest.md, "Conversion"): it
-// filters cache groups, propagates cache namespaces down each rank's parent
-// chain, drops non-local and unknown-medium events, and hashes every block
-// (tokens_hash: SPEC §3's local block hash, seeded with ckf.Salt(lora_name,
-// namespace), multimodal hashes appended, Eagle windows). It keeps per-rank
-// state (group kinds, namespaces); the zero value beyond Worker and
+// drops events of another ownership, non-local and unknown-medium events
+// before it learns anything from them, filters cache groups, propagates
+// cache namespaces down each rank's parent chain (device and host tiers
+// only), and hashes every block (tokens_hash: SPEC §3's local block hash,
+// seeded with ckf.Salt(lora_name, namespace), multimodal hashes appended or
+// placeholder runs replaced by pad values, Eagle windows). It keeps
+// per-rank state (group kinds, namespaces); the zero value beyond Worker and
 // BlockSize is ready to use. Not safe for concurrent use.
 type Converter struct {
 	Worker    uint64
@@ -59,11 +68,19 @@ type Converter struct {
 	// at a block_size stride, Dynamo's DYNAMO_EAGLE_V1) for bigram events;
 	// the events of the other format are dropped (DropHashFormat).
 	Eagle bool
-	// ImageTokenID, when HasImageToken, substitutes each run of that token in
-	// a block with multimodal content by ckf.PadValue(mm_hash) and hashes the
-	// block without its mm hashes (Dynamo's image_token_id normalisation).
+	// ImageTokenID, when HasImageToken, is the model's image placeholder: a
+	// block with multimodal hashes whose tokens hold it is hashed with each
+	// run of it replaced by ckf.PadValue(mm_hash) and without its mm hashes
+	// (Dynamo's image_token_id normalisation).
 	ImageTokenID  uint32
 	HasImageToken bool
+	// VideoTokenID, when HasVideoToken, is the model's video placeholder:
+	// every block with multimodal hashes is then normalised only when its
+	// image and video runs map onto its mm hashes exactly (a run of video
+	// runs is one object), else hashed with its mm hashes (Dynamo's
+	// video_token_id normalisation, normalize_mm_placeholder_runs).
+	VideoTokenID  uint32
+	HasVideoToken bool
 	// MaxNamespaceBlocks bounds the namespace table (default
 	// DefaultMaxNamespaceBlocks).
 	MaxNamespaceBlocks int
@@ -75,10 +92,12 @@ type Converter struct {
 
 type groupKey struct{ dp, group uint32 }
 
-// nsEntry is a block's namespace, or ambiguous (seen under two).
+// nsEntry is a block's namespace, or ambiguous (seen under two), and the
+// tiers that hold it (a bit per ckf.StorageTier; 0: none recorded).
 type nsEntry struct {
 	ns        string
 	ambiguous bool
+	tiers     uint8
 }
 
 // Tier maps an engine medium to a storage tier as Dynamo does; ok is false
@@ -156,7 +175,7 @@ func (c *Converter) groupFilter(ev *Event, dp uint32) DropReason {
 // namespace propagates cache namespaces per dp rank (Dynamo zmq_wire/mod.rs
 // propagate_cache_namespace) and returns the namespace a BlockStored is
 // hashed under.
-func (c *Converter) namespace(ev *Event, dp uint32) (string, DropReason) {
+func (c *Converter) namespace(ev *Event, dp uint32, tier ckf.StorageTier) (string, DropReason) {
 	switch ev.Type {
 	case BlockStored:
 		ns := ev.Namespace
@@ -173,8 +192,8 @@ func (c *Converter) namespace(ev *Event, dp uint32) (string, DropReason) {
 			// Unsalted blocks are not kept, but a hash already held under a
 			// namespace becomes ambiguous.
 			for _, h := range ev.BlockHashes {
-				if e, ok := tab[h]; ok && !e.ambiguous {
-					tab[h] = nsEntry{ambiguous: true}
+				if e, ok := tab[h]; ok {
+					tab[h] = nsEntry{ambiguous: true, tiers: e.tiers | 1<<tier}
 				}
 			}
 			return "", DropNone
@@ -197,17 +216,33 @@ func (c *Converter) namespace(ev *Event, dp uint32) (string, DropReason) {
 			e, ok := tab[h]
 			switch {
 			case !ok:
-				tab[h] = nsEntry{ns: ns}
+				e = nsEntry{ns: ns}
 				c.nsLen++
 			case e.ambiguous || e.ns != ns:
-				tab[h] = nsEntry{ambiguous: true}
+				e = nsEntry{ambiguous: true, tiers: e.tiers}
 			}
+			e.tiers |= 1 << tier
+			tab[h] = e
 		}
 		return ns, DropNone
 	case BlockRemoved:
+		// A block still held on another tier keeps its namespace (Dynamo's
+		// cache_namespace_tiers); the last tier's removal forgets it, unless
+		// it is ambiguous.
 		tab := c.ns[dp]
 		for _, h := range ev.BlockHashes {
-			if e, ok := tab[h]; ok && !e.ambiguous {
+			e, ok := tab[h]
+			if !ok {
+				continue
+			}
+			if e.tiers != 0 {
+				e.tiers &^= 1 << tier
+				tab[h] = e
+				if e.tiers != 0 {
+					continue
+				}
+			}
+			if !e.ambiguous {
 				delete(tab, h)
 				c.nsLen--
 			}
@@ -229,24 +264,38 @@ func (c *Converter) ForgetRank(dp uint32) {
 func (c *Converter) NamespaceBlocks() int { return c.nsLen }
 
 // Convert returns the relay event of ev (ok false when nothing is left to
-// admit), the number of blocks dropped and why.
+// admit), the number of blocks dropped and why. The gates run in the order
+// of Dynamo's normalizer (zmq_wire/mod.rs preprocess_with_reason, then
+// convert.rs convert_event): ownership; locality; medium, where the disk and
+// external tiers skip the group filter and the namespace chain (they carry
+// no cache metadata and must not change it); then the group filter (which
+// learns a BlockStored's kind) and the namespace chain; then the per-event
+// checks of conversion. A dropped event teaches nothing to a later gate.
 func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.RouterEvent, ok bool, dropped int, why DropReason) {
 	if ev.Type == Unknown {
 		return ckf.RouterEvent{}, false, 0, DropUnknown
 	}
-	if why := c.groupFilter(ev, dpRank); why != DropNone {
-		return ckf.RouterEvent{}, false, len(ev.BlockHashes), why
-	}
-	ns, why := c.namespace(ev, dpRank)
-	if why != DropNone {
-		return ckf.RouterEvent{}, false, len(ev.BlockHashes), why
+	if ev.HasOwnership {
+		if ev.Ownership == "kvcr" {
+			return ckf.RouterEvent{}, false, whole(ev), DropOwnership
+		}
+		return ckf.RouterEvent{}, false, whole(ev), DropUnknownOwnership
 	}
 	if ev.Locality != "" && ev.Locality != "LOCAL" {
-		return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropRemote
+		return ckf.RouterEvent{}, false, whole(ev), DropRemote
 	}
 	tier, known := Tier(ev.Medium)
 	if !known {
-		return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropMedium
+		return ckf.RouterEvent{}, false, whole(ev), DropMedium
+	}
+	ns := ev.Namespace
+	if tier == ckf.TierDevice || tier == ckf.TierHostPinned {
+		if why := c.groupFilter(ev, dpRank); why != DropNone {
+			return ckf.RouterEvent{}, false, whole(ev), why
+		}
+		if ns, why = c.namespace(ev, dpRank, tier); why != DropNone {
+			return ckf.RouterEvent{}, false, whole(ev), why
+		}
 	}
 	out = ckf.RouterEvent{WorkerID: c.Worker, DPRank: dpRank, EventID: eventID, StorageTier: tier}
 	switch ev.Type {
@@ -254,16 +303,16 @@ func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.R
 		out.Kind = ckf.EventStored
 		out.HasParent, out.ParentHash = ev.HasParent, ev.ParentHash
 		if hasDuplicate(ev) {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropDuplicate
+			return ckf.RouterEvent{}, false, whole(ev), DropDuplicate
 		}
 		if ev.BlockSize != c.BlockSize {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropBlockSize
+			return ckf.RouterEvent{}, false, whole(ev), DropBlockSize
 		}
 		if ev.StringTokens {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropStringTokens
+			return ckf.RouterEvent{}, false, whole(ev), DropStringTokens
 		}
 		if ev.Eagle != c.Eagle {
-			return ckf.RouterEvent{}, false, len(ev.BlockHashes), DropHashFormat
+			return ckf.RouterEvent{}, false, whole(ev), DropHashFormat
 		}
 		salt := ckf.Salt(ev.LoRAName, ns)
 		n := min(len(ev.BlockHashes), ckf.BlockCount(len(ev.TokenIDs), c.BlockSize, ev.Eagle))
@@ -285,12 +334,9 @@ func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.R
 				mm = ev.MM[i]
 			}
 			var th uint64
-			switch {
-			case len(mm) == 0:
-				th = ckf.LocalBlockHash(toks, salt)
-			case c.HasImageToken:
-				th = ckf.LocalBlockHash(substitutePads(toks, c.ImageTokenID, mm), salt)
-			default:
+			if pads, ok := c.normalize(toks, mm); ok {
+				th = ckf.LocalBlockHash(pads, salt)
+			} else {
 				th = ckf.LocalBlockHashMM(toks, mm, salt)
 			}
 			out.Blocks[i] = ckf.StoredBlock{BlockHash: ev.BlockHashes[i], TokensHash: th}
@@ -305,6 +351,82 @@ func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.R
 		return out, true, 0, DropNone
 	}
 	return ckf.RouterEvent{}, false, 0, DropUnknown
+}
+
+// whole is what dropping all of ev counts: its blocks, or 1 for an event
+// without any (docs/ingest.md), as the drop reasons count it.
+func whole(ev *Event) int { return max(len(ev.BlockHashes), 1) }
+
+// normalize returns a block's tokens with its placeholder runs replaced by
+// the pad values of its multimodal hashes, when Dynamo's converter would
+// (convert.rs create_stored_block_from_parts): with a video token
+// configured, only for an exact mapping of runs onto hashes; else, with an
+// image token configured, when the block holds that token. ok false: the
+// block is hashed with its mm hashes appended (none: plain tokens).
+func (c *Converter) normalize(toks []uint32, mm []uint64) ([]uint32, bool) {
+	switch {
+	case len(mm) == 0:
+		return nil, false
+	case c.HasVideoToken:
+		return placeholderRuns(toks, c.ImageTokenID, c.HasImageToken, c.VideoTokenID, mm)
+	case c.HasImageToken && slices.Contains(toks, c.ImageTokenID):
+		return substitutePads(toks, c.ImageTokenID, mm), true
+	}
+	return nil, false
+}
+
+// placeholderRuns maps the image and video placeholder runs of toks onto the
+// mm hashes in order: each image run is one object, and consecutive video
+// runs (a video's timestamp-separated frames) are one object. Only when the
+// objects found equal the hashes in number are the runs replaced by their
+// pad values; no runs, a count mismatch, or an image token equal to the
+// video token is no mapping (Dynamo convert.rs
+// normalize_mm_placeholder_runs).
+func placeholderRuns(toks []uint32, image uint32, hasImage bool, video uint32, mm []uint64) ([]uint32, bool) {
+	if hasImage && image == video {
+		return nil, false
+	}
+	const none, img, vid = 0, 1, 2
+	kind := func(t uint32) int {
+		switch {
+		case hasImage && t == image:
+			return img
+		case t == video:
+			return vid
+		}
+		return none
+	}
+	out := slices.Clone(toks)
+	objects, prev := 0, none
+	// Two passes: count the objects, then fill only when they match.
+	for pass := range 2 {
+		objects, prev = 0, none
+		for i := 0; i < len(toks); {
+			k := kind(toks[i])
+			if k == none {
+				i++
+				continue
+			}
+			if k == img || prev != vid {
+				objects++
+			}
+			j := i + 1
+			for j < len(toks) && kind(toks[j]) == k {
+				j++
+			}
+			if pass == 1 {
+				pad := ckf.PadValue(mm[objects-1])
+				for x := i; x < j; x++ {
+					out[x] = pad
+				}
+			}
+			prev, i = k, j
+		}
+		if pass == 0 && (objects == 0 || objects != len(mm)) {
+			return nil, false
+		}
+	}
+	return out, true
 }
 
 // substitutePads replaces the n-th run of image tokens by the pad value of

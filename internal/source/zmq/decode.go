@@ -124,6 +124,11 @@ type Event struct {
 	LoRAName    string
 	Medium      string // "" when absent (an empty string reads as absent)
 	Locality    string // "" when absent
+	// Ownership is the event's ownership domain when HasOwnership (vLLM's
+	// ownership; absent means the framework's own cache, "kvcr" a
+	// connector's), as Dynamo's KvEventOwnership reads it.
+	Ownership    string
+	HasOwnership bool
 
 	// HasGroup and GroupIdx are the KV-cache group (hybrid models); Kind is
 	// kv_cache_spec_kind ("" when absent).
@@ -182,7 +187,7 @@ type Decoder struct {
 	hasExtra bool
 	mmInfos  [][]uint64 // block_mm_infos
 	hasInfos bool
-	salt     string // top-level cache_salt, or SGLang's position-7 metadata map
+	salt     string // top-level cache_salt (map events)
 	hasSalt  bool
 }
 
@@ -390,20 +395,33 @@ func (d *Decoder) event() (Event, error) {
 	return Event{}, malformed(ReasonEvent, nil, "neither a tagged array nor a map (code %#x)", c)
 }
 
-// Positional layouts (msgspec array_like, tag first), as vLLM's
-// kv_events.py declares the fields. Fields past the last known one are
-// skipped; a short array ends early (defaults omitted).
+// Positional layouts (msgspec array_like, tag first), read as Dynamo's
+// deserializer reads them (lib/kv-router/src/zmq_wire/deserialize.rs, the
+// newest stored version: the one with ownership and session_id). A short
+// array ends early (defaults omitted); fields past the last known one are
+// skipped.
 //
-//	BlockStored:  tag, block_hashes, parent_block_hash, token_ids, block_size,
-//	              lora_id, medium, lora_name (SGLang: a metadata map),
-//	              extra_keys, group_idx, kv_cache_spec_kind,
-//	              kv_cache_spec_sliding_window, locality, …
-//	BlockRemoved: tag, block_hashes, medium, group_idx, locality, …
+//	BlockStored:      tag, block_hashes, parent_block_hash, token_ids,
+//	                  block_size, lora_id, medium, lora_name, extra_keys,
+//	                  then the trailing tail
+//	BlockRemoved:     tag, block_hashes, medium, then the trailing tail
+//	AllBlocksCleared: tag, ownership
+//
+// The trailing tail is up to five fields: group_idx, kv_cache_spec_kind,
+// kv_cache_spec_sliding_window, locality, ownership (see [Decoder.trailing]).
+// lora_name is nil or a string: SGLang's metadata map in that slot fails
+// Dynamo's decode of the whole batch, and is malformed here too.
 var (
 	storedOrder = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
-		"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality"}
-	removedOrder = []string{"block_hashes", "medium", "group_idx", "locality"}
+		"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window", "locality", "ownership"}
+	removedOrder = []string{"block_hashes", "medium", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
+		"locality", "ownership"}
+	clearedOrder = []string{"ownership"}
 )
+
+// trailingFrom is the index in storedOrder and removedOrder where the
+// trailing tail starts.
+var trailingFrom = map[EventType]int{BlockStored: 8, BlockRemoved: 2}
 
 func (d *Decoder) positional() (Event, error) {
 	n, _ := d.arrayLen()
@@ -432,14 +450,27 @@ func (d *Decoder) positional() (Event, error) {
 			return Event{}, malformed(ReasonRequired, nil, "BlockRemoved has no block_hashes")
 		}
 		order = removedOrder
+	case AllBlocksCleared:
+		order = clearedOrder
 	}
-	for i := range fields {
-		if i < len(order) {
-			if err := d.field(&ev, order[i], true); err != nil {
-				return Event{}, err
-			}
-			continue
+	head := len(order)
+	if t, ok := trailingFrom[ev.Type]; ok {
+		head = t
+	}
+	i := 0
+	for ; i < fields && i < head; i++ {
+		if err := d.field(&ev, order[i]); err != nil {
+			return Event{}, err
 		}
+	}
+	if head < len(order) && i < fields {
+		n := min(fields-i, trailingFields)
+		if err := d.trailing(&ev, n); err != nil {
+			return Event{}, err
+		}
+		i += n
+	}
+	for ; i < fields; i++ {
 		if err := d.skip(0); err != nil {
 			return Event{}, err
 		}
@@ -447,10 +478,91 @@ func (d *Decoder) positional() (Event, error) {
 	return ev, d.endEvent(&ev)
 }
 
+// trailingFields is the length of the trailing tail.
+const trailingFields = 5
+
+// trailing reads the n (≤ trailingFields) positional fields after
+// extra_keys (BlockStored) or medium (BlockRemoved) as Dynamo's
+// deserializer does (deserialize.rs parse_block_stored_trailing,
+// parse_common_trailing): each is nil, an unsigned 32-bit integer, a string,
+// or anything else (ignored). With at least four fields whose kinds fit the
+// fixed layout (integer, string, integer, string, string; nil anywhere) they
+// are group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window, locality
+// and ownership. Otherwise (the shorter tuples older vLLM versions sent,
+// which omitted unused slots) they are read by kind: the first integer is
+// group_idx, a second one the sliding window, a string kv_cache_spec_kind;
+// locality and ownership are then absent.
+func (d *Decoder) trailing(ev *Event, n int) error {
+	type value struct {
+		kind uint8 // 0 nil, 1 unsigned, 2 text, 3 other
+		u    uint32
+		s    string
+	}
+	var vals [trailingFields]value
+	for i := range n {
+		c, err := d.dec.PeekCode()
+		switch {
+		case err != nil:
+			return malformed(ReasonEvent, err, "truncated")
+		case c == msgpcode.Nil:
+			_ = d.dec.DecodeNil()
+		case isInt(c):
+			v, err := d.dec.DecodeInt64()
+			if err != nil {
+				return malformed(ReasonField, err, "trailing field %d", i)
+			}
+			if v >= 0 && v <= math.MaxUint32 {
+				vals[i] = value{kind: 1, u: uint32(v)}
+			} else {
+				vals[i].kind = 3
+			}
+		case msgpcode.IsString(c):
+			b, err := d.stringBytes()
+			if err != nil {
+				return malformed(ReasonField, err, "trailing field %d", i)
+			}
+			vals[i] = value{kind: 2, s: intern(b)}
+		default:
+			if err := d.skip(0); err != nil {
+				return err
+			}
+			vals[i].kind = 3
+		}
+	}
+	fixed := n >= 4
+	for i, want := range [trailingFields]uint8{1, 2, 1, 2, 2} {
+		if vals[i].kind != 0 && vals[i].kind != want {
+			fixed = false
+		}
+	}
+	if fixed {
+		if v := vals[0]; v.kind == 1 {
+			ev.HasGroup, ev.GroupIdx = true, v.u
+		}
+		ev.Kind, ev.Locality = vals[1].s, vals[3].s
+		if v := vals[4]; v.kind == 2 {
+			ev.Ownership, ev.HasOwnership = v.s, true
+		}
+		return nil
+	}
+	window := false
+	for _, v := range vals[:n] {
+		switch {
+		case v.kind == 1 && !ev.HasGroup:
+			ev.HasGroup, ev.GroupIdx = true, v.u
+		case v.kind == 1 && !window:
+			window = true
+		case v.kind == 2:
+			ev.Kind = v.s
+		}
+	}
+	return nil
+}
+
 // knownKeys are the map keys the decoder reads (a repeated one is malformed).
 var knownKeys = []string{"type", "block_hashes", "parent_block_hash", "token_ids", "block_size",
 	"lora_id", "medium", "lora_name", "locality", "extra_keys", "group_idx", "kv_cache_spec_kind",
-	"kv_cache_spec_sliding_window", "cache_salt", "block_mm_infos"}
+	"kv_cache_spec_sliding_window", "cache_salt", "block_mm_infos", "ownership"}
 
 // named decodes a map event tagged under "type". Unknown keys are skipped.
 func (d *Decoder) named() (Event, error) {
@@ -475,7 +587,7 @@ func (d *Decoder) named() (Event, error) {
 		}
 		seen |= 1 << i
 		if k := knownKeys[i]; k != "type" {
-			if err := d.field(&ev, k, false); err != nil {
+			if err := d.field(&ev, k); err != nil {
 				return Event{}, err
 			}
 			continue
@@ -516,8 +628,8 @@ func (d *Decoder) beginEvent() {
 // extra_keys.rs): the namespace is cache_salt when the event has one (an
 // empty one is none), else a "dynamo-cache-salt:"-tagged string in the first
 // block's extra_keys (an item equal to lora_name is passed over once); the
-// multimodal hashes are block_mm_infos when present, else those extra_keys
-// items that name multimodal content.
+// multimodal hashes are block_mm_infos when present, else the extra_keys
+// items in Dynamo's marker form.
 func (d *Decoder) endEvent(ev *Event) error {
 	if ev.Type != BlockStored {
 		return nil
@@ -532,15 +644,13 @@ func (d *Decoder) endEvent(ev *Event) error {
 	case d.hasInfos:
 		ev.MM = d.mmInfos
 	case d.hasExtra:
-		ev.MM = extraMM(d.extra, ev.LoRAName)
+		ev.MM = extraMM(d.extra)
 	}
 	return nil
 }
 
 // field decodes one known field into ev, or skips an unknown one.
-// positional marks the array form, where position 7 may hold SGLang's
-// metadata map instead of lora_name.
-func (d *Decoder) field(ev *Event, name string, positional bool) error {
+func (d *Decoder) field(ev *Event, name string) error {
 	var err error
 	switch name {
 	case "block_hashes":
@@ -594,12 +704,9 @@ func (d *Decoder) field(ev *Event, name string, positional bool) error {
 			return malformed(ReasonField, err, "cache_salt is not nil or a string")
 		}
 		d.salt, d.hasSalt = string(b), true
-	case "medium", "lora_name", "locality", "kv_cache_spec_kind":
+	case "medium", "lora_name", "locality", "kv_cache_spec_kind", "ownership":
 		if d.isNil() {
 			return d.dec.DecodeNil()
-		}
-		if positional && name == "lora_name" && d.isMap() {
-			return d.sglangMetadata() // SGLang: metadata map in this slot
 		}
 		var b []byte
 		if b, err = d.stringBytes(); err != nil {
@@ -613,6 +720,8 @@ func (d *Decoder) field(ev *Event, name string, positional bool) error {
 			ev.LoRAName = s
 		case "kv_cache_spec_kind":
 			ev.Kind = s
+		case "ownership":
+			ev.Ownership, ev.HasOwnership = s, true
 		default:
 			ev.Locality = s
 		}
@@ -620,33 +729,6 @@ func (d *Decoder) field(ev *Event, name string, positional bool) error {
 		return d.skip(0)
 	}
 	return err
-}
-
-// sglangMetadata reads SGLang's positional metadata map ({"cache_salt": …});
-// other keys are skipped.
-func (d *Decoder) sglangMetadata() error {
-	n, err := d.dec.DecodeMapLen()
-	if err != nil {
-		return malformed(ReasonField, err, "metadata map")
-	}
-	for range n {
-		k, err := d.stringBytes()
-		if err != nil {
-			return malformed(ReasonField, err, "metadata key is not a string")
-		}
-		if string(k) != "cache_salt" || d.isNil() {
-			if err := d.skip(0); err != nil {
-				return err
-			}
-			continue
-		}
-		b, err := d.stringBytes()
-		if err != nil {
-			return malformed(ReasonField, err, "metadata cache_salt is not nil or a string")
-		}
-		d.salt, d.hasSalt = string(b), true
-	}
-	return nil
 }
 
 func (d *Decoder) hashes() ([]uint64, error) {

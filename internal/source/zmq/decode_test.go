@@ -45,33 +45,73 @@ func TestDecodeBatch_AcceptedForms(t *testing.T) {
 		{"positional with byte hashes and a publisher id", []any{2, []any{
 			[]any{"BlockStored", []any{digest(10), digest(math.MaxUint64)}, digest(9), toks, 4, 7, "GPU", "ad"},
 		}, nil, []byte{1, 2}}, Batch{Timestamp: 2, Events: []Event{stored}, PublisherID: []byte{1, 2}}},
-		{"older SGLang: ends at lora_id, metadata map at lora_name's slot elsewhere", []any{0.0, []any{
+		{"older SGLang: ends at lora_id", []any{0.0, []any{
 			[]any{"BlockStored", []any{10}, nil, toks[:4], 4, nil},
-			[]any{"BlockStored", []any{11}, nil, toks[:4], 4, nil, "CPU_TIER1", map[string]any{"cache_salt": "x"}},
 		}}, Batch{Events: []Event{
 			{Type: BlockStored, BlockHashes: []uint64{10}, TokenIDs: toks[:4], BlockSize: 4},
-			{Type: BlockStored, BlockHashes: []uint64{11}, TokenIDs: toks[:4], BlockSize: 4, Medium: "CPU_TIER1", Namespace: "x"},
 		}}},
 		{"named events with unknown fields", []any{1.0, []any{
 			map[string]any{"type": "BlockStored", "block_hashes": []any{10, int64(-1)}, "parent_block_hash": 9,
 				"token_ids": toks, "block_size": 4, "lora_name": "ad", "medium": "GPU", "locality": "LOCAL",
-				"session_id": "s", "extra_keys": []any{[]any{"mm", 1}}, "ownership": map[string]any{"a": []any{1}}},
+				"session_id": "s", "extra_keys": []any{[]any{"mm", 1}}, "later": map[string]any{"a": []any{1}}},
 			map[string]any{"type": "BlockRemoved", "block_hashes": []any{digest(10)}, "medium": nil, "group_idx": 2},
-			map[string]any{"type": "AllBlocksCleared"},
+			map[string]any{"type": "AllBlocksCleared", "ownership": "kvcr"},
 		}, 0, nil, "a fifth element"}, Batch{Timestamp: 1, HasDPRank: true, Events: []Event{
 			{Type: BlockStored, BlockHashes: []uint64{10, math.MaxUint64}, HasParent: true, ParentHash: 9,
 				TokenIDs: toks, BlockSize: 4, LoRAName: "ad", Medium: "GPU", Locality: "LOCAL"},
 			{Type: BlockRemoved, BlockHashes: []uint64{10}, HasGroup: true, GroupIdx: 2},
-			{Type: AllBlocksCleared},
+			{Type: AllBlocksCleared, Ownership: "kvcr", HasOwnership: true},
 		}}},
+		// A tail shorter than four fields is read by kind (Dynamo
+		// deserialize.rs parse_common_trailing): the string is a kind, not
+		// a locality.
 		{"positional removed and cleared, an unknown type", []any{1.0, []any{
 			[]any{"BlockRemoved", []any{5, 6}, "CPU", 0, "x"},
 			[]any{"AllBlocksCleared"},
+			[]any{"AllBlocksCleared", "kvcr", "later"},
 			[]any{"BlockUpdated", 1, 2},
 		}}, Batch{Timestamp: 1, Events: []Event{
-			{Type: BlockRemoved, BlockHashes: []uint64{5, 6}, Medium: "CPU", HasGroup: true, Locality: "x"},
+			{Type: BlockRemoved, BlockHashes: []uint64{5, 6}, Medium: "CPU", HasGroup: true, Kind: "x"},
 			{Type: AllBlocksCleared},
+			{Type: AllBlocksCleared, Ownership: "kvcr", HasOwnership: true},
 			{Type: Unknown},
+		}}},
+		// The newest layout (vLLM and SGLang reserve every trailing slot):
+		// group_idx, kind, sliding window, locality, ownership.
+		{"positional full trailing tails", []any{1.0, []any{
+			[]any{"BlockRemoved", []any{5}, nil, 3, "full_attention", nil, "LOCAL", "kvcr"},
+			[]any{"BlockStored", []any{10}, nil, toks[:4], 4, nil, "GPU", nil, nil, 0, "full_attention", 64, "REMOTE", nil},
+			[]any{"BlockRemoved", []any{5}, nil, nil, nil, nil, nil, nil},
+		}}, Batch{Timestamp: 1, Events: []Event{
+			{Type: BlockRemoved, BlockHashes: []uint64{5}, HasGroup: true, GroupIdx: 3, Kind: "full_attention", Locality: "LOCAL",
+				Ownership: "kvcr", HasOwnership: true},
+			{Type: BlockStored, BlockHashes: []uint64{10}, TokenIDs: toks[:4], BlockSize: 4, Medium: "GPU", HasGroup: true,
+				Kind: "full_attention", Locality: "REMOTE"},
+			{Type: BlockRemoved, BlockHashes: []uint64{5}},
+		}}},
+		// SGLang's own wire-format test (TestBlockStoredWireFormat, kv_events):
+		// the salt in extra_keys, its metadata map parked at position 14,
+		// and the reserved removal and clear tails.
+		{"SGLang's positional layouts", []any{1.0, []any{
+			[]any{"BlockStored", []any{123}, nil, []any{1, 2}, 2, nil, "GPU", nil, []any{[]any{"dynamo-cache-salt:tenant-a"}},
+				nil, nil, nil, nil, nil, map[string]any{"cache_salt": "tenant-a"}},
+			[]any{"BlockRemoved", []any{123}, nil, nil, nil, nil, nil, nil},
+			[]any{"AllBlocksCleared", nil},
+		}}, Batch{Timestamp: 1, Events: []Event{
+			{Type: BlockStored, BlockHashes: []uint64{123}, TokenIDs: []uint32{1, 2}, BlockSize: 2, Medium: "GPU", Namespace: "tenant-a"},
+			{Type: BlockRemoved, BlockHashes: []uint64{123}},
+			{Type: AllBlocksCleared},
+		}}},
+		// Dynamo's test_deserialize_sequence_accepts_main_attention_kind_without_group_idx_slot
+		// and a tail whose kinds do not fit the fixed layout: read by kind.
+		{"positional tails read by kind", []any{1.0, []any{
+			[]any{"BlockStored", []any{11}, nil, toks[:4], 4, nil, nil, nil, nil, "full_attention"},
+			[]any{"BlockRemoved", []any{11}, nil, "full_attention"},
+			[]any{"BlockRemoved", []any{11}, nil, 3, 128, "mamba", "LOCAL"},
+		}}, Batch{Timestamp: 1, Events: []Event{
+			{Type: BlockStored, BlockHashes: []uint64{11}, TokenIDs: toks[:4], BlockSize: 4, Kind: "full_attention"},
+			{Type: BlockRemoved, BlockHashes: []uint64{11}, Kind: "full_attention"},
+			{Type: BlockRemoved, BlockHashes: []uint64{11}, HasGroup: true, GroupIdx: 3, Kind: "LOCAL"},
 		}}},
 		{"heartbeat", []any{1.0, []any{}, 0}, Batch{Timestamp: 1, HasDPRank: true, Events: []Event{}}},
 	}
@@ -115,6 +155,14 @@ func TestDecodeBatch_Rejections(t *testing.T) {
 		{"medium an int", []any{1.0, []any{[]any{"BlockRemoved", []any{1}, 3}}}, ReasonField},
 		{"lora_name an int", []any{1.0, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{1}, "token_ids": toks, "block_size": 4, "lora_name": 1}}}, ReasonField},
 		{"type an int", []any{1.0, []any{map[string]any{"type": 1}}}, ReasonField},
+		// Dynamo reads position 7 as lora_name: Option<String>; SGLang's
+		// metadata map there fails its decode of the whole batch
+		// (deserialize.rs, newest stored version; SGLang's own kv_events test
+		// moved the salt to extra_keys for that reason).
+		{"SGLang's positional metadata map at lora_name", []any{1.0, []any{[]any{"BlockStored", []any{11}, nil, toks, 4, nil, "GPU",
+			map[string]any{"cache_salt": "x"}}}}, ReasonField},
+		{"ownership a map", []any{1.0, []any{map[string]any{"type": "BlockRemoved", "block_hashes": []any{1}, "ownership": map[string]any{}}}}, ReasonField},
+		{"cleared ownership an int", []any{1.0, []any{[]any{"AllBlocksCleared", 1}}}, ReasonField},
 		{"map key an int", []any{1.0, []any{map[any]any{1: 2}}}, ReasonEvent},
 	}
 	for _, tc := range cases {
@@ -201,6 +249,14 @@ func FuzzDecodeBatch(f *testing.F) {
 		[]any{1.0, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{digest(1)}, "token_ids": toks, "block_size": 4}}, nil, []byte{1}},
 		[]any{1.0, []any{[]any{"BlockRemoved", []any{5}, "CPU"}, []any{"AllBlocksCleared"}}},
 		[]any{1.0, []any{}},
+		// Full trailing tails, ownership, marker-form multimodal keys.
+		[]any{1.0, []any{
+			[]any{"BlockStored", []any{1, 2}, nil, []any{1, 1, 3, 2, 2, 5, 1, 2}, 4, nil, "GPU", nil,
+				[]any{[]any{"0000000000000007" + "000000000000000000000000000000000000000000000000"}, []any{[]any{"000000000000000a" + "000000000000000000000000000000000000000000000000", 0}}},
+				0, "full_attention", nil, "LOCAL", nil},
+			[]any{"BlockRemoved", []any{5}, nil, 3, "full_attention", nil, "LOCAL", "kvcr"},
+			[]any{"AllBlocksCleared", "kvcr"},
+		}},
 	} {
 		f.Add(mp(f, b))
 	}
@@ -216,6 +272,9 @@ func FuzzDecodeBatch(f *testing.F) {
 			require.LessOrEqual(t, len(ev.TokenIDs), 1024)
 			// Every accepted event converts without panicking.
 			cv := Converter{Worker: 1, BlockSize: 4}
+			if len(payload)%2 == 0 { // the placeholder rules too
+				cv.ImageTokenID, cv.HasImageToken, cv.VideoTokenID, cv.HasVideoToken = 1, true, 2, len(payload)%4 == 0
+			}
 			_, _, _, _ = cv.Convert(&ev, b.DPRank, 1)
 		}
 		// Decoding is deterministic and the decoder reusable.

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
-	"github.com/zeebo/xxh3"
 )
 
 // NamespacePrefix tags a cache namespace that Dynamo passes to vLLM as a
@@ -211,26 +210,24 @@ func extraNamespace(first []extraKey, lora string) string {
 	return ""
 }
 
-// extraMM derives each block's multimodal hashes from extra_keys: a bare
-// string counts only as a 64-hex digest (and never when equal to lora), a
-// tuple's identifier always ([MMHash]); nil when no block has any.
-func extraMM(extra [][]extraKey, lora string) [][]uint64 {
+// extraMM derives each block's multimodal hashes from extra_keys, as the
+// newest Dynamo does (lib/kv-router/src/zmq_wire/extra_keys.rs, the stored
+// version with mark_mm_hash_for_extra_key): a bare string or the identifier
+// of an [identifier, offset] tuple counts only in Dynamo's marker form
+// ([MarkerMMHash]); vLLM's own 64-hex digests and opaque identifiers are
+// not multimodal keys (a frontend that did not approve exact multimodal
+// routing for the request must not have its blocks rekeyed). nil when no
+// block has any.
+func extraMM(extra [][]extraKey) [][]uint64 {
 	var out [][]uint64
 	for i, items := range extra {
 		var hs []uint64
 		for _, it := range items {
-			switch it.kind {
-			case extraString:
-				if lora != "" && it.s == lora {
-					continue
-				}
-				if h, ok := hexDigest(it.s); ok {
-					hs = append(hs, h)
-				}
-			case extraTuple:
-				if h, ok := MMHash(it.s); ok {
-					hs = append(hs, h)
-				}
+			if it.kind != extraString && it.kind != extraTuple {
+				continue
+			}
+			if h, ok := MarkerMMHash(it.s); ok {
+				hs = append(hs, h)
 			}
 		}
 		if hs == nil {
@@ -244,24 +241,16 @@ func extraMM(extra [][]extraKey, lora string) [][]uint64 {
 	return out
 }
 
-// MMHash maps a multimodal identifier to Dynamo's routing hash: a 64-hex
-// digest is its first 16 hex digits, anything else non-empty XXH3-64 (seed
-// 0) of its bytes (Dynamo protocols.rs hash_mm_identifier).
-func MMHash(id string) (uint64, bool) {
-	if id == "" {
+// MarkerMMHash parses Dynamo's marker form of a frontend-approved
+// multimodal routing hash in vLLM's extra_keys: 64 characters, the hash as
+// 16 hex digits followed by 48 '0's (Dynamo extra_keys.rs
+// parse_mm_hash_from_extra_key, mark_mm_hash_for_extra_key). Anything else,
+// a native vLLM digest included, is not one.
+func MarkerMMHash(s string) (uint64, bool) {
+	if len(s) != 64 || strings.Trim(s[16:], "0") != "" {
 		return 0, false
 	}
-	if h, ok := hexDigest(id); ok {
-		return h, true
-	}
-	return xxh3.HashString(id), true
-}
-
-func hexDigest(s string) (uint64, bool) {
-	if len(s) != 64 {
-		return 0, false
-	}
-	for i := range len(s) {
+	for i := range 16 {
 		c := s[i]
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
 			return 0, false

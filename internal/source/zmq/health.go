@@ -25,6 +25,11 @@ type IngestOptions struct {
 	// values instead of with their mm hashes appended (Dynamo's
 	// image_token_id normalisation).
 	ImageTokenID *uint32
+	// VideoTokenID, when set, is the model's video placeholder token:
+	// multimodal blocks are then normalised only when their image and video
+	// runs map onto their mm hashes exactly (Dynamo's video_token_id
+	// normalisation, docs/ingest.md).
+	VideoTokenID *uint32
 	// MaxNamespaceBlocks bounds the namespace table (default
 	// DefaultMaxNamespaceBlocks).
 	MaxNamespaceBlocks int
@@ -49,6 +54,9 @@ func newConverter(cfg Config) Converter {
 	cv := Converter{Worker: cfg.Worker, BlockSize: cfg.BlockSize, Eagle: cfg.Eagle, MaxNamespaceBlocks: cfg.Ingest.MaxNamespaceBlocks}
 	if cfg.Ingest.ImageTokenID != nil {
 		cv.ImageTokenID, cv.HasImageToken = *cfg.Ingest.ImageTokenID, true
+	}
+	if cfg.Ingest.VideoTokenID != nil {
+		cv.VideoTokenID, cv.HasVideoToken = *cfg.Ingest.VideoTokenID, true
 	}
 	return cv
 }

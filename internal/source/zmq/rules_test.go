@@ -25,8 +25,11 @@ func encodeEvent(form, tag string, f map[string]any) any {
 		return m
 	}
 	order := storedOrder
-	if tag == "BlockRemoved" {
+	switch tag {
+	case "BlockRemoved":
 		order = removedOrder
+	case "AllBlocksCleared":
+		order = clearedOrder
 	}
 	last := -1
 	for i, k := range order {
@@ -123,8 +126,12 @@ func TestConvert_Rules(t *testing.T) {
 		return f
 	}
 	plain := []uint64{refLocal(t1, nil, 1337)}
-	digest := "a1b2c3d4e5f60718" + "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"[:48]
-	digestHash := uint64(0xa1b2c3d4e5f60718)
+	// Dynamo's marker form of a frontend-approved routing hash, and a
+	// native vLLM digest with the same first 16 hex digits (extra_keys.rs
+	// only_frontend_padded_mm_hashes_are_parsed).
+	marker := "a1b2c3d4e5f60718" + strings.Repeat("0", 48)
+	native := "a1b2c3d4e5f60718" + "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"[:48]
+	markerHash := uint64(0xa1b2c3d4e5f60718)
 	bigrams := []any{[]any{1, 2}, []any{2, 3}, []any{3, 4}, []any{4, 5}, []any{5, 6}, []any{6, 7}, []any{7, 8}, []any{8, 9}}
 	scenarios := []struct {
 		name  string
@@ -188,20 +195,72 @@ func TestConvert_Rules(t *testing.T) {
 				hashes: []uint64{refLocal(t1, nil, refSeed("", "tenant-a"))}},
 			{tag: "BlockStored", f: st([]any{2}, 1, t2, map[string]any{"cache_salt": ""}), hashes: []uint64{refLocal(t2, nil, refSeed("", "tenant-a"))}},
 		}},
-		{"namespace from SGLang's positional metadata map", []string{"positional"}, []step{
-			{tag: "BlockStored", f: st([]any{1}, nil, t1, map[string]any{"lora_name": map[string]any{"cache_salt": "tenant-a"}}),
-				hashes: []uint64{refLocal(t1, nil, refSeed("", "tenant-a"))}},
-		}},
-		{"multimodal from extra_keys", nil, []step{
+		// Only Dynamo's marker form is a multimodal key, bare or as a tuple's
+		// identifier; native 64-hex digests and opaque identifiers are not
+		// (extra_keys.rs, the stored version with mark_mm_hash_for_extra_key).
+		{"multimodal from extra_keys: the marker form only", nil, []step{
 			{tag: "BlockStored", f: st([]any{1, 2}, nil, both, map[string]any{"lora_name": "ad",
-				"extra_keys": []any{[]any{digest, "ad", "not-hex"}, []any{[]any{"opaque-image", 3}, []any{digest, -1}}}}),
-				hashes: []uint64{refLocal(t1, []uint64{digestHash}, refSeed("ad", "")),
-					refLocal(t2, []uint64{xxh3.HashString("opaque-image"), digestHash}, refSeed("ad", ""))}},
-			{tag: "BlockStored", f: st([]any{3, 4}, nil, both, map[string]any{"extra_keys": []any{nil, []any{[]any{"img", 0}}}}),
-				hashes: []uint64{refLocal(t1, nil, 1337), refLocal(t2, []uint64{xxh3.HashString("img")}, 1337)}},
+				"extra_keys": []any{[]any{marker, "ad", "not-hex", native}, []any{[]any{"opaque-image", 3}, []any{marker, -1}, []any{native, 0}}}}),
+				hashes: []uint64{refLocal(t1, []uint64{markerHash}, refSeed("ad", "")),
+					refLocal(t2, []uint64{markerHash}, refSeed("ad", ""))}},
+			{tag: "BlockStored", f: st([]any{3, 4}, nil, both, map[string]any{"extra_keys": []any{nil, []any{[]any{"img", 0}, native}}}),
+				hashes: []uint64{refLocal(t1, nil, 1337), refLocal(t2, nil, 1337)}},
+			// A LoRA name in the marker form is a multimodal key too: the
+			// newest extra_keys.rs no longer passes over lora_name.
+			{tag: "BlockStored", f: st([]any{5}, nil, t1, map[string]any{"lora_name": marker, "extra_keys": []any{[]any{marker}}}),
+				hashes: []uint64{refLocal(t1, []uint64{markerHash}, refSeed(marker, ""))}},
+		}},
+		// The gates run in Dynamo's order (zmq_wire/mod.rs
+		// preprocess_residency_with_reason): an event dropped for its
+		// ownership, locality or medium teaches no group kind and no
+		// namespace; disk and external tiers bypass both.
+		{"ownership: kvcr and unknown values dropped first", nil, []step{
+			{tag: "BlockStored", f: st([]any{1}, nil, t1, map[string]any{"ownership": "kvcr", "group_idx": 3, "kv_cache_spec_kind": "mamba"}), why: DropOwnership},
+			{tag: "BlockStored", f: st([]any{2}, nil, t1, map[string]any{"ownership": "future_owner"}), why: DropUnknownOwnership},
+			{tag: "BlockStored", f: st([]any{2}, nil, t1, map[string]any{"ownership": ""}), why: DropUnknownOwnership},
+			{tag: "BlockRemoved", f: map[string]any{"block_hashes": []any{1}, "ownership": "kvcr"}, why: DropOwnership},
+			{tag: "AllBlocksCleared", f: map[string]any{"ownership": "kvcr"}, why: DropOwnership},
+			// Group 3 was never learned: the kvcr store taught nothing.
+			{tag: "BlockStored", f: st([]any{3}, nil, t1, map[string]any{"group_idx": 3}), why: DropUnlearned},
+			{tag: "AllBlocksCleared", f: map[string]any{}},
+		}},
+		{"gate order: dropped events teach neither kinds nor namespaces", nil, []step{
+			{tag: "BlockStored", f: st([]any{1}, nil, t1, map[string]any{"locality": "REMOTE", "group_idx": 3, "kv_cache_spec_kind": "sliding_window"}), why: DropRemote},
+			{tag: "BlockStored", f: st([]any{2}, nil, t1, map[string]any{"medium": "OBJ", "group_idx": 4, "kv_cache_spec_kind": "full_attention"}), why: DropMedium},
+			{tag: "BlockStored", f: st([]any{5}, nil, t1, map[string]any{"group_idx": 3}), why: DropUnlearned},
+			{tag: "BlockStored", f: st([]any{6}, nil, t1, map[string]any{"group_idx": 4}), why: DropUnlearned},
+			{tag: "BlockStored", f: st([]any{7}, nil, t1, map[string]any{"medium": "OBJ", "extra_keys": []any{[]any{"dynamo-cache-salt:tenant-a"}}}), why: DropMedium},
+			{tag: "BlockStored", f: st([]any{8}, 7, t2, nil), hashes: []uint64{refLocal(t2, nil, 1337)}},
+		}},
+		{"disk and external tiers bypass the group filter and the namespace chain", nil, []step{
+			{tag: "BlockStored", f: st([]any{1}, nil, t1, map[string]any{"medium": "STORAGE", "group_idx": 9}), hashes: plain, tier: ckf.TierDisk},
+			{tag: "BlockStored", f: st([]any{2}, nil, t1, map[string]any{"medium": "SHARED", "group_idx": 9, "kv_cache_spec_kind": "mamba"}), hashes: plain, tier: ckf.TierExternal},
+			// ... and teach nothing: group 9 is still unlearned on the device.
+			{tag: "BlockStored", f: st([]any{3}, nil, t1, map[string]any{"group_idx": 9}), why: DropUnlearned},
+			{tag: "BlockStored", f: st([]any{4}, nil, t1, map[string]any{"medium": "STORAGE", "extra_keys": []any{[]any{"dynamo-cache-salt:tenant-a"}}}),
+				hashes: []uint64{refLocal(t1, nil, refSeed("", "tenant-a"))}, tier: ckf.TierDisk},
+			{tag: "BlockStored", f: st([]any{5}, 4, t2, nil), hashes: []uint64{refLocal(t2, nil, 1337)}},
+			// A salted device block keeps its namespace through a disk removal.
+			{tag: "BlockStored", f: st([]any{6}, nil, t1, map[string]any{"extra_keys": []any{[]any{"dynamo-cache-salt:tenant-b"}}}),
+				hashes: []uint64{refLocal(t1, nil, refSeed("", "tenant-b"))}},
+			{tag: "BlockRemoved", f: map[string]any{"block_hashes": []any{6}, "medium": "STORAGE"}, tier: ckf.TierDisk},
+			{tag: "BlockStored", f: st([]any{7}, 6, t2, nil), hashes: []uint64{refLocal(t2, nil, refSeed("", "tenant-b"))}},
+		}},
+		// Dynamo's cache_namespace_tiers (zmq_wire/mod.rs, the stored version
+		// with TierBlocksCleared): a block held on the device and the host
+		// keeps its namespace until the last of them removes it.
+		{"namespace kept while another tier holds the block", nil, []step{
+			{tag: "BlockStored", f: st([]any{1}, nil, t1, map[string]any{"extra_keys": []any{[]any{"dynamo-cache-salt:tenant-a"}}}),
+				hashes: []uint64{refLocal(t1, nil, refSeed("", "tenant-a"))}},
+			{tag: "BlockStored", f: st([]any{1}, nil, t1, map[string]any{"medium": "CPU", "extra_keys": []any{[]any{"dynamo-cache-salt:tenant-a"}}}),
+				hashes: []uint64{refLocal(t1, nil, refSeed("", "tenant-a"))}, tier: ckf.TierHostPinned},
+			{tag: "BlockRemoved", f: map[string]any{"block_hashes": []any{1}}},
+			{tag: "BlockStored", f: st([]any{2}, 1, t2, nil), hashes: []uint64{refLocal(t2, nil, refSeed("", "tenant-a"))}},
+			{tag: "BlockRemoved", f: map[string]any{"block_hashes": []any{1}, "medium": "CPU"}, tier: ckf.TierHostPinned},
+			{tag: "BlockStored", f: st([]any{3}, 1, t2, nil), hashes: []uint64{refLocal(t2, nil, 1337)}},
 		}},
 		{"multimodal from explicit block_mm_infos", []string{"map"}, []step{
-			{tag: "BlockStored", f: st([]any{1, 2}, nil, both, map[string]any{"extra_keys": []any{[]any{digest}},
+			{tag: "BlockStored", f: st([]any{1, 2}, nil, both, map[string]any{"extra_keys": []any{[]any{marker}},
 				"block_mm_infos": []any{nil, map[string]any{"mm_objects": []any{map[string]any{"mm_hash": uint64(9), "offsets": []any{}},
 					map[string]any{"mm_hash": uint64(3)}}}}}),
 				hashes: []uint64{refLocal(t1, nil, 1337), refLocal(t2, []uint64{3, 9}, 1337)}},

@@ -13,7 +13,8 @@ usage: engine_pub.py PUB_ENDPOINT REPLAY_ENDPOINT BLOCK_SIZE FORM LAYOUT [BATCH 
          drop) | eagle (an Eagle engine: every chain's token ids are bigrams)
 The scenario also publishes the variants today's engines send: a cache
 namespace (map: top-level cache_salt as SGLang; array: Dynamo's tagged
-extra_keys[0] string as vLLM), multimodal (id, offset) extra_keys, a hybrid
+extra_keys[0] string as vLLM), multimodal (id, offset) extra_keys in Dynamo's
+marker form, a hybrid
 model's sliding-window group, Eagle bigram token ids and an unknown medium.
 stdin commands: "go" publishes the scenario (one batch is buffered for replay
 but not sent), "truth" prints the GPU blocks held as JSON, "quit" exits.
@@ -110,7 +111,7 @@ def chain(n, parent, how, lora=None, medium="GPU", send=True, keep=True, ns=None
     """Publishes one BlockStored of n blocks; held (the truth) records what a
     router should find: each block's token window, LoRA, namespace (ns, or
     inherit: the namespace a parent-chain propagation gives) and mm hashes
-    (a 64-hex identifier's first 16 hex digits)."""
+    (a marker identifier's first 16 hex digits)."""
     eagle = eagle or hash_format == "eagle"
     if eagle and hash_format != "eagle":
         keep = False  # bigrams into a standard pool: dropped (hash_format)
@@ -130,7 +131,11 @@ def chain(n, parent, how, lora=None, medium="GPU", send=True, keep=True, ns=None
 
 
 def hexid():
-    return "%064x" % rng.getrandbits(256)
+    """A multimodal identifier as a Dynamo worker hands it to vLLM when the
+    frontend approved exact multimodal routing: the routing hash as 16 hex
+    digits, then 48 zeros (Dynamo's marker form; vLLM's own 64-hex digests
+    are not routing keys)."""
+    return "%016x" % rng.getrandbits(64) + "0" * 48
 
 
 def scenario():
