@@ -54,7 +54,10 @@ type GRPCConfig struct {
 	// any grpc.NewClient target, e.g. "127.0.0.1:7879"). Default: plaintext
 	// (insecure.NewCredentials()); pass TLS credentials for a relay that
 	// serves TLS. Config.AuthToken is added as a bearer token per RPC
-	// either way.
+	// either way. The connection's HTTP/2 receive windows are fixed at
+	// 4 MiB (no BDP estimation; docs/RATIONALE.md "Why does the gRPC client
+	// fix its HTTP/2 receive windows at 4 MiB?"); DialOptions come later
+	// and may set others.
 	DialOptions []grpc.DialOption
 	// KeepaliveTime and KeepaliveTimeout are the HTTP/2 keepalive pings on
 	// every relay connection: a ping after KeepaliveTime without traffic,
