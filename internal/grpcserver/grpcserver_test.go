@@ -708,3 +708,56 @@ func TestSubscribeKvPool_SubscribersShareOneEncoding(t *testing.T) {
 	assert.Equal(t, uint64(len(deltas)), r.g.deltaEncodes.Load()-before,
 		"%d deltas to %d streams: encodings", len(deltas), subscribers)
 }
+
+// TestSubscribeKvPool_SharedEncodingsAreBounded: a subscriber that stops
+// reading while the pool moves on does not make the shared encodings grow:
+// at most sharedDeltas entries within sharedDeltaBytes beside the newest,
+// and the cache goes with the pool's last stream.
+func TestSubscribeKvPool_SharedEncodingsAreBounded(t *testing.T) {
+	r := startRelay(t, testConfig())
+	r.post(t, "dc-a", storedJSON(1, 1, 40))
+	p := r.pool(t, "dc-a")
+	require.Eventually(t, func() bool { return p.Hub().Stats().Sequence >= 1 }, 5*time.Second, time.Millisecond)
+	want := producerToWire(p.Identity())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var streams []grpc.ServerStreamingClient[kvrelaypb.FilterUpdate]
+	for range 2 {
+		st, err := r.client.SubscribeKvPool(ctx, subscribeReq(want))
+		require.NoError(t, err)
+		streams = append(streams, st)
+	}
+	reader := &replica{t: t, want: want}
+	for !reader.installed {
+		u, err := streams[0].Recv()
+		require.NoError(t, err)
+		reader.apply(u)
+	}
+	// streams[1] never reads. 3 × sharedDeltas deltas of 30 blocks each.
+	for i := range 3 * sharedDeltas {
+		r.post(t, "dc-a", storedJSON(2, uint64(10+i), 30))
+		seq := p.Hub().Stats().Sequence
+		for reader.seq < seq {
+			u, err := streams[0].Recv()
+			require.NoError(t, err)
+			reader.apply(u)
+		}
+	}
+	r.g.cachesMu.Lock()
+	cache := r.g.caches[p.Hub()]
+	r.g.cachesMu.Unlock()
+	require.NotNil(t, cache)
+	cache.mu.Lock()
+	n, bytes := len(cache.entries), cache.bytes
+	cache.mu.Unlock()
+	assert.LessOrEqual(t, n, sharedDeltas, "entries")
+	assert.LessOrEqual(t, bytes, sharedDeltaBytes, "bytes held")
+	assert.GreaterOrEqual(t, reader.deltas, 3*sharedDeltas)
+
+	cancel()
+	require.Eventually(t, func() bool {
+		r.g.cachesMu.Lock()
+		defer r.g.cachesMu.Unlock()
+		return len(r.g.caches) == 0
+	}, 5*time.Second, time.Millisecond, "the cache goes with the pool's last stream")
+}

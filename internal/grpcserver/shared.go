@@ -3,6 +3,7 @@ package grpcserver
 import (
 	"sync"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc"
 
@@ -22,7 +23,8 @@ const (
 	// counted), nothing else changes.
 	sharedDeltas = 16
 	// sharedDeltaBytes bounds the encoded deltas kept beside the newest
-	// one; a larger delta is kept alone.
+	// one, with the images their keys keep alive; a larger delta is kept
+	// alone.
 	sharedDeltaBytes = 4 << 20
 )
 
@@ -62,7 +64,7 @@ type deltaCache struct {
 	mu      sync.Mutex
 	streams int            // filter streams using it: the cache goes with the last
 	entries []*sharedDelta // oldest first
-	bytes   int            // encoded bytes of entries
+	bytes   int            // bytes entries hold: messages and the images their keys keep alive
 }
 
 // deltaCache returns the delta cache of h for a new filter stream; release
@@ -139,7 +141,9 @@ func (ps *poolStream) prepare(d *ckf.Delta) (*grpc.PreparedMsg, error) {
 		msg := &grpc.PreparedMsg{}
 		if e.err = msg.Encode(ps.stream, u); e.err == nil {
 			e.msg = msg
-			ps.cache.sized(e, len(payload))
+			// The entry holds the marshalled message (the payload and a
+			// small envelope) and, through its key, the delta's images.
+			ps.cache.sized(e, len(payload)+len(d.Images)*int(unsafe.Sizeof(ckf.BucketImage{})))
 		}
 	})
 	return e.msg, e.err
