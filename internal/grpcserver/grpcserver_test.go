@@ -752,7 +752,7 @@ func TestSubscribeKvPool_SharedEncodingsAreBounded(t *testing.T) {
 	cache.mu.Unlock()
 	assert.LessOrEqual(t, n, sharedDeltas, "entries")
 	assert.LessOrEqual(t, bytes, sharedDeltaBytes, "bytes held")
-	assert.GreaterOrEqual(t, reader.deltas, 3*sharedDeltas)
+	assert.Greater(t, reader.deltas, 2*sharedDeltas, "deltas (posts may share a publication): enough to need eviction")
 
 	cancel()
 	require.Eventually(t, func() bool {
