@@ -491,14 +491,26 @@ func (r *Router) session(ctx context.Context, t Target, epoch uint64) (installed
 		r.mu.Unlock()
 	}()
 	acc, _ := fr.(acceptor)
+	dec, _ := fr.(decodedSource)
 	for {
-		raw, err := fr.ReadRaw()
+		var raw []byte
+		var f *wire.Frame
+		if dec != nil {
+			f, err = dec.ReadFrame()
+		} else {
+			raw, err = fr.ReadRaw()
+		}
 		if err != nil {
 			return installedAt, err
 		}
 		r.mu.Lock()
 		assigned := live.s.Assigned()
-		res, err := live.s.Apply(raw)
+		var res consumer.Result
+		if f != nil {
+			res, err = live.s.ApplyDecoded(f)
+		} else {
+			res, err = live.s.Apply(raw)
+		}
 		li := &r.info[t.Lane]
 		li.LastFrame = time.Now()
 		if !assigned && live.s.Assigned() {
@@ -554,6 +566,14 @@ func (r *Router) endLostSessionsLocked() {
 type frameSource interface {
 	ReadRaw() ([]byte, error)
 	Close() error
+}
+
+// decodedSource is a frameSource that decodes another encoding (gRPC's
+// CBI1): it yields the translated frame itself, which the session checks
+// and installs without a wire v1 encoding in between (Session.ApplyDecoded).
+// The frame is valid until the next read.
+type decodedSource interface {
+	ReadFrame() (*wire.Frame, error)
 }
 
 // acceptor is a frameSource that keeps state across frames (the gRPC

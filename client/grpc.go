@@ -54,7 +54,10 @@ type GRPCConfig struct {
 	// any grpc.NewClient target, e.g. "127.0.0.1:7879"). Default: plaintext
 	// (insecure.NewCredentials()); pass TLS credentials for a relay that
 	// serves TLS. Config.AuthToken is added as a bearer token per RPC
-	// either way.
+	// either way. The connection's HTTP/2 receive windows are fixed at
+	// 4 MiB (no BDP estimation; docs/RATIONALE.md "Why does the gRPC client
+	// fix its HTTP/2 receive windows at 4 MiB?"); DialOptions come later
+	// and may set others.
 	DialOptions []grpc.DialOption
 	// KeepaliveTime and KeepaliveTimeout are the HTTP/2 keepalive pings on
 	// every relay connection: a ping after KeepaliveTime without traffic,
@@ -184,7 +187,8 @@ func (t *grpcTransport) client() (kvrelaypb.KvEventRelayClient, error) {
 	}
 	if t.conn == nil {
 		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true})},
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: t.cfg.KeepaliveTime, Timeout: t.cfg.KeepaliveTimeout, PermitWithoutStream: true}),
+			grpc.WithInitialWindowSize(receiveWindowBytes), grpc.WithInitialConnWindowSize(receiveWindowBytes)},
 			t.cfg.DialOptions...)
 		cc, err := grpc.NewClient(addr, opts...)
 		if err != nil {
@@ -407,6 +411,7 @@ type grpcSource struct {
 	buf   []byte
 	imgs  []ckf.BucketImage // a delta's images, deduplicated
 	seen  map[uint32]int    // bucket → index in imgs
+	marks []uint64          // one bit per bucket of the format: finds repeated buckets without the map
 
 	// word0 is bucket 0's word in the lane, as of the last frame the
 	// consumer accepted; pend0 (when hasPend0) is the word the frame being
@@ -441,9 +446,9 @@ func (s *grpcSource) fail(err error) error {
 	return err
 }
 
-// ReadRaw implements frameSource: the next FilterUpdate as a wire v1 frame
-// body under the lane's lease.
-func (s *grpcSource) ReadRaw() ([]byte, error) {
+// ReadFrame implements decodedSource: the next FilterUpdate, checked and
+// translated to a wire v1 frame under the lane's lease, never encoded.
+func (s *grpcSource) ReadFrame() (*wire.Frame, error) {
 	m, err := s.stream.Recv()
 	if err != nil {
 		if cerr := context.Cause(s.ctx); cerr != nil {
@@ -457,7 +462,17 @@ func (s *grpcSource) ReadRaw() ([]byte, error) {
 		// skip a frame. The session's end retires the lane.
 		return nil, err
 	}
-	s.buf, err = wire.AppendFrame(s.buf[:0], &s.frame)
+	return &s.frame, nil
+}
+
+// ReadRaw implements frameSource: ReadFrame's frame encoded as a wire v1
+// frame body (for a reader of bodies; the router uses ReadFrame).
+func (s *grpcSource) ReadRaw() ([]byte, error) {
+	f, err := s.ReadFrame()
+	if err != nil {
+		return nil, err
+	}
+	s.buf, err = wire.AppendFrame(s.buf[:0], f)
 	return s.buf, err
 }
 
@@ -580,7 +595,7 @@ func (s *grpcSource) images(in []ckf.BucketImage) []ckf.BucketImage {
 		return append(s.imgs[:0], ckf.BucketImage{Bucket: 0, Word: s.word0})
 	}
 	out := in
-	if len(in) > 1 {
+	if len(in) > 1 && s.repeats(in) {
 		if s.seen == nil {
 			s.seen = map[uint32]int{}
 		}
@@ -602,6 +617,37 @@ func (s *grpcSource) images(in []ckf.BucketImage) []ckf.BucketImage {
 		}
 	}
 	return out
+}
+
+// repeats reports whether images name a bucket twice, with one bit per
+// bucket of the format (the lane's table holds 64 per bucket), so that a
+// delta without repeats — every one a relay of this project sends — costs
+// no map. A bucket outside the format reports no repeat: the consumer
+// refuses the delta whole (MalformedImages) whatever else it holds.
+func (s *grpcSource) repeats(images []ckf.BucketImage) bool {
+	n := s.id.Format.BucketCount
+	if uint64(len(s.marks)) < (n+63)/64 {
+		s.marks = make([]uint64, (n+63)/64)
+	}
+	found, marked := false, 0
+	for _, im := range images {
+		b := uint64(im.Bucket)
+		if b >= n {
+			found = false
+			break
+		}
+		w, bit := b/64, uint64(1)<<(b%64)
+		if s.marks[w]&bit != 0 {
+			found = true
+			break
+		}
+		s.marks[w] |= bit
+		marked++
+	}
+	for _, im := range images[:marked] {
+		s.marks[im.Bucket/64] = 0
+	}
+	return found
 }
 
 // accepted implements acceptor: bucket 0's word of the frame just applied
@@ -626,3 +672,12 @@ func (s *grpcSource) Close() error {
 	s.t.mu.Unlock()
 	return nil
 }
+
+// receiveWindowBytes is the HTTP/2 receive window of a relay connection and
+// of each of its streams. A fixed window switches off grpc-go's BDP
+// estimator, which otherwise answers a sparse stream's data with a ping
+// (and the relay with its ack) for nearly every message: two more frames,
+// syscalls and wake-ups per delta on both sides. 4 MiB lets a relay send a
+// full CBI1 delta or a burst of chunks without waiting for the router's
+// window updates (the BDP estimator would grow to 16 MiB).
+const receiveWindowBytes = 4 << 20

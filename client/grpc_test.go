@@ -44,9 +44,15 @@ type fakeSub struct {
 
 func startFakeKV(t *testing.T) (*fakeKV, string) {
 	t.Helper()
-	f := &fakeKV{relay: &kvrelaypb.RelayIdentity{DrtInstanceId: 1, RelayIncarnation: 2}, subs: make(chan *fakeSub, 16), changed: make(chan struct{})}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	return startFakeKVOn(t, lis)
+}
+
+// startFakeKVOn is startFakeKV serving lis.
+func startFakeKVOn(t *testing.T, lis net.Listener) (*fakeKV, string) {
+	t.Helper()
+	f := &fakeKV{relay: &kvrelaypb.RelayIdentity{DrtInstanceId: 1, RelayIncarnation: 2}, subs: make(chan *fakeSub, 16), changed: make(chan struct{})}
 	srv := grpc.NewServer(grpc.MaxSendMsgSize(kvrelay.MaxMessageBytes))
 	kvrelaypb.RegisterKvEventRelayServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/wire"
 )
 
 // Lanes is a consumer seen from outside: the 16 lanes of one consumer table,
@@ -62,6 +63,21 @@ type Lanes interface {
 
 var _ Lanes = (*Native)(nil)
 
+// DecodedApplier is a [Lanes] that also applies a frame already decoded,
+// with the semantics of ApplyFrame on its encoding (the frame's size is the
+// transport's to bound: gRPC's messages are at most 8 MiB). A transport that decodes
+// another encoding (gRPC's CBI1) installs through it without encoding wire
+// v1 only for the consumer to decode it again; [Session] uses it when its
+// Lanes has it, and otherwise encodes the frame once for ApplyFrame (the
+// WebAssembly host takes bytes: the frame has to cross into the module's
+// memory anyway). The frame's slices are only read and not retained.
+type DecodedApplier interface {
+	Lanes
+	ApplyDecodedFrame(f *wire.Frame) (consumer.Result, error)
+}
+
+var _ DecodedApplier = (*Native)(nil)
+
 // Native is the in-process consumer behind [Lanes]: a *consumer.Consumer and
 // a mutex. Frames are decoded in place by consumer.ApplyFrameBytes, the path
 // the WebAssembly module uses too; errors are the consumer's and wire's own.
@@ -101,6 +117,13 @@ func (n *Native) ApplyFrame(frame []byte) (consumer.Result, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.c.ApplyFrameBytes(frame)
+}
+
+// ApplyDecodedFrame implements [DecodedApplier] with consumer.ApplyFrame.
+func (n *Native) ApplyDecodedFrame(f *wire.Frame) (consumer.Result, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.c.ApplyFrame(f), nil
 }
 
 // Query implements [Lanes].

@@ -55,6 +55,7 @@ type Session struct {
 	ls    Lanes
 	lease ckf.LaneLease
 	frame wire.Frame
+	buf   []byte // ApplyDecoded's encoding for Lanes that take bytes only
 
 	assigned  bool // the first chunk assigned the lane
 	installed bool // the session's snapshot is installed
@@ -94,13 +95,53 @@ func (s *Session) Apply(raw []byte) (consumer.Result, error) {
 	} else if err := s.check(f); err != nil {
 		return none, err
 	}
+	return s.apply(f, raw)
+}
+
+// ApplyDecoded is [Session.Apply] for a frame already decoded (a transport
+// that translates another encoding, gRPC's CBI1): the same rules, checked on
+// f, and the consumer's result. f is applied with [DecodedApplier] when the
+// session's Lanes has it, else encoded once for ApplyFrame. f is only read
+// and not retained.
+func (s *Session) ApplyDecoded(f *wire.Frame) (consumer.Result, error) {
+	if err := s.check(f); err != nil {
+		return consumer.Result{Lane: -1}, err
+	}
+	if _, ok := s.ls.(DecodedApplier); ok {
+		return s.apply(f, nil)
+	}
+	var err error
+	if s.buf, err = wire.AppendFrame(s.buf[:0], f); err != nil {
+		return consumer.Result{Lane: -1}, err
+	}
+	if cap(s.buf) > maxRetainedFrameBytes {
+		defer func() { s.buf = nil }()
+	}
+	return s.apply(f, s.buf)
+}
+
+// maxRetainedFrameBytes is the largest encoding buffer ApplyDecoded keeps
+// between frames.
+const maxRetainedFrameBytes = 64 << 10
+
+// apply assigns the lane on the session's first frame, then applies f: raw,
+// its encoding, with ApplyFrame, or f itself (raw nil) with the Lanes'
+// DecodedApplier.
+func (s *Session) apply(f *wire.Frame, raw []byte) (consumer.Result, error) {
+	none := consumer.Result{Lane: -1}
 	if !s.assigned {
 		if err := s.ls.Assign(f.Snapshot.Identity, s.lease); err != nil {
 			return none, err
 		}
 		s.assigned = true
 	}
-	res, err := s.ls.ApplyFrame(raw)
+	var res consumer.Result
+	var err error
+	if raw == nil {
+		res, err = s.ls.(DecodedApplier).ApplyDecodedFrame(f)
+	} else {
+		res, err = s.ls.ApplyFrame(raw)
+	}
 	if err != nil {
 		return res, err
 	}

@@ -646,3 +646,118 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile, token string) {
 	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600))
 	return certFile, keyFile, "s3cret-token"
 }
+
+// TestSubscribeKvPool_SubscribersShareOneEncoding: each delta is encoded
+// once (CBI1 and protobuf) whatever the number of filter streams on its
+// pool, and every stream receives the same bytes, send_ts_us included.
+func TestSubscribeKvPool_SubscribersShareOneEncoding(t *testing.T) {
+	r := startRelay(t, testConfig())
+	r.post(t, "dc-a", storedJSON(1, 1, 40))
+	p := r.pool(t, "dc-a")
+	quiet := func(min uint64) uint64 {
+		var at uint64
+		require.Eventually(t, func() bool {
+			at = p.Hub().Stats().Sequence
+			st, err := p.Stats(t.Context())
+			return err == nil && st.Pool.PendingEvents == 0 && at == st.Sequence && at >= min
+		}, 5*time.Second, time.Millisecond)
+		return at
+	}
+	base := quiet(1)
+
+	want := producerToWire(p.Identity())
+	const subscribers = 4
+	streams := make([]grpc.ServerStreamingClient[kvrelaypb.FilterUpdate], subscribers)
+	replicas := make([]*replica, subscribers)
+	for i := range streams {
+		st, err := r.client.SubscribeKvPool(t.Context(), subscribeReq(want))
+		require.NoError(t, err)
+		streams[i], replicas[i] = st, &replica{t: t, want: want}
+		for !replicas[i].installed {
+			u, err := st.Recv()
+			require.NoError(t, err)
+			replicas[i].apply(u)
+		}
+		require.Equal(t, base, replicas[i].seq, "every stream starts at the quiet pool's sequence")
+	}
+	before := r.g.deltaEncodes.Load()
+	for i := range 5 {
+		r.post(t, "dc-a", storedJSON(2, uint64(10+i), 30))
+	}
+	target := quiet(base + 5)
+	deltas := map[uint64]*kvrelaypb.FilterUpdate{} // sequence → the first stream's update
+	for i, st := range streams {
+		rp := replicas[i]
+		for rp.seq < target {
+			u, err := st.Recv()
+			require.NoError(t, err)
+			rp.apply(u)
+			if u.GetKind() != kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_DELTA {
+				continue
+			}
+			if first, ok := deltas[u.GetSequence()]; ok {
+				assert.True(t, proto.Equal(first, u), "stream %d: delta %d differs from the first stream's (send_ts_us %d, first %d)",
+					i, u.GetSequence(), u.GetSendTsUs(), first.GetSendTsUs())
+			} else {
+				deltas[u.GetSequence()] = u
+			}
+		}
+		assert.Equal(t, replicas[0].words, rp.words, "stream %d's table", i)
+	}
+	require.Len(t, deltas, int(target-base), "one delta per sequence")
+	assert.Equal(t, uint64(len(deltas)), r.g.deltaEncodes.Load()-before,
+		"%d deltas to %d streams: encodings", len(deltas), subscribers)
+}
+
+// TestSubscribeKvPool_SharedEncodingsAreBounded: a subscriber that stops
+// reading while the pool moves on does not make the shared encodings grow:
+// at most sharedDeltas entries within sharedDeltaBytes beside the newest,
+// and the cache goes with the pool's last stream.
+func TestSubscribeKvPool_SharedEncodingsAreBounded(t *testing.T) {
+	r := startRelay(t, testConfig())
+	r.post(t, "dc-a", storedJSON(1, 1, 40))
+	p := r.pool(t, "dc-a")
+	require.Eventually(t, func() bool { return p.Hub().Stats().Sequence >= 1 }, 5*time.Second, time.Millisecond)
+	want := producerToWire(p.Identity())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var streams []grpc.ServerStreamingClient[kvrelaypb.FilterUpdate]
+	for range 2 {
+		st, err := r.client.SubscribeKvPool(ctx, subscribeReq(want))
+		require.NoError(t, err)
+		streams = append(streams, st)
+	}
+	reader := &replica{t: t, want: want}
+	for !reader.installed {
+		u, err := streams[0].Recv()
+		require.NoError(t, err)
+		reader.apply(u)
+	}
+	// streams[1] never reads. 3 × sharedDeltas deltas of 30 blocks each.
+	for i := range 3 * sharedDeltas {
+		r.post(t, "dc-a", storedJSON(2, uint64(10+i), 30))
+		seq := p.Hub().Stats().Sequence
+		for reader.seq < seq {
+			u, err := streams[0].Recv()
+			require.NoError(t, err)
+			reader.apply(u)
+		}
+	}
+	r.g.cachesMu.Lock()
+	cache := r.g.caches[p.Hub()]
+	r.g.cachesMu.Unlock()
+	require.NotNil(t, cache)
+	cache.mu.Lock()
+	n, bytes := len(cache.entries), cache.bytes
+	cache.mu.Unlock()
+	assert.LessOrEqual(t, n, sharedDeltas, "entries")
+	assert.LessOrEqual(t, bytes, sharedDeltaBytes, "bytes held")
+	assert.Greater(t, reader.deltas, 2*sharedDeltas, "deltas (posts may share a publication): enough to need eviction")
+
+	cancel()
+	require.Eventually(t, func() bool {
+		r.g.cachesMu.Lock()
+		defer r.g.cachesMu.Unlock()
+		return len(r.g.caches) == 0
+	}, 5*time.Second, time.Millisecond, "the cache goes with the pool's last stream")
+}

@@ -97,7 +97,9 @@ func (g *Server) SubscribeKvPool(req *kvrelaypb.SubscribeKvPoolRequest, stream g
 	if !ok {
 		return kvrelay.Fail(ctx, reasonUnavailable, "pool with dc_id %d stopped publishing; reconnect", want.Pool.DCID)
 	}
-	ps := &poolStream{g: g, pool: pool, want: want, stream: stream, ctx: ctx}
+	cache, release := g.deltaCache(pool.Hub())
+	defer release()
+	ps := &poolStream{g: g, pool: pool, want: want, stream: stream, ctx: ctx, cache: cache}
 	return ps.run()
 }
 
@@ -109,8 +111,9 @@ type poolStream struct {
 	stream grpc.ServerStreamingServer[kvrelaypb.FilterUpdate]
 	ctx    context.Context
 	sub    *hub.Subscription
-	last   uint64 // the sequence of the last snapshot or delta sent
-	buf    []byte // the CBI1 payload, reused up to retainedBufferBytes: Send has marshalled it when it returns
+	cache  *deltaCache // the hub's deltas, encoded once for all its streams
+	last   uint64      // the sequence of the last snapshot or delta sent
+	buf    []byte      // a snapshot chunk's CBI1 payload, reused up to retainedBufferBytes: Send has marshalled it when it returns
 }
 
 // Per-subscriber memory of a filter stream (docs/limits.md, "Memory").
@@ -232,13 +235,11 @@ func (ps *poolStream) delta(d ckf.Delta) error {
 		return kvrelay.Fail(ps.ctx, reasonUnavailable, "pool %q: publication of %d images at sequence %d exceeds a CBI1 delta (%d); publication subscription requires a fresh snapshot",
 			ps.pool.Spec().Name, len(d.Images), d.Sequence, ps.g.maxDeltaImages)
 	}
-	var err error
-	ps.buf, err = cbi1.AppendFrame(ps.buf[:0], &cbi1.Frame{Header: cbi1.Header{Kind: cbi1.KindDelta, Format: d.Identity.Format,
-		DCID: d.Identity.Pool.DCID, Epoch: d.Sequence}, BaseEpoch: d.BaseSequence, Images: d.Images})
+	msg, err := ps.prepare(&d)
 	if err != nil {
 		return kvrelay.Fail(ps.ctx, reasonInternal, "encode delta: %v", err)
 	}
-	if err := ps.send(kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_DELTA, d.BaseSequence, d.Sequence, ps.buf); err != nil {
+	if err := ps.stream.SendMsg(msg); err != nil {
 		return err
 	}
 	ps.last = d.Sequence

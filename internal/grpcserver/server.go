@@ -33,6 +33,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/wire/cbi1"
 	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
@@ -74,6 +75,12 @@ type Server struct {
 	// maxDeltaImages is cbi1.MaxDeltaImages; tests lower it.
 	maxDeltaImages int
 
+	// Each hub's shared delta encodings (shared.go), and how many deltas
+	// were encoded: one per delta of the hub, whatever the subscribers.
+	cachesMu     sync.Mutex
+	caches       map[*hub.Hub]*deltaCache
+	deltaEncodes atomic.Uint64
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	loopDone chan struct{}
@@ -99,7 +106,7 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 		servingSlots: make(chan struct{}, cfg.GRPC.MaxStreams),
 		catalog:      newFeed[*kvrelaypb.KvPoolCatalogUpdate](loadHistory), load: newFeed[*kvrelaypb.KvPoolLoadUpdate](loadHistory),
 		serving:        newFeed[*kvrelaypb.ServingLoadUpdate](loadHistory),
-		maxDeltaImages: cbi1.MaxDeltaImages, stop: make(chan struct{}), loopDone: make(chan struct{})}
+		maxDeltaImages: cbi1.MaxDeltaImages, caches: map[*hub.Hub]*deltaCache{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
 	g.gate = newGate(cfg.AuthToken, time.Duration(cfg.GRPC.FirstRequestTimeout), cfg.GRPC.MaxPendingStreams)
 	opts := []grpc.ServerOption{
 		// Requests of this contract are under 1 KiB: a larger one is refused

@@ -278,6 +278,11 @@ var figures = []figure{
 	{Name: "relay_fanout64_grpc_fresh_p50_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "fresh-p50-ns", Unit: "ns"},
 	{Name: "relay_fanout64_grpc_fresh_p99_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "fresh-p99-ns", Unit: "ns"},
 	{Name: "relay_fanout64_grpc_vs_http_fresh_p50", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "fresh-p50-ns", Unit: "ratio"},
+	{Name: "relay_fanout64_http_fresh_p90_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=http/routers=64", Metric: "fresh-p90-ns", Unit: "ns"},
+	{Name: "relay_fanout64_grpc_fresh_p90_ns", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "fresh-p90-ns", Unit: "ns"},
+	// The tail swings with the machine's load from round to round: the
+	// median of the same-round ratios (issue #33).
+	{Name: "relay_fanout64_grpc_vs_http_fresh_p90", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "fresh-p90-ns", Unit: "ratio", PerRound: true},
 	{Name: "relay_fanout64_grpc_cpu_ns_per_op_sub", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "cpu-ns/op/sub", Unit: "ns"},
 	{Name: "relay_fanout64_grpc_vs_http_cpu", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Base: "BenchmarkFanout/transport=http/routers=64", Metric: "cpu-ns/op/sub", Unit: "ratio"},
 	{Name: "relay_fanout64_grpc_heap_bytes_per_sub", Pkg: "./internal/server", Bench: "BenchmarkFanout/transport=grpc/routers=64", Metric: "heap-B/sub", Unit: "bytes"},

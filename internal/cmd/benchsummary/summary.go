@@ -20,6 +20,11 @@ type figure struct {
 	Metric string // unit column to read: "ns/op", "B/op", a ReportMetric unit
 	Base   string // optional baseline benchmark: the figure is Bench/Base
 	Unit   string // unit printed on the BENCH line
+	// PerRound makes a ratio the median over the rounds of Bench/Base
+	// measured in the same round, instead of the aggregates' ratio: for
+	// metrics that swing with the machine's load from round to round (a
+	// latency tail), only the same-round ratio compares like with like.
+	PerRound bool
 	// Needs names the programs the benchmark runs, space-separated (e.g.
 	// "node", "gcc node"): without one of them on PATH the figure is
 	// skipped with a note instead of failing the run, as the benchmark
@@ -141,11 +146,32 @@ func (s samples) value(pkg, bench, metric string) (float64, bool) {
 	case strings.HasSuffix(metric, "/s"):
 		return slices.Max(vs), true
 	}
+	return median(vs), true
+}
+
+// perRound is the median over the rounds of f.Bench/f.Base in the same
+// round. Both must have a non-zero sample in every round.
+func (s samples) perRound(f figure) (float64, error) {
+	vs, bs := s[f.Pkg][f.Bench][f.Metric], s[f.Pkg][f.Base][f.Metric]
+	if len(vs) == 0 || len(vs) != len(bs) {
+		return 0, fmt.Errorf("%w %s: %d rounds of %q for %s and %d for %s in %s", errMissing, f.Name, len(vs), f.Metric, f.Bench, len(bs), f.Base, f.Pkg)
+	}
+	rs := make([]float64, len(vs))
+	for i := range vs {
+		if bs[i] == 0 {
+			return 0, fmt.Errorf("%w %s: %q of %s is 0 in round %d", errMissing, f.Name, f.Metric, f.Base, i+1)
+		}
+		rs[i] = vs[i] / bs[i]
+	}
+	return median(rs), nil
+}
+
+func median(vs []float64) float64 {
 	vs = slices.Sorted(slices.Values(vs))
 	if len(vs)%2 == 1 {
-		return vs[len(vs)/2], true
+		return vs[len(vs)/2]
 	}
-	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
+	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
 }
 
 // summarize computes every figure's BENCH line, in table order, and an error
@@ -155,6 +181,15 @@ func summarize(figs []figure, s samples) (lines []string, missing []error) {
 		v, ok := s.value(f.Pkg, f.Bench, f.Metric)
 		if !ok {
 			missing = append(missing, fmt.Errorf("%w %s: no %q for %s in %s", errMissing, f.Name, f.Metric, f.Bench, f.Pkg))
+			continue
+		}
+		if f.PerRound {
+			r, err := s.perRound(f)
+			if err != nil {
+				missing = append(missing, err)
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("BENCH %s %s %s", f.Name, formatValue(r), f.Unit))
 			continue
 		}
 		if f.Base != "" {

@@ -91,6 +91,29 @@ func TestSummarize_AggregatesAndRatio(t *testing.T) {
 	assert.False(t, !slices.Equal(lines, want) || len(missing) != 0, "summarize:\ngot  %q, missing %v\nwant %q, none missing", lines, missing, want)
 }
 
+// TestSummarize_PerRoundRatio: a PerRound figure is the median of the
+// same-round ratios, not the ratio of the aggregates; rounds that do not
+// pair up are missing.
+func TestSummarize_PerRoundRatio(t *testing.T) {
+	f := figure{Name: "tail_vs_base", Pkg: "./p", Bench: "BenchmarkX/a", Base: "BenchmarkX/b", Metric: "fresh-p90-ns", Unit: "ratio", PerRound: true}
+	s := samples{}
+	for _, round := range [][2]float64{{10, 5}, {30, 10}, {4, 4}} { // ratios 2, 3, 1; aggregates' ratio 10/5 = 2
+		s.add("./p", []result{{Name: "BenchmarkX/a", Metrics: map[string]float64{"fresh-p90-ns": round[0]}},
+			{Name: "BenchmarkX/b", Metrics: map[string]float64{"fresh-p90-ns": round[1]}}})
+	}
+	s.add("./p", []result{{Name: "BenchmarkX/a", Metrics: map[string]float64{"fresh-p90-ns": 1}},
+		{Name: "BenchmarkX/b", Metrics: map[string]float64{"fresh-p90-ns": 2}}}) // ratio 0.5: median of 0.5, 1, 2, 3
+	lines, missing := summarize([]figure{f}, s)
+	assert.Empty(t, missing)
+	assert.Equal(t, []string{"BENCH tail_vs_base 1.5 ratio"}, lines)
+
+	s.add("./p", []result{{Name: "BenchmarkX/a", Metrics: map[string]float64{"fresh-p90-ns": 1}}}) // a round without its base
+	lines, missing = summarize([]figure{f}, s)
+	assert.Empty(t, lines)
+	require.Len(t, missing, 1)
+	assert.ErrorIs(t, missing[0], errMissing)
+}
+
 func TestSummarize_Missing(t *testing.T) {
 	s := samples{}
 	s.add("./ckf", []result{
@@ -280,6 +303,9 @@ func TestFigures_FanoutSideBySide(t *testing.T) {
 		bench := top + tr + "/routers=64"
 		for _, m := range []string{"fresh-p50-ns", "fresh-p99-ns", "cpu-ns/op/sub", "heap-B/sub", "relay-out-B/op"} {
 			assert.True(t, have[[3]string{bench, "", m}], "no figure for %s %s", bench, m)
+		}
+		if tr == "grpc" {
+			assert.True(t, have[[3]string{bench, base, "fresh-p90-ns"}], "no fresh-p90-ns ratio of gRPC to HTTP")
 		}
 		if tr != "http" {
 			for _, m := range []string{"cpu-ns/op/sub", "relay-out-B/op"} {
