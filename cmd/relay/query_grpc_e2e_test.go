@@ -23,7 +23,8 @@ import (
 // --model llama it must answer exactly dc 1's and dc 2's llama depths,
 // labelled "1" and "2" (dc 1's qwen pool, which holds the whole request,
 // must not leak in); with --model qwen only dc 1's qwen depth; with --dc 2
-// only dc 2; and a model no pool serves ends the command with exit 1.
+// only dc 2; --domain and no --model select as the router does; and
+// selections the router cannot follow end the command with exit 1.
 func TestE2E_QueryGRPCSelectsPools(t *testing.T) {
 	bin := relayBinary(t)
 	pool := func(name string, dc uint64, model string) server.PoolSpec {
@@ -120,7 +121,18 @@ func TestE2E_QueryGRPCSelectsPools(t *testing.T) {
 		})
 	}
 
+	// --domain narrows the selection to the same pools; with no --model a
+	// data center's only pool is followed (dc 2's), and dc 1, which has
+	// two, is left out.
+	t.Run("impl=native/model=llama,domain", func(t *testing.T) {
+		run(t, "native", map[string]string{"1": "llama-1", "2": "llama-2"}, "--model", "llama", "--domain", getCatalog(t, base)["llama-1"].Identity.CacheSemantics)
+	})
+	t.Run("impl=native/no-model", func(t *testing.T) {
+		run(t, "native", map[string]string{"2": "llama-2"})
+	})
+
 	t.Run("refusals", func(t *testing.T) {
+		qwen := getCatalog(t, base)["qwen-1"].Identity.CacheSemantics
 		for _, c := range []struct {
 			args []string
 			code int
@@ -128,6 +140,9 @@ func TestE2E_QueryGRPCSelectsPools(t *testing.T) {
 		}{
 			{[]string{"--grpc", addr, "--model", "mistral"}, 1, "no pool selected"},
 			{[]string{"--grpc", addr, "--model", "qwen", "--dc", "2"}, 1, "--dc 2: no pool selected"},
+			{[]string{"--grpc", addr, "--dc", "1"}, 1, "dc_id 1 has 2 pools; select a model"},           // no --model: a data center's only pool
+			{[]string{"--grpc", addr, "--domain", qwen}, 1, "--domain picks a pool a router selecting"}, // the router could not follow it
+			{[]string{"--grpc", addr, "--grpc", addr, "--model", "llama"}, 1, "given twice"},
 			{[]string{"--grpc", addr, "--model", "llama", "--dc", "1", "--dc", "1"}, 2, "given twice"},
 			{[]string{"--grpc", addr, "--pool", "llama-1"}, 2, "not both"},
 			{[]string{"--relay", base, "--pool", "llama-1", "--model", "llama"}, 2, "go with --grpc"},

@@ -41,13 +41,18 @@ func resolveGRPC(ctx context.Context, addrs []string, dcs []uint64, sf tail.Sele
 	byDC := map[uint64]found{}
 	why := map[uint64][]string{}
 	for ri, addr := range addrs {
+		if slices.Contains(addrs[:ri], addr) {
+			return nil, fmt.Errorf("query: --grpc %s given twice", addr)
+		}
 		pools, routed, err := explain(ctx, addr, caFile, token, sel, also)
 		if err != nil {
 			return nil, err
 		}
 		for i, p := range pools {
 			if !p.Selected {
-				why[p.DCID] = append(why[p.DCID], fmt.Sprintf("%s: %s", addr, p.Why))
+				if w := fmt.Sprintf("%s: %s", addr, p.Why); !slices.Contains(why[p.DCID], w) {
+					why[p.DCID] = append(why[p.DCID], w)
+				}
 				continue
 			}
 			if !routed[i].Selected {

@@ -166,6 +166,9 @@ func (o SelectionFlags) Selection() (client.Selection, func(*kvrelaypb.KvPoolDes
 	if *o.model != "" {
 		sel.Model, sel.Adapter, _ = strings.Cut(*o.model, ":")
 		sel.Namespace = *o.namespace
+		if sel.Namespace == "" {
+			sel.Namespace = client.DefaultNamespace // as the client defaults it, so messages show it
+		}
 		switch *o.role {
 		case "aggregated":
 		case "prefill":
