@@ -30,6 +30,12 @@ import (
 // 16, the base model's salt) and returns their local hashes.
 func storeTokens(t *testing.T, base, pool string, tokens []uint32, worker uint64) []uint64 {
 	t.Helper()
+	return storeTokensQuery(t, base, pool, "source_epoch=1", tokens, worker)
+}
+
+// storeTokensQuery is storeTokens with the events URL's query string.
+func storeTokensQuery(t *testing.T, base, pool, query string, tokens []uint32, worker uint64) []uint64 {
+	t.Helper()
 	locals := ckf.AppendLocalBlockHashes(nil, tokens, 16, ckf.BaseSalt)
 	id := eventSeq.Add(1)
 	ev := ckf.RouterEvent{WorkerID: worker, EventID: id, Kind: ckf.EventStored}
@@ -38,7 +44,7 @@ func storeTokens(t *testing.T, base, pool string, tokens []uint32, worker uint64
 	}
 	body, err := wire.AppendRouterEventsJSON(nil, []ckf.RouterEvent{ev})
 	require.NoError(t, err)
-	resp, err := http.Post(base+"/v1/pools/"+pool+"/events?source_epoch=1", "application/json", bytes.NewReader(body))
+	resp, err := http.Post(base+"/v1/pools/"+pool+"/events?"+query, "application/json", bytes.NewReader(body))
 	require.NoError(t, err)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()

@@ -160,7 +160,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf", "client", "internal/catalog", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "google.golang.org/grpc"},
 		tests:   []string{"internal/grpcserver", "internal/server"},
 	},
-	"internal/query": {imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/tail", "wasm/host"}},
+	"internal/query": {imports: []string{"ckf", "client", "consumer", "internal/catalog", "internal/tail", "wasm/host", "wire/kvrelay/kvrelaypb", "google.golang.org/grpc"}},
 	"cmd/relay": {
 		imports: []string{"internal/query", "internal/serve", "internal/sim/demo", "internal/sim/replay/replaycmd", "internal/tail"},
 		tests: []string{"ckf", "client", "consumer", "internal/catalog", "internal/server", "internal/sim/engine", "internal/sim/replay/report", "internal/source", "internal/source/dynamonats", "internal/testing/h2peer", "internal/testing/natstest", "internal/testing/streamprobe", "internal/testing/streamtable", "producer", "wasm/host", "wire",

@@ -25,17 +25,18 @@ type pool struct {
 }
 
 // poolSet is what a router needs: the relays, the pools in answer order,
-// and their one routing domain.
+// and their one routing domain; over gRPC also the transport and the
+// catalog selection.
 type poolSet struct {
 	relays []string
 	pools  []pool
 	domain ckf.Domain
+	grpc   *client.GRPCConfig // nil: HTTP
+	sel    client.Selection
 }
 
 // resolve reads each relay's catalog and checks that the pools can share
-// one router: the same routing domain (a consumer holds one; formats may
-// differ, each lane has its own), and the same query semantics (block size
-// and hash format), since one request is hashed once for every pool.
+// one router (poolSet.add).
 func resolve(ctx context.Context, hc *http.Client, defaultRelay string, names []string, token string, blockSize int) (*poolSet, error) {
 	if len(names) > ckf.MaxLanes {
 		return nil, fmt.Errorf("query: %d pools: a router follows at most %d", len(names), ckf.MaxLanes)
@@ -81,28 +82,41 @@ func resolve(ctx context.Context, hc *http.Client, defaultRelay string, names []
 			return nil, fmt.Errorf("query: pool %s: %w", name, err)
 		}
 		p := pool{name: name, relay: ri, dcID: uint64(cp.DCID), semantics: cp.Query}
-		if blockSize > 0 {
-			p.semantics.BlockSize = blockSize
+		if err := s.add(p, d, blockSize); err != nil {
+			return nil, err
 		}
-		if p.eagle, err = p.semantics.Eagle(); err != nil {
-			return nil, fmt.Errorf("query: pool %s: %w", name, err)
-		}
-		if len(s.pools) == 0 {
-			s.domain = d
-		} else if first := s.pools[0]; d != s.domain {
-			return nil, fmt.Errorf("query: pools %s and %s are in different routing domains (cache_semantics or routing_scope): one router cannot follow both", first.name, name)
-		} else if p.semantics != first.semantics {
-			return nil, fmt.Errorf("query: pools %s and %s hash requests differently (block_size %d vs %d, hash_format %s vs %s): one request cannot be asked of both; --block-size sets one block size for every pool",
-				first.name, name, first.semantics.BlockSize, p.semantics.BlockSize, first.semantics.HashFormat, p.semantics.HashFormat)
-		}
-		for _, q := range s.pools {
-			if q.dcID == p.dcID {
-				return nil, fmt.Errorf("query: pools %s and %s have the same dc_id %d", q.name, name, p.dcID)
-			}
-		}
-		s.pools = append(s.pools, p)
 	}
 	return s, nil
+}
+
+// add appends p, whose pool is in routing domain d, after checking that it
+// can share the router with the pools before it: the same routing domain (a
+// consumer holds one; formats may differ, each lane has its own), the same
+// query semantics (one request is hashed once for every pool; blockSize > 0
+// overrides every pool's block size), and its own data center.
+func (s *poolSet) add(p pool, d ckf.Domain, blockSize int) error {
+	if blockSize > 0 {
+		p.semantics.BlockSize = blockSize
+	}
+	var err error
+	if p.eagle, err = p.semantics.Eagle(); err != nil {
+		return fmt.Errorf("query: pool %s: %w", p.name, err)
+	}
+	if len(s.pools) == 0 {
+		s.domain = d
+	} else if first := s.pools[0]; d != s.domain {
+		return fmt.Errorf("query: pools %s and %s are in different routing domains (cache_semantics or routing_scope): one router cannot follow both", first.name, p.name)
+	} else if p.semantics != first.semantics {
+		return fmt.Errorf("query: pools %s and %s hash requests differently (block_size %d vs %d, hash_format %s vs %s): one request cannot be asked of both; --block-size sets one block size for every pool",
+			first.name, p.name, first.semantics.BlockSize, p.semantics.BlockSize, first.semantics.HashFormat, p.semantics.HashFormat)
+	}
+	for _, q := range s.pools {
+		if q.dcID == p.dcID {
+			return fmt.Errorf("query: pools %s and %s have the same dc_id %d", q.name, p.name, p.dcID)
+		}
+	}
+	s.pools = append(s.pools, p)
+	return nil
 }
 
 // manifest is the consumer manifest of the set: lane i serves pools[i], and
@@ -118,12 +132,12 @@ func (s *poolSet) manifest(consumerID uint64) consumer.Manifest {
 
 // config is the router's configuration for the set.
 func (s *poolSet) config(token string, consumerID uint64, hc *http.Client) client.Config {
-	cfg := client.Config{AuthToken: token, ConsumerInstance: consumerID, HTTPClient: hc}
+	cfg := client.Config{AuthToken: token, ConsumerInstance: consumerID, HTTPClient: hc, GRPC: s.grpc, Select: s.sel}
 	for _, u := range s.relays {
 		cfg.Relays = append(cfg.Relays, client.Relay{Addrs: []string{u}})
 	}
 	for i, p := range s.pools {
-		cfg.Targets = append(cfg.Targets, client.Target{Pool: p.name, Lane: i, Relay: p.relay})
+		cfg.Targets = append(cfg.Targets, client.Target{Pool: p.name, Lane: i, Relay: p.relay, DCID: p.dcID})
 	}
 	return cfg
 }

@@ -28,12 +28,26 @@ import (
 
 // grpcOpts are the flags of `relay tail --grpc`.
 type grpcOpts struct {
-	addr, model, namespace, role, domain *string
+	addr *string
+	sel  SelectionFlags
 }
 
 func grpcFlags(fs *flag.FlagSet) grpcOpts {
 	return grpcOpts{
-		addr:      fs.String("grpc", "", "follow a KvEventRelay gRPC server at HOST:PORT instead of an HTTP pool stream"),
+		addr: fs.String("grpc", "", "follow a KvEventRelay gRPC server at HOST:PORT instead of an HTTP pool stream"),
+		sel:  AddSelectionFlags(fs),
+	}
+}
+
+// SelectionFlags are the gRPC catalog selection flags of `relay tail
+// --grpc` and `relay query --grpc`: --model, --namespace, --role, --domain.
+type SelectionFlags struct {
+	model, namespace, role, domain *string
+}
+
+// AddSelectionFlags registers the selection flags on fs.
+func AddSelectionFlags(fs *flag.FlagSet) SelectionFlags {
+	return SelectionFlags{
 		model:     fs.String("model", "", "with --grpc: select the pools of model BASE[:ADAPTER], as the Go client selects"),
 		namespace: fs.String("namespace", "", "with --grpc --model: the runtime namespace (default "+client.DefaultNamespace+")"),
 		role:      fs.String("role", "aggregated", "with --grpc --model: the worker role, aggregated (Dynamo's) or prefill"),
@@ -46,44 +60,23 @@ func grpcFlags(fs *flag.FlagSet) grpcOpts {
 // (at most limit each; 0: until the streams end). With no --model and no
 // --domain it lists the catalog and follows nothing.
 func runGRPC(ctx context.Context, o grpcOpts, token, caFile string, limit int, stdout, stderr io.Writer) error {
-	sel, also, follow, err := o.selection()
+	sel, also, follow, err := o.sel.Selection()
 	if err != nil {
 		fmt.Fprintln(stderr, "tail:", err)
 		return ErrUsage
 	}
-	creds := insecure.NewCredentials()
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return fmt.Errorf("tail: --ca-file: %w", err)
-		}
-		roots := x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("tail: --ca-file %s: no PEM certificate in it", caFile)
-		}
-		creds = credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})
-	}
-	conn, err := grpc.NewClient(*o.addr, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(kvrelay.MaxMessageBytes)))
+	conn, err := DialGRPC(*o.addr, caFile)
 	if err != nil {
 		return fmt.Errorf("tail: %w", err)
 	}
 	defer conn.Close()
-	if token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
-	}
+	ctx = WithToken(ctx, token)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cli := kvrelaypb.NewKvEventRelayClient(conn)
-	req := &kvrelaypb.WatchKvPoolCatalogRequest{SubscriberId: "ckfrelay-tail"}
-	kvrelay.StampRequest(req)
-	cs, err := cli.WatchKvPoolCatalog(ctx, req)
+	m, err := ReadCatalog(ctx, cli, "ckfrelay-tail")
 	if err != nil {
-		return fmt.Errorf("tail: WatchKvPoolCatalog: %w", err)
-	}
-	m, err := cs.Recv()
-	if err != nil {
-		return fmt.Errorf("tail: WatchKvPoolCatalog: %w (%s)", err, kvrelay.TrailerReason(cs.Trailer()))
+		return fmt.Errorf("tail: %w", err)
 	}
 	pools, err := client.ExplainCatalog(m, sel, also)
 	if err != nil {
@@ -111,13 +104,71 @@ func runGRPC(ctx context.Context, o grpcOpts, token, caFile string, limit int, s
 	return errors.Join(errs...)
 }
 
-// selection turns the flags into the client's selection, the --domain
-// filter, and whether anything is followed.
-func (o grpcOpts) selection() (client.Selection, func(*kvrelaypb.KvPoolDescriptor) bool, bool, error) {
+// GRPCCredentials are plaintext, or with caFile TLS trusting only the CA
+// certificates in that PEM file (--ca-file of a TLS gRPC relay).
+func GRPCCredentials(caFile string) (credentials.TransportCredentials, error) {
+	if caFile == "" {
+		return insecure.NewCredentials(), nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-file: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--ca-file %s: no PEM certificate in it", caFile)
+	}
+	return credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}), nil
+}
+
+// DialGRPC connects to a KvEventRelay server at addr (see GRPCCredentials),
+// receiving messages up to the contract's 8 MiB.
+func DialGRPC(addr, caFile string) (*grpc.ClientConn, error) {
+	creds, err := GRPCCredentials(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(kvrelay.MaxMessageBytes)))
+}
+
+// WithToken adds token (when set) as the bearer token of ctx's RPCs.
+func WithToken(ctx context.Context, token string) context.Context {
+	if token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+// ReadCatalog returns the relay's current catalog: the first message of a
+// WatchKvPoolCatalog stream, which it then closes.
+func ReadCatalog(ctx context.Context, cli kvrelaypb.KvEventRelayClient, subscriber string) (*kvrelaypb.KvPoolCatalogUpdate, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := &kvrelaypb.WatchKvPoolCatalogRequest{SubscriberId: subscriber}
+	kvrelay.StampRequest(req)
+	cs, err := cli.WatchKvPoolCatalog(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("WatchKvPoolCatalog: %w", err)
+	}
+	m, err := cs.Recv()
+	if err != nil {
+		return nil, fmt.Errorf("WatchKvPoolCatalog: %w (%s)", err, kvrelay.TrailerReason(cs.Trailer()))
+	}
+	return m, nil
+}
+
+// Selection turns the flags into the client's selection, the --domain
+// filter (nil without it), and whether anything is selected (--model or
+// --domain given).
+func (o SelectionFlags) Selection() (client.Selection, func(*kvrelaypb.KvPoolDescriptor) bool, bool, error) {
 	var sel client.Selection
 	if *o.model != "" {
 		sel.Model, sel.Adapter, _ = strings.Cut(*o.model, ":")
 		sel.Namespace = *o.namespace
+		if sel.Namespace == "" {
+			sel.Namespace = client.DefaultNamespace // as the client defaults it, so messages show it
+		}
 		switch *o.role {
 		case "aggregated":
 		case "prefill":
