@@ -569,17 +569,17 @@ func genNormalFlow() Scenario {
 	b.queries("request B after deltas", reqB)
 	b.queries("empty request", nil)
 	b.queries("partial block only", reqA[:genBlockSize-1])
-	for _, bs := range []int{0, -1, -1 << 32, -(1<<32 - 16)} {
-		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.Itoa(bs), Kind: abi.QueryTokens, Tokens: reqA, BlockSize: bs,
+	for _, bs := range []int64{0, -1, -1 << 32, -(1<<32 - 16)} {
+		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.FormatInt(bs, 10), Kind: abi.QueryTokens, Tokens: reqA, BlockSize: bs,
 			Salt: U64(ckf.BaseSalt), Want: Want{Code: int32(abi.ErrInvalidQuery)}})
 	}
 	// Any positive block size is valid; one above the token count leaves no
 	// complete block. The module's i32 argument must not wrap one ≥ 2^31
 	// (2^32+16 is not 16) on any host.
-	for _, bs := range []int{len(reqA) + 1, 1<<31 - 1, 1 << 31, 1<<32 - 1, 1 << 32, 1<<32 + genBlockSize} {
-		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.Itoa(bs) + ": no complete block", Kind: abi.QueryTokens, Tokens: reqA,
+	for _, bs := range []int64{int64(len(reqA)) + 1, 1<<31 - 1, 1 << 31, 1<<32 - 1, 1 << 32, 1<<32 + genBlockSize} {
+		b.step(Step{Op: OpQuery, Note: "token block size " + strconv.FormatInt(bs, 10) + ": no complete block", Kind: abi.QueryTokens, Tokens: reqA,
 			BlockSize: bs, Salt: U64(ckf.BaseSalt), Want: b.queryWant(nil)})
-		b.step(Step{Op: OpQuery, Note: "token query (kind 3), block size " + strconv.Itoa(bs) + ": no complete block", Kind: abi.QueryTokensWith,
+		b.step(Step{Op: OpQuery, Note: "token query (kind 3), block size " + strconv.FormatInt(bs, 10) + ": no complete block", Kind: abi.QueryTokensWith,
 			Tokens: reqA, BlockSize: bs, Salt: U64(ckf.BaseSalt), MM: [][]U64{{1}}, Want: b.queryWant(nil)})
 	}
 	b.status(0)
@@ -932,7 +932,7 @@ func (b *builder) queryWith(note string, tokens []uint32, bs int, salt uint64, o
 	for _, l := range o.MM {
 		mm = append(mm, u64s(l))
 	}
-	st := Step{Op: OpQuery, Note: note, Kind: abi.QueryTokensWith, Tokens: tokens, BlockSize: bs, Salt: U64(salt), MM: mm, Eagle: o.Eagle}
+	st := Step{Op: OpQuery, Note: note, Kind: abi.QueryTokensWith, Tokens: tokens, BlockSize: int64(bs), Salt: U64(salt), MM: mm, Eagle: o.Eagle}
 	if bs <= 0 {
 		st.Want = Want{Code: int32(abi.ErrInvalidQuery)}
 		b.step(st)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"reflect"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -100,9 +101,9 @@ func Exec(c client.Lanes, st *Step) (Want, error) {
 		case abi.QuerySequenceHashes:
 			err = c.QuerySequenceHashes(hashes, &res)
 		case abi.QueryTokens:
-			err = c.QueryTokens(st.Tokens, st.BlockSize, uint64(st.Salt), &res)
+			err = c.QueryTokens(st.Tokens, st.intBlockSize(), uint64(st.Salt), &res)
 		case abi.QueryTokensWith:
-			err = c.QueryTokensWith(st.Tokens, st.BlockSize, uint64(st.Salt), st.HashOptions(), &res)
+			err = c.QueryTokensWith(st.Tokens, st.intBlockSize(), uint64(st.Salt), st.HashOptions(), &res)
 		default:
 			return Want{}, fmt.Errorf("unknown query kind %d", st.Kind)
 		}
@@ -157,4 +158,11 @@ func WordsDigest(words []uint64) string {
 		h.Write(b[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// intBlockSize is the step's block size as the Go API takes it. Where int
+// is 32 bits a size beyond it is clamped, which answers the same (any size
+// above the token count leaves no complete block; any below 1 is invalid).
+func (st *Step) intBlockSize() int {
+	return int(max(min(st.BlockSize, math.MaxInt), math.MinInt))
 }

@@ -67,7 +67,7 @@ type Step struct {
 	Kind       int      `json:"kind,omitempty"` // abi.Query* for OpQuery
 	Hashes     []U64    `json:"hashes,omitempty"`
 	Tokens     []uint32 `json:"tokens,omitempty"`
-	BlockSize  int      `json:"block_size,omitempty"`
+	BlockSize  int64    `json:"block_size,omitempty"` // int64: scenarios hold sizes ≥ 2^31, which a 32-bit int cannot
 	Salt       U64      `json:"salt,omitempty"`
 	// MM and Eagle are the hash options of kind abi.QueryTokensWith:
 	// per-block multimodal hashes (list i for block i) and Eagle windows.
