@@ -162,17 +162,8 @@ func (s *Session) apply(f *wire.Frame, raw []byte) (consumer.Result, error) {
 
 // check applies the session's rules to a decoded frame.
 func (s *Session) check(f *wire.Frame) error {
-	var lease ckf.LaneLease
-	switch f.Kind {
-	case wire.KindSnapshotChunk:
-		lease = f.Snapshot.Lease
-	case wire.KindDelta:
-		lease = f.Delta.Lease
-	case wire.KindHeartbeat:
-		lease = f.Heartbeat.Lease
-	case wire.KindDrainMarker:
-		lease = f.Drain.Lease
-	default: // a close frame names no lease
+	lease, ok := f.Lease()
+	if !ok { // a close frame names no lease
 		if !s.assigned {
 			return fmt.Errorf("%w: stream must start with a snapshot chunk, got a %v frame", ErrProtocol, f.Kind)
 		}

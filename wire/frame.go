@@ -103,3 +103,20 @@ type Frame struct {
 // passed to [DecodeFrame] or [DecodeFrameView] (or a [Reader]'s buffer,
 // valid until its next read); copy it if it must outlive that.
 func (f *Frame) Payload() []byte { return f.raw }
+
+// Lease returns the lane lease f names: a snapshot chunk's, delta's,
+// heartbeat's or drain marker's; ok is false for a close frame or an unknown
+// kind, which name none.
+func (f *Frame) Lease() (l ckf.LaneLease, ok bool) {
+	switch f.Kind {
+	case KindSnapshotChunk:
+		return f.Snapshot.Lease, true
+	case KindDelta:
+		return f.Delta.Lease, true
+	case KindHeartbeat:
+		return f.Heartbeat.Lease, true
+	case KindDrainMarker:
+		return f.Drain.Lease, true
+	}
+	return l, false
+}

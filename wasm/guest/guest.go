@@ -154,20 +154,8 @@ func (g *guest) frameLane(b []byte) int {
 	if wire.DecodeFrameView(b, &f) != nil {
 		return -1
 	}
-	var l ckf.LaneLease
-	switch f.Kind {
-	case wire.KindSnapshotChunk:
-		l = f.Snapshot.Lease
-	case wire.KindDelta:
-		l = f.Delta.Lease
-	case wire.KindDrainMarker:
-		l = f.Drain.Lease
-	case wire.KindHeartbeat:
-		l = f.Heartbeat.Lease
-	default:
-		return -1
-	}
-	if l.PhysicalLane >= ckf.MaxLanes {
+	l, ok := f.Lease()
+	if !ok || l.PhysicalLane >= ckf.MaxLanes {
 		return -1
 	}
 	return int(l.PhysicalLane)
