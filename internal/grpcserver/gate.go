@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/ckfrelay/ckfrelay/internal/connlimit"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay"
+	"github.com/ckfrelay/ckfrelay/wire/kvrelay/kvrelaypb"
 )
 
 // gate is what a stream must pass between its HEADERS and its handler, and
@@ -39,7 +41,9 @@ import (
 //     ended, idle otherwise: the listener closes the longest-idle connection
 //     at grpc.max_connections and an address's longest-idle one past
 //     grpc.max_idle_per_client, and closes a connection that has had no
-//     admitted stream grpc.first_request_timeout after it was accepted.
+//     admitted stream grpc.first_request_timeout after it was accepted;
+//   - an admitted stream's every send must complete within
+//     stream_write_timeout, or the stream is ended (SendMsg).
 //
 // gRPC's own MaxConnectionIdle counts a request-less stream as activity, and
 // auth is per call, which is why these live here.
@@ -47,7 +51,10 @@ type gate struct {
 	token        []byte // nil: no auth
 	firstRequest time.Duration
 	maxPending   int
-	ln           atomic.Pointer[connlimit.Listener]
+	// sendTimeout bounds one message send of an admitted stream
+	// (stream_write_timeout, as one frame write of an HTTP stream).
+	sendTimeout time.Duration
+	ln          atomic.Pointer[connlimit.Listener]
 
 	mu       sync.Mutex
 	pending  list.List // of *call, longest-pending first
@@ -56,6 +63,7 @@ type gate struct {
 
 	cut     atomic.Uint64 // pending streams cancelled (deadline, bound, shutdown)
 	refused atomic.Uint64 // streams refused at their HEADERS (auth, shutdown)
+	stalled atomic.Uint64 // admitted streams cut because a send did not complete in sendTimeout
 }
 
 // call is one stream's passage through the gate.
@@ -69,8 +77,8 @@ type call struct {
 
 type callKey struct{}
 
-func newGate(token string, firstRequest time.Duration, maxPending int) *gate {
-	g := &gate{firstRequest: firstRequest, maxPending: maxPending, busy: map[*connlimit.Conn]int{}}
+func newGate(token string, firstRequest, sendTimeout time.Duration, maxPending int) *gate {
+	g := &gate{firstRequest: firstRequest, sendTimeout: sendTimeout, maxPending: maxPending, busy: map[*connlimit.Conn]int{}}
 	if token != "" {
 		g.token = []byte(token)
 	}
@@ -208,13 +216,21 @@ func (g *gate) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h gr
 }
 
 func (g *gate) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	return h(srv, &admittingStream{ServerStream: ss, g: g})
+	s := &admittingStream{ServerStream: ss, g: g}
+	defer s.stopWatch()
+	return h(srv, s)
 }
 
-// admittingStream admits its call when its request message has been read.
+// admittingStream admits its call when its request message has been read,
+// and bounds each of its sends.
 type admittingStream struct {
 	grpc.ServerStream
 	g *gate
+
+	// watch cancels the stream when a send has not completed within
+	// gate.sendTimeout; made at the first send, re-armed by every send.
+	watch   *time.Timer
+	stalled atomic.Bool
 }
 
 func (s *admittingStream) RecvMsg(m any) error {
@@ -225,6 +241,49 @@ func (s *admittingStream) RecvMsg(m any) error {
 		return status.Error(codes.Canceled, "request not received in time")
 	}
 	return nil
+}
+
+// SendMsg sends m within gate.sendTimeout or ends the stream: a peer that
+// stops reading lets HTTP/2 flow control block the send once its window and
+// grpc-go's per-stream write quota are full, and nothing else would ever
+// end the handler — its pool stream and hub slots (grpc.max_streams,
+// max_subscribers, shared with HTTP) would stay taken while the connection
+// answers keepalive pings. Cancelling the stream's context (the tap's)
+// releases the blocked send; the handler then returns SUBSCRIBER_LAGGED, as
+// an HTTP stream whose frame write missed stream_write_timeout is dropped.
+func (s *admittingStream) SendMsg(m any) error {
+	c, ok := s.Context().Value(callKey{}).(*call)
+	if !ok || s.g.sendTimeout <= 0 {
+		return s.ServerStream.SendMsg(m)
+	}
+	if s.watch == nil {
+		s.watch = time.AfterFunc(s.g.sendTimeout, func() {
+			s.stalled.Store(true)
+			s.g.stalled.Add(1)
+			// grpc-go ends a stream whose send failed with CANCELLED
+			// itself (serverStream.SendMsg writes that status before the
+			// handler's return could write another), so the reason goes
+			// out as a trailer on it, set before the send is released.
+			_ = grpc.SetTrailer(s.Context(), metadata.Pairs(kvrelay.ErrorReasonTrailer, lagged.Name()))
+			c.cancel()
+		})
+	} else {
+		s.watch.Reset(s.g.sendTimeout)
+	}
+	err := s.ServerStream.SendMsg(m)
+	if !s.watch.Stop() && s.stalled.Load() {
+		return status.Errorf(codes.Canceled, "a message was not sent within stream_write_timeout (%v): the subscriber stopped reading; resubscribe for a snapshot", s.g.sendTimeout)
+	}
+	return err
+}
+
+// lagged is the reason a stream cut for not reading carries.
+var lagged, _ = kvrelay.LookupReason(kvrelaypb.RelayErrorReason_RELAY_ERROR_REASON_SUBSCRIBER_LAGGED)
+
+func (s *admittingStream) stopWatch() {
+	if s.watch != nil {
+		s.watch.Stop()
+	}
 }
 
 // tokenOK reports whether md carries "authorization: Bearer <token>" (scheme

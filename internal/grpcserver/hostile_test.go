@@ -324,3 +324,63 @@ func TestListener_OneAddressCannotHoldEveryConnection(t *testing.T) {
 	_, err = kvrelaypb.NewKvEventRelayClient(conn).GetRelayInfo(ctx, stamped(&kvrelaypb.RelayInfoRequest{}))
 	require.NoError(t, err, "a router from another address is served")
 }
+
+// A subscriber that stops reading must not keep its stream slot: with
+// grpc.max_streams 1, a pool stream whose client never reads (64 KiB
+// windows, a snapshot of many chunks) blocks the relay's send; once that
+// send has waited stream_write_timeout the stream ends SUBSCRIBER_LAGGED and
+// another router is admitted. Before, the blocked handler held the slot
+// while the silent client's connection answered keepalives, and every
+// later subscriber got RESOURCE_LIMIT.
+func TestSubscribeKvPool_StalledReaderLosesItsSlot(t *testing.T) {
+	cfg := testConfig()
+	cfg.GRPC.MaxStreams = 1
+	cfg.StreamWriteTimeout = server.Duration(300 * time.Millisecond)
+	cfg.Pools[0].ExpectedBlocks = 1 << 21 // 2^20 buckets: 8 MiB of snapshot
+	r := startRelay(t, cfg)
+	p := r.pool(t, "dc-a")
+	id := producerToWire(p.Identity())
+
+	silent, err := grpc.NewClient(r.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
+	require.NoError(t, err)
+	t.Cleanup(func() { silent.Close() })
+	st, err := kvrelaypb.NewKvEventRelayClient(silent).SubscribeKvPool(t.Context(), subscribeReq(id))
+	require.NoError(t, err)
+	_, err = st.Header() // admitted: its handler runs and sends; never Recv
+	require.NoError(t, err)
+
+	// Another router is refused while the silent stream holds the slot, and
+	// admitted once the relay cut it.
+	var refused int
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		honest, err := r.client.SubscribeKvPool(ctx, subscribeReq(id))
+		if err != nil {
+			return false
+		}
+		_, err = honest.Recv()
+		if err != nil {
+			code, why := reason(err, honest.Trailer())
+			require.Equal(t, codes.ResourceExhausted, code, "%v", err)
+			require.Equal(t, reasonLimit, why)
+			refused++
+			return false
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "a router is admitted once the silent stream's send timed out")
+	t.Logf("refused %d times before the slot was freed", refused)
+	assert.Equal(t, uint64(1), r.g.gate.stalled.Load(), "one stream cut for not reading")
+	// The silent client, reading at last, gets what was queued and then
+	// CANCELLED (grpc-go writes the failed send's status itself) with the
+	// reason.
+	for {
+		if _, err = st.Recv(); err != nil {
+			break
+		}
+	}
+	code, why := reason(err, st.Trailer())
+	assert.Equal(t, codes.Canceled, code, "%v", err)
+	assert.Equal(t, reasonLagged, why)
+}

@@ -107,7 +107,7 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 		catalog:      newFeed[*kvrelaypb.KvPoolCatalogUpdate](loadHistory), load: newFeed[*kvrelaypb.KvPoolLoadUpdate](loadHistory),
 		serving:        newFeed[*kvrelaypb.ServingLoadUpdate](loadHistory),
 		maxDeltaImages: cbi1.MaxDeltaImages, caches: map[*hub.Hub]*deltaCache{}, stop: make(chan struct{}), loopDone: make(chan struct{})}
-	g.gate = newGate(cfg.AuthToken, time.Duration(cfg.GRPC.FirstRequestTimeout), cfg.GRPC.MaxPendingStreams)
+	g.gate = newGate(cfg.AuthToken, time.Duration(cfg.GRPC.FirstRequestTimeout), time.Duration(cfg.StreamWriteTimeout), cfg.GRPC.MaxPendingStreams)
 	opts := []grpc.ServerOption{
 		// Requests of this contract are under 1 KiB: a larger one is refused
 		// from its 5-byte message header, before its body is buffered.
@@ -150,6 +150,9 @@ func New(relay *server.Server, log *slog.Logger) (*Server, error) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckfrelay_grpc_streams_refused_total",
 			Help: "gRPC streams refused at their HEADERS: missing or wrong bearer token, or the relay shutting down."},
 			func() float64 { return float64(g.gate.refused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ckfrelay_grpc_streams_stalled_total",
+			Help: "Admitted gRPC streams ended because one message was not sent within stream_write_timeout (the subscriber stopped reading)."},
+			func() float64 { return float64(g.gate.stalled.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ckfrelay_grpc_streams_pending",
 			Help: "gRPC streams whose request has not arrived yet."},
 			func() float64 { return float64(g.gate.pendingLen()) })); err != nil {

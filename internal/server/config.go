@@ -264,9 +264,10 @@ type Config struct {
 	// flight share (each costs one table). Default 2.
 	SnapshotGenerations int      `json:"snapshot_generations,omitempty"`
 	HeartbeatInterval   Duration `json:"heartbeat_interval,omitempty"` // default 1s
-	// StreamWriteTimeout bounds one write to a stream: a subscriber that
-	// stops reading is dropped after it, so it cannot pin a handler (or
-	// delay shutdown) forever. Default 10s.
+	// StreamWriteTimeout bounds one write to a stream — a frame of an HTTP
+	// stream, a message of a gRPC stream: a subscriber that stops reading is
+	// dropped after it, so it cannot pin a handler and its subscriber slots
+	// (or delay shutdown) forever. Default 10s.
 	StreamWriteTimeout Duration   `json:"stream_write_timeout,omitempty"`
 	ShutdownGrace      Duration   `json:"shutdown_grace,omitempty"` // default 10s
 	Pools              []PoolSpec `json:"pools"`
