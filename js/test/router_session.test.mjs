@@ -2,7 +2,9 @@
 // against the real relay binary with a lying middlebox in front of its
 // streams (the router's fetch option): a frame under another lane's lease
 // ends only the session that carried it, a lane the consumer lost is not
-// ready and resubscribes, and a snapshot chunk sent again ends the session.
+// ready and resubscribes, a snapshot chunk sent again ends the session, and
+// so do a heartbeat between a snapshot's chunks and a snapshot that stops
+// progressing (snapshotProgressTimeoutMs).
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { Router, readFrames } from "../src/index.js";
@@ -11,8 +13,8 @@ import { startRelay, postStored, converge, wasmPath } from "../testsupport/relay
 
 const relays = [];
 after(() => Promise.all(relays.map((r) => r.stop("SIGKILL"))));
-async function relay(args) {
-  const r = await startRelay(args);
+async function relay(args, opts) {
+  const r = await startRelay(args, opts);
   relays.push(r);
   return r;
 }
@@ -120,6 +122,55 @@ test("a snapshot chunk sent again ends the session instead of restarting the sna
   t.after(() => router.stop());
   await until(() => router.lane(0).resubscribes > 0, "lane 0 to resubscribe");
   assert.match(router.lane(0).lastError, /want chunk 1/);
+  await postStored(rl.base, "p", 1, 2);
+  await converge(router, rl.base, "p", 0);
+  await router.stop();
+  await running;
+});
+
+// A middlebox that passes a snapshot's chunk 0 and swallows the rest of the
+// first session's chunks, passing every other frame.
+function swallowChunksAfterFirst() {
+  let sessions = 0;
+  return async (url, init) => {
+    const resp = await fetch(url, init);
+    if (!url.includes("/stream") || resp.status !== 200) return resp;
+    const first = ++sessions === 1;
+    async function* frames() {
+      let chunks = 0;
+      for await (const body of readFrames(resp.body)) {
+        const copy = body.slice();
+        if (first && copy[2] === 1 && chunks++ > 0) continue; // [1, 1, …]: a snapshot chunk after chunk 0
+        yield prefixed(copy);
+      }
+    }
+    return { status: 200, statusText: "OK", body: frames() };
+  };
+}
+
+test("a heartbeat between a snapshot's chunks ends the session", async (t) => {
+  const rl = await relay(["--pool", "p:dc=1,expected=262144"], { config: { heartbeat_interval: "50ms" } }); // 5 chunks
+  const router = await Router.connect({ ...fast, relayUrl: rl.base, pools: ["p"], fetch: swallowChunksAfterFirst() });
+  const running = router.run();
+  t.after(() => router.stop());
+  await until(() => router.lane(0).resubscribes > 0, "lane 0 to resubscribe");
+  assert.match(router.lane(0).lastError, /kind 4 frame inside the session's snapshot/);
+  await postStored(rl.base, "p", 1, 2);
+  await converge(router, rl.base, "p", 0);
+  await router.stop();
+  await running;
+});
+
+test("a snapshot that stops progressing ends the session at snapshotProgressTimeoutMs", async (t) => {
+  const rl = await relay(["--pool", "p:dc=1,expected=262144"], { config: { heartbeat_interval: "1h" } });
+  // Only chunk 0 arrives, then nothing: no heartbeat (1 h), no more chunks.
+  const router = await Router.connect({ ...fast, idleTimeoutMs: 0, snapshotProgressTimeoutMs: 300, relayUrl: rl.base,
+    pools: ["p"], fetch: swallowChunksAfterFirst() });
+  const running = router.run();
+  t.after(() => router.stop());
+  await until(() => router.lane(0).resubscribes > 0, "lane 0 to resubscribe");
+  assert.match(router.lane(0).lastError, /snapshot not installed 300 ms after the stream opened/);
+  assert.equal(router.lane(0).ready, false);
   await postStored(rl.base, "p", 1, 2);
   await converge(router, rl.base, "p", 0);
   await router.stop();
