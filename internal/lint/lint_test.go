@@ -126,7 +126,7 @@ var graph = map[string]rule{
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamtable": {imports: []string{"wire", "github.com/stretchr/testify"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
-	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer"}},
+	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer", "github.com/vmihailenco/msgpack/v5"}},
 	"internal/wasmbuild":           {},
 	"internal/cmd/benchsummary":    {},
 	"internal/cmd/wasirun":         {imports: []string{"github.com/tetratelabs/wazero"}},
