@@ -165,7 +165,7 @@ func TestOpen_CorruptTableIsErrDamaged(t *testing.T) {
 			done <- err
 			return
 		}
-			_, err = st.Pool("dc-a", Options{}).Load()
+		_, err = st.Pool("dc-a", Options{}).Load()
 		done <- err
 	}()
 	select {
