@@ -370,11 +370,14 @@ type Persistence struct {
 	// high-water mark, "partial" when it ended before it (the newest
 	// write-ahead log was damaged or deleted): LostCommands journalled
 	// commands are gone, and the ResetRanks recovered ranks were reset
-	// (degraded) so no stale block is advertised. Empty when nothing was
-	// stored.
-	Recovery     string `json:"recovery,omitempty"`
-	LostCommands U64    `json:"lost_commands,omitempty"`
-	ResetRanks   int    `json:"reset_ranks,omitempty"`
+	// (degraded) so no stale block is advertised; "unverified" when state
+	// was stored but its high-water mark file is missing or damaged
+	// (HighWaterMark says which): a lost tail cannot be ruled out. Empty
+	// when nothing was stored.
+	Recovery      string `json:"recovery,omitempty"`
+	HighWaterMark string `json:"high_water_mark,omitempty"`
+	LostCommands  U64    `json:"lost_commands,omitempty"`
+	ResetRanks    int    `json:"reset_ranks,omitempty"`
 	// JournalPosition counts the commands journalled, DurablePosition those
 	// on disk; CheckpointPosition is where the stored checkpoint stands.
 	JournalPosition    U64    `json:"journal_position"`

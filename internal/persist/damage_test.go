@@ -176,3 +176,58 @@ func TestOpen_CorruptTableIsErrDamaged(t *testing.T) {
 		require.FailNow(t, "opening a data dir with a corrupt table hangs")
 	}
 }
+
+// TestPoolLog_MissingOrDamagedMarkIsUnverified: stored state whose
+// high-water mark file was deleted or damaged loads as it is, but says the
+// journal could not be checked (Unverified) instead of passing for a whole
+// recovery. Before, a damaged mark claimed nothing and the load read as
+// complete — with the newest write-ahead log deleted too, commands were
+// gone without a word.
+func TestPoolLog_MissingOrDamagedMarkIsUnverified(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := Open(dir)
+	require.NoError(t, err)
+	pl := st.Pool("dc-a", Options{})
+	rec, err := pl.Load()
+	require.NoError(t, err)
+	assert.Empty(t, rec.Unverified, "a new data dir has no mark and nothing to check")
+	h := startActor(t, pl)
+	require.NoError(t, pl.Restore(ctx, h, rec))
+	drive(t, h, 0)
+	want, err := h.ExportState(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return pl.Stats().Durable == want.JournalPosition }, 5*time.Second, time.Millisecond)
+	require.NoError(t, h.Shutdown(ctx))
+	require.NoError(t, pl.Close(ctx))
+	require.NoError(t, st.Close())
+
+	load := func() Recovered {
+		t.Helper()
+		st, err := Open(dir)
+		require.NoError(t, err)
+		defer st.Close()
+		pl := st.Pool("dc-a", Options{})
+		rec, err := pl.Load()
+		require.NoError(t, err)
+		h := startActor(t, pl)
+		require.NoError(t, pl.Restore(ctx, h, rec))
+		assert.Equal(t, rec.Unverified, pl.Stats().Unverified, "the catalog's persistence reads it")
+		require.NoError(t, h.Shutdown(ctx))
+		require.NoError(t, pl.Close(ctx))
+		return rec
+	}
+	rec = load()
+	assert.Empty(t, rec.Unverified, "a whole mark checks out")
+	assert.Zero(t, rec.Lost)
+
+	mark := markPath(dir, "dc-a")
+	require.NoError(t, os.WriteFile(mark, []byte("CKHW\x00\x00\x00\x00\x00\x00\x00\x09garb"), 0o600))
+	rec = load()
+	assert.Equal(t, markDamaged, rec.Unverified)
+	assert.Equal(t, want.JournalPosition, rec.Position, "the state is kept")
+
+	require.NoError(t, os.Remove(mark))
+	rec = load()
+	assert.Equal(t, markMissing, rec.Unverified)
+}

@@ -376,6 +376,12 @@ type Recovered struct {
 	// recovered rank (ResetRanks of them), degraded.
 	Lost       uint64
 	ResetRanks int
+	// Unverified says why the journal could not be checked against its
+	// high-water mark although state was stored: the mark file is
+	// "missing" (deleted, or never written) or "damaged". Whether the
+	// newest write-ahead log lost commands is then unknown; the state is
+	// kept as recovered and the loss is reported, not ruled out.
+	Unverified string
 }
 
 // Load reads the pool's checkpoint and journal. Call it once, before
@@ -465,13 +471,19 @@ func (p *PoolLog) load() (Recovered, error) {
 	if err := it.Close(); err != nil {
 		return rec, err
 	}
-	mark, f, err := openMark(p.store.dir, p.pool)
+	mark, why, f, err := openMark(p.store.dir, p.pool)
 	if err != nil {
 		return rec, err
 	}
 	p.mark = f
 	if mark > rec.Position {
 		rec.Lost = mark - rec.Position
+	}
+	if why != "" && (rec.Found || rec.Position > 0) {
+		rec.Unverified = why
+		p.opt.Logger.Error("persist: the journal's high-water mark is "+why+": whether the newest write-ahead log lost commands cannot be checked; "+
+			"the recovered state is kept, and the catalog's persistence says \"recovery\": \"unverified\"",
+			"pool", p.pool, "journal_position", rec.Position, "file", markPath(p.store.dir, p.pool))
 	}
 	p.mu.Lock()
 	p.position, p.durable, p.checkpoint, p.blocks = rec.Position, rec.Position, m.CheckpointPosition, blocks
@@ -526,7 +538,7 @@ func (p *PoolLog) Restore(ctx context.Context, h producer.Handle, rec Recovered)
 	}
 	p.mu.Lock()
 	p.recovered = Recovered{Found: rec.Found, WrittenAt: rec.WrittenAt, Blocks: rec.Blocks, Position: rec.Position,
-		LoadTime: rec.LoadTime, Lost: rec.Lost, ResetRanks: rec.ResetRanks}
+		LoadTime: rec.LoadTime, Lost: rec.Lost, ResetRanks: rec.ResetRanks, Unverified: rec.Unverified}
 	p.mu.Unlock()
 	return nil
 }
@@ -847,6 +859,8 @@ type Stats struct {
 	// commands were lost, and ResetRanks recovered ranks were reset.
 	LostCommands uint64
 	ResetRanks   int
+	// Unverified: Recovered.Unverified.
+	Unverified string
 }
 
 // Stats returns the journal's state.
@@ -855,7 +869,8 @@ func (p *PoolLog) Stats() Stats {
 	defer p.mu.Unlock()
 	st := Stats{Position: p.position, Durable: p.durable, Checkpoint: p.checkpoint, LastCommit: p.lastCommit,
 		Recovered: p.recovered.Found, RecoveredBlocks: p.recovered.Blocks, RecoveredAt: p.recovered.WrittenAt,
-		RecoveredLoad: p.recovered.LoadTime, LostCommands: p.recovered.Lost, ResetRanks: p.recovered.ResetRanks}
+		RecoveredLoad: p.recovered.LoadTime, LostCommands: p.recovered.Lost, ResetRanks: p.recovered.ResetRanks,
+		Unverified: p.recovered.Unverified}
 	if p.writeErr != nil {
 		st.WriteError = p.writeErr.Error()
 	}
