@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -413,4 +414,44 @@ func TestRouter_ShortInstalledSessionsBackOff(t *testing.T) {
 			assert.GreaterOrEqual(t, li.FramesApplied, uint64(sessionsRun), "frames applied %d, want every session's snapshot installed (≥ %d)", li.FramesApplied, sessionsRun)
 		})
 	}
+}
+
+// TestRouter_PinnedFormatMismatchStopsTheLane: a pool serving another format
+// than the manifest pins (a version-1 manifest's one format; the pool was
+// resized) stops the lane with a typed error in its status instead of
+// resubscribing forever: no resubscribe, no backoff, the error matches
+// consumer.ErrFormatMismatch and names the pool's format.
+func TestRouter_PinnedFormatMismatchStopsTheLane(t *testing.T) {
+	url, sessions, _ := fakeRelay(t)
+	lanes := newNative(t) // pins testFormat
+	r, err := New(Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
+	require.NoError(t, err)
+	var backoffs atomic.Int32
+	r.onBackoff = func(int, time.Duration) { backoffs.Add(1) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+
+	resized := testID
+	resized.Format = ckf.NewFormat(ckf.DefaultSeed, 4096)
+	s := nextSession(t, sessions)
+	snap := ckf.Snapshot{Identity: resized, Lease: lease(s.epoch), Sequence: 5, Words: make([]uint64, 4096)}
+	s.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
+	waitFor(t, func() bool { return r.Lane(0).LastError != "" })
+	li := r.Lane(0)
+	require.Zero(t, li.Resubscribes, "a refused format is not retried")
+	require.Zero(t, backoffs.Load(), "no resubscribe delay was drawn")
+	require.False(t, li.Ready)
+	var mismatch *FormatMismatchError
+	require.ErrorAs(t, li.Stopped, &mismatch)
+	require.ErrorIs(t, li.Stopped, consumer.ErrFormatMismatch)
+	require.Equal(t, resized.Format, mismatch.Format)
+	require.Equal(t, 0, mismatch.Lane)
+	require.Contains(t, li.LastError, "4096 buckets")
+	<-s.done // the router closed the stream
 }

@@ -131,6 +131,9 @@ func (s *Session) apply(f *wire.Frame, raw []byte) (consumer.Result, error) {
 	none := consumer.Result{Lane: -1}
 	if !s.assigned {
 		if err := s.ls.Assign(f.Snapshot.Identity, s.lease); err != nil {
+			if errors.Is(err, consumer.ErrFormatMismatch) {
+				err = &FormatMismatchError{Lane: int(s.lease.PhysicalLane), Format: f.Snapshot.Identity.Format, Err: err}
+			}
 			return none, err
 		}
 		s.assigned = true
