@@ -562,37 +562,46 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	Get R6; I64Const $0x0001000100010001; I64Mul; Tee R6; I64Const $-1; I64Xor; Set R5
 
 // GROWS sets R7, R8 to the addresses of the group's rows A and B
-// (ckf.Addresser.Rows): a = R2 & mask, b = a ^ (R3 & mask, 0 → 1).
+// (ckf.Addresser.Rows): a = R2 & mask, b = a ^ (R3 & mask, 0 → 1), each
+// times the row's bytes (<< shift) plus the table's address; it leaves the
+// shift in F24 for GSLOTS. Each field is loaded once (a local read is
+// cheaper than a bounds-checked load).
 #define GROWS \
-	Get R2; GFIELD($searchGroup_mask); I64And; Set R7; \
-	Get R3; GFIELD($searchGroup_mask); I64And; Tee R8; Get R8; I64Eqz; I64ExtendI32U; I64Or; Get R7; I64Xor; Set R8; \
-	Get R7; GFIELD($searchGroup_shift); I64Shl; GFIELD($searchGroup_words); I64Add; Set R7; \
-	Get R8; GFIELD($searchGroup_shift); I64Shl; GFIELD($searchGroup_words); I64Add; Set R8
+	GFIELD($searchGroup_mask); Set R10; \
+	Get R2; Get R10; I64And; Set R7; \
+	Get R3; Get R10; I64And; Tee R8; Get R8; I64Eqz; I64ExtendI32U; I64Or; Get R7; I64Xor; Set R8; \
+	GFIELD($searchGroup_shift); Tee R10; F64ReinterpretI64; Set F24; \
+	GFIELD($searchGroup_words); Set R9; \
+	Get R7; Get R10; I64Shl; Get R9; I64Add; Set R7; \
+	Get R8; Get R10; I64Shl; Get R9; I64Add; Set R8
 
-// GSLOTS sets R9 to the slot hit mask of rows R7, R8 of the group's width:
-// ROWHITS' LANE tests of slots 15..8 only when the width is 16, 7..4 when
-// at least 8, and so on, then the same fold.
+// GSLOTS sets R9 to the slot hit mask of rows R7, R8 of the group's width
+// (shift F24 = log2(width) + 3): ROWHITS' LANE tests of slots 15..8 only
+// when the width is 16, 7..4 when at least 8, and so on, then the same
+// fold.
+#define GSHIFT Get F24; I64ReinterpretF64
 #define GSLOTS \
 	I64Const $0; Set R9; \
-	Block; GFIELD($searchGroup_width); I64Const $16; I64LtU; BrIf $0; \
+	Block; GSHIFT; I64Const $7; I64LtU; BrIf $0; \
 		LANE(120, 15); LANE(112, 14); LANE(104, 13); LANE(96, 12); \
 		LANE(88, 11); LANE(80, 10); LANE(72, 9); LANE(64, 8); \
 	End; \
-	Block; GFIELD($searchGroup_width); I64Const $8; I64LtU; BrIf $0; \
+	Block; GSHIFT; I64Const $6; I64LtU; BrIf $0; \
 		LANE(56, 7); LANE(48, 6); LANE(40, 5); LANE(32, 4); \
 	End; \
-	Block; GFIELD($searchGroup_width); I64Const $4; I64LtU; BrIf $0; LANE(24, 3); LANE(16, 2); End; \
-	Block; GFIELD($searchGroup_width); I64Const $2; I64LtU; BrIf $0; LANE(8, 1); End; \
+	Block; GSHIFT; I64Const $5; I64LtU; BrIf $0; LANE(24, 3); LANE(16, 2); End; \
+	Block; GSHIFT; I64Const $4; I64LtU; BrIf $0; LANE(8, 1); End; \
 	LANE(0, 0); \
 	Get R9; Get R9; I64Const $32; I64ShrU; I64Or; Tee R9; \
 	Get R9; I64Const $16; I64ShrU; I64Or; I64Const $0xFFFF; I64And; Set R9
 
 // GMAP ORs the lanes of slot hits R9 into R4: maps[0][R9 & 0xff] |
-// maps[1][R9 >> 8], two uint16 loads.
+// maps[1][R9 >> 8], two uint16 loads. It uses R10.
 #define GMAP \
+	GFIELD($searchGroup_maps); Set R10; \
 	Get R4; \
-	GFIELD($searchGroup_maps); Get R9; I64Const $0xFF; I64And; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; I64Or; \
-	GFIELD($searchGroup_maps); Get R9; I64Const $8; I64ShrU; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $512; I64Or; \
+	Get R10; Get R9; I64Const $0xFF; I64And; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; I64Or; \
+	Get R10; Get R9; I64Const $8; I64ShrU; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $512; I64Or; \
 	Set R4
 
 #define GROUPHITS \

@@ -171,14 +171,22 @@ func (s *PrefixSearch) GroupHits(key uint64, ready uint16) uint16 {
 	return groupHitsArch(s.formats, key, ready)
 }
 
-// groupHitsGo is the reference of GroupHits.
+// groupHitsGo is GroupHits in Go (every architecture but wasm, and the
+// reference the wasm kernel is tested against): per group the two rows'
+// words tested as [HitsAt] does, with the kernel's arithmetic — each word's
+// zero-lane bits shifted onto bit slot+16k and the four 16-bit groups folded
+// once — and without bounds checks (AddGroup checked every row the mask
+// reaches), which the profile of a 4-group probe showed as its cost next to
+// one 16-wide row (BENCHMARKS.md, "Format groups").
 func groupHitsGo(gs []searchGroup, key uint64, ready uint16) uint16 {
 	var m uint16
 	var kh KeyHash
+	var fp uint64
 	for i := range gs {
 		g := &gs[i]
 		if g.sameSeed == 0 {
 			kh = Addresser{keyFlip: g.keyFlip, dispFlip: g.dispFlip}.HashKey(key)
+			fp = uint64(kh.fp) * laneLow
 		}
 		if uint16(g.members)&ready == 0 {
 			continue
@@ -186,11 +194,17 @@ func groupHitsGo(gs []searchGroup, key uint64, ready uint16) uint16 {
 		a := kh.h & g.mask
 		d := kh.disp & g.mask
 		d |= (d - 1) >> 63 // 0 → 1, as displacement
-		n := (g.mask + 1) * g.width
-		words := unsafe.Slice(g.words, n)
-		ra, rb := a*g.width, (a^d)*g.width
-		hits := HitsAt(words[ra:ra+g.width:ra+g.width], words[rb:rb+g.width:rb+g.width], kh)
-		m |= g.maps[0][hits&0xff] | g.maps[1][hits>>8]
+		ra := unsafe.Add(unsafe.Pointer(g.words), a<<g.shift)
+		rb := unsafe.Add(unsafe.Pointer(g.words), (a^d)<<g.shift)
+		var z uint64
+		for l := range g.width {
+			x := *(*uint64)(unsafe.Add(ra, 8*l)) ^ fp
+			y := *(*uint64)(unsafe.Add(rb, 8*l)) ^ fp
+			z |= (((x - laneLow) &^ x) | ((y - laneLow) &^ y)) & laneHigh >> (15 - l)
+		}
+		z |= z >> 32
+		z |= z >> 16
+		m |= g.maps[0][uint8(z)] | g.maps[1][uint8(z>>8)]
 	}
 	return m & ready
 }
