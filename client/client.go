@@ -19,6 +19,14 @@
 // lane: relays send heartbeats while idle, so a healthy lane is never older
 // than a few heartbeat intervals, and only frames that moved the lane keep
 // a session alive.
+//
+// The consumer's manifest comes from the same [Config] ([Config.Manifest]):
+// its lanes are the targets', each pool's identity is read from its relay's
+// catalog, and no format is pinned unless a target pins one, so a lane
+// follows its pool across a resize and pools of any sizes share one
+// consumer (format groups, docs/SPEC.md §8.2). A pool serving a format the
+// manifest pins against stops its lane with a [*FormatMismatchError]
+// ([LaneInfo.Stopped]).
 package client
 
 import (
