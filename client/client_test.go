@@ -455,3 +455,32 @@ func TestRouter_PinnedFormatMismatchStopsTheLane(t *testing.T) {
 	require.Contains(t, li.LastError, "4096 buckets")
 	<-s.done // the router closed the stream
 }
+
+// TestRouter_InvalidFormatIsRetried: a relay sending an invalid format (a
+// bucket count that is no power of two) is refused by the consumer with the
+// same sentinel as a pinned mismatch, but it is the relay's fault and may
+// pass, so the lane resubscribes instead of stopping.
+func TestRouter_InvalidFormatIsRetried(t *testing.T) {
+	url, sessions, _ := fakeRelay(t)
+	m := consumer.Manifest{ConsumerInstance: testConsumer, Domain: testDomain, VerificationWindow: 2} // no pin
+	m.Lanes[0] = &testPool
+	lanes, err := NewNative(m)
+	require.NoError(t, err)
+	r := startRouter(t, Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
+	bad := testID
+	bad.Format.BucketCount = 96
+	s := nextSession(t, sessions)
+	snap := ckf.Snapshot{Identity: bad, Lease: lease(s.epoch), Sequence: 5, Words: make([]uint64, 96)}
+	s.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
+	s2 := nextSession(t, sessions) // resubscribed
+	require.Greater(t, s2.epoch, s.epoch)
+	li := r.Lane(0)
+	require.Nil(t, li.Stopped)
+	require.Equal(t, uint64(1), li.Resubscribes)
+	require.Contains(t, li.LastError, consumer.ErrFormatMismatch.Error())
+	// The same lane then follows a valid format.
+	snap2 := ckf.Snapshot{Identity: testID, Lease: lease(s2.epoch), Sequence: 6, Words: words(1)}
+	s2.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap2) })
+	waitFor(t, func() bool { return r.Lane(0).Ready })
+}

@@ -231,6 +231,8 @@ func (t *grpcTransport) catalogOnce(ctx context.Context) ([]catalogEntry, error)
 // one format, that the pool's size no longer matches after a resize).
 // Retrying cannot help until the configuration changes, so the router does
 // not retry; the other lanes go on. It matches consumer.ErrFormatMismatch.
+// An invalid format from the relay is not one: it ends the session like any
+// protocol fault and the lane resubscribes.
 type FormatMismatchError struct {
 	Lane   int
 	Format ckf.Format // the pool's, from its snapshot's identity

@@ -95,3 +95,18 @@ func TestConfig_ManifestRefusesBadCatalogs(t *testing.T) {
 	_, err = cfg.Manifest(context.Background())
 	require.ErrorIs(t, err, ErrNotInCatalog)
 }
+
+// TestConfig_ManifestHonoursTheContext: a relay that accepts the catalog
+// request and never answers holds Manifest only until ctx ends.
+func TestConfig_ManifestHonoursTheContext(t *testing.T) {
+	got := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(got)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-got; cancel() }()
+	_, err := Config{Relays: []Relay{{Addrs: []string{srv.URL}}}, Targets: []Target{{Pool: "p"}}}.Manifest(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+}
