@@ -194,3 +194,92 @@ func TestAddGroup_RefusesBadGroups(t *testing.T) {
 	s.AddGroup(NewAddresser(2, 8), make([]uint64, 8), 1, maps, 1)
 	require.Zero(t, s.formats[1].sameSeed, "another seed hashes again")
 }
+
+// FuzzGroupHits: GroupHits (the WebAssembly kernel in wasm builds) against
+// its Go reference and each group's RowHits, on layouts and tables built
+// from the input: each group takes a width (1..16), a bucket count (2..64),
+// a seed (one of three, so same-seed runs occur) and a slot order from the
+// first bytes, its table words from the rest.
+func FuzzGroupHits(f *testing.F) {
+	f.Add([]byte{3, 0x21, 0x42, 0x13, 0x84, 0xff, 0x00, 0x55}, uint64(1), uint16(0xFFFF))
+	f.Add([]byte("sixteen lanes of one width each, tables from these bytes ................................"), ^uint64(0), uint16(0x8001))
+	f.Fuzz(func(t *testing.T, data []byte, key uint64, ready uint16) {
+		if len(data) == 0 {
+			return
+		}
+		next := func() byte {
+			b := data[0]
+			data = append(data[1:], b) // cycle through the input
+			return b
+		}
+		seeds := []uint64{DefaultSeed, 7, 1 << 40}
+		var s PrefixSearch
+		type grp struct {
+			ad    Addresser
+			words []uint64
+			width int
+			slots [MaxLanes]int
+		}
+		var gs []grp
+		lane := 0
+		for n := 1 + int(next())%MaxLanes; len(gs) < n && lane < MaxLanes; {
+			b := next()
+			width := 1 << (b % 5)
+			members := min(1+int(b>>3)%width, MaxLanes-lane)
+			g := grp{ad: NewAddresser(seeds[int(b>>6)%3], uint64(2)<<(next()%6)), width: width}
+			for i := range g.slots {
+				g.slots[i] = -1
+			}
+			maps := new([2][256]uint16)
+			var m uint16
+			for k := range members {
+				slot := (k*int(1+2*(next()%8)) + int(next())) % width // odd stride: distinct slots
+				for g.slots[slot] >= 0 {
+					slot = (slot + 1) % width
+				}
+				g.slots[slot] = lane
+				m |= 1 << lane
+				lane++
+			}
+			for v := range 256 {
+				for sl := range 8 {
+					if v&(1<<sl) != 0 && g.slots[sl] >= 0 {
+						maps[0][v] |= 1 << g.slots[sl]
+					}
+					if v&(1<<sl) != 0 && sl+8 < MaxLanes && g.slots[sl+8] >= 0 {
+						maps[1][v] |= 1 << g.slots[sl+8]
+					}
+				}
+			}
+			g.words = make([]uint64, (g.ad.mask+1)*uint64(width))
+			for i := range g.words {
+				g.words[i] = uint64(next()) * 0x0101010101010101 & (0x00FF00FF00FF00FF << (next() % 9))
+			}
+			if next()%2 == 0 { // plant the key in one slot of its bucket A or B
+				a := g.ad.Address(key)
+				bk := a.A
+				if next()%2 == 0 {
+					bk = a.B
+				}
+				i := bk*uint64(width) + uint64(next())%uint64(width)
+				g.words[i] = uint64(Bucket(g.words[i]).WithSlot(int(next()%4), a.Fingerprint))
+			}
+			s.AddGroup(g.ad, g.words, width, maps, m)
+			gs = append(gs, g)
+		}
+		var want uint16
+		for i, g := range gs {
+			if uint16(s.formats[i].members)&ready == 0 {
+				continue
+			}
+			for h := g.ad.RowHits(g.words, g.width, key); h != 0; h &= h - 1 {
+				if l := g.slots[bits.TrailingZeros16(h)]; l >= 0 {
+					want |= 1 << l
+				}
+			}
+		}
+		want &= ready
+		require.Equal(t, want, groupHitsGo(s.formats, key, ready), "Go reference")
+		require.Equal(t, want, s.GroupHits(key, ready), "GroupHits")
+	})
+}

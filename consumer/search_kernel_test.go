@@ -151,7 +151,7 @@ func buildMixedLanes(t tb, window int, seq []uint64, member [lanes][]bool, forma
 // groups of every width, groups sharing a seed and single-lane groups occur.
 func drawFormats(rt *rapid.T) (fs [lanes]ckf.Format) {
 	seeds := []uint64{testSeed, 7, 1 << 40}
-	counts := []uint64{256, 512, 1024, 2048}
+	counts := []uint64{1024, 2048, 4096, 8192} // room for 300 positions: both buckets full is then negligible
 	k := rapid.IntRange(1, 6).Draw(rt, "formats")
 	pool := make([]ckf.Format, k)
 	for i := range pool {
@@ -187,7 +187,7 @@ func TestSearch_GroupKernelEqualsGo(t *testing.T) {
 	for p := range 10 {
 		short[p] = true
 	}
-	three := [lanes]ckf.Format{0: ckf.NewFormat(testSeed, 256), 1: ckf.NewFormat(7, 512), 2: ckf.NewFormat(testSeed, 1024), 5: ckf.NewFormat(7, 512)}
+	three := [lanes]ckf.Format{0: ckf.NewFormat(testSeed, 1024), 1: ckf.NewFormat(7, 2048), 2: ckf.NewFormat(testSeed, 4096), 5: ckf.NewFormat(7, 2048)}
 	kernelPaths.fallback, kernelPaths.resume = 0, 0
 	c := buildMixedLanes(t, 2, seq, [lanes][]bool{0: holed, 1: holed, 5: holed}, three)
 	require.False(t, c.uniform)

@@ -34,7 +34,7 @@ func TestGuestKernels(t *testing.T) {
 		want     []string
 	}{
 		{"ckf", "Kernel|HashBlocks|Chain|LaneRow|RowHits|GroupHits|AddGroup|XXH3|Sequence|LocalBlockHash|Address", []string{"GOARCH=wasm",
-			"--- PASS: TestRowHits_MatchesAddressAndContains", "--- PASS: TestGroupHits_MatchesRowHits"}},
+			"--- PASS: TestRowHits_MatchesAddressAndContains", "--- PASS: TestGroupHits_MatchesRowHits", "--- PASS: FuzzGroupHits"}},
 		{"consumer", "Search|Query|Contains|MixedFormats|OneGroup|FormatPins", []string{"--- PASS: TestSearch_KernelEqualsGo",
 			"--- PASS: TestSearch_GroupKernelEqualsGo", "--- PASS: TestConsumer_OneGroupRunsTodaysPath",
 			"--- PASS: TestConsumer_MixedFormats_property"}},
