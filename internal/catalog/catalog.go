@@ -389,31 +389,13 @@ type Persistence struct {
 // Domain returns the routing domain the identity names: its two digests
 // and their sources, parsed back from the catalog's hex and names.
 func (i Identity) Domain() (ckf.Domain, error) {
-	sem, err := parseDigest(i.CacheSemantics, i.CacheSemanticsSrc)
+	sem, err := ckf.ParseScopedDigest(i.CacheSemantics, i.CacheSemanticsSrc)
 	if err != nil {
 		return ckf.Domain{}, fmt.Errorf("catalog: cache_semantics: %w", err)
 	}
-	scope, err := parseDigest(i.RoutingScope, i.RoutingScopeSrc)
+	scope, err := ckf.ParseScopedDigest(i.RoutingScope, i.RoutingScopeSrc)
 	if err != nil {
 		return ckf.Domain{}, fmt.Errorf("catalog: routing_scope: %w", err)
 	}
 	return ckf.Domain{CacheSemantics: sem, RoutingScope: scope}, nil
-}
-
-func parseDigest(h, src string) (ckf.ScopedDigest, error) {
-	var d ckf.ScopedDigest
-	b, err := hex.DecodeString(h)
-	if err != nil || len(b) != len(d.Digest) {
-		return d, fmt.Errorf("digest %q is not %d hex digits", h, 2*len(d.Digest))
-	}
-	copy(d.Digest[:], b)
-	switch src {
-	case ckf.DigestDefaultDerived.String():
-		d.Source = ckf.DigestDefaultDerived
-	case ckf.DigestExplicit.String():
-		d.Source = ckf.DigestExplicit
-	default:
-		return d, fmt.Errorf("digest source %q", src)
-	}
-	return d, nil
 }

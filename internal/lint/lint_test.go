@@ -76,7 +76,7 @@ var graph = map[string]rule{
 	},
 	"client": {
 		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "github.com/zeebo/xxh3", "golang.org/x/net/http2"},
+		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "golang.org/x/net/http2"},
 	},
 	"client/natsjs": {},
 	"wasm/abi": {
