@@ -119,12 +119,15 @@ func TestRestorePool_RefusesInconsistentImages(t *testing.T) {
 	other := cfg
 	other.Seed++
 	cases := map[string]func(*PoolImage) Config{
-		"another format":      func(*PoolImage) Config { return other },
-		"words missing":       func(i *PoolImage) Config { i.Words = i.Words[1:]; return cfg },
-		"word cleared":        func(i *PoolImage) Config { clearFirstWord(i); return cfg },
-		"extra fingerprint":   func(i *PoolImage) Config { addFingerprint(i); return cfg },
-		"member twice":        func(i *PoolImage) Config { i.Members = append(i.Members, i.Members[0]); return cfg },
-		"external twice":      func(i *PoolImage) Config { i.Members[0].Blocks[1].External = i.Members[0].Blocks[0].External; return cfg },
+		"another format":    func(*PoolImage) Config { return other },
+		"words missing":     func(i *PoolImage) Config { i.Words = i.Words[1:]; return cfg },
+		"word cleared":      func(i *PoolImage) Config { clearFirstWord(i); return cfg },
+		"extra fingerprint": func(i *PoolImage) Config { addFingerprint(i); return cfg },
+		"member twice":      func(i *PoolImage) Config { i.Members = append(i.Members, i.Members[0]); return cfg },
+		"external twice": func(i *PoolImage) Config {
+			i.Members[0].Blocks[1].External = i.Members[0].Blocks[0].External
+			return cfg
+		},
 		"empty member":        func(i *PoolImage) Config { i.Members[0].Blocks = nil; return cfg },
 		"untracked omission":  func(i *PoolImage) Config { i.NonResident = []uint64{7}; return cfg },
 		"window out of range": func(i *PoolImage) Config { i.Window = []BucketImage{{Bucket: uint32(len(i.Words))}}; return cfg },
