@@ -18,6 +18,7 @@ const (
 	cmdSubscribe
 	cmdStats
 	cmdExport // see journal.go
+	cmdImage  // see image.go
 	cmdPause  // test only: see pause_test.go
 )
 
@@ -41,6 +42,7 @@ type reply struct {
 	sub   *Subscription
 	stats ActorStats
 	state *ExactState
+	image *Image
 }
 
 // pause parks the actor inside a command until release closes (tests).
@@ -211,6 +213,8 @@ func (a *actor) handle(c *command) bool {
 		c.reply <- reply{stats: a.statsNow()}
 	case cmdExport:
 		c.reply <- reply{state: a.exportState()}
+	case cmdImage:
+		c.reply <- reply{image: a.image()}
 	case cmdPause:
 		close(c.pause.entered)
 		select {

@@ -64,11 +64,22 @@ type Handle struct {
 // The fault channel must be drained: a full channel blocks the actor until
 // it is read or the actor is fenced.
 func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error) {
-	if err := cfg.Validate(); err != nil {
+	a, err := newActor(pool, scope, cfg, 0)
+	if err != nil {
 		return Handle{}, nil, err
 	}
+	go a.run()
+	return Handle{a: a}, a.faults, nil
+}
+
+// newActor returns the actor of pool, not running, whose publisher's last
+// sequence is sequence.
+func newActor(pool *ckf.Pool, scope Scope, cfg Config, sequence uint64) (*actor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if pool == nil {
-		return Handle{}, nil, configError("nil pool")
+		return nil, configError("nil pool")
 	}
 	a := &actor{
 		cfg:      cfg,
@@ -94,9 +105,8 @@ func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error
 	if cfg.Diagnostics {
 		a.diag = &diagnostics{}
 	}
-	a.pub = NewPublisher(a.identity, 0, &a.sink)
-	go a.run()
-	return Handle{a: a}, a.faults, nil
+	a.pub = NewPublisher(a.identity, sequence, &a.sink)
+	return a, nil
 }
 
 // Identity returns the producer identity stamped on the actor's stream.
