@@ -62,6 +62,14 @@ func (r *Recorder) Reset(sourceEpoch uint64, m ckf.Member, degraded bool) {
 	r.add(Command{Kind: KindReset, SourceEpoch: sourceEpoch, Member: m, Degraded: degraded})
 }
 
+// setPosition starts the count at pos: a pool started from a checkpoint's
+// image has journalled pos commands (before its actor journals any).
+func (r *Recorder) setPosition(pos uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.position = pos
+}
+
 // Position implements [producer.Journal].
 func (r *Recorder) Position() uint64 {
 	r.mu.Lock()
