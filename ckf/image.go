@@ -42,7 +42,7 @@ type PoolImage struct {
 	Format      Format
 	Words       []uint64
 	RNG         uint64          // the relocation generator's state
-	Members     []MemberLineage // by (worker, rank); blocks by external hash
+	Members     []MemberLineage // by (worker, rank); see SortLineages
 	NonResident []uint64        // tracked canonical blocks the filter omitted, ascending
 	// Window is the dirty window in first-touch order: each touched bucket
 	// with the word it held before the first touch.
@@ -51,8 +51,10 @@ type PoolImage struct {
 }
 
 // Image returns the pool's whole state; it shares nothing with the pool.
-// Cost: a copy of the words and O(tracked blocks · log) for the sorted
-// lineages.
+// Cost: a copy of the words and of the lineages, O(tracked blocks). A
+// member's blocks are in no particular order: [PoolImage.SortLineages]
+// makes the image canonical (its owner may do that off the pool's
+// goroutine).
 func (p *Pool) Image() PoolImage {
 	img := PoolImage{
 		Format:  p.format,
@@ -72,9 +74,6 @@ func (p *Pool) Image() PoolImage {
 			NetRevertedBuckets:          p.dirty.netRevertedBuckets,
 		},
 	}
-	for _, l := range img.Members {
-		slices.SortFunc(l.Blocks, func(a, b LineageEntry) int { return cmp.Compare(a.External, b.External) })
-	}
 	for c := range p.nonResident {
 		img.NonResident = append(img.NonResident, c)
 	}
@@ -83,6 +82,14 @@ func (p *Pool) Image() PoolImage {
 		img.Window = append(img.Window, BucketImage{Bucket: uint32(w.bucket), Word: w.before})
 	}
 	return img
+}
+
+// SortLineages sorts every member's blocks by external hash: two images of
+// equal pools are then equal.
+func (img *PoolImage) SortLineages() {
+	for _, l := range img.Members {
+		slices.SortFunc(l.Blocks, func(a, b LineageEntry) int { return cmp.Compare(a.External, b.External) })
+	}
 }
 
 // RestorePool returns a pool of configuration cfg in the state img

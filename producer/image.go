@@ -37,13 +37,15 @@ type EpochImage struct {
 
 // ExportImage returns the actor's image, taken between two commands: every
 // command sent before it has been applied. It costs the actor a copy of the
-// words and O(tracked blocks · log) for the sorted lineages, so a replica
-// that is not on the admission path (a standby) is the one to take it.
+// words and of the lineages, O(tracked blocks) (the caller's goroutine
+// sorts them), so a replica that is not on the admission path (a standby)
+// is the one to take it.
 func (h Handle) ExportImage(ctx context.Context) (Image, error) {
 	r, err := h.a.request(ctx, command{kind: cmdImage}, false)
 	if err != nil {
 		return Image{}, err
 	}
+	r.image.Pool.SortLineages() // here, not on the actor
 	return *r.image, nil
 }
 

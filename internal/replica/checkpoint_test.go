@@ -107,3 +107,55 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		require.Equal(t, c, again)
 	})
 }
+
+// BenchmarkCheckpoint measures a checkpoint of a pool of 2^19 expected
+// blocks filled to them (16 members, 64-block chains): taking the image,
+// encoding it, decoding it and starting an actor from it, and its size.
+func BenchmarkCheckpoint(b *testing.B) {
+	cfg := ckf.DefaultConfig()
+	cfg.ExpectedBlocks = 1 << 19
+	pool, err := ckf.NewPool(cfg)
+	require.NoError(b, err)
+	for i := range uint64(cfg.ExpectedBlocks / 64) {
+		ev := ckf.RouterEvent{WorkerID: i % 16, EventID: i, Kind: ckf.EventStored}
+		for j := range uint64(64) {
+			h := i<<8 | j
+			ev.Blocks = append(ev.Blocks, ckf.StoredBlock{BlockHash: h, TokensHash: h * 0x9E3779B97F4A7C15})
+		}
+		pool.ApplyEvent(&ev)
+	}
+	var img ckf.PoolImage
+	b.Run("image", func(b *testing.B) { // on the actor
+		for b.Loop() {
+			img = pool.Image()
+		}
+	})
+	b.Run("sort", func(b *testing.B) { // the caller's
+		for b.Loop() {
+			img.SortLineages()
+		}
+	})
+	c := &Checkpoint{Seq: 1, Term: 1, Image: producer.Image{Pool: img}}
+	var enc []byte
+	b.Run("encode", func(b *testing.B) {
+		for b.Loop() {
+			enc = AppendCheckpoint(enc[:0], c)
+		}
+		b.ReportMetric(float64(len(enc)), "bytes")
+		b.ReportMetric(float64(len(img.Words)), "buckets")
+	})
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := DecodeCheckpoint(enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ckf.RestorePool(cfg, &img); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
