@@ -35,6 +35,7 @@ type command struct {
 	lease    ckf.LaneLease
 	reply    chan reply // buffered 1; nil for Apply
 	pause    *pause
+	cursor   *Cursor // cmdApply: journalled after the events (cursor.go)
 }
 
 type reply struct {
@@ -196,7 +197,7 @@ func (a *actor) handle(c *command) bool {
 	a.wakeSenders()
 	switch c.kind {
 	case cmdApply:
-		return a.apply(c)
+		return a.apply(c) && a.journalCursor(c)
 	case cmdReplace:
 		c.reply <- reply{err: a.replace(c)}
 		a.permits.Release(c.weight)

@@ -163,11 +163,17 @@ func (h Handle) AdmitEvent(ctx context.Context, sourceEpoch uint64, ev ckf.Route
 // epoch than the member's is later dropped silently; one from a newer epoch
 // without a reset or replacement is not applied and is reported as a fault.
 func (h Handle) AdmitEvents(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterEvent) error {
+	return h.admit(ctx, sourceEpoch, evs, nil)
+}
+
+// admit queues an Apply command of evs and cursor (nil: none; with one, the
+// command is queued even without events).
+func (h Handle) admit(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterEvent, cursor *Cursor) error {
 	a := h.a
 	if a == nil {
 		return ErrNotStarted
 	}
-	if len(evs) == 0 {
+	if len(evs) == 0 && cursor == nil {
 		return nil
 	}
 	var start time.Time
@@ -182,7 +188,7 @@ func (h Handle) AdmitEvents(ctx context.Context, sourceEpoch uint64, evs []ckf.R
 	if err := a.acquire(ctx, w); err != nil {
 		return err
 	}
-	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, weight: w}
+	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, weight: w, cursor: cursor}
 	if err := a.send(ctx, &c); err != nil {
 		a.permits.Release(w)
 		return err
