@@ -62,20 +62,12 @@ const (
 	ckptCounters           = 10
 )
 
-// Cursor is how far one source's stream was admitted: an engine's ZMQ
-// sequence, a Dynamo envelope sequence. Source names the stream (an
-// engine's endpoint, a Dynamo publisher).
-type Cursor struct {
-	Source string
-	Seq    uint64
-}
-
 // Checkpoint is a pool's image at a record boundary.
 type Checkpoint struct {
 	Seq     uint64 // stream sequence of the last message of the last record included
 	Term    uint64 // the term at Seq (the next records are checked against it)
 	Leader  TermRecord
-	Cursors []Cursor // by source
+	Cursors []producer.Cursor // by source
 	Image   producer.Image
 }
 
@@ -183,9 +175,9 @@ func decodeCheckpoint(b []byte) (*Checkpoint, error) {
 	img.Sequence = d.uvarint()
 	img.EpochsPruned = d.uvarint()
 	if n := d.count(2); n > 0 {
-		c.Cursors = make([]Cursor, n)
+		c.Cursors = make([]producer.Cursor, n)
 		for i := range c.Cursors {
-			c.Cursors[i] = Cursor{Source: d.str(), Seq: d.uvarint()}
+			c.Cursors[i] = producer.Cursor{Source: d.str(), Seq: d.uvarint()}
 		}
 	}
 	p := &img.Pool

@@ -48,7 +48,7 @@ func sampleCheckpoint(t testing.TB) *Checkpoint {
 	require.NotEmpty(t, img.Pool.NonResident, "the sample has no capacity omission")
 	require.NotEmpty(t, img.Pool.Window, "the sample has no open window")
 	return &Checkpoint{Seq: 41, Term: 7, Leader: TermRecord{Node: "a", Address: "http://a:8080"},
-		Cursors: []Cursor{{Source: "tcp://engine-0:5557", Seq: 99}, {Source: "dynamo/kv_events", Seq: 3}}, Image: img}
+		Cursors: []producer.Cursor{{Source: "tcp://engine-0:5557", Seq: 99}, {Source: "dynamo/kv_events", Seq: 3}}, Image: img}
 }
 
 // TestCheckpointRoundTrip: a checkpoint decodes to itself; every strict

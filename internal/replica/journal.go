@@ -70,6 +70,13 @@ func (r *Recorder) setPosition(pos uint64) {
 	r.position = pos
 }
 
+// Cursor implements [producer.CursorJournal]. A cursor counts in the
+// position (the standby's actor journals it too, [Apply]), so every batch
+// starts at a distinct position and its message ids stay distinct.
+func (r *Recorder) Cursor(c producer.Cursor) {
+	r.add(Command{Kind: KindCursor, Cursor: c})
+}
+
 // Position implements [producer.Journal].
 func (r *Recorder) Position() uint64 {
 	r.mu.Lock()

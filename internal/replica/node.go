@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,8 +132,13 @@ const (
 type origin struct {
 	seq, term uint64
 	leader    TermRecord
-	cursors   []Cursor
+	cursors   []producer.Cursor
 }
+
+// MaxCursorSources bounds the sources whose cursors a pool's replicas keep:
+// a cursor of a further source is not kept (every replica drops the same
+// ones, in the same order), and its source resumes as if it had none.
+const MaxCursorSources = 4096
 
 // Node runs one pool's replica: a standby that applies the records stream
 // and takes the lease when it is free, and a leader that appends what its
@@ -153,6 +160,10 @@ type Node struct {
 
 	resign     chan struct{} // closed by Resign
 	resignOnce sync.Once
+
+	// cursors: how far each source's stream is in the records applied (a
+	// standby) or appended (the leader); guarded by mu.
+	cursors map[string]uint64
 
 	// The standby's checkpoint cadence: records and bytes applied since
 	// the last checkpoint (follow's goroutine only), one store at a time.
@@ -308,6 +319,10 @@ func (n *Node) Run(ctx context.Context) error {
 		n.sinceRecords, n.sinceBytes = 0, 0
 		n.mu.Lock()
 		n.pool = p
+		n.cursors = make(map[string]uint64, len(from.cursors))
+		for _, c := range from.cursors {
+			n.cursors[c.Source] = c.Seq
+		}
 		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint,
 			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
@@ -433,6 +448,9 @@ func (n *Node) apply(ctx context.Context, rec Record, p Pool) error {
 			return err
 		}
 	}
+	if rec.Batch != nil {
+		n.noteCursors(rec.Batch.Commands)
+	}
 	n.update(func(s *Status) {
 		s.Applied, s.Term = rec.Seq, rec.Term
 		s.Tail = max(s.Tail, rec.Seq)
@@ -551,6 +569,7 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 			if err != nil {
 				return fmt.Errorf("append refused or not stored in time: %w", err)
 			}
+			n.noteCursors(cmds)
 			n.setAcked(pos+uint64(len(cmds)), true)
 			n.update(func(s *Status) { s.Applied, s.Tail = app.Last(), app.Last() })
 		}
@@ -626,7 +645,7 @@ func (n *Node) checkpoint(ctx context.Context, p Pool, rec Record) error {
 		return fmt.Errorf("replica: checkpoint image: %w", err)
 	}
 	st := n.Status()
-	ck := &Checkpoint{Seq: rec.Seq, Term: rec.Term, Leader: TermRecord{Node: st.Leader, Address: st.Address}, Image: img}
+	ck := &Checkpoint{Seq: rec.Seq, Term: rec.Term, Leader: TermRecord{Node: st.Leader, Address: st.Address}, Cursors: n.Cursors(), Image: img}
 	n.sinceRecords, n.sinceBytes = 0, 0
 	n.storing.Store(true)
 	n.stores.Add(1)
@@ -646,4 +665,34 @@ func (n *Node) checkpoint(ctx context.Context, p Pool, rec Record) error {
 		n.log.Info("replica: stored a checkpoint", "checkpoint", ck.Seq, "bytes", size, "purged_below", below)
 	}()
 	return nil
+}
+
+// noteCursors keeps the cursors of cmds (records applied or appended).
+func (n *Node) noteCursors(cmds []Command) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := range cmds {
+		c := &cmds[i].Cursor
+		if cmds[i].Kind != KindCursor {
+			continue
+		}
+		if _, ok := n.cursors[c.Source]; ok || len(n.cursors) < MaxCursorSources {
+			n.cursors[c.Source] = c.Seq
+		}
+	}
+}
+
+// Cursors returns, by source, how far each source's stream is in the
+// records this replica applied (a standby) or appended (the leader): a
+// new leader's sources resume after them (a ZMQ source asks the engine's
+// replay socket for everything after its cursor).
+func (n *Node) Cursors() []producer.Cursor {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]producer.Cursor, 0, len(n.cursors))
+	for src, seq := range n.cursors {
+		out = append(out, producer.Cursor{Source: src, Seq: seq})
+	}
+	slices.SortFunc(out, func(a, b producer.Cursor) int { return strings.Compare(a.Source, b.Source) })
+	return out
 }

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // runErr waits for a node's Run to return by itself and returns its error.
@@ -58,6 +60,9 @@ func TestNodeCheckpoints(t *testing.T) {
 	for round := 0; ; round++ {
 		require.Less(t, round, 2000, "no two checkpoints and a purge after %d rounds", round)
 		admit(t, a.replica(), uint64(1+round%3), 5*(round/3), 5)
+		// The source's cursor after its batch (issue #34: records carry
+		// the sources' cursors).
+		require.NoError(t, a.replica().h.AdmitEventsAt(ctx, 1, nil, producer.Cursor{Source: fmt.Sprintf("engine-%d", 1+round%3), Seq: uint64(round)}))
 		st, err := a.replica().h.ExportState(ctx) // a barrier: the position counts the round
 		require.NoError(t, err)
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -77,6 +82,9 @@ func TestNodeCheckpoints(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, seqs, 2)
 	assert.Equal(t, "a", b.n.Status().Leader)
+	cursors := a.n.Cursors()
+	require.Len(t, cursors, 3)
+	assert.Equal(t, cursors, b.n.Cursors(), "the standby's cursors")
 	assert.Equal(t, seqs[0], b.n.Status().Checkpoint)
 	assert.Zero(t, a.n.Status().Checkpoint, "the leader took a checkpoint")
 	first, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
@@ -90,6 +98,7 @@ func TestNodeCheckpoints(t *testing.T) {
 	admit(t, a.replica(), 1, 1000, 5)
 	want, got = converged(t, a, c)
 	require.Equal(t, want, got)
+	assert.Equal(t, cursors, c.n.Cursors(), "cursors of a replica started from a checkpoint")
 	c.kill()
 
 	// The newest checkpoint damaged: the next replica falls back to the
@@ -105,6 +114,7 @@ func TestNodeCheckpoints(t *testing.T) {
 	assert.Equal(t, seqs[1], d.n.Status().Loaded)
 	want, got = converged(t, a, d)
 	require.Equal(t, want, got)
+	assert.Equal(t, cursors, d.n.Cursors(), "cursors of a replica started from the older checkpoint")
 	d.kill()
 
 	// Without checkpoints the purged subject cannot be replayed: a loud,

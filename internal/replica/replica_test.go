@@ -243,7 +243,18 @@ func TestStandbyEqualsLeaderAtEveryRecord(t *testing.T) {
 				for rapid.IntRange(0, 2).Draw(rt, "more events") == 0 {
 					evs = append(evs, hs.event(rt, m))
 				}
-				require.NoError(rt, leader.h.AdmitEvents(ctx, epoch, evs))
+				switch rapid.IntRange(0, 3).Draw(rt, "cursor") {
+				case 0: // a source that tracks its stream
+					hs.nextID++
+					cur := producer.Cursor{Source: fmt.Sprintf("engine-%d", m.WorkerID), Seq: hs.nextID}
+					require.NoError(rt, leader.h.AdmitEventsAt(ctx, epoch, evs, cur))
+				case 1: // a batch whose events its source dropped
+					hs.nextID++
+					cur := producer.Cursor{Source: fmt.Sprintf("engine-%d", m.WorkerID), Seq: hs.nextID}
+					require.NoError(rt, leader.h.AdmitEventsAt(ctx, epoch, nil, cur))
+				default:
+					require.NoError(rt, leader.h.AdmitEvents(ctx, epoch, evs))
+				}
 			}
 		}
 		cut()
