@@ -20,9 +20,10 @@ type Cursor struct {
 
 // CursorJournal is a [Journal] that also receives the cursors of
 // admissions ([Handle.AdmitEventsAt]), each after the admission's events,
-// in order. A cursor is not a command that changes the exact state: it
-// does not count in [Journal.Position]. Cursor runs on the actor goroutine
-// under the same rules as the Journal's methods.
+// in order. A cursor changes no exact state; whether it counts in
+// [Journal.Position] is the journal's choice (a replicated journal counts
+// it, as its replicas do). Cursor runs on the actor goroutine under the
+// same rules as the Journal's methods.
 type CursorJournal interface {
 	Journal
 	Cursor(c Cursor)

@@ -106,6 +106,7 @@ func newActor(pool *ckf.Pool, scope Scope, cfg Config, sequence uint64) (*actor,
 		a.diag = &diagnostics{}
 	}
 	a.pub = NewPublisher(a.identity, sequence, &a.sink)
+	_, a.takesCursors = cfg.Journal.(CursorJournal)
 	return a, nil
 }
 
@@ -172,6 +173,9 @@ func (h Handle) admit(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterE
 	a := h.a
 	if a == nil {
 		return ErrNotStarted
+	}
+	if cursor != nil && !a.takesCursors {
+		cursor = nil // no journal would see it: spare the actor
 	}
 	if len(evs) == 0 && cursor == nil {
 		return nil
@@ -431,6 +435,7 @@ type actor struct {
 	spaceWaiters atomic.Int32
 	permits      *semaphore.Weighted
 	faults       chan Fault
+	takesCursors bool // cfg.Journal is a CursorJournal
 	diag         *diagnostics
 
 	// gate orders senders against stopAdmission: senders hold it shared

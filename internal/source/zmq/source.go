@@ -21,6 +21,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // Rank states, as [source.RankStatus] reports them.
@@ -63,6 +64,7 @@ type Source struct {
 
 	// Owned by Run's goroutine.
 	ranks    map[uint32]*rank
+	resume   map[uint32]int64 // Resume: the next Run's ranks, by the last sequence admitted
 	maxRanks int
 	eventID  uint64
 
@@ -234,6 +236,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 	}
 	defer wg.Wait()
 	defer s.update(func(st *source.Status) { st.State = "stopped" })
+	s.resumeRanks(sink)
 	tick := time.NewTicker(max(s.cfg.SourceTimeout/4, time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -725,7 +728,13 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 		}
 		evs = append(evs, out)
 	}
-	if err := sink.AdmitEvents(ctx, r.epoch, evs); err != nil {
+	var err error
+	if cs, ok := sink.(source.CursorSink); ok {
+		err = cs.AdmitEventsAt(ctx, r.epoch, evs, producer.Cursor{Source: s.cursorSource(r.member.DPRank), Seq: uint64(msg.Seq)})
+	} else {
+		err = sink.AdmitEvents(ctx, r.epoch, evs)
+	}
+	if err != nil {
 		return fmt.Errorf("zmq source: admit: %w", err)
 	}
 	if len(evs) > 0 {
