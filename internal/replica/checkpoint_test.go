@@ -147,14 +147,14 @@ func BenchmarkCheckpoint(b *testing.B) {
 	b.Run("decode", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := DecodeCheckpoint(enc); err != nil {
-				b.Fatal(err)
+				require.Fail(b, "decode", "%v", err)
 			}
 		}
 	})
 	b.Run("restore", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := ckf.RestorePool(cfg, &img); err != nil {
-				b.Fatal(err)
+				require.Fail(b, "restore", "%v", err)
 			}
 		}
 	})
