@@ -258,10 +258,11 @@ func decodeCheckpoint(b []byte) (*Checkpoint, error) {
 // DefaultCheckpointBucket is the checkpoints' object store bucket.
 const DefaultCheckpointBucket = "CKFRELAY_HA_CKPT"
 
-// DefaultMaxCheckpoint bounds a checkpoint a replica loads: a 2^24-bucket
-// table (128 MiB of words) with its default tracked-block bound (4 per
-// slot: 2^28 lineage entries would be 4 GiB — a pool that large needs the
-// bound raised) — 1 GiB holds the table and ~56 M lineage entries.
+// DefaultMaxCheckpoint bounds a checkpoint a replica loads: 1 GiB holds
+// the largest table (2^24 buckets, 128 MiB of words) and ~56 M lineage
+// entries of 16 bytes. A pool tracking more (the default tracked-block
+// bound of a 2^24-bucket table is 2^28 entries, 4 GiB) needs
+// CheckpointConfig.MaxCheckpoint raised.
 const DefaultMaxCheckpoint = 1 << 30
 
 // CheckpointConfig configures the checkpoints' object store.

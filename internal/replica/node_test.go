@@ -69,7 +69,10 @@ func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs
 	require.NoError(t, err)
 	tn := &testNode{changes: make(chan change, 16), done: make(chan error, 1)}
 	start := func(img *producer.Image) (Pool, error) {
-		r, stop := startReplicaImage(t, 64, img)
+		r, stop, err := startReplicaImage(64, img)
+		if err != nil {
+			return Pool{}, err
+		}
 		tn.mu.Lock()
 		tn.last = r
 		tn.mu.Unlock()

@@ -36,11 +36,14 @@ func poolConfig(expected uint64) ckf.Config {
 }
 
 func startReplica(t require.TestingT, expected uint64) (*replica, func()) {
-	return startReplicaImage(t, expected, nil)
+	r, stop, err := startReplicaImage(expected, nil)
+	require.NoError(t, err)
+	return r, stop
 }
 
-// startReplicaImage starts a replica from img (nil: empty).
-func startReplicaImage(t require.TestingT, expected uint64, img *producer.Image) (*replica, func()) {
+// startReplicaImage starts a replica from img (nil: empty). It returns the
+// actor's refusal (a node's pool start calls it off the test goroutine).
+func startReplicaImage(expected uint64, img *producer.Image) (*replica, func(), error) {
 	cfg := poolConfig(expected)
 	r := &replica{rec: NewRecorder(1 << 16)}
 	pcfg := producer.DefaultConfig()
@@ -51,14 +54,17 @@ func startReplicaImage(t require.TestingT, expected uint64, img *producer.Image)
 	var err error
 	if img == nil {
 		var pool *ckf.Pool
-		pool, err = ckf.NewPool(cfg)
-		require.NoError(t, err)
+		if pool, err = ckf.NewPool(cfg); err != nil {
+			return nil, nil, err
+		}
 		h, faults, err = producer.Start(pool, scope, pcfg)
 	} else {
 		r.rec.setPosition(img.JournalPosition)
 		h, faults, err = producer.StartImage(cfg, img, scope, pcfg)
 	}
-	require.NoError(t, err)
+	if err != nil {
+		return nil, nil, err
+	}
 	go func() {
 		for range faults {
 			r.faults.Add(1)
@@ -70,7 +76,7 @@ func startReplicaImage(t require.TestingT, expected uint64, img *producer.Image)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = h.Shutdown(ctx)
-	}
+	}, nil
 }
 
 // boundary is the leader's state at a record boundary: its exact state,
@@ -281,7 +287,8 @@ func TestStandbyEqualsLeaderAtEveryRecord(t *testing.T) {
 			ck, err := DecodeCheckpoint(b)
 			require.NoError(rt, err)
 			var stop func()
-			restored, stop = startReplicaImage(rt, expected, &ck.Image)
+			restored, stop, err = startReplicaImage(expected, &ck.Image)
+			require.NoError(rt, err)
 			rt.Cleanup(stop)
 			require.Equal(rt, got, restored.at(rt, ctx), "a restored replica at its checkpoint")
 			rf, err = Follow(ctx, js, DefaultStream, subject, ck.Seq, ck.Term, 0)
