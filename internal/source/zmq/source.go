@@ -83,6 +83,7 @@ type Source struct {
 type rank struct {
 	member   ckf.Member
 	replayEP string // "" when the engine has no replay socket
+	cursor   string // the rank's stream in cursors (cursorSource), named on first use
 	epoch    uint64 // source epoch of the member (1 on first contact)
 	synced   bool   // next is meaningful: the pool holds this rank's stream up to next-1
 	fresh    bool   // nothing admitted at epoch yet
@@ -730,7 +731,10 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 	}
 	var err error
 	if cs, ok := sink.(source.CursorSink); ok {
-		err = cs.AdmitEventsAt(ctx, r.epoch, evs, producer.Cursor{Source: s.cursorSource(r.member.DPRank), Seq: uint64(msg.Seq)})
+		if r.cursor == "" {
+			r.cursor = s.cursorSource(r.member.DPRank)
+		}
+		err = cs.AdmitEventsAt(ctx, r.epoch, evs, producer.Cursor{Source: r.cursor, Seq: uint64(msg.Seq)})
 	} else {
 		err = sink.AdmitEvents(ctx, r.epoch, evs)
 	}
