@@ -81,6 +81,7 @@ cluster {
 		}
 		cmd := exec.Command(bin, "-c", path)
 		cmd.Stdout, cmd.Stderr = nil, nil
+		dieWithParent(cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("natstest: start %s: %v", name, err)
 		}
