@@ -121,7 +121,7 @@ type haEngines struct {
 	stopHB  []func()
 }
 
-func startHAEngines(t *testing.T, n int) *haEngines {
+func startHAEngines(t testing.TB, n int) *haEngines {
 	t.Helper()
 	h := &haEngines{stop: make(chan struct{})}
 	h.wake = sync.NewCond(&h.mu)
@@ -221,12 +221,11 @@ func (h *haEngines) truth() map[uint64]engine.Block {
 
 // haRelayConfig writes a relay config for one replica: the pool with the
 // engines' sources, a short lease. The NATS URL and node id come as flags.
-func haRelayConfig(t *testing.T, sources []map[string]any) string {
+func haRelayConfig(t testing.TB, expected int, sources []map[string]any) string {
 	t.Helper()
 	cfg := map[string]any{
-		"listen": "127.0.0.1:0",
-		"ha":     map[string]any{"lease_ttl": haLeaseTTL.String(), "stream_replicas": 3},
-		"pools": []map[string]any{{"name": haPool, "dc_id": 1, "expected_blocks": 65536,
+		"ha": map[string]any{"lease_ttl": haLeaseTTL.String(), "stream_replicas": 3},
+		"pools": []map[string]any{{"name": haPool, "dc_id": 1, "expected_blocks": expected,
 			"sources": sources}},
 	}
 	b, err := json.Marshal(cfg)
@@ -240,30 +239,37 @@ func haRelayConfig(t *testing.T, sources []map[string]any) string {
 // with the same node id).
 type haRelay struct {
 	*relay
+	tb   testing.TB // the test that owns the replica (its restarts too)
 	node string
 	args []string
 }
 
-func startHARelay(t *testing.T, cfg, natsURLs, node string) *haRelay {
+func startHARelay(t testing.TB, cfg, natsURLs, node string) *haRelay {
 	t.Helper()
-	args := []string{"--config", cfg, "--ha-nats-url", natsURLs, "--node-id", node}
-	return &haRelay{relay: startRelay(t, args...), node: node, args: args}
+	// A fixed port: the replica comes back where the router knows it.
+	port, err := engine.FreePorts(1)
+	require.NoError(t, err)
+	args := []string{"--config", cfg, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--ha-nats-url", natsURLs, "--node-id", node}
+	return &haRelay{relay: startRelay(t, args...), tb: t, node: node, args: args}
 }
 
-func (r *haRelay) restart(t *testing.T) {
-	t.Helper()
+// restart kills the replica and starts it again with the same node id and
+// address, owned by the test that started it (not a subtest, whose end
+// would kill it).
+func (r *haRelay) restart() {
+	r.tb.Helper()
 	r.relay.kill()
-	r.relay = startRelay(t, r.args...)
+	r.relay = startRelay(r.tb, r.args...)
 }
 
-func (r *haRelay) signal(t *testing.T, s syscall.Signal) {
+func (r *haRelay) signal(t testing.TB, s syscall.Signal) {
 	t.Helper()
 	require.NoError(t, r.cmd.Process.Signal(s))
 }
 
 // requireHAFlags skips while the relay binary has no --ha-nats-url (the
 // serve wiring lands on its own branch); it fails nothing else.
-func requireHAFlags(t *testing.T) {
+func requireHAFlags(t testing.TB) {
 	t.Helper()
 	out, _ := exec.Command(relayBinary(t), "serve", "--help").CombinedOutput()
 	if !strings.Contains(string(out), "-ha-nats-url") {
@@ -273,7 +279,7 @@ func requireHAFlags(t *testing.T) {
 
 // waitLeader polls both relays until one other than not leads under a term
 // above after; it returns it and its view.
-func waitLeader(t *testing.T, within time.Duration, after uint64, rs ...*haRelay) (*haRelay, haView) {
+func waitLeader(t testing.TB, within time.Duration, after uint64, rs ...*haRelay) (*haRelay, haView) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	var last []string
@@ -321,7 +327,7 @@ func laneHolds(r *client.Router, leader string, truth map[uint64]engine.Block) (
 }
 
 // waitLane polls until laneHolds and returns how long it took.
-func waitLane(t *testing.T, within time.Duration, r *client.Router, leader string, h *haEngines) time.Duration {
+func waitLane(t testing.TB, within time.Duration, r *client.Router, leader string, h *haEngines) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var why string
@@ -339,7 +345,7 @@ func waitLane(t *testing.T, within time.Duration, r *client.Router, leader strin
 
 // waitConverged polls until the standby follows the leader's term, has
 // applied its last record and holds the same blocks.
-func waitConverged(t *testing.T, within time.Duration, standby, leader *haRelay) {
+func waitConverged(t testing.TB, within time.Duration, standby, leader *haRelay) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	var s, l haView
@@ -388,6 +394,30 @@ func streamStatus(base string) int {
 	return resp.StatusCode
 }
 
+// startHARouter runs a router whose one relay has the replicas'
+// addresses, lane 0 on the pool.
+func startHARouter(tb testing.TB, rs []*haRelay) *client.Router {
+	tb.Helper()
+	var addrs []string
+	for _, r := range rs {
+		addrs = append(addrs, r.base)
+	}
+	router, err := client.New(client.Config{
+		Relays:           []client.Relay{{Addrs: addrs}},
+		ConsumerInstance: 77, Targets: []client.Target{{Pool: haPool, Lane: 0}},
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 5 * time.Second,
+	}, wasmLanes(tb, rs[0].base, []string{haPool}))
+	require.NoError(tb, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = router.Run(ctx)
+	}()
+	tb.Cleanup(func() { cancel(); <-done })
+	return router
+}
+
 // TestE2E_HATakeover runs the group through what the "Done when"
 // lists, in order on one cluster:
 //
@@ -405,23 +435,13 @@ func TestE2E_HATakeover(t *testing.T) {
 	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
 	urls := natstest.URLs(nodes[0], nodes)
 	h := startHAEngines(t, 2)
-	cfg := haRelayConfig(t, h.sources)
+	cfg := haRelayConfig(t, 65536, h.sources)
 
 	a := startHARelay(t, cfg, urls, "relay-a")
 	first, v := waitLeader(t, 30*time.Second, 0, a)
 	require.Same(t, a, first)
 	b := startHARelay(t, cfg, urls, "relay-b")
-	pools := []string{haPool}
-	router, err := client.New(client.Config{
-		Relays:           []client.Relay{{Addrs: []string{a.base, b.base}}},
-		ConsumerInstance: 77, Targets: []client.Target{{Pool: haPool, Lane: 0}},
-		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 5 * time.Second,
-	}, wasmLanes(t, a.base, pools))
-	require.NoError(t, err)
-	rctx, rcancel := context.WithCancel(context.Background())
-	rdone := make(chan struct{})
-	go func() { defer close(rdone); _ = router.Run(rctx) }()
-	t.Cleanup(func() { rcancel(); <-rdone })
+	router := startHARouter(t, []*haRelay{a, b})
 
 	h.setRunning(true)
 	require.Eventually(t, func() bool { return h.published() > 200 }, 20*time.Second, 10*time.Millisecond)
@@ -444,7 +464,7 @@ func TestE2E_HATakeover(t *testing.T) {
 
 		// The killed replica comes back as a standby and catches up.
 		h.setRunning(true)
-		a.restart(t)
+		a.restart()
 		require.Eventually(t, func() bool { return h.published() > 400 }, 20*time.Second, 10*time.Millisecond)
 		waitConverged(t, 30*time.Second, a, b)
 	})
@@ -463,7 +483,9 @@ func TestE2E_HATakeover(t *testing.T) {
 		n := h.published()
 		require.Eventually(t, func() bool { return h.published() > n+100 }, 20*time.Second, 10*time.Millisecond)
 		h.setRunning(false)
-		waitLane(t, 5*time.Second, router, a.base, h)
+		// The router notices a frozen relay by its idle timeout (5 s here:
+		// no frame, not even a heartbeat), not by a reset connection.
+		waitLane(t, 15*time.Second, router, a.base, h)
 
 		// The old leader wakes up believing nothing happened.
 		require.NoError(t, b.cmd.Process.Signal(syscall.SIGCONT))
