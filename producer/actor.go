@@ -17,8 +17,9 @@ const (
 	cmdFlush
 	cmdSubscribe
 	cmdStats
-	cmdExport // see journal.go
-	cmdPause  // test only: see pause_test.go
+	cmdExport      // see journal.go
+	cmdReincarnate // see Handle.Reincarnate
+	cmdPause       // test only: see pause_test.go
 )
 
 // command is one mailbox entry. Apply commands carry no reply channel, so
@@ -211,6 +212,9 @@ func (a *actor) handle(c *command) bool {
 		c.reply <- reply{stats: a.statsNow()}
 	case cmdExport:
 		c.reply <- reply{state: a.exportState()}
+	case cmdReincarnate:
+		a.reincarnate(c.epoch)
+		c.reply <- reply{}
 	case cmdPause:
 		close(c.pause.entered)
 		select {

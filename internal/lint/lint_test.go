@@ -93,7 +93,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/connlimit", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
+		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/connlimit", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/replica", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
 		tests: []string{"client", "consumer", "internal/grpcserver", "internal/testing/natstest", "internal/sim/engine", "internal/testing/streamprobe"},
 	},
