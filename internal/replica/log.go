@@ -302,12 +302,12 @@ type Follower struct {
 	cons     jetstream.Consumer // nil when the next Next must (re)create it
 	it       jetstream.MessagesContext
 	dseq     uint64 // the consumer's delivery sequence of the last message
+	resets   int    // consumers abandoned and recreated
 	applied  uint64 // stream sequence of the last message read
 	term     uint64
 	maxBatch int
 	asm      []byte
 	asmOpen  bool
-	resets   int
 }
 
 // followHeartbeat is the pull heartbeat: a consumer that died with its NATS
