@@ -535,6 +535,9 @@ func TestE2E_HATakeover(t *testing.T) {
 					refused++
 				}
 				mu.Unlock()
+				if !ok {
+					time.Sleep(5 * time.Millisecond) // no leader now: a client's retry pace
+				}
 			}
 		})
 		count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
