@@ -36,6 +36,14 @@ import (
 
 const haPool = "dc-a"
 
+// haReplayBuffer is the engines' replay buffer in batches: vLLM's default
+// (ZmqEventPublisher buffer_steps). A new leader asks the replay sockets
+// for everything after the last sequence the group holds per engine; while
+// it asks from 0 instead (the sources' cursors are not in the records yet),
+// only a buffer that still holds every batch since the engine started makes
+// it whole — with 300, phase (a) loses all 800 blocks (seen).
+const haReplayBuffer = 10_000
+
 // haLeaseTTL is the relays' lease in these tests: short, so a takeover
 // fits the 5 s the issue asks for with room to spare on a loaded CI
 // machine (the standby takes over about one TTL after the leader died).
@@ -129,7 +137,7 @@ func startHAEngines(t testing.TB, n int) *haEngines {
 		base, err := engine.FreePorts(2)
 		require.NoError(t, err)
 		pub, rep := fmt.Sprintf("tcp://127.0.0.1:%d", base), fmt.Sprintf("tcp://127.0.0.1:%d", base+1)
-		e, err := engine.Start(engine.Config{Endpoint: pub, Replay: rep, Seed: uint64(i) + 1})
+		e, err := engine.Start(engine.Config{Endpoint: pub, Replay: rep, Seed: uint64(i) + 1, BufferSteps: haReplayBuffer})
 		require.NoError(t, err)
 		h.engines = append(h.engines, e)
 		h.sources = append(h.sources, map[string]any{"engine": "vllm", "endpoint": pub, "replay": rep,
