@@ -437,7 +437,9 @@ func startHARouter(tb testing.TB, rs []*haRelay) *client.Router {
 //	    admits more, the old one is SIGCONTed: its writes are refused, it
 //	    serves no stale snapshot, becomes a standby and converges;
 //	(c) a NATS node is SIGKILLed during HTTP ingest: every acknowledged
-//	    block is held by the group, also after the next takeover.
+//	    block is held by the group, also after the next takeover;
+//	(d) a second NATS node dies (no majority): the leader stops leading
+//	    and acknowledges nothing.
 func TestE2E_HATakeover(t *testing.T) {
 	requireHAFlags(t)
 	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
@@ -511,6 +513,7 @@ func TestE2E_HATakeover(t *testing.T) {
 		v = haStatus(a.base)
 	})
 
+	var survivor *haRelay
 	t.Run("c_sigkill_nats_node", func(t *testing.T) {
 		// a leads, b follows. Ingest over HTTP to whichever leads; kill a
 		// NATS node midway; every acknowledged block must survive,
@@ -566,6 +569,7 @@ func TestE2E_HATakeover(t *testing.T) {
 		// block.
 		leader.relay.kill()
 		_, _ = waitLeader(t, 10*time.Second, lv.Term, other)
+		survivor = other
 		converge(t, router, other.base, haPool, 0)
 		missing := 0
 		for _, hsh := range acked {
@@ -575,5 +579,24 @@ func TestE2E_HATakeover(t *testing.T) {
 		}
 		require.Zero(t, missing, "%d of %d acknowledged blocks lost (%d posts refused)", missing, len(acked), refused)
 		t.Logf("%d acknowledged posts across a NATS node's death and a takeover, none lost; %d refused (no leader)", len(acked), refused)
+	})
+
+	t.Run("d_nats_quorum_lost", func(t *testing.T) {
+		// Two of three NATS nodes gone: nothing can be replicated, so the
+		// leader stops leading at its lease deadline and acknowledges
+		// nothing meanwhile.
+		require.NotNil(t, survivor, "phase c did not finish")
+		nodes[1].Kill()
+		lost := time.Now()
+		var sv haView
+		require.Eventually(t, func() bool {
+			sv = haStatus(survivor.base)
+			return sv.Err == nil && sv.Role == "standby"
+		}, 15*time.Second, 20*time.Millisecond, "the leader still leads without a NATS majority: %v", sv)
+		t.Logf("the leader stood down %v after NATS lost its majority (lease %v)", time.Since(lost), haLeaseTTL)
+		code, body := postTo(survivor.base, []ckf.RouterEvent{{WorkerID: 91, EventID: 1, Kind: ckf.EventStored,
+			Blocks: []ckf.StoredBlock{{BlockHash: 0xfeed, TokensHash: 0xf00d}}}})
+		require.NotEqual(t, http.StatusAccepted, code, "a write acknowledged without a NATS majority: %s", body)
+		require.NotEqual(t, http.StatusOK, streamStatus(survivor.base), "a stream served without a NATS majority")
 	})
 }
