@@ -82,7 +82,6 @@ func BenchmarkHAIngest(b *testing.B) {
 // The killed replica comes back as a standby and converges before the next
 // kill.
 func benchHATakeover(b *testing.B) {
-	requireHAFlags(b)
 	for range b.N {
 		nodes := natstest.StartCluster(b, natstest.BuildServer(b), 3)
 		urls := natstest.URLs(nodes[0], nodes)
@@ -130,16 +129,15 @@ func benchHATakeover(b *testing.B) {
 // standby's lag (the catalogs' polling would otherwise count in the
 // leader's CPU).
 func benchHAIngest(b *testing.B, ha bool) {
-	requireHAFlags(b)
 	for range b.N {
 		var rs []*haRelay
 		if ha {
 			nodes := natstest.StartCluster(b, natstest.BuildServer(b), 3)
 			urls := natstest.URLs(nodes[0], nodes)
 			cfg := haRelayConfig(b, 1<<20, nil)
-			rs = append(rs, startHARelay(b, cfg, urls, "relay-a"))
+			rs = append(rs, startHARelay(b, cfg, urls, "bench-leader"))
 			waitLeader(b, 30*time.Second, 0, rs...)
-			rs = append(rs, startHARelay(b, cfg, urls, "relay-b"))
+			rs = append(rs, startHARelay(b, cfg, urls, "bench-standby"))
 			waitConverged(b, 30*time.Second, rs[1], rs[0])
 		} else {
 			port, err := engine.FreePorts(1)

@@ -16,7 +16,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -275,16 +274,6 @@ func (r *haRelay) signal(t testing.TB, s syscall.Signal) {
 	require.NoError(t, r.cmd.Process.Signal(s))
 }
 
-// requireHAFlags skips while the relay binary has no --ha-nats-url (the
-// serve wiring lands on its own branch); it fails nothing else.
-func requireHAFlags(t testing.TB) {
-	t.Helper()
-	out, _ := exec.Command(relayBinary(t), "serve", "--help").CombinedOutput()
-	if !strings.Contains(string(out), "-ha-nats-url") {
-		t.Skip("the relay binary has no --ha-nats-url yet (relay serve HA wiring not merged)")
-	}
-}
-
 // waitLeader polls both relays until one other than not leads under a term
 // above after; it returns it and its view.
 func waitLeader(t testing.TB, within time.Duration, after uint64, rs ...*haRelay) (*haRelay, haView) {
@@ -441,7 +430,6 @@ func startHARouter(tb testing.TB, rs []*haRelay) *client.Router {
 //	(d) a second NATS node dies (no majority): the leader stops leading
 //	    and acknowledges nothing.
 func TestE2E_HATakeover(t *testing.T) {
-	requireHAFlags(t)
 	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
 	urls := natstest.URLs(nodes[0], nodes)
 	h := startHAEngines(t, 2)
