@@ -119,7 +119,7 @@ var graph = map[string]rule{
 	"internal/grpcserver": {
 		imports: []string{"ckf", "internal/connlimit", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
 			"github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests: []string{"client", "consumer", "internal/testing/h2peer", "internal/testing/streamtable", "wire", "golang.org/x/net"},
+		tests: []string{"client", "consumer", "internal/testing/h2peer", "internal/testing/natstest", "internal/testing/streamtable", "wire", "golang.org/x/net"},
 	},
 	"internal/connlimit":           {},
 	"internal/testing/h2peer":      {imports: []string{"golang.org/x/net"}},
