@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +78,16 @@ func (r *haRelay) ha(t *testing.T, pool string) catalog.Pool {
 	return catalog.Pool{}
 }
 
+func scrape(t *testing.T, r *haRelay) string {
+	t.Helper()
+	resp, err := http.Get(r.ts.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
 func (r *haRelay) leading(pool string) bool { return r.s.pools[pool].gen().leading }
 
 // waitLeader waits until exactly one of the relays leads pool and returns
@@ -133,6 +145,12 @@ func TestHA_StandbyRefersToTheLeaderAndTakesOver(t *testing.T) {
 	assert.Equal(t, lc.HA.Term, sc.HA.Term)
 	// Each term is a producer incarnation of its own, the term in the high bits.
 	assert.Equal(t, uint64(lc.HA.Term), uint64(lc.Identity.ProducerIncarnation)>>32)
+
+	// Metrics say the same.
+	assert.Contains(t, scrape(t, leader), `ckfrelay_ha_leader{pool="dc-a"} 1`)
+	assert.Contains(t, scrape(t, leader), `ckfrelay_ha_takeovers_total{pool="dc-a"} 1`)
+	assert.Contains(t, scrape(t, standby), `ckfrelay_ha_leader{pool="dc-a"} 0`)
+	assert.Contains(t, scrape(t, standby), `ckfrelay_ha_term{pool="dc-a"} `+strconv.FormatUint(uint64(lc.HA.Term), 10))
 
 	// The standby admits nothing and serves no stream: 503 with the leader.
 	ev, keys := chainJSON(1, 1, 3)
