@@ -398,7 +398,6 @@ func (h *haPool) retire(g *poolGen) {
 func (h *haPool) stopLeadership() {
 	h.mu.Lock()
 	l := h.lead
-	h.lead = nil
 	h.mu.Unlock()
 	if l == nil {
 		return
@@ -412,6 +411,9 @@ func (h *haPool) stopLeadership() {
 		<-rs.done
 	}
 	h.s.sources.set(h.p.spec.Name, nil)
+	h.mu.Lock()
+	h.lead = nil // only now: nil says the term's publisher and sources have returned
+	h.mu.Unlock()
 }
 
 // stop is the relay's shutdown of a replicated pool: stop admitting, wait

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +78,16 @@ func (r *haRelay) ha(t *testing.T, pool string) catalog.Pool {
 	return catalog.Pool{}
 }
 
+func scrape(t *testing.T, r *haRelay) string {
+	t.Helper()
+	resp, err := http.Get(r.ts.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
+}
+
 func (r *haRelay) leading(pool string) bool { return r.s.pools[pool].gen().leading }
 
 // waitLeader waits until exactly one of the relays leads pool and returns
@@ -133,6 +145,12 @@ func TestHA_StandbyRefersToTheLeaderAndTakesOver(t *testing.T) {
 	assert.Equal(t, lc.HA.Term, sc.HA.Term)
 	// Each term is a producer incarnation of its own, the term in the high bits.
 	assert.Equal(t, uint64(lc.HA.Term), uint64(lc.Identity.ProducerIncarnation)>>32)
+
+	// Metrics say the same.
+	assert.Contains(t, scrape(t, leader), `ckfrelay_ha_leader{pool="dc-a"} 1`)
+	assert.Contains(t, scrape(t, leader), `ckfrelay_ha_takeovers_total{pool="dc-a"} 1`)
+	assert.Contains(t, scrape(t, standby), `ckfrelay_ha_leader{pool="dc-a"} 0`)
+	assert.Contains(t, scrape(t, standby), `ckfrelay_ha_term{pool="dc-a"} `+strconv.FormatUint(uint64(lc.HA.Term), 10))
 
 	// The standby admits nothing and serves no stream: 503 with the leader.
 	ev, keys := chainJSON(1, 1, 3)
@@ -300,4 +318,66 @@ func TestHAConfig_Validate(t *testing.T) {
 	c2.HA.NodeID = ""
 	c2 = c2.WithDefaults()
 	assert.NotEmpty(t, c2.HA.NodeID)
+}
+
+// A leader whose appends stop being stored loses its leadership; its NATS
+// fan-out publisher stops (cancelled, no end frames) before the next leader
+// publishes, and publishes nothing more while the new leader does.
+func TestHA_DeposedLeadersFanOutStops(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	withFanOut := func(node string) Config {
+		cfg := haConfig(srv.URL(), node)
+		cfg.NATS = NATSOut{URL: srv.URL(), SnapshotInterval: Duration(time.Hour)}
+		return cfg
+	}
+	pj := &pausingJS{entered: make(chan struct{}, 1)}
+	a := startHARelay(t, withFanOut("node-a"), func(s *Server) { pj.JetStream = s.ha.js; s.ha.js = pj })
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	b := startHARelay(t, withFanOut("node-b"), nil)
+	require.Eventually(t, func() bool {
+		st, ok := a.s.NATSStats()["dc-a"]
+		return ok && st.Snapshots > 0 && st.Heartbeats > 0
+	}, 10*time.Second, 5*time.Millisecond, "the leader's fan-out never published")
+	require.NotContains(t, b.s.NATSStats(), "dc-a", "a standby runs no fan-out publisher")
+
+	// a's appends are no longer stored: its next admission fences it.
+	pj.pause()
+	ev, _ := chainJSON(1, 1, 3)
+	resp, body := postEvents(t, a.ts.URL, "dc-a", "["+ev+"]")
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%v", body)
+	assert.Equal(t, CodeNotLeader, errCode(body), "a 503 that says the events are not the group's")
+	require.Eventually(t, func() bool {
+		h := a.s.pools["dc-a"].ha
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return !a.leading("dc-a") && h.lead == nil
+	}, 10*time.Second, 5*time.Millisecond, "the deposed leader's publisher and sources did not return")
+	deposed := a.s.NATSStats()["dc-a"]
+
+	require.Eventually(t, func() bool { return b.leading("dc-a") }, 10*time.Second, 5*time.Millisecond, "b never took over")
+	require.Eventually(t, func() bool {
+		st, ok := b.s.NATSStats()["dc-a"]
+		return ok && st.Heartbeats >= 3
+	}, 10*time.Second, 5*time.Millisecond, "the new leader's fan-out never published")
+	if !a.leading("dc-a") { // a may have become b's standby meanwhile, never a leader again while paused
+		now := a.s.NATSStats()["dc-a"]
+		assert.Equal(t, []uint64{deposed.Heartbeats, deposed.Deltas, deposed.Snapshots}, []uint64{now.Heartbeats, now.Deltas, now.Snapshots},
+			"the deposed leader's publisher went on publishing")
+	}
+	pj.release()
+
+	// No frame of the stream ended a's incarnation: no drain marker, no
+	// close frame (either would deactivate router lanes that follow it).
+	js, layout := poolJetStream(t, srv.URL(), "dc-a")
+	st, err := js.Stream(t.Context(), layout.Stream)
+	require.NoError(t, err)
+	info, err := st.Info(t.Context())
+	require.NoError(t, err)
+	var f wire.Frame
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		require.NoError(t, err)
+		require.NoError(t, wire.DecodeFrame(m.Data, &f))
+		assert.NotContains(t, []wire.Kind{wire.KindClose, wire.KindDrainMarker}, f.Kind, "frame %d", seq)
+	}
 }

@@ -107,6 +107,11 @@ func (s *Server) startNATS() error {
 func (o *natsOut) start(p *hostedPool, h *hub.Hub, ctx context.Context, done chan struct{}) error {
 	cfg := o.cfg
 	cfg.Pool = p.spec.Name
+	if p.ha != nil {
+		// Checked before every publish: a leader resumed past its lease
+		// publishes nothing more, even before its replica loop notices.
+		cfg.Leading = p.ha.node.Leads
+	}
 	pub, err := natspub.New(o.js, h, cfg)
 	if err != nil {
 		return fmt.Errorf("server: nats: %w", err)
