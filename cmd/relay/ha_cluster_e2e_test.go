@@ -493,8 +493,10 @@ func TestE2E_HATakeover(t *testing.T) {
 		require.NotEqual(t, http.StatusAccepted, code, "the deposed leader acknowledged a write: %s", body)
 		require.NotEqual(t, http.StatusOK, streamStatus(b.base), "the deposed leader served a snapshot")
 		waitConverged(t, 30*time.Second, b, a)
+		// Under load a can lose and retake its lease on the way (a later
+		// term); b follows whichever term a leads now (waitConverged).
 		bv := haStatus(b.base)
-		require.Equal(t, av.Term, bv.Term)
+		require.GreaterOrEqual(t, bv.Term, av.Term)
 		require.Equal(t, "standby", bv.Role)
 		ok, why := laneHolds(router, a.base, h.truth())
 		require.True(t, ok, why)
@@ -554,18 +556,33 @@ func TestE2E_HATakeover(t *testing.T) {
 		}
 		waitConverged(t, 30*time.Second, other, leader)
 		// The leader dies too: the survivor must hold every acknowledged
-		// block.
+		// block. The group may re-elect on the way (NATS is electing new
+		// stream leaders after its node's death), so the check is the
+		// router's lane once it has re-snapshotted after the kill — only a
+		// leader serves a snapshot.
+		before := router.Lane(0).Resubscribes
 		leader.relay.kill()
 		_, _ = waitLeader(t, 10*time.Second, lv.Term, other)
 		survivor = other
-		converge(t, router, other.base, haPool, 0)
-		missing := 0
-		for _, hsh := range acked {
-			if mask, err := router.Contains(hsh); err != nil || mask&1 == 0 {
-				missing++
+		missing := len(acked)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			li := router.Lane(0)
+			if li.Ready && li.Resubscribes > before {
+				missing = 0
+				for _, hsh := range acked {
+					if mask, err := router.Contains(hsh); err != nil || mask&1 == 0 {
+						missing++
+					}
+				}
+				if missing == 0 {
+					break
+				}
 			}
+			require.True(t, time.Now().Before(deadline), "%d of %d acknowledged blocks not in the router's lane after the takeover (ready %v, %d posts refused): %s",
+				missing, len(acked), li.Ready, refused, li.LastError)
+			time.Sleep(20 * time.Millisecond) // polling the router under a deadline
 		}
-		require.Zero(t, missing, "%d of %d acknowledged blocks lost (%d posts refused)", missing, len(acked), refused)
 		t.Logf("%d acknowledged posts across a NATS node's death and a takeover, none lost; %d refused (no leader)", len(acked), refused)
 	})
 
