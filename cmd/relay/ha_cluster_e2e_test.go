@@ -449,6 +449,8 @@ func TestE2E_HATakeover(t *testing.T) {
 		// Engines go on publishing through the kill: what they publish
 		// while no relay leads reaches the new leader through their
 		// replay sockets.
+		v = haStatus(a.base) // its term now (a reign may have been renewed under load)
+		require.Equal(t, "leader", v.Role, "relay-a: %v", v)
 		killed := time.Now()
 		a.relay.kill()
 		leader, lv := waitLeader(t, 5*time.Second, v.Term, b)
@@ -469,6 +471,8 @@ func TestE2E_HATakeover(t *testing.T) {
 
 	t.Run("b_sigstop_leader", func(t *testing.T) {
 		// b leads, a follows. Stop b past its lease.
+		v = haStatus(b.base)
+		require.Equal(t, "leader", v.Role, "relay-b: %v", v)
 		b.signal(t, syscall.SIGSTOP)
 		stopped := true
 		t.Cleanup(func() {
