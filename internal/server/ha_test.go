@@ -387,16 +387,16 @@ func TestHA_DeposedLeadersFanOutStops(t *testing.T) {
 // trailer built from anything else.
 func TestParseAdvertisement(t *testing.T) {
 	for addr, want := range map[string]LeaderHint{
-		"http://10.0.0.7:7878":                      {Node: "n", URL: "http://10.0.0.7:7878"},
-		"https://h:1?grpc=h%3A2":                    {Node: "n", URL: "https://h:1", GRPC: "h:2"},
-		advertisement("http://h:1", "h:2"):          {Node: "n", URL: "http://h:1", GRPC: "h:2"},
-		"http://h:1?grpc=not-a-target":              {Node: "n", URL: "http://h:1"},
-		"h:1":                                       {Node: "n"},
-		"javascript:alert(1)":                       {Node: "n"},
-		"http://h:1/\r\nSet-Cookie: x=1":            {Node: "n"},
-		"":                                          {Node: "n"},
-		"ftp://h:1":                                 {Node: "n"},
-		"http://h:1#frag":                           {Node: "n", URL: "http://h:1"},
+		"http://10.0.0.7:7878":             {Node: "n", URL: "http://10.0.0.7:7878"},
+		"https://h:1?grpc=h%3A2":           {Node: "n", URL: "https://h:1", GRPC: "h:2"},
+		advertisement("http://h:1", "h:2"): {Node: "n", URL: "http://h:1", GRPC: "h:2"},
+		"http://h:1?grpc=not-a-target":     {Node: "n", URL: "http://h:1"},
+		"h:1":                              {Node: "n"},
+		"javascript:alert(1)":              {Node: "n"},
+		"http://h:1/\r\nSet-Cookie: x=1":   {Node: "n"},
+		"":                                 {Node: "n"},
+		"ftp://h:1":                        {Node: "n"},
+		"http://h:1#frag":                  {Node: "n", URL: "http://h:1"},
 		"http://" + strings.Repeat("a", 900) + ":1": {Node: "n", URL: "http://" + strings.Repeat("a", 900) + ":1"},
 	} {
 		assert.Equal(t, want, parseAdvertisement("n", addr), "%q", addr)
