@@ -33,7 +33,7 @@ func haRole(t *testing.T, base, pool string) (role, leader string, term uint64) 
 func TestE2E_HAStandbyTakesOverAfterKill(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	cfg := server.Config{Listen: "127.0.0.1:0", Pools: []server.PoolSpec{{Name: "dc-a", DCID: 1, ExpectedBlocks: 65536}},
-		HA: server.HAConfig{NATSURL: ns.URL(), LeaseTTL: server.Duration(time.Second), StreamReplicas: 1}}
+		HA: server.HAConfig{NATSURL: ns.URL(), LeaseTTL: server.Duration(2 * time.Second), StreamReplicas: 1}}
 	file := writeConfig(t, cfg)
 	relays := map[string]*relay{
 		"relay-a": startRelay(t, "--config", file, "--node-id", "relay-a"),
@@ -98,7 +98,7 @@ func TestE2E_HAStandbyTakesOverAfterKill(t *testing.T) {
 		return role == "leader"
 	}, 10*time.Second, 10*time.Millisecond, "the standby did not take over")
 	took := time.Since(killed)
-	t.Logf("takeover after SIGKILL: %v (lease ttl 1s)", took)
+	t.Logf("takeover after SIGKILL: %v (lease ttl 2s)", took)
 	assert.Less(t, took, 5*time.Second)
 	after := getCatalog(t, standby.base)["dc-a"]
 	assert.Equal(t, before.Stats.UniqueBlocks, after.Stats.UniqueBlocks, "the new leader holds every admitted block")

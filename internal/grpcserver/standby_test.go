@@ -23,7 +23,7 @@ func TestStandbyAnswersUnavailableNamingTheLeader(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	cfg := func(node string) server.Config {
 		c := testConfig()
-		c.HA = server.HAConfig{NATSURL: ns.URL(), NodeID: node, LeaseTTL: server.Duration(time.Second), StreamReplicas: 1}
+		c.HA = server.HAConfig{NATSURL: ns.URL(), NodeID: node, LeaseTTL: server.Duration(5 * time.Second), StreamReplicas: 1}
 		return c
 	}
 	a := startRelay(t, cfg("node-a"))

@@ -134,12 +134,20 @@ func advertisement(httpURL, grpcTarget string) string {
 // parseAdvertisement splits a term record's address (see advertisement).
 // An address another build wrote that does not parse is passed on as is.
 func parseAdvertisement(node, addr string) LeaderHint {
-	h := LeaderHint{Node: node, URL: addr}
-	if u, err := url.Parse(addr); err == nil && u.RawQuery != "" {
-		h.GRPC = u.Query().Get("grpc")
-		u.RawQuery = ""
-		h.URL = u.String()
+	h := LeaderHint{Node: node}
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		// Not an address a client can use (a record written by hand, or
+		// garbage): name the node only, pass no address on.
+		return h
 	}
+	if g := u.Query().Get("grpc"); g != "" {
+		if _, _, err := net.SplitHostPort(g); err == nil {
+			h.GRPC = g
+		}
+	}
+	u.RawQuery, u.Fragment = "", ""
+	h.URL = u.String()
 	return h
 }
 
@@ -218,6 +226,10 @@ type haPool struct {
 
 	mu   sync.Mutex
 	lead *leadership // what the current term runs; nil while a standby
+
+	tailMu  sync.Mutex
+	tailSeq uint64
+	tailAt  time.Time
 }
 
 // leadership is what one term of leadership runs besides the hub: the
@@ -521,16 +533,33 @@ func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 		Term: catalog.U64(st.Term), Applied: catalog.U64(st.Applied), Takeovers: catalog.U64(p.ha.takeovers.Load()),
 		Rebuilds: catalog.U64(st.Rebuilds)}
 	if st.Role == replica.RoleStandby {
-		tail := st.Tail
-		subject, err := replica.Subject("", p.spec.Name)
-		if err == nil {
-			if t, err := replica.Tail(ctx, p.ha.s.ha.stream, subject); err == nil {
-				tail = max(tail, t)
-			}
-		}
+		tail := max(st.Tail, p.ha.tail(ctx))
 		out.Lag = catalog.U64(tail - min(tail, st.Applied))
 	}
 	return out, true
+}
+
+// tailTTL bounds how often the catalog and the metrics ask the stream for
+// a standby's tail: a flood of catalog requests costs NATS at most one
+// request per pool per tailTTL.
+const tailTTL = time.Second
+
+// tail returns the pool's last record's stream sequence, read at most once
+// per tailTTL (0 when it cannot be read).
+func (h *haPool) tail(ctx context.Context) uint64 {
+	h.tailMu.Lock()
+	defer h.tailMu.Unlock()
+	if time.Since(h.tailAt) < tailTTL {
+		return h.tailSeq
+	}
+	subject, err := replica.Subject("", h.p.spec.Name)
+	if err != nil {
+		return h.tailSeq
+	}
+	if t, err := replica.Tail(ctx, h.s.ha.stream, subject); err == nil {
+		h.tailSeq, h.tailAt = t, time.Now()
+	}
+	return h.tailSeq
 }
 
 // Leader reports, for a pool this relay stands by for, where its leader

@@ -28,7 +28,10 @@ import (
 func haConfig(url, node string) Config {
 	cfg := testConfig()
 	cfg.Pools = cfg.Pools[:1]
-	cfg.HA = HAConfig{NATSURL: url, NodeID: node, LeaseTTL: Duration(time.Second), StreamReplicas: 1}
+	// A lease that a loaded machine (the race detector, other tests)
+	// renews in time: leadership must not move except where a test moves
+	// it (a planned stop hands over at once, whatever the TTL).
+	cfg.HA = HAConfig{NATSURL: url, NodeID: node, LeaseTTL: Duration(5 * time.Second), StreamReplicas: 1}
 	return cfg
 }
 
@@ -327,6 +330,7 @@ func TestHA_DeposedLeadersFanOutStops(t *testing.T) {
 	srv := natstest.Start(t, natstest.Options{})
 	withFanOut := func(node string) Config {
 		cfg := haConfig(srv.URL(), node)
+		cfg.HA.LeaseTTL = Duration(time.Second) // a's unstored append must outlast it
 		cfg.NATS = NATSOut{URL: srv.URL(), SnapshotInterval: Duration(time.Hour)}
 		return cfg
 	}
@@ -379,5 +383,26 @@ func TestHA_DeposedLeadersFanOutStops(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, wire.DecodeFrame(m.Data, &f))
 		assert.NotContains(t, []wire.Kind{wire.KindClose, wire.KindDrainMarker}, f.Kind, "frame %d", seq)
+	}
+}
+
+// A term record's address comes from the stream: only an http(s) URL (and
+// a host:port gRPC target) is passed on to clients, never a header or a
+// trailer built from anything else.
+func TestParseAdvertisement(t *testing.T) {
+	for addr, want := range map[string]LeaderHint{
+		"http://10.0.0.7:7878":             {Node: "n", URL: "http://10.0.0.7:7878"},
+		"https://h:1?grpc=h%3A2":           {Node: "n", URL: "https://h:1", GRPC: "h:2"},
+		advertisement("http://h:1", "h:2"): {Node: "n", URL: "http://h:1", GRPC: "h:2"},
+		"http://h:1?grpc=not-a-target":     {Node: "n", URL: "http://h:1"},
+		"h:1":                              {Node: "n"},
+		"javascript:alert(1)":              {Node: "n"},
+		"http://h:1/\r\nSet-Cookie: x=1":   {Node: "n"},
+		"":                                 {Node: "n"},
+		"ftp://h:1":                        {Node: "n"},
+		"http://h:1#frag":                  {Node: "n", URL: "http://h:1"},
+		"http://" + strings.Repeat("a", 900) + ":1": {Node: "n", URL: "http://" + strings.Repeat("a", 900) + ":1"},
+	} {
+		assert.Equal(t, want, parseAdvertisement("n", addr), "%q", addr)
 	}
 }

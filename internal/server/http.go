@@ -368,7 +368,13 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	for i := range evs {
 		if err := admit(r.Context(), epoch, evs[i]); err != nil {
 			// Admission is per event: the first i events are in and stay
-			// in. Say so in the body, so a client retries only the rest.
+			// in. Say so in the body, so a client retries only the rest —
+			// a replica once they are in a stored record.
+			if i > 0 {
+				if rerr := p.awaitRecorded(r.Context(), g); rerr != nil {
+					return rerr
+				}
+			}
 			ae := *classify(err)
 			ae.message = fmt.Sprintf("%s (after admitting %d of %d events)", ae.message, i, len(evs))
 			ae.admitted = &i
