@@ -630,14 +630,15 @@ type httpSource struct {
 func (h httpSource) Close() error { return h.body.Close() }
 
 // openHTTP opens the stream for t under epoch at its relay's replica in use;
-// a replica that cannot serve it (unreachable, or any answer but 200: a
-// standby, a relay not ready) moves t's relay to its next replica for the
-// next attempt.
+// a replica that cannot serve it (unreachable, silent until the session's
+// idle timeout — a frozen process accepts connections and never answers —
+// or any answer but 200: a standby, a relay not ready) moves t's relay to
+// its next replica for the next attempt.
 func (r *Router) openHTTP(ctx context.Context, t Target, epoch uint64) (src frameSource, err error) {
 	rs := r.http[t.Relay]
 	base, i := rs.current()
 	defer func() {
-		if err != nil && ctx.Err() == nil {
+		if err != nil && (ctx.Err() == nil || errors.Is(context.Cause(ctx), ErrIdle)) {
 			rs.failed(i)
 		}
 	}()

@@ -17,9 +17,10 @@ const (
 	cmdFlush
 	cmdSubscribe
 	cmdStats
-	cmdExport // see journal.go
-	cmdImage  // see image.go
-	cmdPause  // test only: see pause_test.go
+	cmdExport      // see journal.go
+	cmdImage       // see image.go
+	cmdReincarnate // see Handle.Reincarnate
+	cmdPause       // test only: see pause_test.go
 )
 
 // command is one mailbox entry. Apply commands carry no reply channel, so
@@ -216,6 +217,9 @@ func (a *actor) handle(c *command) bool {
 		c.reply <- reply{state: a.exportState()}
 	case cmdImage:
 		c.reply <- reply{image: a.image()}
+	case cmdReincarnate:
+		a.reincarnate(c.epoch)
+		c.reply <- reply{}
 	case cmdPause:
 		close(c.pause.entered)
 		select {

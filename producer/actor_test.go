@@ -686,3 +686,39 @@ func TestFaultedEventLeavesNoEpochRecord(t *testing.T) {
 	require.Len(t, st.Members, 1)
 	assert.Equal(t, uint64(1), st.Members[0].SourceEpoch)
 }
+
+// TestReincarnateIsANewIdentityWithTheSameState: a replica that becomes its
+// group's leader publishes as a new incarnation (issue #34): the current
+// subscription ends superseded, the next one's snapshot carries the new
+// identity from sequence 0 with the same words.
+func TestReincarnateIsANewIdentityWithTheSameState(t *testing.T) {
+	h, _ := startActor(t, actorOpts{})
+	mustAdmit(t, h, 1, stored(worker1, 1, 10, 11, 12))
+	mustFlush(t, h)
+	sub, err := h.Subscribe(t.Context(), testLease(1))
+	require.NoError(t, err)
+	old := sub.Snapshot
+	require.Equal(t, uint64(4), old.Identity.ProducerIncarnation)
+
+	require.NoError(t, h.Reincarnate(t.Context(), 99))
+	for range sub.Deltas() {
+	}
+	require.ErrorIs(t, sub.Err(), ErrSuperseded)
+	assert.Equal(t, uint64(99), h.Identity().ProducerIncarnation)
+
+	sub2, err := h.Subscribe(t.Context(), testLease(2))
+	require.NoError(t, err)
+	snap := sub2.Snapshot
+	want := old.Identity
+	want.ProducerIncarnation = 99
+	assert.Equal(t, want, snap.Identity)
+	assert.Zero(t, snap.Sequence, "a new incarnation's sequence starts again")
+	assert.Equal(t, old.Words, snap.Words, "the state is unchanged")
+	// Admissions go on under the new identity.
+	mustAdmit(t, h, 1, stored(worker1, 2, 13))
+	mustFlush(t, h)
+	d := <-sub2.Deltas()
+	assert.Equal(t, want, d.Identity)
+	assert.Equal(t, uint64(1), d.Sequence)
+	assert.Equal(t, 4, mustStats(t, h).Pool.UniqueBlocks)
+}

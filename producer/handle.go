@@ -82,21 +82,22 @@ func newActor(pool *ckf.Pool, scope Scope, cfg Config, sequence uint64) (*actor,
 		return nil, configError("nil pool")
 	}
 	a := &actor{
-		cfg:      cfg,
-		identity: scope.Identity(pool.Format()),
-		log:      cfg.Logger,
-		mailbox:  make(chan command, cfg.MailboxCapacity),
-		permits:  semaphore.NewWeighted(cfg.PayloadPermits),
-		faults:   make(chan Fault, cfg.FaultCapacity),
-		closing:  make(chan struct{}),
-		sealed:   make(chan struct{}),
-		fence:    make(chan struct{}),
-		stopped:  make(chan struct{}),
-		pool:     pool,
-		epochs:   newSourceEpochs(cfg.MaxIdleSourceEpochs),
-		timer:    time.NewTimer(time.Hour),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		mailbox: make(chan command, cfg.MailboxCapacity),
+		permits: semaphore.NewWeighted(cfg.PayloadPermits),
+		faults:  make(chan Fault, cfg.FaultCapacity),
+		closing: make(chan struct{}),
+		sealed:  make(chan struct{}),
+		fence:   make(chan struct{}),
+		stopped: make(chan struct{}),
+		pool:    pool,
+		epochs:  newSourceEpochs(cfg.MaxIdleSourceEpochs),
+		timer:   time.NewTimer(time.Hour),
 	}
 	a.timer.Stop()
+	id := scope.Identity(pool.Format())
+	a.identity.Store(&id)
 	space := make(chan struct{})
 	a.space.Store(&space)
 	if a.log == nil {
@@ -105,7 +106,7 @@ func newActor(pool *ckf.Pool, scope Scope, cfg Config, sequence uint64) (*actor,
 	if cfg.Diagnostics {
 		a.diag = &diagnostics{}
 	}
-	a.pub = NewPublisher(a.identity, sequence, &a.sink)
+	a.pub = NewPublisher(id, sequence, &a.sink)
 	_, a.takesCursors = cfg.Journal.(CursorJournal)
 	return a, nil
 }
@@ -115,7 +116,7 @@ func (h Handle) Identity() ckf.ProducerIdentity {
 	if h.a == nil {
 		return ckf.ProducerIdentity{}
 	}
-	return h.a.identity
+	return *h.a.identity.Load()
 }
 
 // MailboxDepth returns the number of queued commands (a racy gauge).
@@ -424,8 +425,10 @@ func (h Handle) Fence(ctx context.Context) error {
 // "owned by run" are touched only by the actor goroutine (and, after stopped
 // is closed, by tests).
 type actor struct {
-	cfg      Config
-	identity ckf.ProducerIdentity
+	cfg Config
+	// identity is the publisher's; Reincarnate replaces it (the actor
+	// stores, handles load).
+	identity atomic.Pointer[ckf.ProducerIdentity]
 	log      *slog.Logger
 	mailbox  chan command
 	// space is closed, and replaced, when the mailbox has drained to half

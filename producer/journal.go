@@ -85,3 +85,30 @@ func (a *actor) exportState() *ExactState {
 	})
 	return &st
 }
+
+// Reincarnate makes the actor publish as a new producer incarnation from
+// now on: a replicated pool's standby that becomes its group's leader
+// (internal/replica) publishes each term as a new incarnation, so consumers
+// re-snapshot instead of splicing one leader's sequence onto another's. The
+// current subscription ends superseded and the publisher restarts at
+// sequence 0; the pool's exact state and words are unchanged (a new
+// subscriber's barrier snapshot carries them).
+func (h Handle) Reincarnate(ctx context.Context, incarnation uint64) error {
+	if h.a == nil {
+		return ErrNotStarted
+	}
+	_, err := h.a.request(ctx, command{kind: cmdReincarnate, epoch: incarnation}, false)
+	return err
+}
+
+// reincarnate runs Reincarnate on the actor. The unpublished tail is
+// dropped: it belongs to the old incarnation, and the new one's first
+// subscriber gets a snapshot that covers it.
+func (a *actor) reincarnate(incarnation uint64) {
+	a.pool.Flush()
+	id := *a.identity.Load()
+	id.ProducerIncarnation = incarnation
+	a.identity.Store(&id)
+	a.sink.endCurrent(ErrSuperseded, nil)
+	a.pub = NewPublisher(id, 0, &a.sink)
+}

@@ -62,7 +62,7 @@ func TestMain(m *testing.M) {
 }
 
 // relayBinary builds cmd/relay once per test binary.
-func relayBinary(t *testing.T) string {
+func relayBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end: builds and runs the relay binary")
@@ -84,7 +84,7 @@ func relayBinary(t *testing.T) string {
 
 // relay is one running relay process.
 type relay struct {
-	t      *testing.T
+	t      testing.TB
 	cmd    *exec.Cmd
 	addr   string
 	base   string
@@ -95,14 +95,14 @@ type relay struct {
 
 // startRelay runs "relay serve args..." and waits for its "listening on"
 // line.
-func startRelay(t *testing.T, args ...string) *relay {
+func startRelay(t testing.TB, args ...string) *relay {
 	t.Helper()
 	return startRelayUnder(t, nil, args...)
 }
 
 // startRelayUnder is startRelay with the relay run by a wrapper command
 // (wrap, then the relay's path and arguments), e.g. prlimit.
-func startRelayUnder(t *testing.T, wrap []string, args ...string) *relay {
+func startRelayUnder(t testing.TB, wrap []string, args ...string) *relay {
 	t.Helper()
 	argv := append(append(slices.Clone(wrap), relayBinary(t), "serve", "--log-level", "warn"), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -188,7 +188,7 @@ func writeConfig(t *testing.T, cfg server.Config) string {
 	return p
 }
 
-func getCatalog(t *testing.T, base string) map[string]catalog.Pool {
+func getCatalog(t testing.TB, base string) map[string]catalog.Pool {
 	t.Helper()
 	c, err := catalog.Get(context.Background(), nil, base, "")
 	require.NoError(t, err, "catalog")
@@ -201,7 +201,7 @@ func getCatalog(t *testing.T, base string) map[string]catalog.Pool {
 
 // wasmLanes returns a WebAssembly consumer instance configured for the
 // relay's pools, lane i serving pools[i].
-func wasmLanes(t *testing.T, base string, pools []string) *host.Instance {
+func wasmLanes(t testing.TB, base string, pools []string) *host.Instance {
 	t.Helper()
 	rtOnce.Do(func() { rt, rtErr = host.NewRuntime(context.Background(), host.NewConfig()) })
 	require.NoError(t, rtErr)

@@ -108,7 +108,28 @@ type Pool struct {
 	// Persistence is set with a data dir: what was recovered at start and
 	// how far the journal has reached the disk.
 	Persistence *Persistence `json:"persistence,omitempty"`
-	Error       string       `json:"error,omitempty"`
+	// HA is set when the relay runs the pool as one replica of a group
+	// (ha.nats_url): its role and how far it has applied the records.
+	HA    *HA    `json:"ha,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// HA is a replicated pool's state on one replica (SPEC §11).
+type HA struct {
+	Role          string `json:"role"`             // "leader" or "standby"
+	Leader        string `json:"leader,omitempty"` // the term's leader's node id
+	LeaderAddress string `json:"leader_address,omitempty"`
+	Term          U64    `json:"term"`
+	// Applied is the stream sequence of the last record this replica
+	// applied (a standby) or appended (the leader).
+	Applied U64 `json:"applied"`
+	// Lag is a standby's distance to the pool's last record, in stream
+	// sequences (records of other pools sharing the stream count too, so
+	// it is an upper bound on records); 0 on the leader.
+	Lag       U64 `json:"lag"`
+	Takeovers U64 `json:"takeovers"`
+	// Rebuilds counts pools discarded and rebuilt from the stream.
+	Rebuilds U64 `json:"rebuilds"`
 }
 
 // Identity is the pool's current producer identity (SPEC §2): with DCID it

@@ -102,6 +102,11 @@ func (g *Server) WatchKvPoolCatalog(req *kvrelaypb.WatchKvPoolCatalogRequest, st
 	defer release()
 	u, at := g.catalog.latest()
 	for {
+		// A replica that leads none of its pools serves no catalog: the
+		// client moves to the relay's next replica.
+		if err := g.standby(ctx); err != nil {
+			return err
+		}
 		if err := stream.Send(u); err != nil {
 			return err
 		}

@@ -85,6 +85,11 @@ func (g *Server) SubscribeKvPool(req *kvrelaypb.SubscribeKvPoolRequest, stream g
 	default:
 		return kvrelay.Fail(ctx, reasonLimit, "relay total pool stream limit %d reached", cap(g.poolSlots))
 	}
+	if pool, ok := g.findPool(want.Pool); ok {
+		if hint, standby := pool.Leader(); standby {
+			return notLeader(ctx, hint, "pool "+pool.Spec().Name)
+		}
+	}
 	adv, ok := g.advertised(want.Pool)
 	if !ok {
 		return kvrelay.Fail(ctx, reasonNotFound, "unknown pool (dc_id %d in this indexer domain)", want.Pool.DCID)

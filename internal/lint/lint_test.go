@@ -93,7 +93,7 @@ var graph = map[string]rule{
 		imports: []string{"ckf"},
 	},
 	"internal/server": {
-		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/connlimit", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
+		imports: []string{"ckf", "client/natsjs", "internal/catalog", "internal/connlimit", "internal/hub", "internal/natspub", "internal/source", "internal/persist", "internal/replica", "internal/source/dynamonats", "internal/source/zmq", "producer", "wire",
 			"github.com/nats-io/nats.go", "github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "golang.org/x/sys"},
 		tests: []string{"client", "consumer", "internal/grpcserver", "internal/testing/natstest", "internal/sim/engine", "internal/testing/streamprobe"},
 	},
@@ -119,7 +119,7 @@ var graph = map[string]rule{
 	"internal/grpcserver": {
 		imports: []string{"ckf", "internal/connlimit", "internal/hub", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "internal/server", "wire/cbi1",
 			"github.com/prometheus/client_golang", "github.com/zeebo/xxh3", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests: []string{"client", "consumer", "internal/testing/h2peer", "internal/testing/streamtable", "wire", "golang.org/x/net"},
+		tests: []string{"client", "consumer", "internal/testing/h2peer", "internal/testing/natstest", "internal/testing/streamtable", "wire", "golang.org/x/net"},
 	},
 	"internal/connlimit":           {},
 	"internal/testing/h2peer":      {imports: []string{"golang.org/x/net"}},
@@ -146,7 +146,7 @@ var graph = map[string]rule{
 		tests:   []string{"internal/sim/engine", "pgregory.net/rapid"},
 	},
 	"internal/sim/engine":       {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},
-	"internal/natspub":          {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}},
+	"internal/natspub":          {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}, tests: []string{"internal/testing/natstest"}},
 	"internal/testing/natstest": {imports: []string{"github.com/nats-io/nats-server/v2", "github.com/nats-io/nats.go"}},
 	"internal/source/dynamonats": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "producer", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},

@@ -59,6 +59,25 @@ type Config struct {
 	EndReason func(error) wire.CloseReason
 	// Logger (default: discard).
 	Logger *slog.Logger
+	// Leading, when set, is asked before every publish and snapshot write:
+	// once it says false the publisher publishes nothing more — no frame,
+	// no end frames — and Run returns ErrNotLeading. A replicated pool's
+	// leader (internal/replica) sets it to its lease's validity by its own
+	// clock, so a leader resumed after a suspension past its lease stops
+	// before its replica loop notices.
+	Leading func() bool
+}
+
+// ErrNotLeading ends Run when Config.Leading says the pool's replica no
+// longer leads.
+var ErrNotLeading = errors.New("natspub: this replica no longer leads the pool")
+
+// fenced returns ErrNotLeading when the replica does not lead.
+func (p *Publisher) fenced() error {
+	if p.cfg.Leading != nil && !p.cfg.Leading() {
+		return ErrNotLeading
+	}
+	return nil
 }
 
 // Stats is a point-in-time view of a publisher.
@@ -175,6 +194,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 		sub.Cancel()
 		if err == nil { // the hub closed and the end was published
 			return nil
+		}
+		if errors.Is(err, ErrNotLeading) {
+			p.fail(err)
+			return err
 		}
 		if !errors.Is(err, errRestart) {
 			p.fail(err)
@@ -338,6 +361,9 @@ func (p *Publisher) publish(ctx context.Context, sub *hub.Subscription, f *wire.
 	}
 	backoff := 20 * time.Millisecond
 	for {
+		if err := p.fenced(); err != nil {
+			return err
+		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		var ack *jetstream.PubAck
 		if msgID != "" {
@@ -386,6 +412,9 @@ func (p *Publisher) heartbeat(ctx context.Context, sub *hub.Subscription) error 
 	if p.frame, err = wire.AppendFrame(p.frame[:0], &f); err != nil {
 		return err
 	}
+	if err := p.fenced(); err != nil {
+		return err
+	}
 	pctx, cancel := context.WithTimeout(ctx, p.cfg.Heartbeat)
 	defer cancel()
 	ack, err := p.js.Publish(pctx, p.layout.Subject, p.frame)
@@ -426,6 +455,9 @@ func (p *Publisher) putSnapshot(ctx context.Context, sub *hub.Subscription) erro
 	}
 	backoff := 20 * time.Millisecond
 	for {
+		if err := p.fenced(); err != nil {
+			return err
+		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := p.obs.Put(pctx, jetstream.ObjectMeta{Name: natsjs.SnapshotObject, Metadata: meta}, bytes.NewReader(buf.Bytes()))
 		cancel()

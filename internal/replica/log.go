@@ -286,11 +286,24 @@ func (e *TermError) Error() string {
 // Follower reads a pool's records in order from a stream sequence on and
 // checks the chain: every message names its predecessor and a term the
 // chain allows.
+//
+// It reads through a plain pull consumer it manages itself, not nats.go's
+// ordered consumer: that one recreates a lost consumer with background
+// contexts (10 s a request, retried) and its Next waits meanwhile whatever
+// its context says (nats.go v1.55.0 jetstream/ordered.go reset and
+// orderedSubscription.Next). When a NATS node died with the consumer on it,
+// a standby sat there for tens of seconds, unable to catch up, take the
+// lease or stop. Here every request runs under the caller's context.
 type Follower struct {
 	js       jetstream.JetStream
 	stream   string
-	cons     jetstream.Consumer
+	subject  string
+	name     string // consumer name prefix; the serial completes it
+	serial   int
+	cons     jetstream.Consumer // nil when the next Next must (re)create it
 	it       jetstream.MessagesContext
+	dseq     uint64 // the consumer's delivery sequence of the last message
+	resets   int    // consumers abandoned and recreated
 	applied  uint64 // stream sequence of the last message read
 	term     uint64
 	maxBatch int
@@ -299,6 +312,14 @@ type Follower struct {
 	asmBytes int // payload bytes of the open batch's fragments
 }
 
+// followHeartbeat is the pull heartbeat: a consumer that died with its NATS
+// node is noticed after two missed ones, and recreated.
+const followHeartbeat = 500 * time.Millisecond
+
+// followCreateTimeout bounds one attempt to create the consumer: a request
+// placed on a node that just died is abandoned and retried, not waited out.
+const followCreateTimeout = 2 * time.Second
+
 // Follow starts reading subject of stream after stream sequence applied,
 // at term (both 0 for an empty replica). maxBatch bounds an assembled batch
 // (0 means DefaultMaxBatch). Stop it when done.
@@ -306,41 +327,128 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxBatch
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    applied + 1,
+	f := &Follower{js: js, stream: stream, subject: subject, name: "ckfrelay_follow_" + nats.NewInbox()[len(nats.InboxPrefix):],
+		applied: applied, term: term, maxBatch: maxBatch}
+	if err := f.open(ctx); err != nil {
+		return nil, fmt.Errorf("replica: follow %s: %w", subject, err)
+	}
+	return f, nil
+}
+
+// open creates a consumer delivering the subject from the message after
+// the last one read, and starts pulling from it.
+func (f *Follower) open(ctx context.Context) error {
+	f.serial++
+	cctx, cancel := context.WithTimeout(ctx, followCreateTimeout)
+	defer cancel()
+	cons, err := f.js.CreateOrUpdateConsumer(cctx, f.stream, jetstream.ConsumerConfig{
+		Name:          f.name + "_" + strconv.Itoa(f.serial),
+		FilterSubject: f.subject,
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:   f.applied + 1,
+		AckPolicy:     jetstream.AckNonePolicy,
+		Replicas:      1,
+		MemoryStorage: true,
 		// A follower that vanished without Stop (a killed relay) leaves
 		// its consumer behind until this.
 		InactiveThreshold: time.Minute,
-		// The client recreates a lost consumer with background contexts,
-		// forever by default, and Next waits meanwhile whatever its
-		// context says (nats.go v1.55.0 jetstream/ordered.go reset): a
-		// standby whose consumer died with a NATS node hung there. A few
-		// attempts, then Next fails and the standby rebuilds.
-		MaxResetAttempts: 3,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("replica: follow %s: %w", subject, err)
+		return err
 	}
-	// Short pulls with frequent heartbeats: a consumer that died with its
-	// NATS node is noticed (and the ordered consumer recreated from the
-	// last sequence) within about a second, not the defaults' 30 s.
-	it, err := cons.Messages(jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(500*time.Millisecond))
+	// Short pulls with frequent heartbeats, and a missed heartbeat is an
+	// error: a consumer that died with its NATS node is recreated within
+	// about a second, not the defaults' 30 s.
+	it, err := cons.Messages(jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(followHeartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
-		return nil, fmt.Errorf("replica: follow %s: %w", subject, err)
+		f.deleteConsumer(cons)
+		return err
 	}
-	return &Follower{js: js, stream: stream, cons: cons, it: it, applied: applied, term: term, maxBatch: maxBatch}, nil
+	f.cons, f.it, f.dseq = cons, it, 0
+	return nil
+}
+
+// drop abandons the current consumer (its node may be gone: the delete
+// runs in the background, bounded, and InactiveThreshold is the backstop).
+func (f *Follower) drop() {
+	if f.cons == nil {
+		return
+	}
+	f.it.Stop()
+	cons := f.cons
+	f.cons, f.it = nil, nil
+	f.resets++
+	go f.deleteConsumer(cons)
+}
+
+func (f *Follower) deleteConsumer(cons jetstream.Consumer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if info := cons.CachedInfo(); info != nil {
+		_ = f.js.DeleteConsumer(ctx, f.stream, info.Name)
+	}
 }
 
 // Stop ends the follower's subscription and deletes its consumer (the
 // server's consumer limit counts it until then).
 func (f *Follower) Stop() {
+	if f.cons == nil {
+		return
+	}
 	f.it.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if info := f.cons.CachedInfo(); info != nil {
-		_ = f.js.DeleteConsumer(ctx, f.stream, info.Name)
+	f.deleteConsumer(f.cons)
+	f.cons, f.it = nil, nil
+}
+
+// Resets counts the consumers the follower abandoned and recreated.
+func (f *Follower) Resets() int { return f.resets }
+
+// next returns the next message of the subject after the last one read,
+// recreating the consumer when it is lost (a missed heartbeat, a deleted
+// consumer, a delivery gap), until ctx ends.
+func (f *Follower) next(ctx context.Context) (jetstream.Msg, *jetstream.MsgMetadata, error) {
+	backoff := time.Duration(0)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		if f.cons == nil {
+			if backoff > 0 {
+				select {
+				case <-time.After(backoff):
+				case <-ctx.Done():
+					return nil, nil, ctx.Err()
+				}
+			}
+			if err := f.open(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, nil, ctx.Err()
+				}
+				backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+				continue
+			}
+		}
+		msg, err := f.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			f.drop()
+			continue
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return nil, nil, err
+		}
+		if md.Sequence.Consumer != f.dseq+1 || md.Sequence.Stream <= f.applied {
+			// Something between the consumer and us was lost: start over
+			// after the last message read.
+			f.drop()
+			continue
+		}
+		f.dseq = md.Sequence.Consumer
+		return msg, md, nil
 	}
 }
 
@@ -356,11 +464,7 @@ func (f *Follower) Term() uint64 { return f.term }
 // standby must rebuild its pool, not apply further.
 func (f *Follower) Next(ctx context.Context) (Record, error) {
 	for {
-		msg, err := f.it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return Record{}, err
-		}
-		md, err := msg.Metadata()
+		msg, md, err := f.next(ctx)
 		if err != nil {
 			return Record{}, err
 		}

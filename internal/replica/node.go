@@ -171,6 +171,20 @@ type Node struct {
 	sinceBytes   int64
 	storing      atomic.Bool
 	stores       sync.WaitGroup
+
+	// deadline is the held lease's deadline (boottime ns) while leading, 0
+	// otherwise: Leads reads it from other goroutines.
+	deadline atomic.Int64
+}
+
+// Leads reports whether the node leads now by its own clock: it holds the
+// lease and the lease's deadline (CLOCK_BOOTTIME) has not passed. Outputs
+// produced beside the node (a NATS fan-out's heartbeats) check it before
+// each publish: a leader resumed after a suspension past its deadline
+// stops before its loop notices.
+func (n *Node) Leads() bool {
+	d := n.deadline.Load()
+	return d != 0 && boottime() < time.Duration(d)
 }
 
 // errResigned ends Run after Resign.
@@ -503,6 +517,8 @@ func (n *Node) takeOver(ctx context.Context, f *Follower, p Pool, lease *Lease) 
 // fails; it returns why it stopped leading.
 func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) error {
 	p.Recorder.SetRecording(true)
+	n.deadline.Store(int64(lease.deadline))
+	defer n.deadline.Store(0)
 	// Everything journalled before the term record is stored.
 	n.setAcked(p.Recorder.Position(), true)
 	defer n.setAcked(0, false)
@@ -528,6 +544,7 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 			return ctx.Err()
 		case <-n.resign:
 			p.Recorder.SetRecording(false)
+			n.deadline.Store(0)
 			n.setAcked(0, false)
 			rctx, cancel := context.WithTimeout(ctx, max(lease.Remaining(), time.Millisecond))
 			err := lease.Release(rctx)
@@ -554,6 +571,7 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 			if err != nil {
 				n.log.Warn("replica: renewing the lease", "err", err)
 			}
+			n.deadline.Store(int64(lease.deadline))
 			expiry.Reset(max(remaining(), time.Millisecond))
 		case <-p.Recorder.Ready():
 			if !valid() {

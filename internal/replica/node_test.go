@@ -355,10 +355,13 @@ func TestNodeResign(t *testing.T) {
 	admit(t, a.replica(), 1, 0, 20)
 	want, got := converged(t, a, b)
 	require.Equal(t, want, got)
+	assert.True(t, a.n.Leads(), "the leader leads by its own clock")
+	assert.False(t, b.n.Leads(), "a standby does not")
 
 	start := time.Now()
 	a.n.Resign()
 	require.NoError(t, <-a.done)
+	assert.False(t, a.n.Leads(), "a resigned leader does not lead")
 	a.cancel()
 	a.cancel = nil
 	b.waitRole(t, RoleLeader, ttl/2)

@@ -51,6 +51,8 @@ func parseConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	natsURL := fs.String("nats-url", "", "broadcast every pool's frames through this NATS JetStream server (env CKFRELAY_NATS_URL; off when unset)")
 	grpcListen := fs.String("grpc-listen", "", "serve Dynamo's dynamo.kvrelay.v1 gRPC contract on this address (env CKFRELAY_GRPC_LISTEN; off when unset; docs/deploy.md)")
 	dataDir := fs.String("data-dir", "", "directory that keeps the pools' exact state across a crash (env CKFRELAY_DATA_DIR; off when unset)")
+	haURL := fs.String("ha-nats-url", "", "run every pool as one replica of a hot-standby group on this NATS JetStream (env CKFRELAY_HA_NATS_URL; off when unset; excludes --data-dir; docs/deploy.md)")
+	nodeID := fs.String("node-id", "", "this replica's id, distinct within its group, also between relays on one host (env CKFRELAY_HA_NODE_ID; default the host name)")
 	var pools poolFlags
 	fs.Var(&pools, "pool", "a pool: name:dc=ID[,expected=N][,seed=S][,cadence=N][,delay=D][,kicks=N][,members=N][,tracked=N][,block_size=N][,hash_format=F][,cache_semantics=NAME][,routing_scope=NAME] (repeatable; env CKFRELAY_POOLS, ';'-separated)")
 	var sources []string
@@ -87,6 +89,8 @@ func parseConfig(args []string, stderr io.Writer) (server.Config, string, error)
 	envStr(&cfg.NATS.URL, "CKFRELAY_NATS_URL")
 	envStr(&cfg.DataDir, "CKFRELAY_DATA_DIR")
 	envStr(&cfg.GRPC.Listen, "CKFRELAY_GRPC_LISTEN")
+	envStr(&cfg.HA.NATSURL, "CKFRELAY_HA_NATS_URL")
+	envStr(&cfg.HA.NodeID, "CKFRELAY_HA_NODE_ID")
 	if v := os.Getenv("CKFRELAY_MAX_SUBSCRIBERS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -102,7 +106,8 @@ func parseConfig(args []string, stderr io.Writer) (server.Config, string, error)
 		}
 	}
 	setToken(*token, *tokenFile)
-	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key, &cfg.NATS.URL: *natsURL, &cfg.DataDir: *dataDir, &cfg.GRPC.Listen: *grpcListen} {
+	for dst, v := range map[*string]string{&cfg.Listen: *listen, &cfg.TLSCertFile: *cert, &cfg.TLSKeyFile: *key, &cfg.NATS.URL: *natsURL, &cfg.DataDir: *dataDir, &cfg.GRPC.Listen: *grpcListen,
+		&cfg.HA.NATSURL: *haURL, &cfg.HA.NodeID: *nodeID} {
 		if v != "" {
 			*dst = v
 		}

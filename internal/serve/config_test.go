@@ -64,3 +64,40 @@ func TestServeConfig_Sources(t *testing.T) {
 	_, _, err = parseConfig([]string{"--pool", "dc-a:dc=1", "--source", "dc-z:engine=vllm,endpoint=tcp://h:1"}, io.Discard)
 	require.ErrorIs(t, err, server.ErrInvalidConfig)
 }
+
+func TestServeConfig_HA(t *testing.T) {
+	for _, k := range []string{"CKFRELAY_CONFIG", "CKFRELAY_POOLS", "CKFRELAY_HA_NATS_URL", "CKFRELAY_HA_NODE_ID", "CKFRELAY_DATA_DIR"} {
+		t.Setenv(k, "")
+	}
+	cfg, _, err := parseConfig([]string{"--pool", "a:dc=1"}, io.Discard)
+	require.NoError(t, err)
+	assert.False(t, cfg.HA.Enabled(), "HA is off unless ha.nats_url is set")
+
+	t.Setenv("CKFRELAY_HA_NATS_URL", "nats://env:4222")
+	cfg, _, err = parseConfig([]string{"--pool", "a:dc=1"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "nats://env:4222", cfg.HA.NATSURL)
+	host, _ := os.Hostname()
+	assert.Equal(t, host, cfg.HA.NodeID, "node id defaults to the host name")
+	assert.Equal(t, 3, cfg.HA.StreamReplicas)
+
+	cfg, _, err = parseConfig([]string{"--pool", "a:dc=1", "--ha-nats-url", "nats://flag:4222", "--node-id", "relay-2"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "nats://flag:4222", cfg.HA.NATSURL, "the flag beats the environment")
+	assert.Equal(t, "relay-2", cfg.HA.NodeID)
+
+	file := filepath.Join(t.TempDir(), "relay.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"pools": [{"name": "a", "dc_id": 1}],
+		"ha": {"nats_url": "nats://file:4222", "node_id": "n1", "lease_ttl": "2s", "stream_replicas": 5, "advertise": "http://10.0.0.7:7878"}}`), 0o600))
+	t.Setenv("CKFRELAY_HA_NATS_URL", "")
+	cfg, _, err = parseConfig([]string{"--config", file}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, server.HAConfig{NATSURL: "nats://file:4222", NodeID: "n1", LeaseTTL: server.Duration(2e9), StreamReplicas: 5,
+		Advertise: "http://10.0.0.7:7878"}, cfg.HA)
+	require.NoError(t, cfg.Validate())
+
+	// HA and a data dir exclude each other.
+	cfg, _, err = parseConfig([]string{"--config", file, "--data-dir", t.TempDir()}, io.Discard)
+	require.NoError(t, err)
+	require.ErrorIs(t, cfg.Validate(), server.ErrInvalidConfig)
+}

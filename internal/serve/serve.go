@@ -54,7 +54,26 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	log.Info("relay serving", "addr", ln.Addr().String(), "pools", len(cfg.Pools), "tls", cfg.TLSCertFile != "")
+	// The replicas announce where they serve: the listeners are bound now.
+	scheme := "http"
+	if cfg.TLSCertFile != "" {
+		scheme = "https"
+	}
+	grpcTarget := ""
+	if gln != nil {
+		grpcTarget = server.DefaultAdvertise("", gln.Addr())
+	}
+	if err := srv.StartHA(server.DefaultAdvertise(scheme, ln.Addr()), grpcTarget); err != nil {
+		_ = ln.Close()
+		if gsrv != nil {
+			_ = gln.Close()
+			_ = gsrv.Shutdown(context.Background())
+		}
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	log.Info("relay serving", "addr", ln.Addr().String(), "pools", len(cfg.Pools), "tls", cfg.TLSCertFile != "",
+		"ha", cfg.HA.Enabled(), "node_id", cfg.HA.NodeID)
 	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()

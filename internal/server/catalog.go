@@ -14,8 +14,9 @@ type catalogPool = catalog.Pool
 
 // entry returns a pool's catalog entry without stats.
 func (p *hostedPool) entry() catalogPool {
-	id := p.handle.Identity()
-	hs := p.hub.Stats()
+	g := p.gen()
+	id := g.handle.Identity()
+	hs := g.hub.Stats()
 	return catalogPool{Name: p.spec.Name, DCID: catalog.U64(p.spec.DCID),
 		RouterKey: catalog.RouterKey(id.Pool.Domain), Identity: catalog.FromIdentity(id),
 		Query: catalog.QuerySemantics{BlockSize: p.spec.BlockSize, HashFormat: p.spec.HashFormat},
@@ -68,7 +69,8 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 		e.Sources = s.SourceStatuses(p.spec.Name)
 		e.Persistence = persistenceJSON(p, time.Unix(0, int64(s.incarnation)))
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		st, err := p.handle.Stats(ctx)
+		e.HA, _ = p.haStatus(ctx)
+		st, err := p.actor().Stats(ctx)
 		cancel()
 		if err != nil {
 			e.Error = err.Error()
@@ -81,7 +83,7 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 				ResidentBlocks: catalog.U64(ps.ResidentBlocks), UnknownRemovals: catalog.U64(ps.UnknownRemovals),
 				CapacityFailures: catalog.U64(ps.CapacityFailures),
 				Occupancy:        float64(ps.OccupiedSlots) / float64(ps.FilterBytes/8*4), EmittedImages: catalog.U64(ps.EmittedImages),
-				Sequence: catalog.U64(st.Sequence), MailboxDepth: p.handle.MailboxDepth(), LastFault: lf,
+				Sequence: catalog.U64(st.Sequence), MailboxDepth: p.actor().MailboxDepth(), LastFault: lf,
 				StaleEventsDropped: catalog.U64(st.StaleEventsDropped), Faults: catalog.U64(st.Faults)}
 		}
 		out = append(out, e)

@@ -275,6 +275,9 @@ type Config struct {
 	NATS NATSOut `json:"nats,omitzero"`
 	// GRPC serves dynamo.kvrelay.v1.KvEventRelay (kvrelay.go).
 	GRPC GRPCConfig `json:"grpc,omitzero"`
+	// HA runs every pool as one replica of a group of hot standbys on NATS
+	// JetStream (ha.go). Off while ha.nats_url is empty.
+	HA HAConfig `json:"ha,omitzero"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string.
@@ -353,6 +356,11 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxLeaseEpochLead, Duration(DefaultLeaseEpochLead))
 	setDefault(&c.StreamStallTimeout, Duration(DefaultStreamStall))
 	c.GRPC.withDefaults()
+	c.HA.withDefaults()
+	if c.HA.Enabled() && c.NATS.Replicas == 0 {
+		// A replicated relay's fan-out survives what its records survive.
+		c.NATS.Replicas = c.HA.StreamReplicas
+	}
 	pools := make([]PoolSpec, len(c.Pools))
 	for i, p := range c.Pools {
 		setDefault(&p.ExpectedBlocks, DefaultExpectedBlocks)
@@ -415,6 +423,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.GRPC.validate(); err != nil {
+		return err
+	}
+	if err := c.HA.validate(c); err != nil {
 		return err
 	}
 	names := map[string]bool{}

@@ -35,7 +35,14 @@ const (
 	CodeEpochOutOfRange  = "epoch_out_of_range"
 	CodeInvalidEvent     = "invalid_event"
 	CodeUnannounced      = "unannounced_source_epoch"
+	// CodeNotLeader: a replicated pool's standby (ha.nats_url) serves no
+	// ingest and no stream; the answer names the leader where known.
+	CodeNotLeader = "not_leader"
 )
+
+// LeaderHeader names, on a standby's 503 not_leader answer, the HTTP base
+// URL of the pool's leader.
+const LeaderHeader = "Ckfrelay-Leader"
 
 // apiError is an error with an HTTP status and a stable code.
 type apiError struct {
@@ -49,6 +56,8 @@ type apiError struct {
 	// lost (a malformed or cut body), or the client is not to keep the
 	// connection (401).
 	closeConn bool
+	// leader, on a not_leader answer, is where the pool's leader serves.
+	leader *LeaderHint
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
@@ -114,6 +123,10 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Connection", "close")
 	}
 	body := map[string]any{"error": map[string]string{"code": ae.code, "message": ae.message}}
+	if ae.leader != nil {
+		w.Header().Set(LeaderHeader, ae.leader.URL)
+		body["leader"] = map[string]string{"node": ae.leader.Node, "url": ae.leader.URL}
+	}
 	if ae.admitted != nil {
 		body["admitted"] = *ae.admitted
 	}

@@ -18,7 +18,7 @@ func (s *Server) AdmitForTest(ctx context.Context, pool string, ev ckf.RouterEve
 
 // FlushForTest publishes what pool admitted so far.
 func (s *Server) FlushForTest(ctx context.Context, pool string) error {
-	return s.pools[pool].handle.Flush(ctx)
+	return s.pools[pool].actor().Flush(ctx)
 }
 
 // NATSOutBytesForTest is what the relay's NATS connection has sent (0

@@ -138,7 +138,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "relay is shutting down")
 	}
 	for _, p := range s.order {
-		if !p.hub.Stats().Ready {
+		// A standby is ready for what it does: name the leader.
+		if g := p.gen(); g.leading && !g.hub.Stats().Ready {
 			return apiErr(http.StatusServiceUnavailable, CodeNotReady, "pool "+p.spec.Name+" has no snapshot yet")
 		}
 	}
@@ -308,7 +309,7 @@ func (s *Server) checkEpoch(p *hostedPool, m ckf.Member, epoch uint64) error {
 		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, fmt.Sprintf(
 			"source epoch %d of worker %d rank %d is above the ceiling 2^62 (%d)", epoch, m.WorkerID, m.DPRank, uint64(producer.MaxSourceEpoch)))
 	}
-	base, _ := p.handle.SourceEpoch(m)
+	base, _ := p.actor().SourceEpoch(m)
 	if epoch > base && epoch-base > s.cfg.MaxSourceEpochJump {
 		return apiErr(http.StatusBadRequest, CodeEpochOutOfRange, fmt.Sprintf(
 			"source epoch %d of worker %d rank %d is more than max_source_epoch_jump %d above its current %d",
@@ -321,6 +322,10 @@ func (s *Server) checkEpoch(p *hostedPool, m ckf.Member, epoch uint64) error {
 // is decoded and checked whole before the first admission.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 	p, err := s.pool(r)
+	if err != nil {
+		return err
+	}
+	g, err := p.serving()
 	if err != nil {
 		return err
 	}
@@ -347,17 +352,29 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 			return &ae
 		}
 	}
-	if err := p.handle.CheckEvents(epoch, evs); err != nil {
+	if err := g.handle.CheckEvents(epoch, evs); err != nil {
 		return err
 	}
 	if s.stopping.Load() {
 		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "relay is shutting down")
 	}
+	admit := p.admit
+	if g.rec != nil {
+		// A replica admits into the generation that leads, never into a
+		// standby's actor that replaced it meanwhile.
+		admit = g.handle.AdmitEvent
+	}
 	blocks := 0
 	for i := range evs {
-		if err := p.admit(r.Context(), epoch, evs[i]); err != nil {
+		if err := admit(r.Context(), epoch, evs[i]); err != nil {
 			// Admission is per event: the first i events are in and stay
-			// in. Say so in the body, so a client retries only the rest.
+			// in. Say so in the body, so a client retries only the rest —
+			// a replica once they are in a stored record.
+			if i > 0 {
+				if rerr := p.awaitRecorded(r.Context(), g); rerr != nil {
+					return rerr
+				}
+			}
 			ae := *classify(err)
 			ae.message = fmt.Sprintf("%s (after admitting %d of %d events)", ae.message, i, len(evs))
 			ae.admitted = &i
@@ -367,6 +384,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) error {
 		s.m.events.WithLabelValues(p.spec.Name).Inc()
 	}
 	s.m.blocks.WithLabelValues(p.spec.Name).Add(float64(blocks))
+	if err := p.awaitRecorded(r.Context(), g); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusAccepted, map[string]int{"admitted": len(evs)})
 	return nil
 }
@@ -452,6 +472,10 @@ func (s *Server) handleReplace(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	g, err := p.serving()
+	if err != nil {
+		return err
+	}
 	ranks, err := s.readReplace(w, r)
 	if err != nil {
 		return err
@@ -478,10 +502,13 @@ func (s *Server) handleReplace(w http.ResponseWriter, r *http.Request) error {
 		}
 		reps = append(reps, producer.RankReplacement{SourceEpoch: *rk.SourceEpoch, Member: m, Events: evs})
 	}
-	if err := p.handle.ReplaceRanks(r.Context(), reps); err != nil {
+	if err := g.handle.ReplaceRanks(r.Context(), reps); err != nil {
 		if isPoolValidation(err) {
 			return apiErr(http.StatusUnprocessableEntity, CodeInvalidRanks, err.Error())
 		}
+		return err
+	}
+	if err := p.awaitRecorded(r.Context(), g); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"replaced": len(reps)})
@@ -507,6 +534,10 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	g, err := p.serving()
+	if err != nil {
+		return err
+	}
 	var req resetRequest
 	if err := s.readJSON(w, r, &req); err != nil {
 		return err
@@ -518,7 +549,10 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkEpoch(p, m, *req.SourceEpoch); err != nil {
 		return err
 	}
-	if err := p.handle.ResetRank(r.Context(), *req.SourceEpoch, m, req.Degraded); err != nil {
+	if err := g.handle.ResetRank(r.Context(), *req.SourceEpoch, m, req.Degraded); err != nil {
+		return err
+	}
+	if err := p.awaitRecorded(r.Context(), g); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "reset"})

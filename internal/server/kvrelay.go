@@ -270,14 +270,16 @@ func (s *Server) Incarnation() uint64 { return s.incarnation }
 func (k KvPool) Spec() PoolSpec { return k.p.spec }
 
 // Identity returns the pool's current producer identity.
-func (k KvPool) Identity() ckf.ProducerIdentity { return k.p.handle.Identity() }
+func (k KvPool) Identity() ckf.ProducerIdentity { return k.p.actor().Identity() }
 
 // Hub returns the pool's hub: the fan-out of its one publisher lease that
 // HTTP streams subscribe to as well.
-func (k KvPool) Hub() *hub.Hub { return k.p.hub }
+func (k KvPool) Hub() *hub.Hub { return k.p.mirror() }
 
 // Stats returns the pool's actor statistics (the exact state's counts).
-func (k KvPool) Stats(ctx context.Context) (producer.ActorStats, error) { return k.p.handle.Stats(ctx) }
+func (k KvPool) Stats(ctx context.Context) (producer.ActorStats, error) {
+	return k.p.actor().Stats(ctx)
+}
 
 // Sources returns the status of the pool's engine sources.
 func (k KvPool) Sources() []source.Status { return k.s.SourceStatuses(k.p.spec.Name) }

@@ -81,7 +81,7 @@ func TestServer_MemberBoundRefusesOneMoreWorker(t *testing.T) {
 		defer p.mu.Unlock()
 		return strings.Contains(p.lastFault, "max_members")
 	}, 5*time.Second, 5*time.Millisecond)
-	st, err := p.handle.Stats(t.Context())
+	st, err := p.actor().Stats(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, 1, st.Pool.Members)
 	assert.Equal(t, uint64(1), st.Pool.MemberLimitRejections)

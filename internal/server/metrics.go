@@ -113,15 +113,15 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.pools() {
 		name := p.spec.Name
-		ch <- prometheus.MustNewConstMetric(c.mailbox, prometheus.GaugeValue, float64(p.handle.MailboxDepth()), name)
-		hs := p.hub.Stats()
+		ch <- prometheus.MustNewConstMetric(c.mailbox, prometheus.GaugeValue, float64(p.actor().MailboxDepth()), name)
+		hs := p.mirror().Stats()
 		ch <- prometheus.MustNewConstMetric(c.subscribers, prometheus.GaugeValue, float64(hs.Subscribers), name)
 		ch <- prometheus.MustNewConstMetric(c.generations, prometheus.GaugeValue, float64(hs.SnapshotGenerations), name)
 		ch <- prometheus.MustNewConstMetric(c.generationBytes, prometheus.GaugeValue, float64(hs.SnapshotBytes), name)
 		ch <- prometheus.MustNewConstMetric(c.logDeltas, prometheus.GaugeValue, float64(hs.LogDeltas), name)
 		ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.GaugeValue, float64(hs.LogBytes), name)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := p.handle.Stats(ctx)
+		st, err := p.actor().Stats(ctx)
 		cancel()
 		if err != nil {
 			continue // a stopped actor has no statistics; its gauges vanish

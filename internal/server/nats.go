@@ -47,17 +47,23 @@ func (o NATSOut) validate() error {
 	return nil
 }
 
-// natsOut is the running broadcast: one connection, one publisher per pool.
+// natsOut is the running broadcast: one connection, one publisher per pool
+// (with HA, per pool the current leader's).
 type natsOut struct {
 	nc   *nats.Conn
-	pubs map[string]*natspub.Publisher
+	js   jetstream.JetStream
+	cfg  natspub.Config // without Pool
 	stop context.CancelFunc
+	ctx  context.Context
 	wg   sync.WaitGroup
+
+	mu   sync.Mutex
+	pubs map[string]*natspub.Publisher
 }
 
-// startNATS connects and starts a publisher per pool. The connection retries
-// by itself (also when the server is down at start): the relay serves HTTP
-// whatever NATS does.
+// startNATS connects and starts a publisher per pool (a replicated pool's
+// when it leads). The connection retries by itself (also when the server is
+// down at start): the relay serves HTTP whatever NATS does.
 func (s *Server) startNATS() error {
 	o := s.cfg.NATS
 	if o.URL == "" {
@@ -78,25 +84,49 @@ func (s *Server) startNATS() error {
 		return fmt.Errorf("server: nats: %w", err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	out := &natsOut{nc: nc, pubs: map[string]*natspub.Publisher{}, stop: stop}
+	out := &natsOut{nc: nc, js: js, pubs: map[string]*natspub.Publisher{}, stop: stop, ctx: ctx,
+		cfg: natspub.Config{Prefix: o.Prefix, SnapshotInterval: time.Duration(o.SnapshotInterval), Heartbeat: time.Duration(s.cfg.HeartbeatInterval),
+			Replicas: o.Replicas, EndReason: closeReason, Logger: s.log}}
 	for _, p := range s.order {
-		pub, err := natspub.New(js, p.hub, natspub.Config{Pool: p.spec.Name, Prefix: o.Prefix,
-			SnapshotInterval: time.Duration(o.SnapshotInterval), Heartbeat: time.Duration(s.cfg.HeartbeatInterval),
-			Replicas: o.Replicas, EndReason: closeReason, Logger: s.log})
-		if err != nil {
+		if p.ha != nil {
+			continue // its leader starts it (ha.go)
+		}
+		if err := out.start(p, p.mirror(), ctx, nil); err != nil {
 			stop()
 			nc.Close()
-			return fmt.Errorf("server: nats: %w", err)
+			return err
 		}
-		out.pubs[p.spec.Name] = pub
-		out.wg.Add(1)
-		go func() {
-			defer out.wg.Done()
-			_ = pub.Run(ctx)
-		}()
 	}
 	s.nats = out
 	s.m.reg.MustRegister(newNATSCollector(out))
+	return nil
+}
+
+// start runs pool p's publisher of hub h until ctx ends or the hub closes;
+// done, if set, is closed when it returned.
+func (o *natsOut) start(p *hostedPool, h *hub.Hub, ctx context.Context, done chan struct{}) error {
+	cfg := o.cfg
+	cfg.Pool = p.spec.Name
+	if p.ha != nil {
+		// Checked before every publish: a leader resumed past its lease
+		// publishes nothing more, even before its replica loop notices.
+		cfg.Leading = p.ha.node.Leads
+	}
+	pub, err := natspub.New(o.js, h, cfg)
+	if err != nil {
+		return fmt.Errorf("server: nats: %w", err)
+	}
+	o.mu.Lock()
+	o.pubs[p.spec.Name] = pub
+	o.mu.Unlock()
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		if done != nil {
+			defer close(done)
+		}
+		_ = pub.Run(ctx)
+	}()
 	return nil
 }
 
@@ -129,6 +159,8 @@ func (s *Server) NATSStats() map[string]natspub.Stats {
 	if s.nats == nil {
 		return nil
 	}
+	s.nats.mu.Lock()
+	defer s.nats.mu.Unlock()
 	m := make(map[string]natspub.Stats, len(s.nats.pubs))
 	for name, p := range s.nats.pubs {
 		m[name] = p.Stats()
@@ -198,8 +230,13 @@ func (c *natsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *natsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.out.mu.Lock()
+	stats := make(map[string]natspub.Stats, len(c.out.pubs))
 	for name, p := range c.out.pubs {
-		st := p.Stats()
+		stats[name] = p.Stats()
+	}
+	c.out.mu.Unlock()
+	for name, st := range stats {
 		ch <- prometheus.MustNewConstMetric(c.deltas, prometheus.CounterValue, float64(st.Deltas), name)
 		ch <- prometheus.MustNewConstMetric(c.heartbeats, prometheus.CounterValue, float64(st.Heartbeats), name)
 		ch <- prometheus.MustNewConstMetric(c.snapshots, prometheus.CounterValue, float64(st.Snapshots), name)

@@ -100,7 +100,7 @@ func startNATSRouterIn(t *testing.T, cfg Config, nc client.NATSConfig, consumerI
 // hubTable returns the pool's mirror table and sequence (what every
 // subscriber is served), taken under a throwaway lease.
 func hubTable(s *Server, pool string) (uint64, []uint64, error) {
-	sub, err := s.pools[pool].hub.Subscribe(ckf.LaneLease{ConsumerInstance: 0xA0D17, AssignmentEpoch: auditEpoch.Add(1)})
+	sub, err := s.pools[pool].mirror().Subscribe(ckf.LaneLease{ConsumerInstance: 0xA0D17, AssignmentEpoch: auditEpoch.Add(1)})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -243,10 +243,10 @@ func (w *workload) run(t *testing.T, steps int) {
 // that a converged router holds every event admitted so far.
 func (w *workload) flush(t *testing.T) {
 	t.Helper()
-	require.NoError(t, w.p.handle.Flush(context.Background()))
-	st, err := w.p.handle.Stats(context.Background())
+	require.NoError(t, w.p.actor().Flush(context.Background()))
+	st, err := w.p.actor().Stats(context.Background())
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return w.p.hub.Stats().Sequence >= st.Sequence }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return w.p.mirror().Stats().Sequence >= st.Sequence }, 10*time.Second, time.Millisecond)
 }
 
 // TestNATS_EndToEnd: random histories on two pools reach a router through
@@ -450,7 +450,7 @@ func TestNATS_DynamoSourceFeedsAPool(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = src.Run(ctx, s.pools["dc-a"].handle) }()
+	go func() { defer close(done); _ = src.Run(ctx, s.pools["dc-a"].actor()) }()
 	t.Cleanup(func() { cancel(); <-done })
 	require.Eventually(t, func() bool { return src.Status().State == "live" }, 10*time.Second, time.Millisecond)
 

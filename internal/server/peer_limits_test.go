@@ -41,12 +41,12 @@ func TestServer_EpochCeilingBoundsRepeatedSteps(t *testing.T) {
 		fmt.Sprintf(`{"ranks": [{"worker_id": 1, "source_epoch": %d, "events": []}]}`, uint64(1<<62+1)))
 	assert.Equal(t, http.StatusBadRequest, code)
 	assert.Equal(t, CodeEpochOutOfRange, errCode(body))
-	epoch, ok := s.pools["dc-a"].handle.SourceEpoch(ckf.Member{WorkerID: 1})
+	epoch, ok := s.pools["dc-a"].actor().SourceEpoch(ckf.Member{WorkerID: 1})
 	require.True(t, ok)
 	assert.Equal(t, uint64(producer.MaxSourceEpoch), epoch, "the refused steps changed nothing")
 
 	// The producer refuses it too, for callers other than HTTP (sources).
-	err := s.pools["dc-a"].handle.ResetRank(t.Context(), producer.MaxSourceEpoch+1, ckf.Member{WorkerID: 2}, false)
+	err := s.pools["dc-a"].actor().ResetRank(t.Context(), producer.MaxSourceEpoch+1, ckf.Member{WorkerID: 2}, false)
 	assert.ErrorIs(t, err, producer.ErrEpochOutOfRange)
 }
 

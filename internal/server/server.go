@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,9 @@ type Server struct {
 	nats        *natsOut      // nil unless cfg.NATS.URL is set
 	sources     *poolSources  // engine sources (sources.go)
 	listener    atomic.Pointer[connlimit.Listener]
+	ha          *haGroup // nil unless cfg.HA.NATSURL is set
+	haOnce      sync.Once
+	haErr       error
 }
 
 // New validates cfg (after applying defaults), starts every pool's actor and
@@ -68,8 +72,19 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.store = st
 	}
+	if cfg.HA.Enabled() {
+		if s.ha, err = openHA(cfg.HA); err != nil {
+			return nil, err
+		}
+	}
 	for _, spec := range cfg.Pools {
-		p, err := startPool(spec, cfg, cfg.PoolDomain(spec), s.incarnation, log, s.m, s.store)
+		var p *hostedPool
+		var err error
+		if s.ha != nil {
+			p, err = s.newHAPool(spec)
+		} else {
+			p, err = startPool(spec, cfg, cfg.PoolDomain(spec), s.incarnation, log, s.m, s.store)
+		}
 		if err != nil {
 			s.stopPools(context.Background())
 			return nil, fmt.Errorf("server: pool %q: %w", spec.Name, err)
@@ -82,6 +97,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.m.reg.MustRegister(newPoolCollector(func() []*hostedPool { return s.order }))
+	if s.ha != nil {
+		s.m.reg.MustRegister(newHACollector(func() []*hostedPool { return s.order }))
+	}
 	if err := s.startSources(); err != nil {
 		s.stopPools(context.Background())
 		return nil, err
@@ -106,9 +124,25 @@ func (s *Server) Config() Config { return s.cfg }
 // Handler returns the HTTP handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.http.Handler }
 
+// StartHA starts the replicas of a relay with HA (nothing without),
+// announcing httpURL and grpcTarget as this replica's addresses unless
+// ha.advertise and ha.advertise_grpc name them. Serve calls it with its
+// listener's address when it was not called before.
+func (s *Server) StartHA(httpURL, grpcTarget string) error {
+	s.haOnce.Do(func() { s.haErr = s.startHA(httpURL, grpcTarget) })
+	return s.haErr
+}
+
 // Serve accepts connections on ln until Shutdown. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	scheme := "http"
+	if s.http.TLSConfig != nil {
+		scheme = "https"
+	}
+	if err := s.StartHA(DefaultAdvertise(scheme, ln.Addr()), ""); err != nil {
+		return err
+	}
 	bl := newBoundedListener(ln, s.cfg.MaxConnections, s.cfg.MaxIdlePerClient)
 	s.http.ConnState = connState(bl)
 	s.listener.Store(bl)
@@ -152,6 +186,9 @@ func (s *Server) stopPools(ctx context.Context) error {
 		if err := p.shutdown(ctx); err != nil && first == nil {
 			first = fmt.Errorf("server: pool %q: %w", p.spec.Name, err)
 		}
+	}
+	if s.ha != nil {
+		s.ha.nc.Close()
 	}
 	if s.store != nil {
 		if err := s.store.Close(); err != nil && first == nil {

@@ -131,7 +131,7 @@ func TestServer_EventsReachRemoteSubscriber(t *testing.T) {
 		code, body := post(t, ts.URL+"/v1/pools/dc-a/events?source_epoch=1", "application/json", "["+ev+"]")
 		require.Equal(t, http.StatusAccepted, code, "post events: %v", body)
 	}
-	format := s.pools["dc-a"].handle.Identity().Format
+	format := s.pools["dc-a"].actor().Identity().Format
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		all := true
@@ -339,14 +339,14 @@ func TestServer_ShutdownEndsPoolGoroutines(t *testing.T) {
 	defer cancel()
 	require.NoError(t, s.Shutdown(ctx), "Shutdown")
 	for _, p := range s.order {
-		for name, done := range map[string]chan struct{}{"feeder": p.feederDone, "fault drainer": p.faultsDone} {
+		for name, done := range map[string]chan struct{}{"feeder": p.gen().feederDone, "fault drainer": p.gen().faultsDone} {
 			select {
 			case <-done:
 			default:
 				assert.Failf(t, "goroutine still running after Shutdown", "pool %s: %s", p.spec.Name, name)
 			}
 		}
-		assert.Zero(t, p.hub.Stats().Subscribers, "pool %s: subscribers after Shutdown", p.spec.Name)
+		assert.Zero(t, p.mirror().Stats().Subscribers, "pool %s: subscribers after Shutdown", p.spec.Name)
 	}
 }
 
@@ -373,8 +373,8 @@ func TestServer_PartialAdmissionSaysHowMany(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, code, "status (%v)", body)
 	assert.Equal(t, CodeShuttingDown, errCode(body), "error code (%v)", body)
 	assert.Equal(t, float64(2), body["admitted"], "admitted events (%v)", body)
-	require.NoError(t, p.handle.Flush(context.Background()))
-	st, err := p.handle.Stats(context.Background())
+	require.NoError(t, p.actor().Flush(context.Background()))
+	st, err := p.actor().Stats(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 4, st.Pool.UniqueBlocks, "pool blocks: want the 2 admitted events' 4")
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,24 @@ type runningSource struct {
 // poolSources are the sources the server runs, stopped before the pools.
 type poolSources struct {
 	cancel context.CancelFunc
-	byPool map[string][]*runningSource // written only before serving
+	mu     sync.Mutex
+	// byPool: written before serving, and with HA at every role change (a
+	// leader runs its pool's sources, a standby none).
+	byPool map[string][]*runningSource
+}
+
+// set replaces pool's running sources (HA role changes).
+func (ps *poolSources) set(pool string, l []*runningSource) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ps.byPool[pool] = l
+}
+
+// of returns pool's running sources.
+func (ps *poolSources) of(pool string) []*runningSource {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.byPool[pool]
 }
 
 // newSource builds the source a spec names. Each transport is one case.
@@ -69,6 +87,9 @@ func (s *Server) startSources() error {
 				cancel()
 				return invalid("pool %q: source %d: %v", p.spec.Name, i, err)
 			}
+			if p.ha != nil {
+				continue // checked; its leader runs it (ha.go)
+			}
 			rs := &runningSource{pool: p.spec.Name, src: src, done: make(chan struct{})}
 			go func() {
 				defer close(rs.done)
@@ -100,6 +121,8 @@ func (s *Server) stopSources(ctx context.Context) error {
 }
 
 func (ps *poolSources) all() []*runningSource {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	var out []*runningSource
 	for _, l := range ps.byPool {
 		out = append(out, l...)
@@ -113,7 +136,7 @@ func (s *Server) SourceStatuses(pool string) []source.Status {
 		return nil
 	}
 	var out []source.Status
-	for _, rs := range s.sources.byPool[pool] {
+	for _, rs := range s.sources.of(pool) {
 		out = append(out, rs.src.Status())
 	}
 	return out

@@ -55,7 +55,7 @@ func TestStream_StoppedSubscriberIsDropped(t *testing.T) {
 	cfg.StreamStallTimeout = Duration(300 * time.Millisecond)
 	cfg.StreamWriteTimeout = Duration(time.Minute) // not what catches it
 	s, base, addr := serveReal(t, cfg)
-	hub := s.pools["dc-a"].hub
+	hub := s.pools["dc-a"].mirror()
 
 	// A live subscriber with the same small window keeps its stream.
 	live := smallWindowStream(t, addr, 1)

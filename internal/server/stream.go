@@ -19,6 +19,10 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	g, err := p.serving()
+	if err != nil {
+		return err
+	}
 	consumer, err := uintParam(r, "consumer", true)
 	if err != nil {
 		return err
@@ -40,7 +44,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 			epoch, lead, time.Now().UnixNano()))
 	}
 	lease := ckf.LaneLease{ConsumerInstance: consumer, PhysicalLane: uint8(lane), AssignmentEpoch: epoch}
-	sub, err := p.hub.Subscribe(lease)
+	sub, err := g.hub.Subscribe(lease)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func heapBytes() int64 {
 // waitSequence waits until the pool's hub mirror has reached at least seq.
 func waitSequence(t *testing.T, p *hostedPool, seq uint64) {
 	t.Helper()
-	require.Eventually(t, func() bool { return p.hub.Stats().Sequence >= seq }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return p.mirror().Stats().Sequence >= seq }, 10*time.Second, time.Millisecond,
 		"hub never reached sequence %d", seq)
 }
 
@@ -50,7 +50,7 @@ func TestStream_SlowSubscribersDoNotPinATableEach(t *testing.T) {
 	}
 	s, ts := startTestServer(t, cfg)
 	p := s.pools["big"]
-	tableBytes := int64(8 * p.handle.Identity().Format.BucketCount)
+	tableBytes := int64(8 * p.actor().Identity().Format.BucketCount)
 	require.Equal(t, int64(16<<20), tableBytes)
 	addr := strings.TrimPrefix(ts.URL, "http://")
 	before := heapBytes()
@@ -66,9 +66,9 @@ func TestStream_SlowSubscribersDoNotPinATableEach(t *testing.T) {
 		line, err := bufio.NewReaderSize(conn, 16).ReadString('\n')
 		require.NoError(t, err)
 		require.Contains(t, line, "200")
-		require.Eventually(t, func() bool { return p.hub.Stats().Subscribers == i+1 }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return p.mirror().Stats().Subscribers == i+1 }, 10*time.Second, time.Millisecond)
 		// Change the table, so the next subscriber comes after a delta.
-		seq := p.hub.Stats().Sequence
+		seq := p.mirror().Stats().Sequence
 		code, body := post(t, ts.URL+"/v1/pools/big/events?source_epoch=1", "application/json", storedBatchJSON(7, uint64(i+1), 4))
 		require.Equal(t, http.StatusAccepted, code, body)
 		waitSequence(t, p, seq+1)
@@ -103,7 +103,7 @@ func TestStream_SlowLinkConvergesAfterItsSnapshot(t *testing.T) {
 	const perChunk = 160
 	seed := uint64(1)
 	publish := func() {
-		seq := p.hub.Stats().Sequence
+		seq := p.mirror().Stats().Sequence
 		var evs []string
 		for range perChunk {
 			evs = append(evs, strings.TrimSuffix(strings.TrimPrefix(storedBatchJSON(7, seed, 1), "["), "]"))
@@ -123,7 +123,7 @@ func TestStream_SlowLinkConvergesAfterItsSnapshot(t *testing.T) {
 		publish()
 	}
 	require.Equal(t, 33, chunks) // 2^20 buckets, 32,749 a chunk
-	want := p.hub.Stats().Sequence
+	want := p.mirror().Stats().Sequence
 	require.GreaterOrEqual(t, want-sr.seq, uint64(32*perChunk))
 	for sr.seq < want {
 		k := sr.next()
@@ -150,7 +150,7 @@ func TestStream_LaggedMidSnapshotStopsAtOnce(t *testing.T) {
 	ts, p, sr := startPipedBigPool(t, 4)
 	require.Equal(t, wire.KindSnapshotChunk, sr.next())
 	require.Equal(t, uint32(0), sr.f.Snapshot.ChunkIndex)
-	seq := p.hub.Stats().Sequence
+	seq := p.mirror().Stats().Sequence
 	var evs []string
 	for i := range 8 {
 		evs = append(evs, strings.TrimSuffix(strings.TrimPrefix(storedBatchJSON(7, uint64(i+1), 1), "["), "]"))
@@ -158,7 +158,7 @@ func TestStream_LaggedMidSnapshotStopsAtOnce(t *testing.T) {
 	code, body := post(t, ts.URL+"/v1/pools/big/events?source_epoch=1", "application/json", "["+strings.Join(evs, ",")+"]")
 	require.Equal(t, http.StatusAccepted, code, body)
 	waitSequence(t, p, seq+8)
-	require.Eventually(t, func() bool { return p.hub.Stats().SnapshotBytes == 0 }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return p.mirror().Stats().SnapshotBytes == 0 }, 10*time.Second, time.Millisecond,
 		"the lagged subscriber still holds its snapshot")
 	// The chunk written before the end may still be in the pipe; the
 	// close comes right after it.
@@ -213,7 +213,7 @@ func pipeStream(t *testing.T, s *Server, target string) *streamReader {
 func TestMetrics_HubMemoryIsVisible(t *testing.T) {
 	ts, p, sr := startPipedBigPool(t, 0)
 	require.Equal(t, wire.KindSnapshotChunk, sr.next())
-	seq := p.hub.Stats().Sequence
+	seq := p.mirror().Stats().Sequence
 	code, body := post(t, ts.URL+"/v1/pools/big/events?source_epoch=1", "application/json", storedBatchJSON(7, 1, 1))
 	require.Equal(t, http.StatusAccepted, code, body)
 	waitSequence(t, p, seq+1)
@@ -223,7 +223,7 @@ func TestMetrics_HubMemoryIsVisible(t *testing.T) {
 	metrics, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(t, err)
-	hs := p.hub.Stats()
+	hs := p.mirror().Stats()
 	require.Equal(t, 1, hs.SnapshotGenerations)
 	require.Positive(t, hs.LogDeltas)
 	g := func(v int64) string { return strconv.FormatFloat(float64(v), 'g', -1, 64) } // the exposition format's floats

@@ -121,10 +121,11 @@ func (s *Server) awaitPublished(ctx context.Context, p *hostedPool, done []byte)
 		}
 		return fail(http.StatusGatewayTimeout, CodePublishTimeout, fmt.Sprintf("%s within %v", why, SyncPublishedTimeout))
 	}
+	g := p.gen()
 ask:
 	for {
-		ferr := p.handle.Flush(ctx)
-		st, err := p.handle.Stats(ctx)
+		ferr := g.handle.Flush(ctx)
+		st, err := g.handle.Stats(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return timeout("the pool's actor did not publish it")
@@ -132,7 +133,7 @@ ask:
 			return err
 		}
 		healthy := ferr == nil && st.HasLease && st.Fence == producer.NotFenced
-		pos, changed := p.hub.Watch()
+		pos, changed := g.hub.Watch()
 		for {
 			if healthy && pos.Covers(st.Lease.AssignmentEpoch, st.Sequence) {
 				return nil
@@ -148,7 +149,7 @@ ask:
 			if !healthy {
 				continue ask // the hub changed (a new snapshot?): ask the actor again
 			}
-			pos, changed = p.hub.Watch()
+			pos, changed = g.hub.Watch()
 		}
 	}
 }

@@ -59,8 +59,8 @@ func holds(format ckf.Format, words []uint64, keys []uint64) bool {
 func TestServer_SyncPublishedAnswersOnceTheEventsAreOnTheStream(t *testing.T) {
 	s, ts := startTestServer(t, slowPoolConfig())
 	p := s.pools["slow"]
-	format := p.handle.Identity().Format
-	sub, err := p.hub.Subscribe(ckf.LaneLease{ConsumerInstance: 5, AssignmentEpoch: 1})
+	format := p.actor().Identity().Format
+	sub, err := p.mirror().Subscribe(ckf.LaneLease{ConsumerInstance: 5, AssignmentEpoch: 1})
 	require.NoError(t, err)
 	words := make([]uint64, format.BucketCount)
 	_, err = sub.ReadSnapshot(0, words)
@@ -97,8 +97,8 @@ func TestServer_SyncParameterIsCheckedBeforeAdmission(t *testing.T) {
 		assert.Equal(t, CodeBadRequest, errCode(body), "sync=%s", v)
 		assert.Contains(t, body["error"].(map[string]any)["message"], `the only value is "published"`)
 	}
-	require.NoError(t, s.pools["slow"].handle.Flush(context.Background()))
-	st, err := s.pools["slow"].handle.Stats(context.Background())
+	require.NoError(t, s.pools["slow"].actor().Flush(context.Background()))
+	st, err := s.pools["slow"].actor().Stats(context.Background())
 	require.NoError(t, err)
 	assert.Zero(t, st.Pool.UniqueBlocks, "nothing admitted")
 }
@@ -122,7 +122,9 @@ func barrierPool(t *testing.T, s *Server) (p *hostedPool, admit func() []uint64)
 	t.Cleanup(func() { _ = h.Shutdown(context.Background()) })
 	hb, err := hub.New(hub.DefaultConfig())
 	require.NoError(t, err)
-	return &hostedPool{handle: h, hub: hb}, func() []uint64 {
+	p = &hostedPool{}
+	p.cur.Store(&poolGen{handle: h, hub: hb, leading: true})
+	return p, func() []uint64 {
 		ev, keys := chainJSON(1, 1, 3)
 		evs, err := s.decodeEvents("application/json", []byte("["+ev+"]"))
 		require.NoError(t, err)
@@ -145,9 +147,9 @@ func feed(hb *hub.Hub, sub *producer.Subscription) {
 func TestServer_SyncPublishedTimesOutWhileTheStreamLags(t *testing.T) {
 	s, _ := startTestServer(t, slowPoolConfig())
 	p, admit := barrierPool(t, s)
-	sub, err := p.handle.Subscribe(context.Background(), ckf.LaneLease{ConsumerInstance: hubConsumer, AssignmentEpoch: 1})
+	sub, err := p.actor().Subscribe(context.Background(), ckf.LaneLease{ConsumerInstance: hubConsumer, AssignmentEpoch: 1})
 	require.NoError(t, err)
-	p.hub.Install(sub.Snapshot) // not fed: the flushed delta waits in sub
+	p.mirror().Install(sub.Snapshot) // not fed: the flushed delta waits in sub
 	admit()
 
 	defer func(d time.Duration) { SyncPublishedTimeout = d }(SyncPublishedTimeout)
@@ -162,9 +164,9 @@ func TestServer_SyncPublishedTimesOutWhileTheStreamLags(t *testing.T) {
 	assert.True(t, strings.Contains(ae.message, "do not resend"), ae.message)
 
 	SyncPublishedTimeout = 10 * time.Second
-	go feed(p.hub, sub)
+	go feed(p.mirror(), sub)
 	require.NoError(t, s.awaitPublished(context.Background(), p, []byte(`{"admitted":1}`)))
-	assert.Positive(t, p.hub.Stats().Sequence)
+	assert.Positive(t, p.mirror().Stats().Sequence)
 }
 
 // A publisher without a lease (the hub is resubscribing) drops publications;
@@ -177,19 +179,19 @@ func TestServer_SyncPublishedWaitsForTheHubsNextSnapshot(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.awaitPublished(context.Background(), p, []byte(`{"admitted":1}`)) }()
 
-	sub, err := p.handle.Subscribe(context.Background(), ckf.LaneLease{ConsumerInstance: hubConsumer, AssignmentEpoch: 1})
+	sub, err := p.actor().Subscribe(context.Background(), ckf.LaneLease{ConsumerInstance: hubConsumer, AssignmentEpoch: 1})
 	require.NoError(t, err)
-	p.hub.Install(sub.Snapshot)
-	go feed(p.hub, sub)
+	p.mirror().Install(sub.Snapshot)
+	go feed(p.mirror(), sub)
 	select {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(10 * time.Second):
 		require.FailNow(t, "barrier never passed")
 	}
-	hs, err := p.hub.Subscribe(ckf.LaneLease{ConsumerInstance: 1, AssignmentEpoch: 1})
+	hs, err := p.mirror().Subscribe(ckf.LaneLease{ConsumerInstance: 1, AssignmentEpoch: 1})
 	require.NoError(t, err)
-	format := p.handle.Identity().Format
+	format := p.actor().Identity().Format
 	words := make([]uint64, format.BucketCount)
 	_, err = hs.ReadSnapshot(0, words)
 	require.NoError(t, err)

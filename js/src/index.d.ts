@@ -138,8 +138,15 @@ export interface TraceEvent {
 }
 
 export interface RouterOptions {
-  /** The relay's base URL, e.g. "http://127.0.0.1:7878". */
-  relayUrl: string;
+  /** The relay's base URL, e.g. "http://127.0.0.1:7878" (or relayUrls). */
+  relayUrl?: string;
+  /**
+   * The base URLs of the relay's replicas (a relay run as hot standbys,
+   * relay serve --ha-nats-url): the router uses one at a time and moves
+   * every lane to the next when one cannot serve a stream (unreachable, or
+   * any answer but 200, e.g. a standby's 503). Exclusive with relayUrl.
+   */
+  relayUrls?: ReadonlyArray<string>;
   /** Pools to follow: names (lane = index) or {pool, lane}. */
   pools: ReadonlyArray<string | Target>;
   /** This router's consumer instance: an unsigned integer, the same for all its lanes. */

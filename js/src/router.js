@@ -8,6 +8,22 @@ import { Consumer, Outcome, FaultNames, AbiError } from "./module.js";
 import { decodeFrame, readFrames, Kind, DEFAULT_MAX_FRAME_BYTES } from "./frame.js";
 import { fetchCatalog, manifestFromCatalog, encodeManifest, encodeAssignment, consumerInstanceOf, relayUrlOf } from "./catalog.js";
 
+/**
+ * relayUrlsOf returns the relay's replica base URLs: options.relayUrls (a
+ * relay run as a group of hot standbys lists them all; the router talks to
+ * one at a time and moves to the next when one cannot serve its streams),
+ * or options.relayUrl alone. Each is checked; none may appear twice.
+ */
+function relayUrlsOf(options) {
+  const given = options?.relayUrls;
+  if (given === undefined) return [relayUrlOf(options?.relayUrl)];
+  if (options.relayUrl !== undefined) throw new TypeError("router: give relayUrl or relayUrls, not both");
+  if (!Array.isArray(given) || given.length === 0) throw new TypeError("router: relayUrls must list at least one URL");
+  const urls = given.map(relayUrlOf);
+  if (new Set(urls).size !== urls.length) throw new TypeError("router: relayUrls lists a URL twice");
+  return urls;
+}
+
 /** Why a session ended, beside transport and HTTP errors. */
 export class SessionError extends Error {
   /**
@@ -65,10 +81,21 @@ export class Router {
    * It does not subscribe until run().
    */
   static async connect(options) {
-    relayUrlOf(options?.relayUrl); // before any request
+    const urls = relayUrlsOf(options); // before any request
     consumerInstanceOf(options.consumerInstance);
     const targets = normalizeTargets(options.pools);
-    const cat = await fetchCatalog(options.relayUrl, options);
+    // Any replica's catalog will do (a standby lists the pool too): the
+    // first that answers.
+    let cat, lastErr;
+    for (const u of urls) {
+      try {
+        cat = await fetchCatalog(u, options);
+        break;
+      } catch (e) {
+        lastErr = e;
+      }
+    }
+    if (!cat) throw lastErr;
     const manifest = manifestFromCatalog(cat, targets, options);
     const consumer = await Consumer.instantiate(options.module);
     const bytes = encodeManifest(manifest);
@@ -82,7 +109,8 @@ export class Router {
   constructor(consumer, options) {
     this.consumer = consumer;
     this.targets = normalizeTargets(options.pools);
-    this.relayUrl = relayUrlOf(options.relayUrl);
+    /** The relay's replicas and the one every lane uses now (see failed). */
+    this.replicas = { urls: relayUrlsOf(options), cur: 0 };
     this.authToken = options.authToken;
     this.consumerInstance = consumerInstanceOf(options.consumerInstance);
     this.minBackoffMs = options.minBackoffMs > 0 ? options.minBackoffMs : 50;
@@ -108,6 +136,17 @@ export class Router {
     this.waiters = new Set();
     /** The manifest bytes the consumer was configured with, when connect() built it. */
     this.manifest = null;
+  }
+
+  /** relayUrl is the base URL of the replica the lanes use now. */
+  get relayUrl() { return this.replicas.urls[this.replicas.cur]; }
+
+  // failed moves past the replica at index i (it refused or could not
+  // serve a stream: unreachable, a standby answering 503, not ready),
+  // unless another lane already moved: then the one in use is newer than
+  // the one that failed. The Go client's replicas.failed, same rule.
+  failed(i) {
+    if (this.replicas.cur === i) this.replicas.cur = (i + 1) % this.replicas.urls.length;
   }
 
   /** run follows every target until stop() or signal; it resolves when every lane has retired. */
@@ -276,10 +315,18 @@ export class Router {
     let installedAt = 0;
     try {
       arm();
+      const at = this.replicas.cur;
       const url = `${this.relayUrl}/v1/pools/${encodeURIComponent(t.pool)}/stream?consumer=${this.consumerInstance}&lane=${t.lane}&epoch=${epoch}`;
       const headers = this.authToken ? { authorization: `Bearer ${this.authToken}` } : {};
-      const resp = await this.fetch(url, { headers, signal: ac.signal });
+      let resp;
+      try {
+        resp = await this.fetch(url, { headers, signal: ac.signal });
+      } catch (e) {
+        if (!stop.aborted) this.failed(at);
+        throw e;
+      }
       if (resp.status !== 200) {
+        this.failed(at);
         const body = (await resp.text()).slice(0, 1024).trim();
         return { installedAt, error: new Error(`router: ${resp.status} ${resp.statusText}: ${body}`) };
       }

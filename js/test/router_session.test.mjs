@@ -190,3 +190,42 @@ test("lane epochs drawn at one instant differ in their random low bits and grow"
   const last = (BigInt(now) * 1000000n) | mask;
   assert.equal(nextEpoch(last, now), last + 1n, "never at or below the last");
 });
+
+test("a router given a relay's replicas moves its lanes from a standby answering 503 to the next", async (t) => {
+  const rl = await relay(["--pool", "dc-a:dc=1,expected=4096"]);
+  // The standby: it lists the pool (its catalog is the relay's) but serves
+  // no stream, answering as a relay standing by does (SPEC §11).
+  const standby = "http://standby.invalid:7878";
+  const asked = [];
+  const fetchThrough = async (url, init) => {
+    const stream = url.includes("/stream");
+    if (url.startsWith(standby)) {
+      if (!stream) return fetch(rl.base + url.slice(standby.length), init);
+      asked.push("standby");
+      return new Response(JSON.stringify({ error: { code: "not_leader", message: "stands by" }, leader: { node: "a", url: rl.base } }),
+        { status: 503, statusText: "Service Unavailable", headers: { "Ckfrelay-Leader": rl.base } });
+    }
+    if (stream) asked.push("leader");
+    return fetch(url, init);
+  };
+  const router = await Router.connect({ ...fast, relayUrls: [standby, rl.base], pools: ["dc-a"], fetch: fetchThrough });
+  assert.equal(router.relayUrl, standby, "starts at the first replica");
+  const running = router.run();
+  t.after(() => router.stop());
+  await postStored(rl.base, "dc-a", 10, 2);
+  await converge(router, rl.base, "dc-a", 0);
+  assert.equal(asked[0], "standby");
+  assert.ok(asked.includes("leader"), "never asked the next replica");
+  assert.equal(router.relayUrl, rl.base);
+  await router.stop();
+  await running;
+});
+
+test("relayUrls is checked before any request", () => {
+  const base = { pools: ["p"], consumerInstance: 1 };
+  assert.throws(() => new Router({}, { ...base, relayUrls: [] }), /at least one/);
+  assert.throws(() => new Router({}, { ...base, relayUrls: ["http://a:1", "http://a:1/"] }), /twice/);
+  assert.throws(() => new Router({}, { ...base, relayUrls: ["http://a:1"], relayUrl: "http://b:1" }), /not both/);
+  assert.throws(() => new Router({}, { ...base, relayUrls: ["a:1"] }), /no scheme/);
+  assert.equal(new Router({}, { ...base, relayUrls: ["http://a:1/", "http://b:1"] }).relayUrl, "http://a:1");
+});

@@ -231,3 +231,32 @@ func TestSource_JetStreamAcksOnlyWhatIsDurable(t *testing.T) {
 		return err == nil && info.AckFloor.Stream == 1 && info.NumAckPending == 0
 	}, 10*time.Second, time.Millisecond, "acknowledged once durable")
 }
+
+// TestSource_JetStreamStopNaksWhatIsNotDurable: a source stopped while it
+// waits for durability — a relay replica that lost its leadership (issue
+// #34) — naks what it holds, so the next leader's source gets it at once
+// instead of after AckWait (5 s).
+func TestSource_JetStreamStopNaksWhatIsNotDurable(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	const subject = "ns.dynamo.backend.kv-events"
+	_, js := ns.JetStream(t)
+	ctx := context.Background()
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "kv", Subjects: []string{subject}})
+	require.NoError(t, err)
+	rp := startRealPool(t)
+	sink := &gatedSink{Handle: rp.h, entered: make(chan struct{}), release: make(chan struct{})}
+	_, err = js.Publish(ctx, subject, envelope(t, 7, 0, stored(1, 1)))
+	require.NoError(t, err)
+	cfg := Config{URL: ns.URL(), Subject: subject, Stream: "kv", Durable: "relay"}
+	_, stop := runOn(t, cfg, sink)
+	<-sink.entered
+	stop()
+	stopped := time.Now()
+
+	// The next leader's source: it gets the message well before AckWait.
+	next := startRealPool(t)
+	runOn(t, cfg, next.h)
+	require.Eventually(t, func() bool { return len(next.blocks(t, 1)) == 1 }, 10*time.Second, time.Millisecond)
+	took := time.Since(stopped)
+	assert.Less(t, took, 2*time.Second, "redelivered after %v: left to AckWait (5 s), not naked", took)
+}

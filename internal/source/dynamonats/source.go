@@ -211,7 +211,8 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 			return err
 		}
 	}
-	defer stop()
+	var stopOnce sync.Once
+	defer stopOnce.Do(stop)
 	s.update(func(st *source.Status) { st.State = s.connectedState() })
 	var tick <-chan time.Time
 	if s.cfg.SourceTimeout > 0 {
@@ -222,6 +223,16 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 	// JetStream messages handled but not yet acknowledged: they are
 	// acknowledged together once what they admitted is durable.
 	var acks []func(settlement)
+	defer func() {
+		if len(acks) == 0 {
+			return
+		}
+		stopOnce.Do(stop)
+		for _, a := range acks {
+			a(nak)
+		}
+		_ = nc.FlushTimeout(time.Second)
+	}()
 	for {
 		select {
 		case m := <-msgs:
@@ -278,16 +289,21 @@ type DurableSink interface {
 
 // ackDurable acknowledges acks once the events they admitted are durable
 // (at once when sink does not keep them) and returns acks emptied. When the
-// wait fails (the source is stopping) the messages are left unacknowledged:
-// JetStream redelivers them after AckWait to the next run.
+// wait fails the messages are naked; when it fails because the source is
+// stopping they are returned, and Run naks them after it stopped consuming
+// (a nak before would redeliver them to this very consumer): a relay
+// replica that lost its leadership (issue #34) stops its sources while
+// they wait, and what they hold goes to the next leader's source at once,
+// not after AckWait.
 func (s *Source) ackDurable(ctx context.Context, sink source.Sink, acks []func(settlement)) []func(settlement) {
 	if ds, ok := sink.(DurableSink); ok {
 		if err := ds.Durable(ctx); err != nil {
-			if ctx.Err() == nil {
-				s.update(func(st *source.Status) { st.LastError = err.Error() })
-				for _, a := range acks {
-					a(nak)
-				}
+			if ctx.Err() != nil {
+				return acks // Run naks them once it stopped consuming
+			}
+			s.update(func(st *source.Status) { st.LastError = err.Error() })
+			for _, a := range acks {
+				a(nak)
 			}
 			return acks[:0]
 		}
@@ -343,12 +359,23 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 		select {
 		case msgs <- in:
 		case <-ctx.Done():
+			// Stopping: hand it back at once (a message delivered to
+			// the pull request still open would otherwise wait AckWait).
+			_ = m.Nak()
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dynamonats: consume %s/%s: %w", s.cfg.Stream, s.cfg.Durable, err)
 	}
-	return cc.Stop, nil
+	// Stopping waits (briefly) until the subscription is gone, so what Run
+	// naks afterwards goes back to the stream, not to this consumer.
+	return func() {
+		cc.Stop()
+		select {
+		case <-cc.Closed():
+		case <-time.After(2 * time.Second):
+		}
+	}, nil
 }
 
 // handle admits one message.

@@ -35,6 +35,7 @@ type ClusterNode struct {
 	Name string
 	URL  string
 	cmd  *exec.Cmd
+	log  string // the server's own log (stdout and stderr)
 }
 
 // Kill sends SIGKILL to the node and waits for it to exit (idempotent).
@@ -80,24 +81,42 @@ cluster {
 			t.Fatalf("natstest: %v", err)
 		}
 		cmd := exec.Command(bin, "-c", path)
-		cmd.Stdout, cmd.Stderr = nil, nil
+		logf, err := os.Create(filepath.Join(dir, "nats.log"))
+		if err != nil {
+			t.Fatalf("natstest: %v", err)
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		dieWithParent(cmd)
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("natstest: start %s: %v", name, err)
 		}
-		n := &ClusterNode{Name: name, URL: "nats://127.0.0.1:" + strconv.Itoa(client[i]), cmd: cmd}
+		logf.Close() // the child holds its own descriptor
+		n := &ClusterNode{Name: name, URL: "nats://127.0.0.1:" + strconv.Itoa(client[i]), cmd: cmd, log: logf.Name()}
 		nodes[i] = n
 		t.Cleanup(n.Kill)
 	}
 	// JetStream answers once the meta group has a leader.
 	for _, n := range nodes {
-		waitJetStream(t, n.URL)
+		if err := waitJetStream(n.URL); err != nil {
+			var logs strings.Builder
+			for _, m := range nodes {
+				b, _ := os.ReadFile(m.log)
+				if len(b) > 4096 {
+					b = b[len(b)-4096:]
+				}
+				fmt.Fprintf(&logs, "--- %s (%s):\n%s\n", m.Name, m.URL, b)
+			}
+			t.Fatalf("natstest: %v\n%s", err, logs.String())
+		}
 	}
 	return nodes
 }
 
-func waitJetStream(t testing.TB, url string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+// waitJetStream waits until JetStream answers through url. A loaded
+// machine (CI, other tests on two cores) can take tens of seconds to elect
+// the meta leader.
+func waitJetStream(url string) error {
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		nc, err := nats.Connect(url, nats.Timeout(time.Second))
 		if err == nil {
@@ -111,11 +130,11 @@ func waitJetStream(t testing.TB, url string) {
 			}
 			nc.Close()
 			if err == nil {
-				return
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("natstest: JetStream at %s not ready: %v", url, err)
+			return fmt.Errorf("JetStream at %s not ready: %w", url, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

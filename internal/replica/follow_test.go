@@ -1,0 +1,171 @@
+package replica
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+)
+
+// pausableProxy forwards TCP connections to a target; while paused it
+// holds every byte in both directions without closing anything — to the
+// client, a NATS node that died without a FIN (a machine lost, a
+// partition) until its pings time out.
+type pausableProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cond   *sync.Cond
+	paused bool
+}
+
+func startPausableProxy(t *testing.T, target string) *pausableProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &pausableProxy{ln: ln, target: target}
+	p.cond = sync.NewCond(&p.mu)
+	var conns sync.WaitGroup
+	t.Cleanup(func() {
+		p.setPaused(false)
+		_ = ln.Close()
+		conns.Wait()
+	})
+	var open []net.Conn
+	var openMu sync.Mutex
+	t.Cleanup(func() {
+		openMu.Lock()
+		defer openMu.Unlock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			openMu.Lock()
+			open = append(open, c, u)
+			openMu.Unlock()
+			conns.Add(2)
+			go func() { defer conns.Done(); p.pipe(u, c) }()
+			go func() { defer conns.Done(); p.pipe(c, u) }()
+		}
+	}()
+	return p
+}
+
+func (p *pausableProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *pausableProxy) setPaused(v bool) {
+	p.mu.Lock()
+	p.paused = v
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
+// pipe copies src to dst, holding what it read while paused.
+func (p *pausableProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.paused {
+				p.cond.Wait()
+			}
+			p.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				_ = src.Close()
+			}
+			return
+		}
+	}
+}
+
+// A follower whose NATS node goes silent (its consumer with it) keeps
+// answering its context: Next returns when the caller's context ends, not
+// after the client library's own retries (nats.go's ordered consumer
+// recreated the consumer with background contexts, 10 s a request, and
+// ignored Next's context meanwhile — the cluster test's standby sat there
+// for tens of seconds after a NATS node died). Once the node is back, the
+// follower recreates its consumer after the last record it read and goes
+// on with the chain, nothing skipped.
+func TestFollowerAnswersItsContextWhenItsNodeGoesSilent(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	subject, err := Subject("", "silent")
+	require.NoError(t, err)
+
+	proxy := startPausableProxy(t, srv.URL()[len("nats://"):])
+	nc, err := nats.Connect(proxy.url())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	fjs, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	app := NewAppender(js, s, subject, 1, 0, 0)
+	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
+	f, err := Follow(ctx, fjs, DefaultStream, subject, 0, 0, 0)
+	require.NoError(t, err)
+	t.Cleanup(f.Stop)
+	rec, err := f.Next(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, rec.Leader)
+
+	cmd := func(i uint64) []Command {
+		return []Command{{Kind: KindAdmitted, SourceEpoch: 1, Event: ckf.RouterEvent{WorkerID: 1, EventID: i, Kind: ckf.EventStored,
+			Blocks: []ckf.StoredBlock{{BlockHash: i, TokensHash: i}}}}}
+	}
+	proxy.setPaused(true)
+	require.NoError(t, app.Append(ctx, 0, cmd(1)))
+	// Long enough for the missed heartbeats (2 × 500 ms) and a recreate
+	// attempt, far shorter than nats.go's 10 s request timeout.
+	const wait = 3 * time.Second
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	start := time.Now()
+	_, err = f.Next(wctx)
+	cancel()
+	took := time.Since(start)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, took, wait+time.Second, "Next ignored its context while its node was silent")
+
+	proxy.setPaused(false)
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	rec, err = f.Next(rctx)
+	require.NoError(t, err, "the follower did not resume after its node came back")
+	require.NotNil(t, rec.Batch)
+	require.Equal(t, uint64(1), rec.Batch.Commands[0].Event.EventID)
+	require.NoError(t, app.Append(ctx, 1, cmd(2)))
+	rec, err = f.Next(rctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), rec.Batch.Commands[0].Event.EventID)
+	require.Equal(t, app.Last(), f.Applied())
+	require.Positive(t, f.Resets(), "the follower recreated its consumer")
+}
