@@ -35,13 +35,16 @@ import (
 
 const haPool = "dc-a"
 
-// haReplayBuffer is the engines' replay buffer in batches: vLLM's default
-// (ZmqEventPublisher buffer_steps). A new leader asks the replay sockets
-// for everything after the last sequence the group holds per engine; while
-// it asks from 0 instead (the sources' cursors are not in the records yet),
-// only a buffer that still holds every batch since the engine started makes
-// it whole — with 300, phase (a) loses all 800 blocks (seen).
-const haReplayBuffer = 10_000
+// haReplayBuffer is the engines' replay buffer in batches, a fifth of
+// vLLM's default (ZmqEventPublisher buffer_steps, 10,000): a new leader
+// asks the replay sockets only for what came after the last sequence the
+// group holds per engine (the records carry the ZMQ source's cursors), so
+// the buffer must cover what the engines publish during a takeover, not
+// since they started. Asking from 0 instead (before the cursors were wired)
+// lost all 800 blocks of phase (a) with a buffer of 300 (seen); 300 is too
+// short for phase (b), whose takeover waits out a stopped leader's lease
+// while the engines go on.
+const haReplayBuffer = 2_000
 
 // haLeaseTTL is the relays' lease in these tests: short, so a takeover
 // fits the 5 s the issue asks for with room to spare on a loaded CI

@@ -51,6 +51,13 @@ type HAConfig struct {
 	StreamReplicas int `json:"stream_replicas,omitempty"`
 	// CredsFile is a NATS credentials file, when the server requires one.
 	CredsFile string `json:"creds_file,omitempty"`
+	// CheckpointRecords and CheckpointBytes: a standby stores a checkpoint
+	// of its pool (the whole pool image, in the object store
+	// CKFRELAY_HA_CKPT) after this many records or bytes of records since
+	// its last one, and the pool's records below the older of its two
+	// checkpoints are purged. Defaults 100,000 and 64 MiB.
+	CheckpointRecords int   `json:"checkpoint_records,omitempty"`
+	CheckpointBytes   int64 `json:"checkpoint_bytes,omitempty"`
 }
 
 // HA defaults.
@@ -79,6 +86,8 @@ func (h *HAConfig) withDefaults() {
 	}
 	setDefault(&h.LeaseTTL, Duration(DefaultHALeaseTTL))
 	setDefault(&h.StreamReplicas, DefaultHAStreamReplicas)
+	setDefault(&h.CheckpointRecords, replica.DefaultCheckpointRecords)
+	setDefault(&h.CheckpointBytes, replica.DefaultCheckpointBytes)
 }
 
 // validate checks the defaulted HA block against the rest of c.
@@ -98,6 +107,8 @@ func (h HAConfig) validate(c Config) error {
 		// An even replica count tolerates no more failures than the odd
 		// count below it and needs a larger majority.
 		return invalid("ha: stream_replicas %d: want 1, 3 or 5", h.StreamReplicas)
+	case h.CheckpointRecords < 1 || h.CheckpointBytes < 1<<20:
+		return invalid("ha: checkpoint_records must be ≥ 1 and checkpoint_bytes ≥ 1 MiB")
 	case c.DataDir != "":
 		return invalid("ha: data_dir and ha.nats_url exclude each other: the replicated records stream is the pool's durable state (docs/RATIONALE.md \"Why does HA refuse a data dir?\")")
 	}
@@ -172,10 +183,11 @@ func DefaultAdvertise(scheme string, addr net.Addr) string {
 // haGroup is the relay's HA connection: the records stream and the lease
 // bucket every pool's replica shares.
 type haGroup struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	leases *replica.Leases
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	stream      jetstream.Stream
+	leases      *replica.Leases
+	checkpoints *replica.Checkpoints
 }
 
 // openHA connects to ha.nats_url and creates or updates the records stream
@@ -202,7 +214,11 @@ func openHA(cfg HAConfig) (*haGroup, error) {
 		var ls *replica.Leases
 		ls, err = replica.OpenLeases(ctx, js, replica.LeaseConfig{TTL: time.Duration(cfg.LeaseTTL), Replicas: cfg.StreamReplicas})
 		if err == nil {
-			return &haGroup{nc: nc, js: js, stream: st, leases: ls}, nil
+			var cs *replica.Checkpoints
+			cs, err = replica.EnsureCheckpoints(ctx, js, replica.CheckpointConfig{Replicas: cfg.StreamReplicas})
+			if err == nil {
+				return &haGroup{nc: nc, js: js, stream: st, leases: ls, checkpoints: cs}, nil
+			}
 		}
 	}
 	nc.Close()
@@ -287,6 +303,8 @@ func (s *Server) startHA(httpURL, grpcTarget string) error {
 		h := p.ha
 		node, err := replica.NewNode(replica.NodeConfig{Pool: p.spec.Name, Node: cfg.NodeID, Address: addr,
 			JS: s.ha.js, Stream: s.ha.stream, Leases: s.ha.leases, NewPool: h.newPool, OnChange: h.changed,
+			Checkpoints: s.ha.checkpoints, PoolFromImage: h.poolFromImage,
+			CheckpointRecords: cfg.CheckpointRecords, CheckpointBytes: cfg.CheckpointBytes,
 			Logger: s.log})
 		if err != nil {
 			return fmt.Errorf("server: ha: pool %q: %w", p.spec.Name, err)
@@ -306,10 +324,14 @@ func (s *Server) startHA(httpURL, grpcTarget string) error {
 
 // newPool is the node's NewPool: a fresh, empty actor journalling into a
 // recorder, serving nothing until it leads.
-func (h *haPool) newPool() (replica.Pool, error) {
+func (h *haPool) newPool() (replica.Pool, error) { return h.poolFromImage(nil) }
+
+// poolFromImage is the node's PoolFromImage: newPool's actor, started from
+// a checkpoint's image (nil: empty).
+func (h *haPool) poolFromImage(img *producer.Image) (replica.Pool, error) {
 	s := h.s
 	rec := replica.NewRecorder(haMaxPending)
-	g, err := h.p.startActor(s.cfg, s.cfg.PoolDomain(h.p.spec), s.incarnation, rec)
+	g, err := h.p.startActor(s.cfg, s.cfg.PoolDomain(h.p.spec), s.incarnation, rec, img)
 	if err != nil {
 		return replica.Pool{}, err
 	}
@@ -636,6 +658,10 @@ func (s *Server) runSources(ctx context.Context, p *hostedPool) []*runningSource
 			p.log.Error("source", "err", err)
 			continue
 		}
+		if r, ok := src.(resumer); ok && p.ha != nil && p.ha.node != nil {
+			// A new leader's engines resume after what the group holds.
+			r.Resume(p.ha.node.Cursors())
+		}
 		rs := &runningSource{pool: p.spec.Name, src: src, done: make(chan struct{})}
 		go func(sink source.Sink) {
 			defer close(rs.done)
@@ -648,6 +674,10 @@ func (s *Server) runSources(ctx context.Context, p *hostedPool) []*runningSource
 	s.sources.set(p.spec.Name, out)
 	return out
 }
+
+// resumer is a source that can start after the cursors the records carry
+// (the ZMQ source: each engine rank after its last admitted sequence).
+type resumer interface{ Resume([]producer.Cursor) }
 
 // StandbyLeader reports, for a relay with HA that leads none of its pools,
 // where the first pool's leader serves: a replica answering only standby

@@ -110,7 +110,7 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 	if journal != nil {
 		j = journal
 	}
-	g, err := p.startActor(cfg, domain, incarnation, j)
+	g, err := p.startActor(cfg, domain, incarnation, j, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -154,11 +154,9 @@ func newHub(cfg Config) (*hub.Hub, error) {
 
 // startActor starts a new actor of the pool (journalling into j, if set)
 // and drains its faults; the generation has no hub yet.
-func (p *hostedPool) startActor(cfg Config, domain ckf.Domain, incarnation uint64, j producer.Journal) (*poolGen, error) {
-	pool, err := ckf.NewPool(p.spec.ckfConfig())
-	if err != nil {
-		return nil, err
-	}
+// startActor starts an actor journalling into j over a new pool, or over
+// img's (a replica's checkpoint) when img is not nil.
+func (p *hostedPool) startActor(cfg Config, domain ckf.Domain, incarnation uint64, j producer.Journal, img *producer.Image) (*poolGen, error) {
 	pcfg := producer.DefaultConfig()
 	pcfg.PublicationDelay = time.Duration(p.spec.PublicationDelay)
 	// The hub's own lease drains at memory speed; a generous buffer keeps a
@@ -169,7 +167,17 @@ func (p *hostedPool) startActor(cfg Config, domain ckf.Domain, incarnation uint6
 	pcfg.Journal = j
 	scope := producer.Scope{Pool: ckf.PoolID{Domain: domain, DCID: p.spec.DCID}, ProducerIncarnation: incarnation,
 		LayoutGeneration: layoutGeneration}
-	h, faults, err := producer.Start(pool, scope, pcfg)
+	var h producer.Handle
+	var faults <-chan producer.Fault
+	var err error
+	if img != nil {
+		h, faults, err = producer.StartImage(p.spec.ckfConfig(), img, scope, pcfg)
+	} else {
+		var pool *ckf.Pool
+		if pool, err = ckf.NewPool(p.spec.ckfConfig()); err == nil {
+			h, faults, err = producer.Start(pool, scope, pcfg)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
