@@ -432,3 +432,20 @@ func TestHA_StandbyAnswersBeforeReadingTheBody(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	assert.NotEmpty(t, resp.Header.Get(LeaderHeader))
 }
+
+// Two live relays configured with one node id: the one standing by says so
+// (catalog duplicate_node_id, metric) once the other has renewed the lease
+// under that id for two TTLs — a crashed predecessor's lease would expire.
+func TestHA_DuplicateNodeIDIsReported(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	cfg := haConfig(srv.URL(), "same")
+	cfg.HA.LeaseTTL = Duration(500 * time.Millisecond)
+	a := startHARelay(t, cfg, nil)
+	b := startHARelay(t, cfg, nil)
+	leader, standby := waitLeader(t, "dc-a", a, b)
+	assert.False(t, leader.ha(t, "dc-a").HA.DuplicateNodeID)
+	require.Eventually(t, func() bool { return standby.ha(t, "dc-a").HA.DuplicateNodeID }, 10*time.Second, 50*time.Millisecond,
+		"the standby never noticed the other relay under its node id")
+	assert.Contains(t, scrape(t, standby), `ckfrelay_ha_duplicate_node_id{pool="dc-a"} 1`)
+	assert.Contains(t, scrape(t, leader), `ckfrelay_ha_duplicate_node_id{pool="dc-a"} 0`)
+}
