@@ -130,6 +130,9 @@ type HA struct {
 	Takeovers U64 `json:"takeovers"`
 	// Rebuilds counts pools discarded and rebuilt from the stream.
 	Rebuilds U64 `json:"rebuilds"`
+	// DuplicateNodeID: another live relay leads the pool under this
+	// replica's node id (a misconfiguration; each replica needs its own).
+	DuplicateNodeID bool `json:"duplicate_node_id,omitempty"`
 }
 
 // Identity is the pool's current producer identity (SPEC §2): with DCID it

@@ -243,9 +243,13 @@ type haPool struct {
 	mu   sync.Mutex
 	lead *leadership // what the current term runs; nil while a standby
 
-	tailMu  sync.Mutex
-	tailSeq uint64
-	tailAt  time.Time
+	tailMu   sync.Mutex
+	tailSeq  uint64
+	tailAt   time.Time
+	dupSince time.Time // when a lease under our node id was first seen while standing by
+	dupRev   uint64    // its revision then
+	// duplicate: another live relay leads under this relay's node id.
+	duplicate atomic.Bool
 }
 
 // leadership is what one term of leadership runs besides the hub: the
@@ -557,6 +561,9 @@ func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 	if st.Role == replica.RoleStandby {
 		tail := max(st.Tail, p.ha.tail(ctx))
 		out.Lag = catalog.U64(tail - min(tail, st.Applied))
+		out.DuplicateNodeID = p.ha.duplicate.Load()
+	} else {
+		p.ha.duplicate.Store(false)
 	}
 	return out, true
 }
@@ -567,21 +574,46 @@ func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 const tailTTL = time.Second
 
 // tail returns the pool's last record's stream sequence, read at most once
-// per tailTTL (0 when it cannot be read).
+// per tailTTL (0 when it cannot be read). The same read checks the lease
+// for a duplicate node id (see duplicate).
 func (h *haPool) tail(ctx context.Context) uint64 {
 	h.tailMu.Lock()
 	defer h.tailMu.Unlock()
 	if time.Since(h.tailAt) < tailTTL {
 		return h.tailSeq
 	}
+	h.tailAt = time.Now()
 	subject, err := replica.Subject("", h.p.spec.Name)
 	if err != nil {
 		return h.tailSeq
 	}
 	if t, err := replica.Tail(ctx, h.s.ha.stream, subject); err == nil {
-		h.tailSeq, h.tailAt = t, time.Now()
+		h.tailSeq = t
 	}
+	h.checkDuplicate(ctx)
 	return h.tailSeq
+}
+
+// checkDuplicate (under tailMu, while standing by): a lease held under this
+// replica's own node id is either its own crashed predecessor's, which
+// expires within the TTL, or another live relay's configured with the same
+// node id, which goes on being renewed. Past two TTLs of renewals it is the
+// latter: say so (catalog, metric, an error log line) — the group cannot
+// tell the two relays apart in its term records.
+func (h *haPool) checkDuplicate(ctx context.Context) {
+	holder, rev, err := h.s.ha.leases.Holder(ctx, h.p.spec.Name)
+	switch {
+	case err != nil || holder.Node != h.s.cfg.HA.NodeID:
+		h.dupSince, h.dupRev = time.Time{}, 0
+		h.duplicate.Store(false)
+	case h.dupSince.IsZero():
+		h.dupSince, h.dupRev = time.Now(), rev
+	case rev != h.dupRev && time.Since(h.dupSince) > 2*time.Duration(h.s.cfg.HA.LeaseTTL):
+		if !h.duplicate.Swap(true) {
+			h.p.log.Error("replica: another relay leads this pool under this relay's node id: give every replica its own --node-id",
+				"node_id", h.s.cfg.HA.NodeID, "holder_address", holder.Address)
+		}
+	}
 }
 
 // Leader reports, for a pool this relay stands by for, where its leader
@@ -603,8 +635,8 @@ func (k KvPool) Leader() (hint LeaderHint, ok bool) {
 // haCollector exports each replicated pool's role, term, takeovers, lag and
 // rebuilds at scrape time.
 type haCollector struct {
-	pools                                  func() []*hostedPool
-	role, term, takeovers, lag, replErrors *prometheus.Desc
+	pools                                        func() []*hostedPool
+	role, term, takeovers, lag, replErrors, dups *prometheus.Desc
 }
 
 func newHACollector(pools func() []*hostedPool) *haCollector {
@@ -617,11 +649,12 @@ func newHACollector(pools func() []*hostedPool) *haCollector {
 		takeovers:  d("ckfrelay_ha_takeovers_total", "Times this replica became the pool's leader."),
 		lag:        d("ckfrelay_ha_lag_records", "A standby's distance to the pool's last record (stream sequences; 0 on the leader)."),
 		replErrors: d("ckfrelay_ha_replication_errors_total", "Pools discarded and rebuilt from the records stream: a lost lease, a refused or unstored append, a broken chain."),
+		dups:       d("ckfrelay_ha_duplicate_node_id", "1 while another live relay leads the pool under this relay's node id (a misconfiguration)."),
 	}
 }
 
 func (c *haCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.role, c.term, c.takeovers, c.lag, c.replErrors} {
+	for _, d := range []*prometheus.Desc{c.role, c.term, c.takeovers, c.lag, c.replErrors, c.dups} {
 		ch <- d
 	}
 }
@@ -644,6 +677,11 @@ func (c *haCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.takeovers, prometheus.CounterValue, float64(st.Takeovers), name)
 		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(st.Lag), name)
 		ch <- prometheus.MustNewConstMetric(c.replErrors, prometheus.CounterValue, float64(st.Rebuilds), name)
+		dup := 0.0
+		if st.DuplicateNodeID {
+			dup = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.dups, prometheus.GaugeValue, dup, name)
 	}
 }
 

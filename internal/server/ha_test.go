@@ -406,3 +406,46 @@ func TestParseAdvertisement(t *testing.T) {
 		assert.Equal(t, want, parseAdvertisement("n", addr), "%q", addr)
 	}
 }
+
+// A standby refers ingest before reading the body: a client announcing a
+// large body gets its 503 while it has sent only the first bytes.
+func TestHA_StandbyAnswersBeforeReadingTheBody(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	a := startHARelay(t, haConfig(srv.URL(), "node-a"), nil)
+	b := startHARelay(t, haConfig(srv.URL(), "node-b"), nil)
+	_, standby := waitLeader(t, "dc-a", a, b)
+	pr, pw := io.Pipe()
+	answered := make(chan struct{})
+	go func() {
+		_, _ = pw.Write([]byte("[" + strings.Repeat(" ", 64<<10))) // the first 64 KiB of 8 MiB
+		<-answered
+		_ = pw.CloseWithError(errors.New("client gave up"))
+	}()
+	req, err := http.NewRequest(http.MethodPost, standby.ts.URL+"/v1/pools/dc-a/events?source_epoch=1", pr)
+	require.NoError(t, err)
+	req.ContentLength = 8 << 20
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	close(answered)
+	require.NoError(t, err, "no answer while the body was still being sent")
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get(LeaderHeader))
+}
+
+// Two live relays configured with one node id: the one standing by says so
+// (catalog duplicate_node_id, metric) once the other has renewed the lease
+// under that id for two TTLs — a crashed predecessor's lease would expire.
+func TestHA_DuplicateNodeIDIsReported(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	cfg := haConfig(srv.URL(), "same")
+	cfg.HA.LeaseTTL = Duration(500 * time.Millisecond)
+	a := startHARelay(t, cfg, nil)
+	b := startHARelay(t, cfg, nil)
+	leader, standby := waitLeader(t, "dc-a", a, b)
+	assert.False(t, leader.ha(t, "dc-a").HA.DuplicateNodeID)
+	require.Eventually(t, func() bool { return standby.ha(t, "dc-a").HA.DuplicateNodeID }, 10*time.Second, 50*time.Millisecond,
+		"the standby never noticed the other relay under its node id")
+	assert.Contains(t, scrape(t, standby), `ckfrelay_ha_duplicate_node_id{pool="dc-a"} 1`)
+	assert.Contains(t, scrape(t, leader), `ckfrelay_ha_duplicate_node_id{pool="dc-a"} 0`)
+}
