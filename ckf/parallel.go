@@ -246,7 +246,7 @@ func (p *Pool) stageMembers(ch *chunk, k int) {
 		}
 		r.opEnd = len(w.ops)
 		if ms := shard[m]; ms != nil {
-			r.memberBlocks = len(ms.lineage)
+			r.memberBlocks = ms.lineage.len()
 		}
 	}
 }
@@ -266,14 +266,14 @@ func (p *Pool) memberStored(w *applyWorker, sc *applyScratch, shard map[Member]*
 		return nil
 	}
 	if ms == nil {
-		ms = &memberState{lineage: make(map[uint64]uint64, len(ev.Blocks))}
+		ms = &memberState{lineage: newU64Map(len(ev.Blocks))}
 		shard[m] = ms
 	}
 	for i, b := range ev.Blocks {
 		c := sc.canon[i]
 		kind := opHeld
 		if !sc.owned[i] {
-			ms.lineage[b.BlockHash] = c
+			ms.lineage.put(b.BlockHash, c)
 			w.contributions++
 			kind = opOwn
 		}
@@ -291,18 +291,17 @@ func (p *Pool) memberRemoved(w *applyWorker, shard map[Member]*memberState, ev *
 		var c uint64
 		var ok bool
 		if ms != nil {
-			c, ok = ms.lineage[h]
+			c, ok = ms.lineage.del(h)
 		}
 		if !ok {
 			unknown++
 			w.unknownRemovals++
 			continue
 		}
-		delete(ms.lineage, h)
 		w.contributions--
 		w.ops = append(w.ops, ownOp{c: c, kind: opRelease, bshard: uint8(p.blockShard(c))})
 	}
-	if ms != nil && len(ms.lineage) == 0 {
+	if ms != nil && ms.lineage.len() == 0 {
 		delete(shard, m)
 	}
 	return unknown
@@ -317,7 +316,7 @@ func (p *Pool) memberCleared(w *applyWorker, sc *applyScratch, shard map[Member]
 	}
 	keys := sortedKeys(ms, sc)
 	for _, h := range keys {
-		c := ms.lineage[h]
+		c, _ := ms.lineage.get(h)
 		w.ops = append(w.ops, ownOp{c: c, kind: opRelease, bshard: uint8(p.blockShard(c))})
 	}
 	w.contributions -= int64(len(keys))
@@ -328,7 +327,7 @@ func (p *Pool) memberCleared(w *applyWorker, sc *applyScratch, shard map[Member]
 // block of the shard, in admission order, applied to its refcount; the
 // changes that take a block's first or last owner are marked for stage 3.
 func (p *Pool) stageOwners(ch *chunk, k int) {
-	bs := p.blocks[k]
+	bs := &p.blocks[k]
 	for i := range ch.recs {
 		r := &ch.recs[i]
 		ops := ch.workers[r.arena].ops[r.opStart:r.opEnd]
@@ -339,15 +338,15 @@ func (p *Pool) stageOwners(ch *chunk, k int) {
 			}
 			switch o.kind {
 			case opOwn:
-				n := bs[o.c]
-				bs[o.c] = n + 1
+				n, _ := bs.get(o.c)
+				bs.put(o.c, n+1)
 				o.edge = n == 0
 			case opRelease:
-				n := bs[o.c] - 1
-				if n > 0 {
-					bs[o.c] = n
+				n, _ := bs.get(o.c)
+				if n--; n > 0 {
+					bs.put(o.c, n)
 				} else {
-					delete(bs, o.c)
+					bs.del(o.c)
 					o.edge = true
 				}
 			}
