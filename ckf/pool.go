@@ -78,7 +78,10 @@ type Pool struct {
 	trackedBlockLimitRejections uint64
 
 	scratch applyScratch
-	par     *parallel // ApplyEvents' workers, made on first parallel use
+	// warmed takes the words the apply loads ahead of its lookups (see
+	// u64Map.touch), so the compiler keeps the loads; nothing reads it.
+	warmed uint64
+	par    *parallel // ApplyEvents' workers, made on first parallel use
 	// parallelMin and chunkBlocks are the constants of the same names;
 	// tests lower them to send small batches through the workers, in
 	// several chunks.
@@ -365,6 +368,13 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 		memberBlocks = ms.lineage.len()
 	}
 	sc := &p.scratch
+	if ms != nil {
+		var t uint64
+		for i := range ev.Blocks {
+			t ^= ms.lineage.touch(ev.Blocks[i].BlockHash)
+		}
+		p.warmed ^= t
+	}
 	if err := canonicalize(ev, ms, sc); err != nil {
 		if errors.Is(err, ErrParentBlockNotFound) {
 			p.parentNotFound++
@@ -381,6 +391,13 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 		ms = &memberState{lineage: newU64Map(len(ev.Blocks))}
 		shard[m] = ms
 	}
+	var t uint64
+	for i, c := range sc.canon {
+		if !sc.owned[i] {
+			t ^= p.blocks[p.blockShard(c)].touch(c) ^ p.t.touch(c)
+		}
+	}
+	p.warmed ^= t
 	for i, b := range ev.Blocks {
 		c := sc.canon[i]
 		if !sc.owned[i] {
@@ -464,26 +481,39 @@ func (p *Pool) applyRemoved(ev *RouterEvent) (memberBlocks, unknown int, first e
 	m := ev.Member()
 	shard := p.members[p.memberShard(m)]
 	ms := shard[m]
+	if ms == nil {
+		unknown = len(ev.BlockHashes)
+		p.unknownRemovals += uint64(unknown)
+		return 0, unknown, nil
+	}
+	// Lineage first, then owners: releases touch neither the lineage nor
+	// the counters above, so this order applies exactly what one pass
+	// would, and each phase's lookups are independent of one another.
+	var t uint64
 	for _, h := range ev.BlockHashes {
-		var c uint64
-		var ok bool
-		if ms != nil {
-			c, ok = ms.lineage.del(h)
-		}
+		t ^= ms.lineage.touch(h)
+	}
+	canon := p.scratch.canon[:0]
+	for _, h := range ev.BlockHashes {
+		c, ok := ms.lineage.del(h)
 		if !ok {
 			unknown++
 			p.unknownRemovals++
 			continue
 		}
 		p.contributions--
+		canon = append(canon, c)
+		t ^= p.blocks[p.blockShard(c)].touch(c) ^ p.t.touch(c)
+	}
+	p.warmed ^= t
+	p.scratch.canon = canon
+	for _, c := range canon {
 		if err := p.release(m, c); err != nil && first == nil {
 			first = err
 		}
 	}
-	if ms != nil {
-		if memberBlocks = ms.lineage.len(); memberBlocks == 0 {
-			delete(shard, m)
-		}
+	if memberBlocks = ms.lineage.len(); memberBlocks == 0 {
+		delete(shard, m)
 	}
 	return memberBlocks, unknown, first
 }

@@ -95,6 +95,17 @@ func (m *u64Map) get(k uint64) (uint64, bool) {
 	}
 }
 
+// touch loads k's first probe slot and returns its key: a caller about to
+// look up several keys touches them all first, so that the cache misses
+// are in flight together (the loads do not depend on one another) rather
+// than one after the other inside the lookups.
+func (m *u64Map) touch(k uint64) uint64 {
+	if m.used == 0 {
+		return 0
+	}
+	return m.slots[m.home(k)].key
+}
+
 // put sets k's value, inserting k when absent.
 func (m *u64Map) put(k, v uint64) {
 	if k == 0 {
