@@ -369,7 +369,7 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 	}
 	sc := &p.scratch
 	if ms != nil {
-		var t uint64
+		t := ms.lineage.touch(ev.ParentHash)
 		for i := range ev.Blocks {
 			t ^= ms.lineage.touch(ev.Blocks[i].BlockHash)
 		}
@@ -394,7 +394,7 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 	var t uint64
 	for i, c := range sc.canon {
 		if !sc.owned[i] {
-			t ^= p.blocks[p.blockShard(c)].touch(c) ^ p.t.touch(c)
+			t ^= p.touchBlock(c)
 		}
 	}
 	p.warmed ^= t
@@ -418,6 +418,14 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 		first = cmp.Or(first, p.reofferOmitted(m, c))
 	}
 	return ms.lineage.len(), first
+}
+
+// touchBlock loads the lines an ownership change of c reads: its owner
+// slot, its primary bucket's word and that bucket's dirty stamp (see
+// u64Map.touch).
+func (p *Pool) touchBlock(c uint64) uint64 {
+	_, a := p.t.addr.primary(c)
+	return p.blocks[p.blockShard(c)].touch(c) ^ p.t.words[a] ^ uint64(p.dirty.stamp[a])
 }
 
 // place makes a block that just got its first owner resident (a full
@@ -503,7 +511,7 @@ func (p *Pool) applyRemoved(ev *RouterEvent) (memberBlocks, unknown int, first e
 		}
 		p.contributions--
 		canon = append(canon, c)
-		t ^= p.blocks[p.blockShard(c)].touch(c) ^ p.t.touch(c)
+		t ^= p.touchBlock(c)
 	}
 	p.warmed ^= t
 	p.scratch.canon = canon

@@ -116,12 +116,6 @@ func (t *table) remove(key uint64) bool {
 	return false
 }
 
-// touch loads key's primary bucket word (see u64Map.touch).
-func (t *table) touch(key uint64) uint64 {
-	_, a := t.addr.primary(key)
-	return t.words[a]
-}
-
 // contains reports whether key's fingerprint is in either candidate bucket.
 // Bucket b is computed only when a misses.
 func (t *table) contains(key uint64) bool {
