@@ -106,6 +106,7 @@ type applyWorker struct {
 	unknownRemovals uint64
 	parentNotFound  uint64
 	contributions   int64
+	warmed          uint64   // as Pool.warmed
 	_               [64]byte // keep workers' counters on separate cache lines
 }
 
@@ -256,6 +257,13 @@ func (p *Pool) stageMembers(ch *chunk, k int) {
 func (p *Pool) memberStored(w *applyWorker, sc *applyScratch, shard map[Member]*memberState, ev *RouterEvent) error {
 	m := ev.Member()
 	ms := shard[m]
+	if ms != nil { // as applyStored: the lineage lines first
+		t := ms.lineage.touch(ev.ParentHash)
+		for i := range ev.Blocks {
+			t ^= ms.lineage.touch(ev.Blocks[i].BlockHash)
+		}
+		w.warmed ^= t
+	}
 	if err := canonicalize(ev, ms, sc); err != nil {
 		if errors.Is(err, ErrParentBlockNotFound) {
 			w.parentNotFound++
@@ -287,6 +295,13 @@ func (p *Pool) memberStored(w *applyWorker, sc *applyScratch, shard map[Member]*
 func (p *Pool) memberRemoved(w *applyWorker, shard map[Member]*memberState, ev *RouterEvent) (unknown int) {
 	m := ev.Member()
 	ms := shard[m]
+	if ms != nil {
+		var t uint64
+		for _, h := range ev.BlockHashes {
+			t ^= ms.lineage.touch(h)
+		}
+		w.warmed ^= t
+	}
 	for _, h := range ev.BlockHashes {
 		var c uint64
 		var ok bool
@@ -328,9 +343,15 @@ func (p *Pool) memberCleared(w *applyWorker, sc *applyScratch, shard map[Member]
 // changes that take a block's first or last owner are marked for stage 3.
 func (p *Pool) stageOwners(ch *chunk, k int) {
 	bs := &p.blocks[k]
+	var t uint64
 	for i := range ch.recs {
 		r := &ch.recs[i]
 		ops := ch.workers[r.arena].ops[r.opStart:r.opEnd]
+		for j := range ops {
+			if int(ops[j].bshard) == k && ops[j].kind != opHeld {
+				t ^= bs.touch(ops[j].c)
+			}
+		}
 		for j := range ops {
 			o := &ops[j]
 			if int(o.bshard) != k {
@@ -352,6 +373,7 @@ func (p *Pool) stageOwners(ch *chunk, k int) {
 			}
 		}
 	}
+	ch.workers[k].warmed ^= t
 }
 
 // stageTable is stage 3, in admission order on the caller's goroutine:
@@ -367,7 +389,15 @@ func (p *Pool) stageTable(ch *chunk, dst []ApplyOutcome) []ApplyOutcome {
 		}
 		p.pendingEvents++
 		m := r.ev.Member()
-		for _, o := range ch.workers[r.arena].ops[r.opStart:r.opEnd] {
+		ops := ch.workers[r.arena].ops[r.opStart:r.opEnd]
+		var t uint64
+		for _, o := range ops {
+			if o.edge {
+				t ^= p.touchBucket(o.c)
+			}
+		}
+		p.warmed ^= t
+		for _, o := range ops {
 			switch {
 			case o.kind == opOwn && o.edge:
 				out.FirstError = cmp.Or(out.FirstError, p.place(m, o.c))

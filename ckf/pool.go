@@ -424,8 +424,13 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 // slot, its primary bucket's word and that bucket's dirty stamp (see
 // u64Map.touch).
 func (p *Pool) touchBlock(c uint64) uint64 {
+	return p.blocks[p.blockShard(c)].touch(c) ^ p.touchBucket(c)
+}
+
+// touchBucket loads c's primary bucket word and dirty stamp.
+func (p *Pool) touchBucket(c uint64) uint64 {
 	_, a := p.t.addr.primary(c)
-	return p.blocks[p.blockShard(c)].touch(c) ^ p.t.words[a] ^ uint64(p.dirty.stamp[a])
+	return p.t.words[a] ^ uint64(p.dirty.stamp[a])
 }
 
 // place makes a block that just got its first owner resident (a full
