@@ -58,3 +58,31 @@ func TestU64Map_HeapBytesIsTheSlotArray(t *testing.T) {
 		require.Equal(t, uint64(cap(m.slots))*16, m.heapBytes(), "%d keys", n)
 	}
 }
+
+// TestU64Map_ChosenKeysDoNotPileUp: keys a peer could choose to collide
+// under an unkeyed slot function (equal low bits, equal high bits, a
+// stride) spread like random ones: no probe run grows long, so no lookup
+// walks far (attack class: algorithmic complexity).
+func TestU64Map_ChosenKeysDoNotPileUp(t *testing.T) {
+	const n = 1 << 16
+	for name, key := range map[string]func(i uint64) uint64{
+		"same low bits":  func(i uint64) uint64 { return (i + 1) << 32 },
+		"same high bits": func(i uint64) uint64 { return i + 1 },
+		"stride 2^20":    func(i uint64) uint64 { return (i + 1) << 20 },
+	} {
+		m := newU64Map(0)
+		for i := range uint64(n) {
+			m.put(key(i), i)
+		}
+		mask := uint64(len(m.slots) - 1)
+		longest := 0
+		for i, s := range m.slots {
+			if s.key != 0 {
+				longest = max(longest, int((uint64(i)-m.home(s.key))&mask)+1)
+			}
+		}
+		// Random keys at this load give runs of a few dozen at most; a
+		// pile-up of n keys would give n.
+		require.Less(t, longest, 100, "%s: longest probe %d over %d keys", name, longest, n)
+	}
+}
