@@ -717,11 +717,13 @@ func BenchmarkPoolApplyScale(b *testing.B) {
 			x, w := prefilled.x.(*batchIndex), prefilled.w
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := processCPU()
 			for range b.N {
 				if err := w.step(x); err != nil {
 					require.Fail(b, fmt.Sprintf("step: %v", err))
 				}
 			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 			require.NoError(b, x.flush(), "tail")
 			b.StopTimer()
 			b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")
