@@ -469,12 +469,14 @@ func BenchmarkPoolApplyEvent(b *testing.B) {
 				x, w := prefill(b, b.Name(), impl.new, blocks)
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu0 := processCPU()
 				for range b.N {
 					if err := w.step(x); err != nil {
 						require.Fail(b, fmt.Sprintf("step: %v", err))
 					}
 				}
 				b.StopTimer()
+				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")
 				if p, ok := x.(*poolIndex); ok {
 					st := p.p.Stats()
@@ -651,6 +653,7 @@ func BenchmarkPoolApplyParallel(b *testing.B) {
 				require.NoError(b, bx.flush(), "prefill tail")
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu0 := processCPU()
 				for range b.N {
 					if err := w.step(x); err != nil {
 						require.Fail(b, fmt.Sprintf("step: %v", err))
@@ -658,6 +661,7 @@ func BenchmarkPoolApplyParallel(b *testing.B) {
 				}
 				require.NoError(b, bx.flush(), "tail")
 				b.StopTimer()
+				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 				b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")
 				st := bx.p.Stats()
 				require.Equal(b, uint64(0), st.CapacityFailures, "capacity failures")
@@ -671,7 +675,7 @@ func BenchmarkPoolApplyParallel(b *testing.B) {
 var scaleBytes = map[string][2]float64{}
 
 // BenchmarkPoolApplyScale measures the relay's apply (ApplyEvents on a pool
-// of GOMAXPROCS apply workers, batches of 64 events) of the pool workload's
+// of the relay's default apply workers, 1, batches of 64 events) of the pool workload's
 // step at 1 M, 8 M and 32 M tracked blocks, each pool sized for its blocks
 // (ExpectedBlocks = n: 50% slot load), so the cost of a block as the pool
 // outgrows the caches shows. B/block is the live heap the fill added (the
@@ -696,7 +700,7 @@ func BenchmarkPoolApplyScale(b *testing.B) {
 				cfg := ckf.DefaultConfig()
 				cfg.ExpectedBlocks = uint64(n.blocks)
 				cfg.PublishEveryNEvents = poolCadence
-				cfg.ApplyWorkers = runtime.GOMAXPROCS(0)
+				cfg.ApplyWorkers = 1 // internal/server.DefaultApplyWorkers
 				p, err := ckf.NewPool(cfg)
 				require.NoError(b, err, "NewPool")
 				x := &batchIndex{p: p, evs: make([]ckf.RouterEvent, 0, batchEvents)}
@@ -713,11 +717,13 @@ func BenchmarkPoolApplyScale(b *testing.B) {
 			x, w := prefilled.x.(*batchIndex), prefilled.w
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := processCPU()
 			for range b.N {
 				if err := w.step(x); err != nil {
 					require.Fail(b, fmt.Sprintf("step: %v", err))
 				}
 			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 			require.NoError(b, x.flush(), "tail")
 			b.StopTimer()
 			b.ReportMetric(float64(b.N*chainBlocks)/b.Elapsed().Seconds(), "blocks/s")

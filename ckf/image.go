@@ -140,8 +140,8 @@ func RestorePool(cfg Config, img *PoolImage) (*Pool, error) {
 		p.nonResident[c] = struct{}{}
 	}
 	var bad error
-	for _, s := range p.blocks {
-		for c := range s {
+	for i := range p.blocks {
+		for c := range p.blocks[i].all {
 			if p.isResident(c) {
 				p.resident++
 				if bad == nil && !p.t.contains(c) {
@@ -175,20 +175,21 @@ func RestorePool(cfg Config, img *PoolImage) (*Pool, error) {
 // restoreMember installs one member's lineage and the ownerships it holds,
 // without touching the words (the image has them).
 func (p *Pool) restoreMember(l MemberLineage) error {
-	lin := make(map[uint64]uint64, len(l.Blocks))
+	lin := newU64Map(len(l.Blocks))
 	for _, e := range l.Blocks {
-		if _, dup := lin[e.External]; dup {
+		if _, dup := lin.get(e.External); dup {
 			return imageError("worker %d rank %d holds external hash %#x twice", l.Member.WorkerID, l.Member.DPRank, e.External)
 		}
-		bs := p.blocks[p.blockShard(e.Canonical)]
-		if bs[e.Canonical] == math.MaxUint32 {
+		bs := &p.blocks[p.blockShard(e.Canonical)]
+		n, _ := bs.get(e.Canonical)
+		if n == math.MaxUint32 {
 			return imageError("block %#x has more than %d owners", e.Canonical, uint32(math.MaxUint32))
 		}
-		lin[e.External] = e.Canonical
-		bs[e.Canonical]++
+		lin.put(e.External, e.Canonical)
+		bs.put(e.Canonical, n+1)
 	}
 	p.members[p.memberShard(l.Member)][l.Member] = &memberState{lineage: lin}
-	p.contributions += uint64(len(lin))
+	p.contributions += uint64(lin.len())
 	return nil
 }
 

@@ -24,8 +24,8 @@ type MemberLineage struct {
 func (p *Pool) ExportLineage() []MemberLineage {
 	out := make([]MemberLineage, 0, p.memberCount())
 	for m, ms := range p.allMembers {
-		l := MemberLineage{Member: m, Blocks: make([]LineageEntry, 0, len(ms.lineage))}
-		for ext, canon := range ms.lineage {
+		l := MemberLineage{Member: m, Blocks: make([]LineageEntry, 0, ms.lineage.len())}
+		for ext, canon := range ms.lineage.all {
 			l.Blocks = append(l.Blocks, LineageEntry{External: ext, Canonical: canon})
 		}
 		out = append(out, l)

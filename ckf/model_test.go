@@ -480,7 +480,7 @@ func (h *harness) check() {
 	for mem, lin := range m.lineage {
 		ms := p.member(mem)
 		require.NotNil(h.t, ms, "step %d: member %+v missing", step, mem)
-		require.Equal(h.t, lin, ms.lineage, "step %d: member %+v lineage", step, mem)
+		require.Equal(h.t, lin, maps.Collect(ms.lineage.all), "step %d: member %+v lineage", step, mem)
 		contributions += uint64(len(lin))
 	}
 	// Ownership refcounts.

@@ -106,6 +106,7 @@ type applyWorker struct {
 	unknownRemovals uint64
 	parentNotFound  uint64
 	contributions   int64
+	warmed          uint64   // as Pool.warmed
 	_               [64]byte // keep workers' counters on separate cache lines
 }
 
@@ -246,7 +247,7 @@ func (p *Pool) stageMembers(ch *chunk, k int) {
 		}
 		r.opEnd = len(w.ops)
 		if ms := shard[m]; ms != nil {
-			r.memberBlocks = len(ms.lineage)
+			r.memberBlocks = ms.lineage.len()
 		}
 	}
 }
@@ -256,6 +257,13 @@ func (p *Pool) stageMembers(ch *chunk, k int) {
 func (p *Pool) memberStored(w *applyWorker, sc *applyScratch, shard map[Member]*memberState, ev *RouterEvent) error {
 	m := ev.Member()
 	ms := shard[m]
+	if ms != nil { // as applyStored: the lineage lines first
+		t := ms.lineage.touch(ev.ParentHash)
+		for i := range ev.Blocks {
+			t ^= ms.lineage.touch(ev.Blocks[i].BlockHash)
+		}
+		w.warmed ^= t
+	}
 	if err := canonicalize(ev, ms, sc); err != nil {
 		if errors.Is(err, ErrParentBlockNotFound) {
 			w.parentNotFound++
@@ -266,14 +274,14 @@ func (p *Pool) memberStored(w *applyWorker, sc *applyScratch, shard map[Member]*
 		return nil
 	}
 	if ms == nil {
-		ms = &memberState{lineage: make(map[uint64]uint64, len(ev.Blocks))}
+		ms = &memberState{lineage: newU64Map(len(ev.Blocks))}
 		shard[m] = ms
 	}
 	for i, b := range ev.Blocks {
 		c := sc.canon[i]
 		kind := opHeld
 		if !sc.owned[i] {
-			ms.lineage[b.BlockHash] = c
+			ms.lineage.put(b.BlockHash, c)
 			w.contributions++
 			kind = opOwn
 		}
@@ -287,22 +295,28 @@ func (p *Pool) memberStored(w *applyWorker, sc *applyScratch, shard map[Member]*
 func (p *Pool) memberRemoved(w *applyWorker, shard map[Member]*memberState, ev *RouterEvent) (unknown int) {
 	m := ev.Member()
 	ms := shard[m]
+	if ms != nil {
+		var t uint64
+		for _, h := range ev.BlockHashes {
+			t ^= ms.lineage.touch(h)
+		}
+		w.warmed ^= t
+	}
 	for _, h := range ev.BlockHashes {
 		var c uint64
 		var ok bool
 		if ms != nil {
-			c, ok = ms.lineage[h]
+			c, ok = ms.lineage.del(h)
 		}
 		if !ok {
 			unknown++
 			w.unknownRemovals++
 			continue
 		}
-		delete(ms.lineage, h)
 		w.contributions--
 		w.ops = append(w.ops, ownOp{c: c, kind: opRelease, bshard: uint8(p.blockShard(c))})
 	}
-	if ms != nil && len(ms.lineage) == 0 {
+	if ms != nil && ms.lineage.len() == 0 {
 		delete(shard, m)
 	}
 	return unknown
@@ -317,7 +331,7 @@ func (p *Pool) memberCleared(w *applyWorker, sc *applyScratch, shard map[Member]
 	}
 	keys := sortedKeys(ms, sc)
 	for _, h := range keys {
-		c := ms.lineage[h]
+		c, _ := ms.lineage.get(h)
 		w.ops = append(w.ops, ownOp{c: c, kind: opRelease, bshard: uint8(p.blockShard(c))})
 	}
 	w.contributions -= int64(len(keys))
@@ -328,10 +342,16 @@ func (p *Pool) memberCleared(w *applyWorker, sc *applyScratch, shard map[Member]
 // block of the shard, in admission order, applied to its refcount; the
 // changes that take a block's first or last owner are marked for stage 3.
 func (p *Pool) stageOwners(ch *chunk, k int) {
-	bs := p.blocks[k]
+	bs := &p.blocks[k]
+	var t uint64
 	for i := range ch.recs {
 		r := &ch.recs[i]
 		ops := ch.workers[r.arena].ops[r.opStart:r.opEnd]
+		for j := range ops {
+			if int(ops[j].bshard) == k && ops[j].kind != opHeld {
+				t ^= bs.touch(ops[j].c)
+			}
+		}
 		for j := range ops {
 			o := &ops[j]
 			if int(o.bshard) != k {
@@ -339,20 +359,21 @@ func (p *Pool) stageOwners(ch *chunk, k int) {
 			}
 			switch o.kind {
 			case opOwn:
-				n := bs[o.c]
-				bs[o.c] = n + 1
+				n, _ := bs.get(o.c)
+				bs.put(o.c, n+1)
 				o.edge = n == 0
 			case opRelease:
-				n := bs[o.c] - 1
-				if n > 0 {
-					bs[o.c] = n
+				n, _ := bs.get(o.c)
+				if n--; n > 0 {
+					bs.put(o.c, n)
 				} else {
-					delete(bs, o.c)
+					bs.del(o.c)
 					o.edge = true
 				}
 			}
 		}
 	}
+	ch.workers[k].warmed ^= t
 }
 
 // stageTable is stage 3, in admission order on the caller's goroutine:
@@ -368,7 +389,15 @@ func (p *Pool) stageTable(ch *chunk, dst []ApplyOutcome) []ApplyOutcome {
 		}
 		p.pendingEvents++
 		m := r.ev.Member()
-		for _, o := range ch.workers[r.arena].ops[r.opStart:r.opEnd] {
+		ops := ch.workers[r.arena].ops[r.opStart:r.opEnd]
+		var t uint64
+		for _, o := range ops {
+			if o.edge {
+				t ^= p.touchBucket(o.c)
+			}
+		}
+		p.warmed ^= t
+		for _, o := range ops {
 			switch {
 			case o.kind == opOwn && o.edge:
 				out.FirstError = cmp.Or(out.FirstError, p.place(m, o.c))

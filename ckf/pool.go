@@ -21,7 +21,7 @@ type Batch struct {
 
 // memberState is one member's lineage: external block hash → canonical hash.
 type memberState struct {
-	lineage map[uint64]uint64
+	lineage u64Map
 }
 
 // ApplyOutcome reports what one event did.
@@ -59,7 +59,7 @@ type Pool struct {
 	// applies sequentially), so that each of ApplyEvents' workers owns its
 	// shards (parallel.go). shardKey keys the shard choice.
 	members  []map[Member]*memberState
-	blocks   []map[uint64]uint32 // canonical → owners (lineage entries mapping to it), never 0
+	blocks   []u64Map // canonical → owners (lineage entries mapping to it), never 0
 	shardKey uint64
 	// nonResident holds the tracked blocks whose fingerprint is not in the
 	// filter (capacity omissions, SPEC §4.3): empty unless the table ran
@@ -78,7 +78,10 @@ type Pool struct {
 	trackedBlockLimitRejections uint64
 
 	scratch applyScratch
-	par     *parallel // ApplyEvents' workers, made on first parallel use
+	// warmed takes the words the apply loads ahead of its lookups (see
+	// u64Map.touch), so the compiler keeps the loads; nothing reads it.
+	warmed uint64
+	par    *parallel // ApplyEvents' workers, made on first parallel use
 	// parallelMin and chunkBlocks are the constants of the same names;
 	// tests lower them to send small batches through the workers, in
 	// several chunks.
@@ -114,7 +117,7 @@ func newEmptyPool(cfg Config, f Format, shardKey uint64) *Pool {
 		t:           newTable(f.BucketCount, f.Seed, cfg.MaxKicks),
 		dirty:       newDirtyWindow(f.BucketCount),
 		members:     make([]map[Member]*memberState, n),
-		blocks:      make([]map[uint64]uint32, n),
+		blocks:      make([]u64Map, n),
 		shardKey:    shardKey,
 		nonResident: make(map[uint64]struct{}),
 		parallelMin: parallelMinBlocks,
@@ -122,7 +125,7 @@ func newEmptyPool(cfg Config, f Format, shardKey uint64) *Pool {
 	}
 	for i := range n {
 		p.members[i] = make(map[Member]*memberState)
-		p.blocks[i] = make(map[uint64]uint32)
+		p.blocks[i] = newU64Map(0)
 	}
 	return p
 }
@@ -135,11 +138,7 @@ func shardOf(h, key uint64, n int) int {
 	if n == 1 {
 		return 0
 	}
-	z := h ^ key
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-	z ^= z >> 31
-	hi, _ := bits.Mul64(z, uint64(n))
+	hi, _ := bits.Mul64(mix64(h, key), uint64(n))
 	return int(hi)
 }
 
@@ -175,8 +174,8 @@ func (p *Pool) memberCount() int {
 // blockCount returns the number of tracked canonical blocks.
 func (p *Pool) blockCount() int {
 	n := 0
-	for _, s := range p.blocks {
-		n += len(s)
+	for i := range p.blocks {
+		n += p.blocks[i].len()
 	}
 	return n
 }
@@ -204,7 +203,8 @@ func (p *Pool) Contains(canonical uint64) bool { return p.t.contains(canonical) 
 
 // Owners returns the owner count and residency of a canonical hash.
 func (p *Pool) Owners(canonical uint64) (owners uint32, resident bool) {
-	owners = p.blocks[p.blockShard(canonical)][canonical]
+	n, _ := p.blocks[p.blockShard(canonical)].get(canonical)
+	owners = uint32(n)
 	return owners, owners > 0 && p.isResident(canonical)
 }
 
@@ -212,7 +212,7 @@ func (p *Pool) Owners(canonical uint64) (owners uint32, resident bool) {
 // entries); 0 for a member the pool does not know.
 func (p *Pool) MemberBlocks(m Member) int {
 	if ms := p.member(m); ms != nil {
-		return len(ms.lineage)
+		return ms.lineage.len()
 	}
 	return 0
 }
@@ -293,7 +293,7 @@ func canonicalize(ev *RouterEvent, ms *memberState, sc *applyScratch) error {
 	if ev.HasParent {
 		var ok bool
 		if ms != nil {
-			prev, ok = ms.lineage[ev.ParentHash]
+			prev, ok = ms.lineage.get(ev.ParentHash)
 		}
 		if !ok {
 			return &EventError{Kind: ErrParentBlockNotFound, Member: m, BlockHash: ev.ParentHash}
@@ -326,7 +326,7 @@ func canonicalize(ev *RouterEvent, ms *memberState, sc *applyScratch) error {
 		held := false
 		if ms != nil {
 			var old uint64
-			if old, held = ms.lineage[b.BlockHash]; held && old != c {
+			if old, held = ms.lineage.get(b.BlockHash); held && old != c {
 				return &EventError{Kind: ErrInvalidBlockSequence, Member: m, BlockHash: b.BlockHash,
 					Detail: "external hash already maps to another canonical hash"}
 			}
@@ -365,9 +365,16 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 	shard := p.members[p.memberShard(m)]
 	ms := shard[m]
 	if ms != nil {
-		memberBlocks = len(ms.lineage)
+		memberBlocks = ms.lineage.len()
 	}
 	sc := &p.scratch
+	if ms != nil {
+		t := ms.lineage.touch(ev.ParentHash)
+		for i := range ev.Blocks {
+			t ^= ms.lineage.touch(ev.Blocks[i].BlockHash)
+		}
+		p.warmed ^= t
+	}
 	if err := canonicalize(ev, ms, sc); err != nil {
 		if errors.Is(err, ErrParentBlockNotFound) {
 			p.parentNotFound++
@@ -381,21 +388,28 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 		return memberBlocks, err
 	}
 	if ms == nil {
-		ms = &memberState{lineage: make(map[uint64]uint64, len(ev.Blocks))}
+		ms = &memberState{lineage: newU64Map(len(ev.Blocks))}
 		shard[m] = ms
 	}
+	var t uint64
+	for i, c := range sc.canon {
+		if !sc.owned[i] {
+			t ^= p.touchBlock(c)
+		}
+	}
+	p.warmed ^= t
 	for i, b := range ev.Blocks {
 		c := sc.canon[i]
 		if !sc.owned[i] {
-			bs := p.blocks[p.blockShard(c)]
-			owners := bs[c]
+			bs := &p.blocks[p.blockShard(c)]
+			owners, _ := bs.get(c)
 			if owners == math.MaxUint32 {
 				first = cmp.Or(first, error(&EventError{Kind: ErrOwnershipDegreeOverflow, Member: m, BlockHash: b.BlockHash}))
 				continue
 			}
-			ms.lineage[b.BlockHash] = c
+			ms.lineage.put(b.BlockHash, c)
 			p.contributions++
-			bs[c] = owners + 1
+			bs.put(c, owners+1)
 			if owners == 0 {
 				first = cmp.Or(first, p.place(m, c))
 				continue
@@ -403,7 +417,20 @@ func (p *Pool) applyStored(ev *RouterEvent) (memberBlocks int, first error) {
 		}
 		first = cmp.Or(first, p.reofferOmitted(m, c))
 	}
-	return len(ms.lineage), first
+	return ms.lineage.len(), first
+}
+
+// touchBlock loads the lines an ownership change of c reads: its owner
+// slot, its primary bucket's word and that bucket's dirty stamp (see
+// u64Map.touch).
+func (p *Pool) touchBlock(c uint64) uint64 {
+	return p.blocks[p.blockShard(c)].touch(c) ^ p.touchBucket(c)
+}
+
+// touchBucket loads c's primary bucket word and dirty stamp.
+func (p *Pool) touchBucket(c uint64) uint64 {
+	_, a := p.t.addr.primary(c)
+	return p.t.words[a] ^ uint64(p.dirty.stamp[a])
 }
 
 // place makes a block that just got its first owner resident (a full
@@ -467,27 +494,39 @@ func (p *Pool) applyRemoved(ev *RouterEvent) (memberBlocks, unknown int, first e
 	m := ev.Member()
 	shard := p.members[p.memberShard(m)]
 	ms := shard[m]
+	if ms == nil {
+		unknown = len(ev.BlockHashes)
+		p.unknownRemovals += uint64(unknown)
+		return 0, unknown, nil
+	}
+	// Lineage first, then owners: releases touch neither the lineage nor
+	// the counters above, so this order applies exactly what one pass
+	// would, and each phase's lookups are independent of one another.
+	var t uint64
 	for _, h := range ev.BlockHashes {
-		var c uint64
-		var ok bool
-		if ms != nil {
-			c, ok = ms.lineage[h]
-		}
+		t ^= ms.lineage.touch(h)
+	}
+	canon := p.scratch.canon[:0]
+	for _, h := range ev.BlockHashes {
+		c, ok := ms.lineage.del(h)
 		if !ok {
 			unknown++
 			p.unknownRemovals++
 			continue
 		}
-		delete(ms.lineage, h)
 		p.contributions--
+		canon = append(canon, c)
+		t ^= p.touchBlock(c)
+	}
+	p.warmed ^= t
+	p.scratch.canon = canon
+	for _, c := range canon {
 		if err := p.release(m, c); err != nil && first == nil {
 			first = err
 		}
 	}
-	if ms != nil {
-		if memberBlocks = len(ms.lineage); memberBlocks == 0 {
-			delete(shard, m)
-		}
+	if memberBlocks = ms.lineage.len(); memberBlocks == 0 {
+		delete(shard, m)
 	}
 	return memberBlocks, unknown, first
 }
@@ -495,13 +534,13 @@ func (p *Pool) applyRemoved(ev *RouterEvent) (memberBlocks, unknown int, first e
 // release drops one ownership of canonical; the last owner's release removes a
 // resident fingerprint.
 func (p *Pool) release(m Member, canonical uint64) error {
-	bs := p.blocks[p.blockShard(canonical)]
-	owners := bs[canonical] - 1
-	if owners > 0 {
-		bs[canonical] = owners
+	bs := &p.blocks[p.blockShard(canonical)]
+	owners, _ := bs.get(canonical)
+	if owners--; owners > 0 {
+		bs.put(canonical, owners)
 		return nil
 	}
-	delete(bs, canonical)
+	bs.del(canonical)
 	return p.unplace(m, canonical)
 }
 
@@ -532,7 +571,8 @@ func (p *Pool) clearMember(m Member) error {
 	keys := sortedKeys(ms, &p.scratch)
 	var first error
 	for _, h := range keys {
-		if err := p.release(m, ms.lineage[h]); err != nil && first == nil {
+		c, _ := ms.lineage.get(h)
+		if err := p.release(m, c); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -544,7 +584,7 @@ func (p *Pool) clearMember(m Member) error {
 // sortedKeys returns ms's external hashes in ascending order, in sc.keys.
 func sortedKeys(ms *memberState, sc *applyScratch) []uint64 {
 	keys := sc.keys[:0]
-	for h := range ms.lineage {
+	for h := range ms.lineage.all {
 		keys = append(keys, h)
 	}
 	slices.Sort(keys)

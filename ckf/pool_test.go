@@ -563,7 +563,7 @@ func TestPool_OwnershipDegreeOverflow(t *testing.T) {
 	p := newTestPool(t, 1000, 1, DefaultMaxKicks)
 	p.ApplyEvent(rootEv(mA, b(1, 10)))
 	c := chain(10)[0]
-	p.blocks[p.blockShard(c)][c] = 1<<32 - 1
+	p.blocks[p.blockShard(c)].put(c, 1<<32-1)
 	out := p.ApplyEvent(rootEv(mB, b(2, 10), b(3, 11)))
 	require.ErrorIs(t, out.FirstError, ErrOwnershipDegreeOverflow, "FirstError = %v, want ErrOwnershipDegreeOverflow", out.FirstError)
 	require.Equal(t, SourceProtocolFailure, FailurePointOf(out.FirstError), "failure point = %v, want SourceProtocolFailure", FailurePointOf(out.FirstError))

@@ -103,17 +103,19 @@ func (p *Pool) reinstall(old *Pool, skip map[Member]bool) {
 		if skip[m] {
 			continue
 		}
-		lin := make(map[uint64]uint64, len(ms.lineage))
-		for ext, c := range ms.lineage {
-			lin[ext] = c
-			p.blocks[p.blockShard(c)][c]++
+		lin := newU64Map(ms.lineage.len())
+		for ext, c := range ms.lineage.all {
+			lin.put(ext, c)
+			bs := &p.blocks[p.blockShard(c)]
+			n, _ := bs.get(c)
+			bs.put(c, n+1)
 		}
 		p.members[p.memberShard(m)][m] = &memberState{lineage: lin}
-		p.contributions += uint64(len(lin))
+		p.contributions += uint64(lin.len())
 	}
 	canon := make([]uint64, 0, p.blockCount())
-	for _, s := range p.blocks {
-		for c := range s {
+	for i := range p.blocks {
+		for c := range p.blocks[i].all {
 			canon = append(canon, c)
 		}
 	}

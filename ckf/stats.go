@@ -53,15 +53,12 @@ const (
 	mapDirectoryBytes = 8  // one directory pointer per table
 )
 
-// Slot sizes (key plus value) of the pool's maps.
+// Sizes of the pool's member map slot and member record.
 const (
-	lineageSlotBytes = 8 + 8                         // external → canonical
-	blockSlotBytes   = uint64(unsafe.Sizeof(struct { // canonical → owners, padded
-		c uint64
-		n uint32
-	}{}))
-	memberSlotBytes  = uint64(unsafe.Sizeof(Member{})) + 8 // member → *memberState
-	memberStateBytes = uint64(unsafe.Sizeof(memberState{}))
+	memberSlotBytes = uint64(unsafe.Sizeof(Member{})) + 8 // member → *memberState
+	// memberStateBytes is a member record's allocation: the struct rounded
+	// up to Go's size class (16-byte steps up to 128 bytes).
+	memberStateBytes = (uint64(unsafe.Sizeof(memberState{})) + 15) &^ 15
 )
 
 // mapBytes estimates the heap bytes of a Go map of n entries with slots of
@@ -89,17 +86,18 @@ func mapBytes(n int, slotBytes uint64) uint64 {
 func withSizeClassSlack(b uint64) uint64 { return b + b/16 }
 
 // exactStateBytes estimates the heap held by the pool's exact state: every
-// member's lineage map, the block map, the member map and member records.
+// member's lineage table, the owner tables (both exact: their slot arrays),
+// the member map and member records.
 func (p *Pool) exactStateBytes() uint64 {
 	var total uint64
-	for _, s := range p.blocks {
-		total += mapBytes(len(s), blockSlotBytes)
+	for i := range p.blocks {
+		total += p.blocks[i].heapBytes()
 	}
 	for _, s := range p.members {
 		total += mapBytes(len(s), memberSlotBytes)
 	}
 	for _, ms := range p.allMembers {
-		total += memberStateBytes + mapBytes(len(ms.lineage), lineageSlotBytes)
+		total += memberStateBytes + ms.lineage.heapBytes()
 	}
 	return total
 }
@@ -140,7 +138,7 @@ type MemberCount struct {
 func (p *Pool) MemberCounts() []MemberCount {
 	out := make([]MemberCount, 0, p.memberCount())
 	for m, ms := range p.allMembers {
-		out = append(out, MemberCount{Member: m, Blocks: len(ms.lineage)})
+		out = append(out, MemberCount{Member: m, Blocks: ms.lineage.len()})
 	}
 	slices.SortFunc(out, func(a, b MemberCount) int { return a.Member.Compare(b.Member) })
 	return out

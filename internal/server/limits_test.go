@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -40,13 +39,15 @@ func TestConfig_ExactStateBoundsDefaultToTheFilter(t *testing.T) {
 	require.ErrorIs(t, bad.Validate(), ErrInvalidConfig)
 }
 
-// TestConfig_ApplyWorkersDefaultToGOMAXPROCS: a pool's apply_workers
-// defaults to GOMAXPROCS and reaches the pool's ckf config; a set value, the
+// TestConfig_ApplyWorkersDefaultToOne: a pool's apply_workers defaults to 1
+// (the sequential apply, whatever GOMAXPROCS: docs/RATIONALE.md "Why is
+// apply_workers 1 by default?") and reaches the pool's ckf config; a set value, the
 // JSON key and the flag key are kept; a count outside 1..=64 is refused.
-func TestConfig_ApplyWorkersDefaultToGOMAXPROCS(t *testing.T) {
+func TestConfig_ApplyWorkersDefaultToOne(t *testing.T) {
 	c := Config{Pools: []PoolSpec{{Name: "a", DCID: 1}, {Name: "b", DCID: 2, ApplyWorkers: 3}}}.WithDefaults()
 	require.NoError(t, c.Validate())
-	assert.Equal(t, min(runtime.GOMAXPROCS(0), ckf.MaxApplyWorkers), c.Pools[0].ApplyWorkers)
+	assert.Equal(t, 1, c.Pools[0].ApplyWorkers)
+	assert.Equal(t, 1, c.Pools[0].ckfConfig().ApplyWorkers)
 	assert.Equal(t, 3, c.Pools[1].ckfConfig().ApplyWorkers)
 
 	var fromJSON PoolSpec

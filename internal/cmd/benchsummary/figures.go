@@ -46,7 +46,18 @@ var figures = []figure{
 	{Name: "ckf_pool_apply_parallel_blocks_per_s_90_workers2", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=90/impl=workers2", Metric: "blocks/s", Unit: "blocks/s"},
 	{Name: "ckf_pool_apply_parallel_blocks_per_s_90_workers4", Pkg: "./ckf", Bench: "BenchmarkPoolApplyParallel/load=90/impl=workers4", Metric: "blocks/s", Unit: "blocks/s"},
 
-	// Scale: the relay's apply (GOMAXPROCS workers, batches of 64) at 1 M,
+	// The host's own scaling, the ceiling of any parallel apply on it: two
+	// goroutines on two independent 4 M-entry maps (memory-latency bound,
+	// the exact state's shape) and on pure arithmetic, against one
+	// goroutine doing both, in probes/s (ratio > 1: two are faster).
+	{Name: "host_map_probes_two_vs_one_goroutine", Pkg: "./ckf", Bench: "BenchmarkHostScaling/work=map/impl=two", Base: "BenchmarkHostScaling/work=map/impl=one", Metric: "probes/s", Unit: "ratio"},
+	{Name: "host_spin_two_vs_one_goroutine", Pkg: "./ckf", Bench: "BenchmarkHostScaling/work=spin/impl=two", Base: "BenchmarkHostScaling/work=spin/impl=one", Metric: "probes/s", Unit: "ratio"},
+	// CPU per step beside the wall time: on a loaded machine the CPU an
+	// apply takes swings far less than its wall time.
+	{Name: "ckf_pool_apply_vs_map_cpu_50", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=50/impl=pool", Base: "BenchmarkPoolApplyEvent/load=50/impl=map", Metric: "cpu-ns/op", Unit: "ratio"},
+	{Name: "ckf_pool_apply_vs_map_cpu_90", Pkg: "./ckf", Bench: "BenchmarkPoolApplyEvent/load=90/impl=pool", Base: "BenchmarkPoolApplyEvent/load=90/impl=map", Metric: "cpu-ns/op", Unit: "ratio"},
+
+	// Scale: the relay's apply (its default 1 worker, batches of 64) at 1 M,
 	// 8 M and 32 M tracked blocks, with the exact state's heap per block.
 	// One round: filling 32 M blocks takes tens of seconds.
 	{Name: "ckf_pool_scale_blocks_per_s_1m", Pkg: "./ckf", Bench: "BenchmarkPoolApplyScale/blocks=1M", Metric: "blocks/s", Unit: "blocks/s", Rounds: 1},
