@@ -54,6 +54,9 @@ type Config struct {
 	// set) is called for each.
 	RefuseWhenBusy bool
 	OnRefused      func()
+	// OnEvicted, when set, is called for each idle connection the Listener
+	// closes to make room (for a newcomer, or past MaxIdlePerClient).
+	OnEvicted func()
 	// BusyWithin closes a connection that has not turned busy this long
 	// after it was accepted. Zero: no such deadline.
 	BusyWithin time.Duration
@@ -110,7 +113,7 @@ func (l *Listener) admit(c net.Conn) (*Conn, bool) {
 				l.refuse(c)
 				return nil, false
 			}
-			_ = victim.Close()
+			l.evict(victim)
 		}
 	}
 	for {
@@ -120,7 +123,7 @@ func (l *Listener) admit(c net.Conn) (*Conn, bool) {
 		default:
 		}
 		if victim := l.oldestIdle(""); victim != nil {
-			_ = victim.Close() // frees its slot
+			l.evict(victim) // frees its slot
 			continue
 		}
 		if l.cfg.RefuseWhenBusy {
@@ -164,10 +167,15 @@ func connKey(remote, local net.Addr) string {
 }
 
 // hostOf returns c's client address without the port.
-func hostOf(c net.Conn) string {
-	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+func hostOf(c net.Conn) string { return Client(c.RemoteAddr().String()) }
+
+// Client returns the client address that per-client bounds count by: the
+// host of remote ("host:port", as net.Addr.String and
+// http.Request.RemoteAddr give it), or remote itself when it has no port.
+func Client(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
-		host = c.RemoteAddr().String()
+		return remote
 	}
 	return host
 }
@@ -279,7 +287,15 @@ func (l *Listener) SetIdle(c *Conn, idle bool) {
 	}
 	l.mu.Unlock()
 	if victim != nil {
-		_ = victim.Close()
+		l.evict(victim)
+	}
+}
+
+// evict closes an idle connection to make room.
+func (l *Listener) evict(victim *Conn) {
+	_ = victim.Close()
+	if l.cfg.OnEvicted != nil {
+		l.cfg.OnEvicted()
 	}
 }
 

@@ -91,7 +91,8 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 		return nil, err
 	}
 	hb, err := hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, QueueBytes: cfg.SubscriberQueueBytes,
-		SnapshotGenerations: cfg.SnapshotGenerations, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords})
+		SnapshotGenerations: cfg.SnapshotGenerations, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords,
+		MaxSubscribersPerClient: cfg.MaxSubscribersPerClient})
 	if err != nil {
 		return nil, err
 	}
