@@ -1,9 +1,10 @@
 // Package connlimit bounds a listener's open connections so that idle
 // connections cannot lock busy clients out. The relay's HTTP listener
-// (internal/server) and its gRPC listener (internal/grpcserver) share it;
-// each tells the listener which of its connections are idle, from what its
-// protocol knows (http.Server's ConnState; the gRPC adapter's admitted
-// calls).
+// (internal/server), its gRPC listener (internal/grpcserver) and a bound ZMQ
+// source's transport (internal/source/zmq) share it; each tells the listener
+// which of its connections are idle, from what its protocol knows
+// (http.Server's ConnState; the gRPC adapter's admitted calls; a ZMQ peer's
+// first whole message).
 //
 //   - At the bound, a new connection closes the longest-idle one (idle: it
 //     carries no request or call in progress, or has not sent its first one
