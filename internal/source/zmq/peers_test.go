@@ -119,3 +119,35 @@ func TestConfig_PeersPerClientWithinMaxPeers(t *testing.T) {
 	assert.NoError(t, cfg.Validate())
 	assert.Equal(t, DefaultMaxPeers/4, base.withDefaults().MaxPeersPerClient, "default: a quarter of max_peers")
 }
+
+// deadlineFails is a connection whose SetDeadline fails from its n-th
+// call on, as a connection closed under the handshake does.
+type deadlineFails struct {
+	net.Conn
+	n int
+}
+
+func (c *deadlineFails) SetDeadline(t time.Time) error {
+	if c.n--; c.n <= 0 {
+		return net.ErrClosed
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+// A connection closed (evicted for a newcomer) just as its handshake
+// completes is a failed handshake: before, handshake returned a nil
+// connection and a nil error, and the bound source's accept path
+// dereferenced it (a crash the red-team repro hit under eviction).
+func TestHandshake_ClosedAtTheEndIsAnError(t *testing.T) {
+	ours, theirs := net.Pipe()
+	defer theirs.Close()
+	go func() {
+		_, _ = io.ReadFull(theirs, make([]byte, greetingLen))
+		_, _ = theirs.Write(append(ourGreeting[:], frame(flagCommand, readyBody("Socket-Type", "PUB"))...))
+	}()
+	g := guardOf(t.Context())
+	zc, err := handshake(t.Context(), &deadlineFails{Conn: ours, n: 2}, g)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, net.ErrClosed)
+	assert.Nil(t, zc)
+}

@@ -181,8 +181,13 @@ func handshake(ctx context.Context, c net.Conn, g *peerGuard) (*zmtpConn, error)
 	if err := checkReady(body, g.own); err != nil {
 		return fail(err)
 	}
-	if !stop() || c.SetDeadline(time.Time{}) != nil {
-		return fail(ctx.Err())
+	if !stop() {
+		return fail(ctx.Err()) // ctx is done: its error is set
+	}
+	// A connection closed meanwhile (a newcomer evicted it) fails here: the
+	// error must be returned, never a nil conn with a nil error.
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		return fail(err)
 	}
 	return &zmtpConn{Conn: c, r: r, pre: append(pre, raw...), swallow: greetingLen,
 		t: frameTracker{lim: g.limits}, g: g}, nil
