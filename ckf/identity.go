@@ -1,6 +1,9 @@
 package ckf
 
-import "fmt"
+import (
+	"encoding/hex"
+	"fmt"
+)
 
 // MaxLanes is the number of consumer lanes (data centers) one router tracks.
 const MaxLanes = 16
@@ -29,6 +32,26 @@ func (s DigestSource) String() string {
 type ScopedDigest struct {
 	Digest [16]byte
 	Source DigestSource
+}
+
+// ParseScopedDigest parses a digest as relay catalogs spell it: 32 hex
+// digits and the source's name ("default_derived" or "explicit").
+func ParseScopedDigest(hexDigest, source string) (ScopedDigest, error) {
+	var d ScopedDigest
+	b, err := hex.DecodeString(hexDigest)
+	if err != nil || len(b) != len(d.Digest) {
+		return d, fmt.Errorf("digest %q is not %d hex digits", hexDigest, 2*len(d.Digest))
+	}
+	copy(d.Digest[:], b)
+	switch source {
+	case DigestDefaultDerived.String():
+		d.Source = DigestDefaultDerived
+	case DigestExplicit.String():
+		d.Source = DigestExplicit
+	default:
+		return d, fmt.Errorf("digest source %q", source)
+	}
+	return d, nil
 }
 
 // Domain is the routing domain pools are compared in: which cache semantics

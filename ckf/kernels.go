@@ -134,6 +134,10 @@ type PrefixSearch struct {
 	sp, groups int
 	//lint:ignore U1000 as stack
 	arg int
+
+	// formats: the format groups of a multi-group search
+	// (PrefixSearch.AddGroup).
+	formats []searchGroup
 }
 
 // SearchPrefix runs s on the lane-minor table words (as for

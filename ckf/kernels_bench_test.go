@@ -143,3 +143,64 @@ func BenchmarkSearchPrefix(b *testing.B) {
 	require.Equal(b, uint32(1024), s.Depth[15], "depth %d probes %d", s.Depth[15], s.Probes)
 	require.Equal(b, 13, s.Probes, "depth %d probes %d", s.Depth[15], s.Probes)
 }
+
+// BenchmarkGroupHits: one probe of 16 lanes in 4 format groups × 4 lanes
+// (2^10..2^7 buckets, cache-resident; one seed or 4) against LaneRowHits on
+// one 16-wide table of 2^10 buckets, over keys that differ every call;
+// p50-ns per probe from batches of 64. Natively impl=kernel is the Go path.
+func BenchmarkGroupHits(b *testing.B) {
+	maps := new([2][256]uint16)
+	for v := range 256 {
+		maps[0][v] = uint16(v) // identity: slots are lanes (the map's cost is what counts)
+	}
+	for _, seeds := range []int{1, 4} {
+		var s PrefixSearch
+		for g := range 4 {
+			seed := uint64(DefaultSeed)
+			if seeds == 4 {
+				seed += uint64(g) * 0x9E3779B97F4A7C15
+			}
+			buckets := uint64(1<<10) >> g
+			words := make([]uint64, buckets*4)
+			for i := range words {
+				words[i] = benchKeyLike(uint64(i) + uint64(g)<<32)
+			}
+			s.AddGroup(NewAddresser(seed, buckets), words, 4, maps, 0xF<<(4*g))
+		}
+		b.Run("layout=mixed4/seeds="+strconv.Itoa(seeds), func(b *testing.B) {
+			var sink uint16
+			i := uint64(0)
+			d := make([]time.Duration, 0, 1024)
+			for b.Loop() {
+				t0 := time.Now()
+				for range 64 {
+					i++
+					sink ^= s.GroupHits(benchKeyLike(i), 0xFFFF)
+				}
+				d = append(d, time.Since(t0))
+			}
+			kernelSink += uint64(sink)
+			reportP50(b, d, 64)
+		})
+	}
+	words := make([]uint64, 1<<10*MaxLanes)
+	for i := range words {
+		words[i] = benchKeyLike(uint64(i))
+	}
+	ad := NewAddresser(DefaultSeed, 1<<10)
+	b.Run("layout=uniform", func(b *testing.B) {
+		var sink uint16
+		i := uint64(0)
+		d := make([]time.Duration, 0, 1024)
+		for b.Loop() {
+			t0 := time.Now()
+			for range 64 {
+				i++
+				sink ^= ad.LaneRowHits(words, benchKeyLike(i))
+			}
+			d = append(d, time.Since(t0))
+		}
+		kernelSink += uint64(sink)
+		reportP50(b, d, 64)
+	})
+}

@@ -20,3 +20,9 @@ func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {
 }
 
 func searchPrefixArch(uint64, uint64, uint64, []uint64, *PrefixSearch) bool { return false }
+
+func groupHitsArch(gs []searchGroup, key uint64, ready uint16) uint16 {
+	return groupHitsGo(gs, key, ready)
+}
+
+func searchGroupsArch(*PrefixSearch) bool { return false }

@@ -86,3 +86,22 @@ func prefixSearch(s *PrefixSearch, keyFlip, dispFlip, mask uint64, words *uint64
 func searchPrefixArch(keyFlip, dispFlip, mask uint64, words []uint64, s *PrefixSearch) bool {
 	return prefixSearch(s, keyFlip, dispFlip, mask, unsafe.SliceData(words), len(words))
 }
+
+// groupHits is GroupHits for the n ≥ 1 groups at gs: GROUPHITS of
+// kernels_wasm.s, the probe prefixSearchGroups inlines.
+//
+//go:noescape
+func groupHits(gs *searchGroup, n int, key, ready uint64) uint64
+
+func groupHitsArch(gs []searchGroup, key uint64, ready uint16) uint16 {
+	return uint16(groupHits(unsafe.SliceData(gs), len(gs), key, uint64(ready)))
+}
+
+// prefixSearchGroups is prefixSearch with GroupHits as its probe, over the
+// groups in s.formats; it reports false, doing nothing, when s breaks
+// SearchPrefix's contract or has no group.
+//
+//go:noescape
+func prefixSearchGroups(s *PrefixSearch) bool
+
+func searchGroupsArch(s *PrefixSearch) bool { return prefixSearchGroups(s) }

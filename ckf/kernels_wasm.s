@@ -475,7 +475,7 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R9; \
 	Else; \
 		SEQ_P; Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
-		ROWHITS; \
+		PROBEHITS; \
 		Get R9; READY64; I64And; Set R9; \
 		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
 		STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; GEN32; I32Store $0; \
@@ -506,6 +506,8 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 // SETLO stores local A as lane R1's lo (i64).
 #define SETLO(A) Get R11; I64Const S_LO; I64Add; Get R1; I64Const $3; I64Shl; I64Add; I32WrapI64; Get A; I64Store $0
 
+#define PROBEHITS ROWHITS
+
 // func prefixSearch(s *PrefixSearch, keyFlip, dispFlip, mask uint64, words *uint64, nwords int) bool
 TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	I64Load s+0(FP); Set R11
@@ -528,154 +530,122 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	End
 	Get SP; I64Load8U ret+48(FP); I64Eqz
 	If; RET; End
-	Get R11; I32WrapI64; F64Load S_STAMP; Set F16
-	Get R11; I32WrapI64; I64Load32U S_GEN; F64ReinterpretI64; Set F17
-	Get R11; I32WrapI64; F64Load S_MEMO; Set F18
-	Get R11; I32WrapI64; F64Load S_SEQ; Set F19
-	Get R11; I32WrapI64; I64Load16U S_READY; F64ReinterpretI64; Set F20
-	Get R11; I32WrapI64; F64Load S_N; Set F22
-	STORES(S_PROBES, I64Const $0)
-	STORES(S_RESUME, I64Const $-1)
-	STORES(S_ARG, I64Const $0)
-	STORES(S_SP, I64Const $0)
-	STORES(S_GROUPS, I64Const $0)
-	Get R11; I32WrapI64; I64Const $0; I64Store16 S_FALLBACK
-	// lo[l] = -1 for every lane
-	I64Const $-1; Set R6
-	I64Const $0xFFFF; Set R5
-	FORLANES(R5, SETLO(R6))
+#include "search_wasm.h"
 
-	// Gallop: R13 active, R14 last (-1 before position 0), R15 p. The loop
-	// probes position 0 too (one inlined probe fewer, so less code to fetch
-	// on each call): there every lane is active and a miss pushes no group
-	// (the lane's lo stays -1).
-	I64Const $-1; Set R13
-	I64Const $-1; Set R14
-	I64Const $0; Set R15
-	Block; Loop
-		Get R13; I64Eqz; BrIf $1
-		Get R14; N64; I64Const $1; I64Sub; I64GeS; BrIf $1
-		Get R15; N64; I64Const $1; I64Sub; I64GtS
-		If; N64; I64Const $1; I64Sub; Set R15; End
-		Get R15; Set R12
-		PROBE
-		Get R13; Get R9; I64Const $-1; I64Xor; I64And; Tee R10
-		I64Eqz; I32Eqz; Get R14; I64Const $0; I64GeS; I32And
-		If; PUSH(R10, R14, R15); End
-		Get R13; Get R9; I64And; Set R13
-		Get R15; Set R14
-		Get R15; I64Const $1; I64Shl; Get R15; I64Eqz; I64ExtendI32U; I64Or; Set R15
-		Br $0
-	End; End
-	Get R13; I64Eqz; I32Eqz
-	If; N64; Set R10; PUSH(R13, R14, R10); End
+// GROUPHITS (multi-group probes: PrefixSearch.GroupHits). The groups are
+// searchGroup records from GROUPS_P to GROUPS_END, the ready lanes in
+// READY64; the key is R1 (kept). It sets R9 to the lanes whose group rows
+// hold the key (not yet masked by the ready lanes) and uses R0 (the group),
+// R2, R3 (the key's seed-only hashes: bucket a and displacement before
+// masking, kept across groups of one seed), R4 (the lanes found) and
+// R5..R10 as ROWHITS.
+#define GROUPS_P Get F21; I64ReinterpretF64
+#define GROUPS_END Get F23; I64ReinterpretF64
+#define GFIELD(OFF) Get R0; I32WrapI64; I64Load OFF
 
-	// Grouped binary search: R13 lanes, R14 a, R15 z of the popped group.
-	Block; Loop
-		LOADS(S_SP); I64Eqz; BrIf $1
-		STORES(S_SP, LOADS(S_SP); I64Const $1; I64Sub)
-		Get R11; I64Const S_STACK; I64Add; LOADS(S_SP); I64Const $24; I64Mul; I64Add; Set R1
-		Get R1; I32WrapI64; I64Load $0; Set R13
-		Get R1; I32WrapI64; I64Load $8; Set R14
-		Get R1; I32WrapI64; I64Load $16; Set R15
-		Block; Loop
-			Get R15; Get R14; I64Sub; I64Const $1; I64LeS; BrIf $1
-			Get R14; Get R15; Get R14; I64Sub; I64Const $1; I64ShrU; I64Add; Set R12
-			PROBE
-			Get R13; Get R9; I64And; Set R5
-			Get R13; Get R9; I64Const $-1; I64Xor; I64And; Set R6
-			Get R6; I64Eqz
-			If
-				Get R12; Set R14
-			Else
-				Get R5; I64Eqz
-				If
-					Get R12; Set R15
-				Else
-					PUSH(R6, R14, R12)
-					Get R5; Set R13
-					Get R12; Set R14
-				End
-			End
-			Br $0
-		End; End
-		STORES(S_ARG, Get R13)
-		STORES(S_T, Get R14; I64Const $1; I64Add)
-		Get R13; Set R5
-		FORLANES(R5, SETLO(R14))
-		STORES(S_GROUPS, LOADS(S_GROUPS); I64Const $1; I64Add)
-		Br $0
-	End; End
+// GKEYHASH is ROWHITS' addressing up to the masks (ckf.Addresser.HashKey)
+// with the group's keyFlip and dispFlip: R2 = a, R3 = displacement before
+// masking, R6 the fingerprint broadcast to four 16-bit lanes, R5 = ^R6.
+#define GKEYHASH \
+	Get R1; I64Const $32; I64Rotl; GFIELD($searchGroup_keyFlip); I64Xor; Tee R5; \
+	Get R5; I64Const $49; I64Rotl; I64Xor; Get R5; I64Const $24; I64Rotl; I64Xor; \
+	I64Const $0x9FB21C651E98DF25; I64Mul; Tee R5; Get R5; I64Const $35; I64ShrU; I64Const $8; I64Add; I64Xor; \
+	I64Const $0x9FB21C651E98DF25; I64Mul; Tee R5; Get R5; I64Const $28; I64ShrU; I64Xor; Set R5; \
+	Get R5; I64Const $0xFFFF; I64And; Tee R6; Get R6; I64Eqz; I64ExtendI32U; I64Or; Set R6; \
+	Get R5; I64Const $16; I64ShrU; Set R2; \
+	Get R6; I64Const $0xFF; I64And; I64Const $16; I64Shl; \
+	Get R6; I64Const $8; I64ShrU; Tee R8; I64Const $24; I64Shl; I64Or; Get R8; I64Or; I64Const $0x200; I64Or; \
+	GFIELD($searchGroup_dispFlip); I64Xor; \
+	Tee R8; Get R8; I64Const $33; I64ShrU; I64Xor; I64Const $0xC2B2AE3D27D4EB4F; I64Mul; \
+	Tee R8; Get R8; I64Const $29; I64ShrU; I64Xor; I64Const $0x165667B19E3779F9; I64Mul; \
+	Tee R8; Get R8; I64Const $32; I64ShrU; I64Xor; Set R3; \
+	Get R6; I64Const $0x0001000100010001; I64Mul; Tee R6; I64Const $-1; I64Xor; Set R5
 
-	LOADS(S_GROUPS); I64Const $1; I64Eq
-	If
-		// Shared window: R13 pending lanes, R14 t, R15 left, R12 p.
-		LOADS(S_ARG); Set R13
-		STORES(S_ARG, I64Const $0)
-		LOADS(S_T); Set R14
-		Get R14; LOADS(S_WINDOW); I64Sub; Tee R15
-		I64Const $0; I64LtS
-		If; I64Const $0; Set R15; End
-		STORES(S_LEFT, Get R15)
-		Get R15; Set R12
-		Block; Loop
-			Get R12; Get R14; I64GeS; BrIf $1
-			Get R13; I64Eqz; BrIf $1
-			PROBE
-			// R5: lanes missing at p; a miss at the window's left edge
-			// (left > 0) goes to the caller's fallback, any other is the depth.
-			Get R13; Get R9; I64Const $-1; I64Xor; I64And; Set R5
-			Get R12; Get R15; I64Eq; Get R15; I64Const $0; I64GtS; I32And
-			If
-				STORES(S_ARG, LOADS(S_ARG); Get R5; I64Or)
-			Else
-				FORLANES(R5, SETDEPTH(Get R12))
-			End
-			Get R13; Get R9; I64And; Set R13
-			Get R12; I64Const $1; I64Add; Set R12
-			Br $0
-		End; End
-		FORLANES(R13, SETDEPTH(Get R14))
-		Get R11; I32WrapI64; LOADS(S_ARG); I64Store16 S_FALLBACK
-		RET
-	End
+// GROWS sets R7, R8 to the addresses of the group's rows A and B
+// (ckf.Addresser.Rows): a = R2 & mask, b = a ^ (R3 & mask, 0 → 1), each
+// times the row's bytes (<< shift) plus the table's address; it leaves the
+// shift in F24 for GSLOTS. Each field is loaded once (a local read is
+// cheaper than a bounds-checked load).
+#define GROWS \
+	GFIELD($searchGroup_mask); Set R10; \
+	Get R2; Get R10; I64And; Set R7; \
+	Get R3; Get R10; I64And; Tee R8; Get R8; I64Eqz; I64ExtendI32U; I64Or; Get R7; I64Xor; Set R8; \
+	GFIELD($searchGroup_shift); Tee R10; F64ReinterpretI64; Set F24; \
+	GFIELD($searchGroup_words); Set R9; \
+	Get R7; Get R10; I64Shl; Get R9; I64Add; Set R7; \
+	Get R8; Get R10; I64Shl; Get R9; I64Add; Set R8
 
-	// Lane by lane: R13 lanes left, R14 lane, R15 t, R12 p; left in S_LEFT.
-	Get R11; I32WrapI64; I64Load16U S_READY; Set R13
-	Block; Loop
-		Get R13; I64Eqz; BrIf $1
-		Get R13; I64Ctz; Set R14
-		Get R11; I32WrapI64; Get R14; I32WrapI64; I32Const $3; I32Shl; I32Add; I64Load S_LO; I64Const $1; I64Add; Set R15
-		Get R14; Set R1
-		Get R15; I64Eqz
-		If
-			SETDEPTH(I64Const $0)
-		Else
-			Get R15; LOADS(S_WINDOW); I64Sub; Tee R12
-			I64Const $0; I64LtS
-			If; I64Const $0; Set R12; End
-			STORES(S_LEFT, Get R12)
-			Block; Loop
-				Get R12; Get R15; I64GeS; BrIf $1
-				PROBE
-				Get R9; Get R14; I64ShrU; I64Const $1; I64And; I64Eqz; BrIf $1
-				Get R12; I64Const $1; I64Add; Set R12
-				Br $0
-			End; End
-			Get R14; Set R1
-			Get R12; Get R15; I64Eq
-			If
-				SETDEPTH(Get R15)
-			Else
-				Get R12; LOADS(S_LEFT); I64Eq; Get R12; I64Const $0; I64GtS; I32And
-				If
-					STORES(S_RESUME, Get R14)
-					RET
-				End
-				SETDEPTH(Get R12)
-			End
-		End
-		Get R13; Get R13; I64Const $1; I64Sub; I64And; Set R13
-		Br $0
-	End; End
+// GSLOTS sets R9 to the slot hit mask of rows R7, R8 of the group's width
+// (shift F24 = log2(width) + 3): ROWHITS' LANE tests of slots 15..8 only
+// when the width is 16, 7..4 when at least 8, and so on, then the same
+// fold.
+#define GSHIFT Get F24; I64ReinterpretF64
+#define GSLOTS \
+	I64Const $0; Set R9; \
+	Block; GSHIFT; I64Const $7; I64LtU; BrIf $0; \
+		LANE(120, 15); LANE(112, 14); LANE(104, 13); LANE(96, 12); \
+		LANE(88, 11); LANE(80, 10); LANE(72, 9); LANE(64, 8); \
+	End; \
+	Block; GSHIFT; I64Const $6; I64LtU; BrIf $0; \
+		LANE(56, 7); LANE(48, 6); LANE(40, 5); LANE(32, 4); \
+	End; \
+	Block; GSHIFT; I64Const $5; I64LtU; BrIf $0; LANE(24, 3); LANE(16, 2); End; \
+	Block; GSHIFT; I64Const $4; I64LtU; BrIf $0; LANE(8, 1); End; \
+	LANE(0, 0); \
+	Get R9; Get R9; I64Const $32; I64ShrU; I64Or; Tee R9; \
+	Get R9; I64Const $16; I64ShrU; I64Or; I64Const $0xFFFF; I64And; Set R9
+
+// GMAP ORs the lanes of slot hits R9 into R4: maps[0][R9 & 0xff] |
+// maps[1][R9 >> 8], two uint16 loads. It uses R10.
+#define GMAP \
+	GFIELD($searchGroup_maps); Set R10; \
+	Get R4; \
+	Get R10; Get R9; I64Const $0xFF; I64And; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; I64Or; \
+	Get R10; Get R9; I64Const $8; I64ShrU; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $512; I64Or; \
+	Set R4
+
+#define GROUPHITS \
+	I64Const $0; Set R4; GROUPS_P; Set R0; \
+	Loop; \
+		GFIELD($searchGroup_sameSeed); I64Eqz; \
+		If; GKEYHASH; End; \
+		GFIELD($searchGroup_members); READY64; I64And; I64Eqz; I32Eqz; \
+		If; GROWS; GSLOTS; GMAP; End; \
+		Get R0; I64Const $searchGroup__size; I64Add; Tee R0; GROUPS_END; I64LtU; BrIf $0; \
+	End; \
+	Get R4; Set R9
+
+// func groupHits(gs *searchGroup, n int, key, ready uint64) uint64
+TEXT ·groupHits(SB), NOSPLIT, $0-40
+	I64Load gs+0(FP); F64ReinterpretI64; Set F21
+	I64Load gs+0(FP); I64Load n+8(FP); I64Const $searchGroup__size; I64Mul; I64Add; F64ReinterpretI64; Set F23
+	I64Load key+16(FP); Set R1
+	I64Load ready+24(FP); F64ReinterpretI64; Set F20
+	GROUPHITS
+	Get SP; Get R9; READY64; I64And; I64Store ret+32(FP)
 	RET
+
+#undef PROBEHITS
+#define PROBEHITS GROUPHITS
+#define S_FORMATS $PrefixSearch_formats
+#define S_NFORMATS $(PrefixSearch_formats+8)
+
+// func prefixSearchGroups(s *PrefixSearch) bool
+TEXT ·prefixSearchGroups(SB), NOSPLIT, $0-9
+	I64Load s+0(FP); Set R11
+	// The contract: SearchPrefix's on the query, and at least one group
+	// (each valid by construction: PrefixSearch.AddGroup).
+	Get SP; I64Const $0; I64Store8 ret+8(FP)
+	Block
+		LOADS(S_N); I64Eqz; BrIf $0
+		LOADS(S_MEMOLEN); LOADS(S_N); I64LtU; BrIf $0
+		LOADS(S_STAMPLEN); LOADS(S_N); I64LtU; BrIf $0
+		LOADS(S_DEPTH); I64Eqz; BrIf $0
+		LOADS(S_NFORMATS); I64Eqz; BrIf $0
+		Get SP; I64Const $1; I64Store8 ret+8(FP)
+	End
+	Get SP; I64Load8U ret+8(FP); I64Eqz
+	If; RET; End
+	LOADS(S_FORMATS); F64ReinterpretI64; Set F21
+	LOADS(S_FORMATS); LOADS(S_NFORMATS); I64Const $searchGroup__size; I64Mul; I64Add; F64ReinterpretI64; Set F23
+#include "search_wasm.h"

@@ -1,5 +1,10 @@
 package ckf
 
+import (
+	"math/bits"
+	"unsafe"
+)
+
 // LaneRowHits is one probe of a lane-minor table of MaxLanes filters that
 // share this addressing (SPEC §8.4: bucket i of lane l is words[i*16+l]): bit l
 // of the result is set when lane l's bucket A or B of key holds key's
@@ -100,4 +105,129 @@ func HitsAt(ra, rb []uint64, kh KeyHash) uint16 {
 		m |= ((z | -z) >> 63) << l
 	}
 	return uint16(m)
+}
+
+// searchGroup is one format group of a multi-group [PrefixSearch]: a
+// lane-minor table of width slots (1, 2, 4, 8 or 16) with its addressing,
+// its slot-to-lane maps and the lanes it serves, flattened into words the
+// WebAssembly kernel reads at go_asm.h's offsets. [PrefixSearch.AddGroup]
+// is the only constructor, so every field holds: words covers every row the
+// mask reaches, shift = log2(width)+3 and width ≥ 1.
+type searchGroup struct {
+	words    *uint64 // row 0
+	mask     uint64
+	keyFlip  uint64
+	dispFlip uint64
+	shift    uint64 // a row's offset in bytes is its index << shift
+	width    uint64
+	sameSeed uint64 // 1: the previous group has this seed (reuse its key hash)
+	members  uint64 // the lanes with a slot here
+	maps     *[2][256]uint16
+}
+
+// ResetGroups forgets the groups added by [PrefixSearch.AddGroup].
+func (s *PrefixSearch) ResetGroups() {
+	clear(s.formats)
+	s.formats = s.formats[:0]
+}
+
+// AddGroup adds a format group for [PrefixSearch.GroupHits] and
+// [PrefixSearch.SearchGroups]: the lane-minor table words of width slots
+// (bucket i of slot k at words[i*width+k]) under ad, whose slot hits map to
+// lanes through maps (lanes of the slots 0..7 of a hit mask m at
+// maps[0][m&0xff], of 8..15 at maps[1][m>>8]), serving the lanes of
+// members. Groups of one seed share one key hash when added one after the
+// other (the caller sorts them by seed). It panics when width is not 1, 2,
+// 4, 8 or 16, words is shorter than ad's bucket count × width, maps is nil
+// or MaxLanes groups are there already.
+func (s *PrefixSearch) AddGroup(ad Addresser, words []uint64, width int, maps *[2][256]uint16, members uint16) {
+	if width < 1 || width > MaxLanes || width&(width-1) != 0 || maps == nil || len(s.formats) == MaxLanes {
+		panic("ckf: PrefixSearch.AddGroup: bad group")
+	}
+	_ = words[(ad.mask+1)*uint64(width)-1] // every row the mask can reach
+	g := searchGroup{
+		words: unsafe.SliceData(words), mask: ad.mask, keyFlip: ad.keyFlip, dispFlip: ad.dispFlip,
+		shift: uint64(bits.TrailingZeros(uint(width))) + 3, width: uint64(width),
+		members: uint64(members), maps: maps,
+	}
+	if n := len(s.formats); n > 0 && s.formats[n-1].keyFlip == g.keyFlip && s.formats[n-1].dispFlip == g.dispFlip {
+		g.sameSeed = 1
+	}
+	s.formats = append(s.formats, g)
+}
+
+// Groups returns the number of groups added.
+func (s *PrefixSearch) Groups() int { return len(s.formats) }
+
+// GroupHits returns, for the lanes of ready, which hold key in the added
+// groups: the OR of each group's row hits (as [Addresser.RowHitsHashed])
+// mapped to lanes, the key hashed once per run of same-seed groups; groups
+// with no ready lane are not read. On GOARCH=wasm it is one hand-written
+// WebAssembly call, the probe [PrefixSearch.SearchGroups] inlines.
+func (s *PrefixSearch) GroupHits(key uint64, ready uint16) uint16 {
+	if len(s.formats) == 0 {
+		return 0
+	}
+	return groupHitsArch(s.formats, key, ready)
+}
+
+// groupHitsGo is GroupHits in Go (every architecture but wasm, and the
+// reference the wasm kernel is tested against): per group the two rows'
+// words tested as [HitsAt] does, with the kernel's arithmetic — each word's
+// zero-lane bits shifted onto bit slot+16k and the four 16-bit groups folded
+// once — and without bounds checks (AddGroup checked every row the mask
+// reaches), which the profile of a 4-group probe showed as its cost next to
+// one 16-wide row (BENCHMARKS.md, "Format groups").
+func groupHitsGo(gs []searchGroup, key uint64, ready uint16) uint16 {
+	var m uint16
+	var kh KeyHash
+	var fp uint64
+	for i := range gs {
+		g := &gs[i]
+		if g.sameSeed == 0 {
+			kh = Addresser{keyFlip: g.keyFlip, dispFlip: g.dispFlip}.HashKey(key)
+			fp = uint64(kh.fp) * laneLow
+		}
+		if uint16(g.members)&ready == 0 {
+			continue
+		}
+		a := kh.h & g.mask
+		d := kh.disp & g.mask
+		d |= (d - 1) >> 63 // 0 → 1, as displacement
+		ra := unsafe.Add(unsafe.Pointer(g.words), a<<g.shift)
+		rb := unsafe.Add(unsafe.Pointer(g.words), (a^d)<<g.shift)
+		var z uint64
+		if g.width < 4 {
+			for l := range g.width {
+				z |= slotZero(ra, rb, l, fp) >> (15 - l)
+			}
+		} else {
+			for l := uint64(0); l < g.width; l += 4 { // four slots at a time, unrolled
+				z |= slotZero(ra, rb, l, fp)>>(15-l) | slotZero(ra, rb, l+1, fp)>>(14-l) |
+					slotZero(ra, rb, l+2, fp)>>(13-l) | slotZero(ra, rb, l+3, fp)>>(12-l)
+			}
+		}
+		z |= z >> 32
+		z |= z >> 16
+		m |= g.maps[0][uint8(z)] | g.maps[1][uint8(z>>8)]
+	}
+	return m & ready
+}
+
+// slotZero returns the high bit of each 16-bit lane of slot l's words in
+// rows ra and rb that equals fp's (fp broadcast to four lanes): non-zero
+// exactly when either bucket holds the fingerprint (Bucket.Contains).
+func slotZero(ra, rb unsafe.Pointer, l, fp uint64) uint64 {
+	x := *(*uint64)(unsafe.Add(ra, 8*l)) ^ fp
+	y := *(*uint64)(unsafe.Add(rb, 8*l)) ^ fp
+	return (((x - laneLow) &^ x) | ((y - laneLow) &^ y)) & laneHigh
+}
+
+// SearchGroups runs s on the added groups (at least one) as
+// [Addresser.SearchPrefix] runs it on one 16-wide table, each probe
+// [PrefixSearch.GroupHits], and reports true, on GOARCH=wasm; elsewhere,
+// or when s breaks SearchPrefix's contract or has no group, it does
+// nothing and reports false.
+func (s *PrefixSearch) SearchGroups() bool {
+	return searchGroupsArch(s)
 }

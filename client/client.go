@@ -19,6 +19,14 @@
 // lane: relays send heartbeats while idle, so a healthy lane is never older
 // than a few heartbeat intervals, and only frames that moved the lane keep
 // a session alive.
+//
+// The consumer's manifest comes from the same [Config] ([Config.Manifest]):
+// its lanes are the targets', each pool's identity is read from its relay's
+// catalog, and no format is pinned unless a target pins one, so a lane
+// follows its pool across a resize and pools of any sizes share one
+// consumer (format groups, docs/SPEC.md §8.2). A pool serving a format the
+// manifest pins against stops its lane with a [*FormatMismatchError]
+// ([LaneInfo.Stopped]).
 package client
 
 import (
@@ -52,6 +60,12 @@ type Target struct {
 	// Config.Select matches (one lane per data center). Unused over HTTP
 	// and NATS.
 	DCID uint64
+	// Format, when set, pins the lane to one filter format (seed, bucket
+	// count) in the manifest [Config.Manifest] builds: a pool serving
+	// another then stops the lane with a [*FormatMismatchError]. Zero (the
+	// default) pins none: the lane takes its pool's format from each
+	// snapshot, so it follows the pool across a resize.
+	Format ckf.Format
 }
 
 // Config configures a Router.
@@ -79,6 +93,10 @@ type Config struct {
 	ConsumerInstance uint64
 	// Targets lists the pools to follow.
 	Targets []Target
+	// VerificationWindow is the prefix search's window in the manifest
+	// [Config.Manifest] builds (SPEC §8.4, 1..8; default
+	// consumer.DefaultVerificationWindow).
+	VerificationWindow int
 	// MinBackoff and MaxBackoff bound the resubscribe delay (defaults 50ms, 5s).
 	MinBackoff, MaxBackoff time.Duration
 	// HealthySession is how long a session must stay up after installing its
@@ -133,6 +151,11 @@ type LaneInfo struct {
 	Resubscribes  uint64        // sessions started after the first
 	FramesApplied uint64
 	LastError     string // why the last session ended
+	// Stopped, when set, is why the router stopped following the lane for
+	// good: a [*FormatMismatchError] (the pool serves a format the
+	// consumer's manifest does not allow), which no retry can fix. The
+	// router's other lanes go on.
+	Stopped error
 }
 
 // Router keeps a consumer's lanes converged with a relay.
@@ -196,6 +219,9 @@ func New(cfg Config, lanes Lanes) (*Router, error) {
 			return nil, fmt.Errorf("client: target %+v: over gRPC every target of a relay needs its own DCID", t)
 		}
 		seen[t.Lane], dcs[relayDC{t.Relay, t.DCID}] = true, true
+	}
+	if cfg.VerificationWindow == 0 {
+		cfg.VerificationWindow = consumer.DefaultVerificationWindow
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 50 * time.Millisecond
@@ -333,12 +359,24 @@ func (r *Router) follow(ctx context.Context, t Target) {
 			lived = time.Since(installedAt)
 		}
 		stopping := ctx.Err() != nil
+		var mismatch *FormatMismatchError
+		stopped := !stopping && errors.As(err, &mismatch)
 		r.mu.Lock()
 		// A lane nobody maintains must not answer: retire it even when the
 		// router is stopping, but count a resubscribe only when one follows.
 		_ = r.ls.Retire(t.Lane)
 		li := &r.info[t.Lane]
 		li.Connected = false
+		if stopped {
+			// The manifest refuses the pool's format: every retry would be
+			// refused the same way (docs/RATIONALE.md "Why does a pinned
+			// format's mismatch stop the lane?").
+			li.LastError, li.Stopped = err.Error(), mismatch
+			r.mu.Unlock()
+			r.log.Warn("lane stopped", "pool", t.Pool, "lane", t.Lane, "err", err)
+			<-ctx.Done() // Run still follows the other lanes until ctx ends
+			return
+		}
 		if !stopping {
 			li.Resubscribes++
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -413,4 +414,73 @@ func TestRouter_ShortInstalledSessionsBackOff(t *testing.T) {
 			assert.GreaterOrEqual(t, li.FramesApplied, uint64(sessionsRun), "frames applied %d, want every session's snapshot installed (≥ %d)", li.FramesApplied, sessionsRun)
 		})
 	}
+}
+
+// TestRouter_PinnedFormatMismatchStopsTheLane: a pool serving another format
+// than the manifest pins (a version-1 manifest's one format; the pool was
+// resized) stops the lane with a typed error in its status instead of
+// resubscribing forever: no resubscribe, no backoff, the error matches
+// consumer.ErrFormatMismatch and names the pool's format.
+func TestRouter_PinnedFormatMismatchStopsTheLane(t *testing.T) {
+	url, sessions, _ := fakeRelay(t)
+	lanes := newNative(t) // pins testFormat
+	r, err := New(Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
+	require.NoError(t, err)
+	var backoffs atomic.Int32
+	r.onBackoff = func(int, time.Duration) { backoffs.Add(1) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+
+	resized := testID
+	resized.Format = ckf.NewFormat(ckf.DefaultSeed, 4096)
+	s := nextSession(t, sessions)
+	snap := ckf.Snapshot{Identity: resized, Lease: lease(s.epoch), Sequence: 5, Words: make([]uint64, 4096)}
+	s.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
+	waitFor(t, func() bool { return r.Lane(0).LastError != "" })
+	li := r.Lane(0)
+	require.Zero(t, li.Resubscribes, "a refused format is not retried")
+	require.Zero(t, backoffs.Load(), "no resubscribe delay was drawn")
+	require.False(t, li.Ready)
+	var mismatch *FormatMismatchError
+	require.ErrorAs(t, li.Stopped, &mismatch)
+	require.ErrorIs(t, li.Stopped, consumer.ErrFormatMismatch)
+	require.Equal(t, resized.Format, mismatch.Format)
+	require.Equal(t, 0, mismatch.Lane)
+	require.Contains(t, li.LastError, "4096 buckets")
+	<-s.done // the router closed the stream
+}
+
+// TestRouter_InvalidFormatIsRetried: a relay sending an invalid format (a
+// bucket count that is no power of two) is refused by the consumer with the
+// same sentinel as a pinned mismatch, but it is the relay's fault and may
+// pass, so the lane resubscribes instead of stopping.
+func TestRouter_InvalidFormatIsRetried(t *testing.T) {
+	url, sessions, _ := fakeRelay(t)
+	m := consumer.Manifest{ConsumerInstance: testConsumer, Domain: testDomain, VerificationWindow: 2} // no pin
+	m.Lanes[0] = &testPool
+	lanes, err := NewNative(m)
+	require.NoError(t, err)
+	r := startRouter(t, Config{Relays: []Relay{{Addrs: []string{url}}}, ConsumerInstance: testConsumer, Targets: []Target{{Pool: "p", Lane: 0}},
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, IdleTimeout: -1}, lanes)
+	bad := testID
+	bad.Format.BucketCount = 96
+	s := nextSession(t, sessions)
+	snap := ckf.Snapshot{Identity: bad, Lease: lease(s.epoch), Sequence: 5, Words: make([]uint64, 96)}
+	s.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap) })
+	s2 := nextSession(t, sessions) // resubscribed
+	require.Greater(t, s2.epoch, s.epoch)
+	li := r.Lane(0)
+	require.Nil(t, li.Stopped)
+	require.Equal(t, uint64(1), li.Resubscribes)
+	require.Contains(t, li.LastError, consumer.ErrFormatMismatch.Error())
+	// The same lane then follows a valid format.
+	snap2 := ckf.Snapshot{Identity: testID, Lease: lease(s2.epoch), Sequence: 6, Words: words(1)}
+	s2.write(t, func(w *wire.Writer) error { return w.WriteSnapshot(&snap2) })
+	waitFor(t, func() bool { return r.Lane(0).Ready })
 }

@@ -9,8 +9,6 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/consumer"
@@ -31,32 +29,27 @@ func Example() {
 	defer stopRelay()
 	storeBlocks(relayURL, "dc-east", tokens[:12], 4)
 
-	// The consumer names every pool it follows by the identity the relay
-	// publishes for it: the routing domain (XXH3-128 of the relay's
-	// cache_semantics and routing_scope names, here the unset default), the
-	// pool's dc_id, and the filter format its expected_blocks give.
-	digest := ckf.ScopedDigest{Digest: xxh3.HashString128("ckfrelay/default").Bytes(), Source: ckf.DigestDefaultDerived}
-	domain := ckf.Domain{CacheSemantics: digest, RoutingScope: digest}
-	sizing := ckf.DefaultConfig()
-	sizing.ExpectedBlocks = 1024
-	format, err := sizing.Format()
+	// The router's Config names the relay and the pool to follow on lane 0.
+	cfg := client.Config{
+		Relays:           []client.Relay{{Addrs: []string{relayURL}}},
+		ConsumerInstance: 7,
+		Targets:          []client.Target{{Pool: "dc-east", Lane: 0}},
+	}
+	// The consumer's manifest names every pool by the identity the relay
+	// publishes in its catalog (routing domain and dc_id): the Config
+	// derives it, pinning no format, so the lane takes its pool's format
+	// from each snapshot and follows a resize.
+	manifest, err := cfg.Manifest(context.Background())
 	if err != nil {
 		panic(err)
 	}
-	manifest := consumer.Manifest{ConsumerInstance: 7, Domain: domain, Format: format, VerificationWindow: 2}
-	manifest.Lanes[0] = &ckf.PoolID{Domain: domain, DCID: 1}
-
 	// The consumer runs in-process here; a *host.Instance (wasm/host) runs
 	// the same consumer as WebAssembly behind the same client.Lanes.
 	lanes, err := client.NewNative(manifest)
 	if err != nil {
 		panic(err)
 	}
-	router, err := client.New(client.Config{
-		Relays:           []client.Relay{{Addrs: []string{relayURL}}},
-		ConsumerInstance: 7,
-		Targets:          []client.Target{{Pool: "dc-east", Lane: 0}},
-	}, lanes)
+	router, err := client.New(cfg, lanes)
 	if err != nil {
 		panic(err)
 	}

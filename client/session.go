@@ -131,6 +131,12 @@ func (s *Session) apply(f *wire.Frame, raw []byte) (consumer.Result, error) {
 	none := consumer.Result{Lane: -1}
 	if !s.assigned {
 		if err := s.ls.Assign(f.Snapshot.Identity, s.lease); err != nil {
+			// A valid format refused is the manifest's pin: no retry can
+			// pass it. An invalid one is the relay's fault and may be
+			// transient, so it stays an ordinary (retried) session end.
+			if errors.Is(err, consumer.ErrFormatMismatch) && f.Snapshot.Identity.Format.Validate() == nil {
+				err = &FormatMismatchError{Lane: int(s.lease.PhysicalLane), Format: f.Snapshot.Identity.Format, Err: err}
+			}
 			return none, err
 		}
 		s.assigned = true

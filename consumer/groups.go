@@ -24,14 +24,11 @@ type group struct {
 	// lane of slot s, -1 when free.
 	members  uint16
 	slotLane [ckf.MaxLanes]int8
-	// lo and hi map a slot hit mask to its lanes, a byte at a time (kept
-	// by setSlot), so a probe maps a group's hits with two loads.
-	lo, hi [256]uint16
+	// maps[0] and maps[1] map a slot hit mask to its lanes, a byte at a
+	// time (kept by remap), so a probe maps a group's hits with two loads.
+	maps [2][256]uint16
 	// fixed: the version-1 table (slot l is lane l, 16 wide), never resized.
 	fixed bool
-	// sameSeedAsPrev: the previous group of Consumer.groups has this seed,
-	// so a probe reuses its key hash (groups are kept sorted by seed).
-	sameSeedAsPrev bool
 }
 
 func newGroup(f ckf.Format, width int) *group {
@@ -96,11 +93,6 @@ func (c *Consumer) relayout(g *group, w int, byLane bool) {
 	g.remap()
 }
 
-// slotHits maps a mask of slots to the mask of their lanes.
-func (g *group) slotHits(slots uint16) uint16 {
-	return g.lo[slots&0xff] | g.hi[slots>>8]
-}
-
 // remap rebuilds lo and hi from slotLane.
 func (g *group) remap() {
 	for v := range 256 {
@@ -116,7 +108,7 @@ func (g *group) remap() {
 				hi |= 1 << uint(l)
 			}
 		}
-		g.lo[v], g.hi[v] = lo, hi
+		g.maps[0][v], g.maps[1][v] = lo, hi
 	}
 }
 
@@ -239,8 +231,12 @@ func (c *Consumer) regroup() {
 			gs[j], gs[j-1] = gs[j-1], gs[j]
 		}
 	}
-	for k, g := range gs {
-		g.sameSeedAsPrev = k > 0 && gs[k-1].format.Seed == g.format.Seed
+	// The probes' flattened copy of the groups (ckf.PrefixSearch.GroupHits,
+	// and the WebAssembly search kernel's): rebuilt here, after every
+	// change of a group's table, width, slots or members.
+	c.q.kernel.ResetGroups()
+	for _, g := range gs {
+		c.q.kernel.AddGroup(g.addresser, g.words, g.width, &g.maps, g.members)
 	}
 	c.uniform = false
 	c.words, c.addresser, c.bucketCount = nil, ckf.Addresser{}, 0
@@ -259,21 +255,12 @@ func (c *Consumer) regroup() {
 
 // groupHits is rowHits for several groups: per group one probe of its two
 // rows (width words each), its slot hits mapped to lanes; the key is hashed
-// once per seed (groups are sorted by seed). Loading every group's rows
-// before testing any did not measure faster (docs/RATIONALE.md).
+// once per seed (groups are sorted by seed). It runs on regroup's flattened
+// copy of the groups ([ckf.PrefixSearch.GroupHits]: one hand-written
+// WebAssembly call in wasm builds). Loading every group's rows before
+// testing any did not measure faster (docs/RATIONALE.md).
 func (c *Consumer) groupHits(seqHash uint64, ready uint16) uint16 {
-	var m uint16
-	var kh ckf.KeyHash
-	for _, g := range c.groups {
-		if !g.sameSeedAsPrev {
-			kh = g.addresser.HashKey(seqHash)
-		}
-		if g.members&ready == 0 {
-			continue
-		}
-		m |= g.slotHits(g.addresser.RowHitsHashed(g.words, g.width, kh))
-	}
-	return m & ready
+	return c.q.kernel.GroupHits(seqHash, ready)
 }
 
 // TableBytesAfterAssign returns the bytes of every group's table once lane

@@ -145,7 +145,7 @@ func (c *Consumer) QueryTokensWith(tokens []uint32, blockSize int, salt uint64, 
 
 // run searches c.q.seq over the ready lanes captured once here.
 func (c *Consumer) run(res *QueryResult, linear bool) error {
-	if hasSearchKernel && useSearchKernel && !linear && c.uniform {
+	if hasSearchKernel && useSearchKernel && !linear {
 		return c.runKernel(c.q.seq, res)
 	}
 	ready := c.ready

@@ -201,7 +201,7 @@ var useSearchKernel = true
 // provenance fallback (rare: a window miss at the window's left edge), in
 // searchFast's lane order, so results and probes are the same.
 func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
-	if !useSearchKernel || !c.uniform {
+	if !useSearchKernel {
 		return c.runOn(seq, res, false)
 	}
 	if res == nil {
@@ -228,7 +228,13 @@ func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
 	s := &q.kernel
 	s.Seq, s.Memo, s.Stamp, s.Gen = seq, q.memo, q.stamp, q.gen
 	s.Ready, s.Window, s.Depth = ready, c.window, &res.Depths
-	if !c.addresser.SearchPrefix(c.words, s) {
+	var ok bool
+	if c.uniform {
+		ok = c.addresser.SearchPrefix(c.words, s) // today's kernel, one 16-wide table
+	} else {
+		ok = s.SearchGroups() // several format groups (regroup added them)
+	}
+	if !ok {
 		panic("consumer: search kernel missing or refused its input")
 	}
 	s.Seq, s.Depth = nil, nil // not retained: seq is the caller's

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
@@ -116,5 +117,92 @@ func FuzzSearchKernel(f *testing.F) {
 		}
 		c, _ := buildLanes(t, 1+int(window)%MaxVerificationWindow, seq, member)
 		searchBoth(t, c, seq)
+	})
+}
+
+// buildMixedLanes is buildLanes with lane l in format formats[l] (a
+// version-2 manifest pinning none), so several formats make format groups
+// of narrow rows.
+func buildMixedLanes(t tb, window int, seq []uint64, member [lanes][]bool, formats [lanes]ckf.Format) *Consumer {
+	t.Helper()
+	m := mixedManifest()
+	m.VerificationWindow = window
+	c, err := New(m)
+	require.NoError(t, err, "New")
+	for l := range lanes {
+		if member[l] == nil {
+			continue
+		}
+		f := formats[l]
+		words := make([]uint64, f.BucketCount)
+		ad := f.Addresser()
+		for p, in := range member[l] {
+			if in {
+				a := ad.Address(seq[p])
+				require.True(t, place(words, a.A, a.Fingerprint) || place(words, a.B, a.Fingerprint), "lane %d position %d: both buckets full", l, p)
+			}
+		}
+		install(t, c, l, f, 1, words)
+	}
+	return c
+}
+
+// drawFormats draws each lane's format from few seeds and bucket counts, so
+// groups of every width, groups sharing a seed and single-lane groups occur.
+func drawFormats(rt *rapid.T) (fs [lanes]ckf.Format) {
+	seeds := []uint64{testSeed, 7, 1 << 40}
+	counts := []uint64{1024, 2048, 4096, 8192} // room for 300 positions: both buckets full is then negligible
+	k := rapid.IntRange(1, 6).Draw(rt, "formats")
+	pool := make([]ckf.Format, k)
+	for i := range pool {
+		pool[i] = ckf.NewFormat(seeds[rapid.IntRange(0, len(seeds)-1).Draw(rt, "seed")], counts[rapid.IntRange(0, len(counts)-1).Draw(rt, "buckets")])
+	}
+	for l := range fs {
+		fs[l] = pool[rapid.IntRange(0, k-1).Draw(rt, "format")]
+	}
+	return fs
+}
+
+// TestSearch_GroupKernelEqualsGo: with lanes in several formats (format
+// groups of narrow rows) the hand-written WebAssembly search
+// (ckf.PrefixSearch.SearchGroups, the multi-group probe inlined) returns
+// what the Go search returns, with the same probes and memo, on monotone
+// and non-monotone lanes, shared depths and every window, and reaches both
+// fallbacks. It runs inside the guest (internal/cmd/wasirun
+// TestGuestKernels).
+func TestSearch_GroupKernelEqualsGo(t *testing.T) {
+	if !hasSearchKernel {
+		t.Skip("no search kernel on this architecture: run under GOARCH=wasm (internal/cmd/wasirun)")
+	}
+	const n = 64
+	seq := make([]uint64, n)
+	for i := range seq {
+		seq[i] = uint64(i+1) * 0x9E3779B97F4A7C15
+	}
+	holed := make([]bool, n)
+	for p := range 40 {
+		holed[p] = p != 38
+	}
+	short := make([]bool, n)
+	for p := range 10 {
+		short[p] = true
+	}
+	three := [lanes]ckf.Format{0: ckf.NewFormat(testSeed, 1024), 1: ckf.NewFormat(7, 2048), 2: ckf.NewFormat(testSeed, 4096), 5: ckf.NewFormat(7, 2048)}
+	kernelPaths.fallback, kernelPaths.resume = 0, 0
+	c := buildMixedLanes(t, 2, seq, [lanes][]bool{0: holed, 1: holed, 5: holed}, three)
+	require.False(t, c.uniform)
+	searchBoth(t, c, seq)
+	c = buildMixedLanes(t, 2, seq, [lanes][]bool{0: holed, 1: short, 2: holed}, three)
+	searchBoth(t, c, seq)
+	require.Equal(t, 1, kernelPaths.fallback, "the shared-window fallback")
+	require.Equal(t, 1, kernelPaths.resume, "the lane-by-lane fallback")
+
+	rapid.Check(t, func(rt *rapid.T) {
+		window, seq, member := drawMembership(rt, 300)
+		c := buildMixedLanes(rt, window, seq, member, drawFormats(rt))
+		if c.ReadyMask() == 0 {
+			return
+		}
+		searchBoth(rt, c, seq)
 	})
 }

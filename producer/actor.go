@@ -18,6 +18,7 @@ const (
 	cmdSubscribe
 	cmdStats
 	cmdExport // see journal.go
+	cmdImage  // see image.go
 	cmdPause  // test only: see pause_test.go
 )
 
@@ -34,6 +35,7 @@ type command struct {
 	lease    ckf.LaneLease
 	reply    chan reply // buffered 1; nil for Apply
 	pause    *pause
+	cursor   *Cursor // cmdApply: journalled after the events (cursor.go)
 }
 
 type reply struct {
@@ -41,6 +43,7 @@ type reply struct {
 	sub   *Subscription
 	stats ActorStats
 	state *ExactState
+	image *Image
 }
 
 // pause parks the actor inside a command until release closes (tests).
@@ -194,7 +197,7 @@ func (a *actor) handle(c *command) bool {
 	a.wakeSenders()
 	switch c.kind {
 	case cmdApply:
-		return a.apply(c)
+		return a.apply(c) && a.journalCursor(c)
 	case cmdReplace:
 		c.reply <- reply{err: a.replace(c)}
 		a.permits.Release(c.weight)
@@ -211,6 +214,8 @@ func (a *actor) handle(c *command) bool {
 		c.reply <- reply{stats: a.statsNow()}
 	case cmdExport:
 		c.reply <- reply{state: a.exportState()}
+	case cmdImage:
+		c.reply <- reply{image: a.image()}
 	case cmdPause:
 		close(c.pause.entered)
 		select {

@@ -64,11 +64,22 @@ type Handle struct {
 // The fault channel must be drained: a full channel blocks the actor until
 // it is read or the actor is fenced.
 func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error) {
-	if err := cfg.Validate(); err != nil {
+	a, err := newActor(pool, scope, cfg, 0)
+	if err != nil {
 		return Handle{}, nil, err
 	}
+	go a.run()
+	return Handle{a: a}, a.faults, nil
+}
+
+// newActor returns the actor of pool, not running, whose publisher's last
+// sequence is sequence.
+func newActor(pool *ckf.Pool, scope Scope, cfg Config, sequence uint64) (*actor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if pool == nil {
-		return Handle{}, nil, configError("nil pool")
+		return nil, configError("nil pool")
 	}
 	a := &actor{
 		cfg:      cfg,
@@ -94,9 +105,9 @@ func Start(pool *ckf.Pool, scope Scope, cfg Config) (Handle, <-chan Fault, error
 	if cfg.Diagnostics {
 		a.diag = &diagnostics{}
 	}
-	a.pub = NewPublisher(a.identity, 0, &a.sink)
-	go a.run()
-	return Handle{a: a}, a.faults, nil
+	a.pub = NewPublisher(a.identity, sequence, &a.sink)
+	_, a.takesCursors = cfg.Journal.(CursorJournal)
+	return a, nil
 }
 
 // Identity returns the producer identity stamped on the actor's stream.
@@ -153,11 +164,20 @@ func (h Handle) AdmitEvent(ctx context.Context, sourceEpoch uint64, ev ckf.Route
 // epoch than the member's is later dropped silently; one from a newer epoch
 // without a reset or replacement is not applied and is reported as a fault.
 func (h Handle) AdmitEvents(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterEvent) error {
+	return h.admit(ctx, sourceEpoch, evs, nil)
+}
+
+// admit queues an Apply command of evs and cursor (nil: none; with one, the
+// command is queued even without events).
+func (h Handle) admit(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterEvent, cursor *Cursor) error {
 	a := h.a
 	if a == nil {
 		return ErrNotStarted
 	}
-	if len(evs) == 0 {
+	if cursor != nil && !a.takesCursors {
+		cursor = nil // no journal would see it: spare the actor
+	}
+	if len(evs) == 0 && cursor == nil {
 		return nil
 	}
 	var start time.Time
@@ -172,7 +192,7 @@ func (h Handle) AdmitEvents(ctx context.Context, sourceEpoch uint64, evs []ckf.R
 	if err := a.acquire(ctx, w); err != nil {
 		return err
 	}
-	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, weight: w}
+	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, weight: w, cursor: cursor}
 	if err := a.send(ctx, &c); err != nil {
 		a.permits.Release(w)
 		return err
@@ -415,6 +435,7 @@ type actor struct {
 	spaceWaiters atomic.Int32
 	permits      *semaphore.Weighted
 	faults       chan Fault
+	takesCursors bool // cfg.Journal is a CursorJournal
 	diag         *diagnostics
 
 	// gate orders senders against stopAdmission: senders hold it shared

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,4 +174,60 @@ func TestDemo_BadTraceExits1(t *testing.T) {
 		assert.Contains(t, errb.String(), tc.want, "demo --trace %s", tc.path)
 		assert.Empty(t, out.String(), "demo --trace %s started before failing", tc.path)
 	}
+}
+
+// Two `relay tail` runs with default flags are two consumers: the second
+// does not take the first one's lane (before, both were consumer 1, and
+// the second superseded the first, which ended on a close frame).
+func TestRun_TailsWithDefaultsAreDistinctConsumers(t *testing.T) {
+	srv, err := server.New(server.Config{HeartbeatInterval: server.Duration(20 * time.Millisecond),
+		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 256}}}, nil)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		ts.Close()
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	first := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"tail", "--relay", ts.URL, "--pool", "p"}, first, io.Discard)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(first.String(), `"heartbeat"`) }, 10*time.Second, 5*time.Millisecond,
+		"the first tail follows the pool")
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(t.Context(), []string{"tail", "--relay", ts.URL, "--pool", "p", "--frames", "3"}, &out, &errb), "%s", errb.String())
+	n := strings.Count(first.String(), "\n")
+	require.Eventually(t, func() bool { return strings.Count(first.String(), "\n") > n+2 }, 10*time.Second, 5*time.Millisecond,
+		"the first tail still receives heartbeats after the second ran")
+	assert.NotContains(t, first.String(), `"close"`, "the first tail's stream was not superseded")
+	select {
+	case code := <-done:
+		require.FailNow(t, "the first tail ended", "exit %d: %s", code, first.String())
+	default:
+	}
+	cancel()
+	<-done
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

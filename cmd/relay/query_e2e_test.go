@@ -243,33 +243,50 @@ func TestE2E_QueryRefusesMixedSemanticsAndWaits(t *testing.T) {
 }
 
 // TestE2E_RouterFollowsAResize: a Go router (client.Router over the
-// WebAssembly consumer) whose manifest pins no format follows a pool whose
-// relay restarts with another size — a new incarnation in another format
-// (64 expected blocks, 32 buckets → 100,000, 65,536 buckets) — and
-// converges on the new table, while a lane of the old size beside it keeps
-// answering. With a format pinned (a version-1 manifest) the resized
-// pool's assignment would be ErrFormatMismatch and the lane would never
-// recover (the "retries forever").
+// WebAssembly consumer) whose manifest the Config derives (client's
+// Config.Manifest: no format pinned) follows a pool whose relay restarts
+// with another size — a new incarnation in another format (64 expected
+// blocks, 32 buckets → 100,000, 65,536 buckets) — and converges on the new
+// table, while a lane of the old size beside it keeps answering. A router
+// whose manifest pins the old format (a version-1 manifest) stops that lane
+// with a typed error in its status (client.FormatMismatchError) instead of
+// retrying forever.
 func TestE2E_RouterFollowsAResize(t *testing.T) {
 	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "p:dc=1,expected=64")
 	other := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "q:dc=2,expected=64")
 	rtOnce.Do(func() { rt, rtErr = host.NewRuntime(context.Background(), host.NewConfig()) })
 	require.NoError(t, rtErr)
+	cfg := client.Config{Relays: []client.Relay{{Addrs: []string{rl.base}}, {Addrs: []string{other.base}}}, ConsumerInstance: 77,
+		Targets:    []client.Target{{Pool: "p", Lane: 0}, {Pool: "q", Lane: 1, Relay: 1}},
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 5 * time.Second}
+	m, err := cfg.Manifest(context.Background())
+	require.NoError(t, err)
 	domain := server.Config{}.Domain()
-	m := consumer.Manifest{ConsumerInstance: 77, Domain: domain, VerificationWindow: 2} // no format pinned
-	m.Lanes[0] = &ckf.PoolID{Domain: domain, DCID: 1}
-	m.Lanes[1] = &ckf.PoolID{Domain: domain, DCID: 2}
+	require.Equal(t, &ckf.PoolID{Domain: domain, DCID: 1}, m.Lanes[0], "lane 0 from relay 0's catalog")
+	require.Equal(t, &ckf.PoolID{Domain: domain, DCID: 2}, m.Lanes[1], "lane 1 from relay 1's catalog")
 	in, err := rt.NewInstance(context.Background(), m)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = in.Close() })
-	r, err := client.New(client.Config{Relays: []client.Relay{{Addrs: []string{rl.base}}, {Addrs: []string{other.base}}}, ConsumerInstance: 77,
-		Targets:    []client.Target{{Pool: "p", Lane: 0}, {Pool: "q", Lane: 1, Relay: 1}},
-		MinBackoff: 5 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 5 * time.Second}, in)
+	r, err := client.New(cfg, in)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	// The pinned router: another consumer instance, the same pools, the
+	// manifest pinning the pools' format today.
+	pinnedCfg := cfg
+	pinnedCfg.ConsumerInstance = 78
+	pm, err := pinnedCfg.Manifest(context.Background())
+	require.NoError(t, err)
+	pm.Format = ckf.NewFormat(uint64(getCatalog(t, rl.base)["p"].Identity.Format.Seed), uint64(getCatalog(t, rl.base)["p"].Identity.Format.BucketCount))
+	pinnedLanes, err := client.NewNative(pm)
+	require.NoError(t, err)
+	pinned, err := client.New(pinnedCfg, pinnedLanes)
+	require.NoError(t, err)
+	pdone := make(chan struct{})
+	go func() { defer close(pdone); _ = pinned.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-pdone })
 
 	req := tokensFrom(5, 6)
 	storeTokens(t, rl.base, "p", req[:16*2], 1)
@@ -307,4 +324,16 @@ func TestE2E_RouterFollowsAResize(t *testing.T) {
 	stats, err := in.Stats()
 	require.NoError(t, err)
 	assert.Equal(t, 2, stats.Groups, "two formats, two groups")
+
+	// The pinned router's lane 0 stopped with the typed error; its lane 1
+	// (the old size) still follows.
+	for deadline := time.Now().Add(30 * time.Second); pinned.Lane(0).Stopped == nil; time.Sleep(10 * time.Millisecond) {
+		require.False(t, time.Now().After(deadline), "the pinned lane did not stop: %+v", pinned.Lane(0))
+	}
+	var mismatch *client.FormatMismatchError
+	require.ErrorAs(t, pinned.Lane(0).Stopped, &mismatch)
+	assert.ErrorIs(t, mismatch, consumer.ErrFormatMismatch)
+	assert.Equal(t, uint64(big), mismatch.Format.BucketCount, "the error names the pool's new format")
+	assert.False(t, pinned.Lane(0).Ready)
+	assert.True(t, pinned.Lane(1).Ready, "the pinned router's other lane")
 }

@@ -371,11 +371,14 @@ type Persistence struct {
 	// high-water mark, "partial" when it ended before it (the newest
 	// write-ahead log was damaged or deleted): LostCommands journalled
 	// commands are gone, and the ResetRanks recovered ranks were reset
-	// (degraded) so no stale block is advertised. Empty when nothing was
-	// stored.
-	Recovery     string `json:"recovery,omitempty"`
-	LostCommands U64    `json:"lost_commands,omitempty"`
-	ResetRanks   int    `json:"reset_ranks,omitempty"`
+	// (degraded) so no stale block is advertised; "unverified" when state
+	// was stored but its high-water mark file is missing or damaged
+	// (HighWaterMark says which): a lost tail cannot be ruled out. Empty
+	// when nothing was stored.
+	Recovery      string `json:"recovery,omitempty"`
+	HighWaterMark string `json:"high_water_mark,omitempty"`
+	LostCommands  U64    `json:"lost_commands,omitempty"`
+	ResetRanks    int    `json:"reset_ranks,omitempty"`
 	// JournalPosition counts the commands journalled, DurablePosition those
 	// on disk; CheckpointPosition is where the stored checkpoint stands.
 	JournalPosition    U64    `json:"journal_position"`
@@ -387,31 +390,13 @@ type Persistence struct {
 // Domain returns the routing domain the identity names: its two digests
 // and their sources, parsed back from the catalog's hex and names.
 func (i Identity) Domain() (ckf.Domain, error) {
-	sem, err := parseDigest(i.CacheSemantics, i.CacheSemanticsSrc)
+	sem, err := ckf.ParseScopedDigest(i.CacheSemantics, i.CacheSemanticsSrc)
 	if err != nil {
 		return ckf.Domain{}, fmt.Errorf("catalog: cache_semantics: %w", err)
 	}
-	scope, err := parseDigest(i.RoutingScope, i.RoutingScopeSrc)
+	scope, err := ckf.ParseScopedDigest(i.RoutingScope, i.RoutingScopeSrc)
 	if err != nil {
 		return ckf.Domain{}, fmt.Errorf("catalog: routing_scope: %w", err)
 	}
 	return ckf.Domain{CacheSemantics: sem, RoutingScope: scope}, nil
-}
-
-func parseDigest(h, src string) (ckf.ScopedDigest, error) {
-	var d ckf.ScopedDigest
-	b, err := hex.DecodeString(h)
-	if err != nil || len(b) != len(d.Digest) {
-		return d, fmt.Errorf("digest %q is not %d hex digits", h, 2*len(d.Digest))
-	}
-	copy(d.Digest[:], b)
-	switch src {
-	case ckf.DigestDefaultDerived.String():
-		d.Source = ckf.DigestDefaultDerived
-	case ckf.DigestExplicit.String():
-		d.Source = ckf.DigestExplicit
-	default:
-		return d, fmt.Errorf("digest source %q", src)
-	}
-	return d, nil
 }

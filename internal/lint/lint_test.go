@@ -76,7 +76,7 @@ var graph = map[string]rule{
 	},
 	"client": {
 		imports: []string{"ckf", "client/natsjs", "consumer", "wire", "wire/cbi1", "wire/kvrelay", "wire/kvrelay/kvrelaypb", "github.com/nats-io/nats.go", "google.golang.org/grpc", "google.golang.org/protobuf"},
-		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "github.com/zeebo/xxh3", "golang.org/x/net/http2"},
+		tests:   []string{"internal/testing/natstest", "internal/server", "wasm/host", "golang.org/x/net/http2"},
 	},
 	"client/natsjs": {},
 	"wasm/abi": {
@@ -126,7 +126,7 @@ var graph = map[string]rule{
 	"internal/catalog":             {imports: []string{"ckf"}},
 	"internal/testing/streamtable": {imports: []string{"wire", "github.com/stretchr/testify"}},
 	"internal/testing/streamprobe": {imports: []string{"consumer", "wire"}, tests: []string{"internal/integration/conformance"}},
-	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer"}},
+	"internal/source":              {imports: []string{"ckf", "internal/catalog", "producer", "github.com/vmihailenco/msgpack/v5"}},
 	"internal/wasmbuild":           {},
 	"internal/cmd/benchsummary":    {},
 	"internal/cmd/wasirun":         {imports: []string{"github.com/tetratelabs/wazero"}},
@@ -142,8 +142,8 @@ var graph = map[string]rule{
 		tests:   []string{"internal/testing/natstest", "pgregory.net/rapid"},
 	},
 	"internal/source/zmq": {
-		imports: []string{"ckf", "internal/catalog", "internal/connlimit", "internal/source", "wire", "github.com/go-zeromq/zmq4", "github.com/go-zeromq/zmq4/transport", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
-		tests:   []string{"internal/sim/engine", "producer", "pgregory.net/rapid"},
+		imports: []string{"ckf", "internal/catalog", "internal/connlimit", "internal/source", "producer", "wire", "github.com/go-zeromq/zmq4", "github.com/go-zeromq/zmq4/transport", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
+		tests:   []string{"internal/sim/engine", "pgregory.net/rapid"},
 	},
 	"internal/sim/engine":       {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},
 	"internal/natspub":          {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}},

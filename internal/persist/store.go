@@ -100,6 +100,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	failed error         // set once: the store takes no more writes
+	damage error         // the first corruption Pebble reported (ErrDamaged), or nil
 	dead   chan struct{} // closed when failed is set
 	pools  []*PoolLog    // told when the store fails
 }
@@ -111,6 +112,12 @@ var ErrLocked = errors.New("persist: data directory in use")
 // database failed a write (or Pebble reported a fatal error): the pool's
 // state is no longer kept.
 var ErrWriteFailed = errors.New("persist: the data directory stopped taking writes")
+
+// ErrDamaged: a file of the data directory fails its checksum (Pebble's
+// corruption report). At start the relay refuses the directory, naming the
+// file; while running it matches the error every pool's journal stopped on
+// (with ErrWriteFailed): the pools go on without persistence.
+var ErrDamaged = errors.New("persist: the data directory is damaged")
 
 // ErrLowSpace matches the error a pool's journal stopped on when the data
 // dir's free space fell below StoreOptions.ReserveBytes.
@@ -133,6 +140,20 @@ func OpenWith(dir string, opt StoreOptions) (*Store, error) {
 		// A flush or compaction that fails (a full disk) is retried by
 		// Pebble while commits stall behind it: stop writing now.
 		s.fail(fmt.Errorf("%w: background write: %w", ErrWriteFailed, err))
+	}, DataCorruption: func(info pebble.DataCorruptionInfo) {
+		// Pebble's default sends this to the logger's Fatalf, which parks
+		// the reporting goroutine (storeLogger): a compaction that Open
+		// started and waits for would then hang Open forever. Reported
+		// here, the read or compaction fails with the corruption error and
+		// Pebble goes on.
+		dmg := fmt.Errorf("%w: %s fails its checksum (%s); move the directory aside to start empty",
+			ErrDamaged, info.Path, info.Details.Error())
+		s.mu.Lock()
+		if s.damage == nil {
+			s.damage = dmg
+		}
+		s.mu.Unlock()
+		s.fail(fmt.Errorf("%w: %w", ErrWriteFailed, dmg))
 	}}
 	db, err := pebble.Open(dir, &pebble.Options{Logger: storeLogger{s}, EventListener: &el})
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
@@ -141,9 +162,18 @@ func OpenWith(dir string, opt StoreOptions) (*Store, error) {
 		return nil, fmt.Errorf("%w: another relay holds the data directory %s (its LOCK file is locked)", ErrLocked, dir)
 	}
 	if err != nil {
+		if pebble.IsCorruptionError(err) {
+			err = fmt.Errorf("%w: %w", ErrDamaged, err)
+		}
 		return nil, fmt.Errorf("persist: open %s: %w", dir, err)
 	}
 	s.db = db
+	if dmg := s.damaged(); dmg != nil {
+		// Found while opening (a compaction read a damaged table): refuse
+		// the directory now rather than run on a store that takes no writes.
+		_ = db.Close()
+		return nil, fmt.Errorf("persist: open %s: %w", dir, dmg)
+	}
 	return s, nil
 }
 
@@ -158,6 +188,13 @@ func (s *Store) Close() error {
 		return err
 	}
 	return cmp.Or(err, s.db.Close())
+}
+
+// damaged returns the first corruption Pebble reported, or nil.
+func (s *Store) damaged() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.damage
 }
 
 // failure returns why the store stopped taking writes, or nil.
@@ -339,11 +376,28 @@ type Recovered struct {
 	// recovered rank (ResetRanks of them), degraded.
 	Lost       uint64
 	ResetRanks int
+	// Unverified says why the journal could not be checked against its
+	// high-water mark although state was stored: the mark file is
+	// "missing" (deleted, or never written) or "damaged". Whether the
+	// newest write-ahead log lost commands is then unknown; the state is
+	// kept as recovered and the loss is reported, not ruled out.
+	Unverified string
 }
 
 // Load reads the pool's checkpoint and journal. Call it once, before
 // Restore.
 func (p *PoolLog) Load() (Recovered, error) {
+	rec, err := p.load()
+	if err != nil && pebble.IsCorruptionError(err) {
+		if dmg := p.store.damaged(); dmg != nil {
+			return rec, fmt.Errorf("pool %q: %w", p.pool, dmg) // names the file
+		}
+		return rec, fmt.Errorf("pool %q: %w: %w", p.pool, ErrDamaged, err)
+	}
+	return rec, err
+}
+
+func (p *PoolLog) load() (Recovered, error) {
 	start := time.Now()
 	var rec Recovered
 	db := p.store.db
@@ -417,13 +471,19 @@ func (p *PoolLog) Load() (Recovered, error) {
 	if err := it.Close(); err != nil {
 		return rec, err
 	}
-	mark, f, err := openMark(p.store.dir, p.pool)
+	mark, why, f, err := openMark(p.store.dir, p.pool)
 	if err != nil {
 		return rec, err
 	}
 	p.mark = f
 	if mark > rec.Position {
 		rec.Lost = mark - rec.Position
+	}
+	if why != "" && (rec.Found || rec.Position > 0) {
+		rec.Unverified = why
+		p.opt.Logger.Error("persist: the journal's high-water mark is "+why+": whether the newest write-ahead log lost commands cannot be checked; "+
+			"the recovered state is kept, and the catalog's persistence says \"recovery\": \"unverified\"",
+			"pool", p.pool, "journal_position", rec.Position, "file", markPath(p.store.dir, p.pool))
 	}
 	p.mu.Lock()
 	p.position, p.durable, p.checkpoint, p.blocks = rec.Position, rec.Position, m.CheckpointPosition, blocks
@@ -478,7 +538,7 @@ func (p *PoolLog) Restore(ctx context.Context, h producer.Handle, rec Recovered)
 	}
 	p.mu.Lock()
 	p.recovered = Recovered{Found: rec.Found, WrittenAt: rec.WrittenAt, Blocks: rec.Blocks, Position: rec.Position,
-		LoadTime: rec.LoadTime, Lost: rec.Lost, ResetRanks: rec.ResetRanks}
+		LoadTime: rec.LoadTime, Lost: rec.Lost, ResetRanks: rec.ResetRanks, Unverified: rec.Unverified}
 	p.mu.Unlock()
 	return nil
 }
@@ -799,6 +859,8 @@ type Stats struct {
 	// commands were lost, and ResetRanks recovered ranks were reset.
 	LostCommands uint64
 	ResetRanks   int
+	// Unverified: Recovered.Unverified.
+	Unverified string
 }
 
 // Stats returns the journal's state.
@@ -807,7 +869,8 @@ func (p *PoolLog) Stats() Stats {
 	defer p.mu.Unlock()
 	st := Stats{Position: p.position, Durable: p.durable, Checkpoint: p.checkpoint, LastCommit: p.lastCommit,
 		Recovered: p.recovered.Found, RecoveredBlocks: p.recovered.Blocks, RecoveredAt: p.recovered.WrittenAt,
-		RecoveredLoad: p.recovered.LoadTime, LostCommands: p.recovered.Lost, ResetRanks: p.recovered.ResetRanks}
+		RecoveredLoad: p.recovered.LoadTime, LostCommands: p.recovered.Lost, ResetRanks: p.recovered.ResetRanks,
+		Unverified: p.recovered.Unverified}
 	if p.writeErr != nil {
 		st.WriteError = p.writeErr.Error()
 	}

@@ -37,23 +37,33 @@ func markPath(dir, pool string) string {
 	return filepath.Join(dir, "ckfrelay-hwm-"+hex.EncodeToString(h[:12]))
 }
 
+// What a mark file said when it was opened.
+const (
+	markMissing = "missing" // no file, or an empty one: no commit ever wrote it
+	markDamaged = "damaged" // bytes that do not check out
+)
+
 // openMark opens (creating) pool's mark file and returns the position it
-// holds (0 for a new, short or unreadable one).
-func openMark(dir, pool string) (uint64, *os.File, error) {
+// holds, and — when it holds none — why not (markMissing, markDamaged).
+func openMark(dir, pool string) (uint64, string, *os.File, error) {
 	f, err := os.OpenFile(markPath(dir, pool), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return 0, nil, fmt.Errorf("persist: high-water mark: %w", err)
+		return 0, "", nil, fmt.Errorf("persist: high-water mark: %w", err)
 	}
 	var b [16]byte
-	if _, err := f.ReadAt(b[:], 0); err != nil && !errors.Is(err, io.EOF) {
+	n, err := f.ReadAt(b[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
 		_ = f.Close()
-		return 0, nil, fmt.Errorf("persist: high-water mark: %w", err)
+		return 0, "", nil, fmt.Errorf("persist: high-water mark: %w", err)
 	}
-	pos, ok := decodeMark(b[:])
-	if !ok {
-		pos = 0
+	pos, ok := decodeMark(b[:n])
+	switch {
+	case ok:
+		return pos, "", f, nil
+	case n == 0:
+		return 0, markMissing, f, nil
 	}
-	return pos, f, nil
+	return 0, markDamaged, f, nil
 }
 
 func encodeMark(b []byte, pos uint64) {

@@ -76,7 +76,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	token := fs.String("auth-token", "", "bearer token")
 	caFile := fs.String("ca-file", "", "PEM file of the CA that signed the relays' certificates (for https:// relays, or TLS gRPC relays, under a private CA; default: the system's roots)")
 	impl := fs.String("impl", "wasm", "consumer: wasm (the WebAssembly module under wazero) or native (the Go consumer)")
-	consumerID := fs.Uint64("consumer", 1, "consumer instance id")
+	consumerID := tail.ConsumerFlag(fs)
 	blockSize := fs.Int("block-size", 0, "token block size of every pool (0: each pool's catalog block_size)")
 	wait := fs.Duration("wait", 10*time.Second, "how long to wait for every pool's lane to be ready")
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +118,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		return err
 	}
+	*consumerID = tail.ConsumerID(*consumerID)
 	m := set.manifest(*consumerID)
 	var lanes client.Lanes
 	if *impl == "native" {

@@ -43,6 +43,10 @@ func Apply(ctx context.Context, h producer.Handle, cmds []Command) error {
 			err = h.ReplaceRanks(ctx, c.Reps)
 		case KindReset:
 			err = h.ResetRank(ctx, c.SourceEpoch, c.Member, c.Degraded)
+		case KindCursor:
+			// Journalled by the standby's actor in the same place, so
+			// journal positions stay equal; the node keeps the cursors.
+			err = h.AdmitEventsAt(ctx, 0, nil, c.Cursor)
 		default:
 			err = fmt.Errorf("%w: command kind %q", ErrCorrupt, c.Kind)
 		}

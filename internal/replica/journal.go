@@ -62,6 +62,21 @@ func (r *Recorder) Reset(sourceEpoch uint64, m ckf.Member, degraded bool) {
 	r.add(Command{Kind: KindReset, SourceEpoch: sourceEpoch, Member: m, Degraded: degraded})
 }
 
+// setPosition starts the count at pos: a pool started from a checkpoint's
+// image has journalled pos commands (before its actor journals any).
+func (r *Recorder) setPosition(pos uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.position = pos
+}
+
+// Cursor implements [producer.CursorJournal]. A cursor counts in the
+// position (the standby's actor journals it too, [Apply]), so every batch
+// starts at a distinct position and its message ids stay distinct.
+func (r *Recorder) Cursor(c producer.Cursor) {
+	r.add(Command{Kind: KindCursor, Cursor: c})
+}
+
 // Position implements [producer.Journal].
 func (r *Recorder) Position() uint64 {
 	r.mu.Lock()

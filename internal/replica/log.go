@@ -258,6 +258,7 @@ type Record struct {
 	Term   uint64
 	Leader *TermRecord // a term record
 	Batch  *Batch      // a batch
+	Bytes  int         // the payload bytes of its messages
 }
 
 // GapError: a message's predecessor is not the last message the standby
@@ -295,6 +296,7 @@ type Follower struct {
 	maxBatch int
 	asm      []byte
 	asmOpen  bool
+	asmBytes int // payload bytes of the open batch's fragments
 }
 
 // Follow starts reading subject of stream after stream sequence applied,
@@ -378,13 +380,13 @@ func (f *Follower) Next(ctx context.Context) (Record, error) {
 			// A batch left incomplete by a leader that died between its
 			// fragments was never acknowledged (outputs wait for the whole
 			// append): the new term drops it, as every replica does.
-			f.asm, f.asmOpen = f.asm[:0], false
+			f.asm, f.asmOpen, f.asmBytes = f.asm[:0], false, 0
 			t, err := DecodeTerm(m.Body)
 			if err != nil {
 				return Record{}, fmt.Errorf("stream sequence %d: %w", seq, err)
 			}
 			f.applied, f.term = seq, m.Term
-			return Record{Seq: seq, Term: m.Term, Leader: &t}, nil
+			return Record{Seq: seq, Term: m.Term, Leader: &t, Bytes: len(msg.Data())}, nil
 		case TypeBatch:
 			if m.Term != f.term {
 				return Record{}, &TermError{Seq: seq, Term: m.Term, Current: f.term}
@@ -393,6 +395,7 @@ func (f *Follower) Next(ctx context.Context) (Record, error) {
 				return Record{}, fmt.Errorf("%w: a batch beyond %d bytes at stream sequence %d", ErrCorrupt, f.maxBatch, seq)
 			}
 			f.applied = seq
+			f.asmBytes += len(msg.Data())
 			if m.More {
 				f.asm = append(f.asm, m.Body...)
 				f.asmOpen = true
@@ -402,12 +405,13 @@ func (f *Follower) Next(ctx context.Context) (Record, error) {
 			if f.asmOpen {
 				body = append(f.asm, m.Body...)
 			}
-			f.asm, f.asmOpen = f.asm[:0], false
+			size := f.asmBytes
+			f.asm, f.asmOpen, f.asmBytes = f.asm[:0], false, 0
 			b, err := DecodeBatch(body)
 			if err != nil {
 				return Record{}, fmt.Errorf("stream sequence %d: %w", seq, err)
 			}
-			return Record{Seq: seq, Term: m.Term, Batch: &b}, nil
+			return Record{Seq: seq, Term: m.Term, Batch: &b, Bytes: size}, nil
 		}
 	}
 }

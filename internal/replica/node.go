@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/producer"
 )
 
@@ -55,6 +59,26 @@ type NodeConfig struct {
 	// NewPool starts a fresh, empty pool whose actor journals into the
 	// returned Recorder (not recording).
 	NewPool func() (Pool, error)
+
+	// Checkpoints, if set, is where the pool's checkpoints are: a
+	// rebuilding replica loads the newest that loads (falling back to the
+	// older) and follows the records after it, and a standby stores one
+	// every CheckpointRecords records or CheckpointBytes bytes of records,
+	// then purges the subject below the older kept checkpoint. Without it
+	// a rebuild replays the whole subject and the stream only grows.
+	Checkpoints *Checkpoints
+	// PoolFromImage starts a pool from a checkpoint's image
+	// ([producer.StartImage]) whose actor journals into the returned
+	// Recorder (not recording); the node sets the recorder's position.
+	// Required with Checkpoints.
+	PoolFromImage func(img *producer.Image) (Pool, error)
+	// CheckpointRecords and CheckpointBytes (config
+	// ha.checkpoint_records, ha.checkpoint_bytes): a standby takes a
+	// checkpoint once it applied this many records, or this many bytes of
+	// records, since its last one. 0 means DefaultCheckpointRecords,
+	// DefaultCheckpointBytes.
+	CheckpointRecords int
+	CheckpointBytes   int64
 	// OnChange, if set, is called on every role change with the pool that
 	// serves from now on and the reason; it runs on the node's goroutine.
 	OnChange func(st Status, p Pool, reason string)
@@ -85,7 +109,36 @@ type Status struct {
 	// Rebuilds counts the pools discarded and rebuilt from the stream (a
 	// leader stepping down, a broken chain).
 	Rebuilds uint64
+	// Loaded is the stream sequence of the checkpoint the pool started
+	// from (0: it replayed the subject from its start).
+	Loaded uint64
+	// Checkpoint is the stream sequence of the last checkpoint this
+	// replica stored (0: none yet).
+	Checkpoint uint64
 }
+
+// Defaults of the checkpoint cadence: a standby checkpoints after this many
+// records or bytes of records, whichever comes first. A checkpoint writes
+// the whole image (up to 128 MiB of words for the largest table), so the
+// byte bound keeps checkpoint traffic at most about the record traffic for
+// tables up to 64 MiB, and a rebuild replays at most ~64 MiB of records.
+const (
+	DefaultCheckpointRecords = 100_000
+	DefaultCheckpointBytes   = 64 << 20
+)
+
+// origin is where a pool starts following the chain: after a checkpoint's
+// record, or at the start.
+type origin struct {
+	seq, term uint64
+	leader    TermRecord
+	cursors   []producer.Cursor
+}
+
+// MaxCursorSources bounds the sources whose cursors a pool's replicas keep:
+// a cursor of a further source is not kept (every replica drops the same
+// ones, in the same order), and its source resumes as if it had none.
+const MaxCursorSources = 4096
 
 // Node runs one pool's replica: a standby that applies the records stream
 // and takes the lease when it is free, and a leader that appends what its
@@ -107,6 +160,17 @@ type Node struct {
 
 	resign     chan struct{} // closed by Resign
 	resignOnce sync.Once
+
+	// cursors: how far each source's stream is in the records applied (a
+	// standby) or appended (the leader); guarded by mu.
+	cursors map[string]uint64
+
+	// The standby's checkpoint cadence: records and bytes applied since
+	// the last checkpoint (follow's goroutine only), one store at a time.
+	sinceRecords int
+	sinceBytes   int64
+	storing      atomic.Bool
+	stores       sync.WaitGroup
 }
 
 // errResigned ends Run after Resign.
@@ -169,6 +233,15 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.JS == nil || cfg.Stream == nil || cfg.Leases == nil || cfg.NewPool == nil || cfg.Node == "" {
 		return nil, errors.New("replica: a node needs JS, Stream, Leases, NewPool and a node id")
 	}
+	if cfg.Checkpoints != nil && cfg.PoolFromImage == nil {
+		return nil, errors.New("replica: a node with checkpoints needs PoolFromImage")
+	}
+	if cfg.CheckpointRecords <= 0 {
+		cfg.CheckpointRecords = DefaultCheckpointRecords
+	}
+	if cfg.CheckpointBytes <= 0 {
+		cfg.CheckpointBytes = DefaultCheckpointBytes
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -216,6 +289,7 @@ const (
 // Run runs the replica until ctx ends. It does not release a held lease
 // then (the lease expires after its TTL, as if the process had died).
 func (n *Node) Run(ctx context.Context) error {
+	defer n.stores.Wait()
 	reason := "started"
 	backoff := time.Duration(0)
 	for {
@@ -229,16 +303,31 @@ func (n *Node) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		p, err := n.cfg.NewPool()
-		if err != nil {
-			return fmt.Errorf("replica: new pool: %w", err)
+		p, from, err := n.startPool(ctx)
+		if errors.Is(err, ErrStateLost) {
+			n.log.Error("replica: cannot rebuild the pool", "err", err)
+			return err
 		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			backoff = min(max(2*backoff, minRebuildBackoff), maxRebuildBackoff)
+			n.log.Warn("replica: starting the pool", "err", err, "retry after", backoff)
+			continue
+		}
+		n.sinceRecords, n.sinceBytes = 0, 0
 		n.mu.Lock()
 		n.pool = p
-		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds}
+		n.cursors = make(map[string]uint64, len(from.cursors))
+		for _, c := range from.cursors {
+			n.cursors[c.Source] = c.Seq
+		}
+		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint,
+			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
-		lease, app, err := n.standby(ctx, p)
+		lease, app, err := n.standby(ctx, p, from)
 		led := err == nil
 		if led {
 			err = n.lead(ctx, p, lease, app)
@@ -268,8 +357,8 @@ func (n *Node) Run(ctx context.Context) error {
 
 // standby applies records until it holds the lease, has applied every
 // record on the subject and its term record is appended.
-func (n *Node) standby(ctx context.Context, p Pool) (*Lease, *Appender, error) {
-	f, err := Follow(ctx, n.cfg.JS, n.cfg.Stream.CachedInfo().Config.Name, n.subject, 0, 0, 0)
+func (n *Node) standby(ctx context.Context, p Pool, from origin) (*Lease, *Appender, error) {
+	f, err := Follow(ctx, n.cfg.JS, n.cfg.Stream.CachedInfo().Config.Name, n.subject, from.seq, from.term, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -340,6 +429,16 @@ func (n *Node) follow(waitCtx, applyCtx context.Context, f *Follower, p Pool) er
 		if err := n.apply(applyCtx, rec, p); err != nil {
 			return err
 		}
+		if n.cfg.Checkpoints == nil {
+			continue
+		}
+		n.sinceRecords++
+		n.sinceBytes += int64(rec.Bytes)
+		if (n.sinceRecords >= n.cfg.CheckpointRecords || n.sinceBytes >= n.cfg.CheckpointBytes) && !n.storing.Load() {
+			if err := n.checkpoint(applyCtx, p, rec); err != nil {
+				return err
+			}
+		}
 	}
 }
 
@@ -348,6 +447,9 @@ func (n *Node) apply(ctx context.Context, rec Record, p Pool) error {
 		if err := Apply(ctx, p.Handle, rec.Batch.Commands); err != nil {
 			return err
 		}
+	}
+	if rec.Batch != nil {
+		n.noteCursors(rec.Batch.Commands)
 	}
 	n.update(func(s *Status) {
 		s.Applied, s.Term = rec.Seq, rec.Term
@@ -467,8 +569,130 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 			if err != nil {
 				return fmt.Errorf("append refused or not stored in time: %w", err)
 			}
+			n.noteCursors(cmds)
 			n.setAcked(pos+uint64(len(cmds)), true)
 			n.update(func(s *Status) { s.Applied, s.Tail = app.Last(), app.Last() })
 		}
 	}
+}
+
+// startPool starts the pool a replica rebuilds: from the newest checkpoint
+// that loads — a damaged one is skipped, loudly, for the older — or, with
+// none, empty, provided the subject still starts at its first record. A
+// purged subject without a loadable checkpoint is ErrStateLost: starting
+// empty would make this replica a leader of nothing.
+func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
+	tried := 0
+	if cs := n.cfg.Checkpoints; cs != nil {
+		seqs, err := cs.List(ctx, n.cfg.Pool)
+		if err != nil {
+			return Pool{}, origin{}, err
+		}
+		tail, err := Tail(ctx, n.cfg.Stream, n.subject)
+		if err != nil {
+			return Pool{}, origin{}, err
+		}
+		for i, seq := range seqs {
+			tried++
+			if seq > tail {
+				// A checkpoint of a records stream that was deleted and
+				// made anew: its records are not this chain's.
+				n.log.Warn("replica: skipping a checkpoint beyond the subject's tail", "checkpoint", seq, "tail", tail)
+				continue
+			}
+			ck, err := cs.Get(ctx, n.cfg.Pool, seq)
+			if errors.Is(err, ErrDamagedCheckpoint) || errors.Is(err, jetstream.ErrObjectNotFound) {
+				n.log.Error("replica: checkpoint does not load, falling back to an older one", "checkpoint", seq, "err", err)
+				continue
+			}
+			if err != nil {
+				return Pool{}, origin{}, err
+			}
+			p, err := n.cfg.PoolFromImage(&ck.Image)
+			if errors.Is(err, ckf.ErrInvalidImage) {
+				n.log.Error("replica: checkpoint image is inconsistent, falling back to an older one", "checkpoint", seq, "err", err)
+				continue
+			}
+			if err != nil {
+				return Pool{}, origin{}, fmt.Errorf("replica: pool from checkpoint %d: %w", seq, err)
+			}
+			p.Recorder.setPosition(ck.Image.JournalPosition)
+			n.log.Info("replica: loaded a checkpoint", "checkpoint", seq, "term", ck.Term, "fell_back", i > 0)
+			return p, origin{seq: ck.Seq, term: ck.Term, leader: ck.Leader, cursors: ck.Cursors}, nil
+		}
+	}
+	prev, err := FirstPrev(ctx, n.cfg.Stream, n.subject)
+	if err != nil {
+		return Pool{}, origin{}, err
+	}
+	if prev != 0 {
+		return Pool{}, origin{}, fmt.Errorf("%w: the subject %s starts after stream sequence %d, and %d checkpoints were tried", ErrStateLost, n.subject, prev, tried)
+	}
+	p, err := n.cfg.NewPool()
+	if err != nil {
+		return Pool{}, origin{}, fmt.Errorf("replica: new pool: %w", err)
+	}
+	return p, origin{}, nil
+}
+
+// checkpoint takes the pool's image at rec's boundary — the export is
+// queued behind every command of the records applied, so it includes them
+// and nothing after — and stores it in the background (one store at a
+// time), then purges the subject below the older kept checkpoint.
+func (n *Node) checkpoint(ctx context.Context, p Pool, rec Record) error {
+	img, err := p.Handle.ExportImage(ctx)
+	if err != nil {
+		return fmt.Errorf("replica: checkpoint image: %w", err)
+	}
+	st := n.Status()
+	ck := &Checkpoint{Seq: rec.Seq, Term: rec.Term, Leader: TermRecord{Node: st.Leader, Address: st.Address}, Cursors: n.Cursors(), Image: img}
+	n.sinceRecords, n.sinceBytes = 0, 0
+	n.storing.Store(true)
+	n.stores.Add(1)
+	go func() {
+		defer n.stores.Done()
+		defer n.storing.Store(false)
+		size, below, err := n.cfg.Checkpoints.Put(ctx, n.cfg.Pool, ck)
+		if err != nil {
+			n.log.Warn("replica: storing a checkpoint", "checkpoint", ck.Seq, "err", err)
+			return
+		}
+		n.update(func(s *Status) { s.Checkpoint = ck.Seq })
+		if err := Purge(ctx, n.cfg.Stream, n.subject, below); err != nil {
+			n.log.Warn("replica: purging below a checkpoint", "below", below, "err", err)
+			return
+		}
+		n.log.Info("replica: stored a checkpoint", "checkpoint", ck.Seq, "bytes", size, "purged_below", below)
+	}()
+	return nil
+}
+
+// noteCursors keeps the cursors of cmds (records applied or appended).
+func (n *Node) noteCursors(cmds []Command) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := range cmds {
+		c := &cmds[i].Cursor
+		if cmds[i].Kind != KindCursor {
+			continue
+		}
+		if _, ok := n.cursors[c.Source]; ok || len(n.cursors) < MaxCursorSources {
+			n.cursors[c.Source] = c.Seq
+		}
+	}
+}
+
+// Cursors returns, by source, how far each source's stream is in the
+// records this replica applied (a standby) or appended (the leader): a
+// new leader's sources resume after them (a ZMQ source asks the engine's
+// replay socket for everything after its cursor).
+func (n *Node) Cursors() []producer.Cursor {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]producer.Cursor, 0, len(n.cursors))
+	for src, seq := range n.cursors {
+		out = append(out, producer.Cursor{Source: src, Seq: seq})
+	}
+	slices.SortFunc(out, func(a, b producer.Cursor) int { return strings.Compare(a.Source, b.Source) })
+	return out
 }

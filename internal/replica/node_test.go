@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // testNode is one replica process: a Node, the pools it started, and its
@@ -56,24 +57,37 @@ func (tn *testNode) waitRole(t *testing.T, role Role, within time.Duration) chan
 }
 
 func startNode(t *testing.T, srv *natstest.Server, ls *Leases, id string) *testNode {
+	return startNodeWith(t, srv, ls, id, nil, 0)
+}
+
+// startNodeWith starts a node that loads and stores checkpoints in cs (nil:
+// none), a standby every checkpointRecords records.
+func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs *Checkpoints, checkpointRecords int) *testNode {
 	t.Helper()
 	_, js := srv.JetStream(t)
 	s, err := EnsureStream(t.Context(), js, StreamConfig{Replicas: 1})
 	require.NoError(t, err)
 	tn := &testNode{changes: make(chan change, 16), done: make(chan error, 1)}
+	start := func(img *producer.Image) (Pool, error) {
+		r, stop, err := startReplicaImage(64, img)
+		if err != nil {
+			return Pool{}, err
+		}
+		tn.mu.Lock()
+		tn.last = r
+		tn.mu.Unlock()
+		return Pool{Handle: r.h, Recorder: r.rec, Close: stop}, nil
+	}
 	n, err := NewNode(NodeConfig{
 		Pool: "pool", Node: id, Address: "http://" + id, JS: js, Stream: s, Leases: ls,
-		MaxMessage: 300, // fragments
-		NewPool: func() (Pool, error) {
-			r, stop := startReplica(t, 64)
-			tn.mu.Lock()
-			tn.last = r
-			tn.mu.Unlock()
-			return Pool{Handle: r.h, Recorder: r.rec, Close: stop}, nil
-		},
-		OnChange:    func(st Status, _ Pool, _ string) { tn.changes <- change{st, time.Now()} },
-		renewPaused: tn.paused.Load,
-		clockBroken: tn.broken.Load,
+		MaxMessage:        300, // fragments
+		NewPool:           func() (Pool, error) { return start(nil) },
+		Checkpoints:       cs,
+		PoolFromImage:     start,
+		CheckpointRecords: checkpointRecords,
+		OnChange:          func(st Status, _ Pool, _ string) { tn.changes <- change{st, time.Now()} },
+		renewPaused:       tn.paused.Load,
+		clockBroken:       tn.broken.Load,
 	})
 	require.NoError(t, err)
 	tn.n = n
@@ -122,7 +136,10 @@ func converged(t *testing.T, leader, standby *testNode) (boundary, boundary) {
 	if !ok {
 		require.Failf(t, "not converged", "leader %+v, standby %+v at journal position %d", leader.n.Status(), standby.n.Status(), standby.replica().rec.Position())
 	}
-	return want, standby.replica().at(t, ctx)
+	got := standby.replica().at(t, ctx)
+	// Faulted events count on the replica that refused them only.
+	want.image, got.image = replicated(want.image), replicated(got.image)
+	return want, got
 }
 
 // TestNodeTakeover walks the group through its transitions with real

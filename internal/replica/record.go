@@ -73,6 +73,7 @@ const (
 	KindAdmitted Kind = 'a'
 	KindReplaced Kind = 'p'
 	KindReset    Kind = 'r'
+	KindCursor   Kind = 'c'
 )
 
 // Command is one command the leader's actor journalled ([producer.Journal]).
@@ -83,6 +84,7 @@ type Command struct {
 	Member      ckf.Member                 // Reset
 	Degraded    bool                       // Reset
 	Reps        []producer.RankReplacement // Replaced
+	Cursor      producer.Cursor            // Cursor
 }
 
 // Batch is the commands one append carries, after journal position
@@ -209,6 +211,12 @@ func appendCommand(b []byte, c *Command) ([]byte, error) {
 			return append(b, 1), nil
 		}
 		return append(b, 0), nil
+	case KindCursor:
+		// The sequence as 8 fixed bytes: a command encodes in ≥ 5 bytes
+		// (DecodeBatch's memory bound counts on it).
+		b = binary.AppendUvarint(b, uint64(len(c.Cursor.Source)))
+		b = append(b, c.Cursor.Source...)
+		return binary.LittleEndian.AppendUint64(b, c.Cursor.Seq), nil
 	case KindReplaced:
 		b = binary.AppendUvarint(b, uint64(len(c.Reps)))
 		for i := range c.Reps {
@@ -367,6 +375,8 @@ func (d *decoder) command() (Command, error) {
 		default:
 			d.fail("degraded flag")
 		}
+	case KindCursor:
+		c.Cursor = producer.Cursor{Source: d.str(), Seq: d.u64()}
 	case KindReplaced:
 		n := d.count(4)
 		if d.err == nil && n == 0 {

@@ -27,6 +27,8 @@ func sampleCommands() []Command {
 			{SourceEpoch: 1, Member: ckf.Member{WorkerID: 10, DPRank: 1}},
 		}},
 		{Kind: KindAdmitted, SourceEpoch: 0, Event: cleared},
+		{Kind: KindCursor, Cursor: producer.Cursor{Source: "tcp://engine-0:5557#0", Seq: 1<<64 - 1}},
+		{Kind: KindCursor, Cursor: producer.Cursor{}},
 	}
 }
 

@@ -49,6 +49,8 @@ func persistenceJSON(p *hostedPool, started time.Time) *catalog.Persistence {
 	case st.LostCommands > 0:
 		c.Recovered = true // the mark says state was stored, even if none survived
 		c.Recovery, c.LostCommands, c.ResetRanks = "partial", catalog.U64(st.LostCommands), st.ResetRanks
+	case st.Unverified != "":
+		c.Recovery, c.HighWaterMark = "unverified", st.Unverified
 	case st.Recovered:
 		c.Recovery = "complete"
 	}

@@ -43,6 +43,17 @@ type EpochSink interface {
 
 var _ EpochSink = producer.Handle{}
 
+// CursorSink is a Sink that also takes, with an admission, how far the
+// source's stream it came from was admitted ([producer.Handle.AdmitEventsAt]):
+// a replicated pool's records carry the cursors, so a new leader's source
+// resumes after them (issue #34). A source uses it when its sink has it.
+type CursorSink interface {
+	Sink
+	AdmitEventsAt(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterEvent, cur producer.Cursor) error
+}
+
+var _ CursorSink = producer.Handle{}
+
 // RecordedEpoch returns m's epoch as sink records it, when sink tells.
 func RecordedEpoch(sink Sink, m ckf.Member) (uint64, bool) {
 	if es, ok := sink.(EpochSink); ok {

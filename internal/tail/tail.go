@@ -34,7 +34,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	relay := fs.String("relay", "http://127.0.0.1:7878", "relay base URL")
 	pool := fs.String("pool", "", "pool name (required)")
-	consumer := fs.Uint64("consumer", 1, "consumer instance id")
+	consumer := ConsumerFlag(fs)
 	lane := fs.Uint("lane", 0, "physical lane 0..15")
 	epoch := fs.Uint64("epoch", 0, "assignment epoch; must exceed the lane's last one on this relay (0: the current time in ns, which always does)")
 	token := fs.String("auth-token", "", "bearer token")
@@ -54,6 +54,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *epoch == 0 {
 		*epoch = uint64(time.Now().UnixNano())
 	}
+	*consumer = ConsumerID(*consumer)
 	if err := client.CheckRelayURL(*relay); err != nil {
 		return err
 	}

@@ -15,7 +15,9 @@ import (
 // GOARCH=wasm and runs them under wazero through run, so the hand-written
 // WebAssembly kernels (ckf/kernels_wasm.s) and the search that calls them
 // are tested as the module runs them, against the pure-Go reference and
-// zeebo/xxh3 (kernels_test.go, search tests).
+// zeebo/xxh3 (kernels_test.go, search tests), the multi-group probe and
+// search against their Go references at every row width (rows_test.go,
+// TestSearch_GroupKernelEqualsGo) and the format-group property tests.
 func TestGuestKernels(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs two wasm test binaries (≈ 30 s)")
@@ -31,9 +33,11 @@ func TestGuestKernels(t *testing.T) {
 		dir, run string
 		want     []string
 	}{
-		{"ckf", "Kernel|HashBlocks|Chain|LaneRow|RowHits|XXH3|Sequence|LocalBlockHash|Address", []string{"GOARCH=wasm", "--- PASS: TestRowHits_MatchesAddressAndContains"}},
+		{"ckf", "Kernel|HashBlocks|Chain|LaneRow|RowHits|GroupHits|AddGroup|XXH3|Sequence|LocalBlockHash|Address", []string{"GOARCH=wasm",
+			"--- PASS: TestRowHits_MatchesAddressAndContains", "--- PASS: TestGroupHits_MatchesRowHits", "--- PASS: FuzzGroupHits"}},
 		{"consumer", "Search|Query|Contains|MixedFormats|OneGroup|FormatPins", []string{"--- PASS: TestSearch_KernelEqualsGo",
-			"--- PASS: TestConsumer_OneGroupRunsTodaysPath", "--- PASS: TestConsumer_MixedFormats_property"}},
+			"--- PASS: TestSearch_GroupKernelEqualsGo", "--- PASS: TestConsumer_OneGroupRunsTodaysPath",
+			"--- PASS: TestConsumer_MixedFormats_property"}},
 	} {
 		t.Run(pkg.dir, func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), pkg.dir+".wasm")

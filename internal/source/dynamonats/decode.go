@@ -19,10 +19,15 @@ import (
 	"fmt"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/source"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
+
+// maxSkipDepth bounds the nesting of an unknown envelope field's value, as
+// the ZMQ source bounds ignored values.
+const maxSkipDepth = 32
 
 // ErrMalformed wraps every decode failure.
 var ErrMalformed = errors.New("dynamonats: malformed message")
@@ -121,7 +126,9 @@ func decodeEnvelope(data []byte) (Envelope, error) {
 		case "payload":
 			env.Payload, err = dec.DecodeBytes()
 		default:
-			err = dec.Skip()
+			// Dynamo's envelope has no nested field; the bound keeps a
+			// deep unknown value from overflowing the stack.
+			err = source.SkipMsgpack(dec, maxSkipDepth)
 		}
 		if err != nil && !errors.Is(err, ErrOutOfRange) {
 			err = fmt.Errorf("%s: %w", name, err)

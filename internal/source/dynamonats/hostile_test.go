@@ -1,8 +1,10 @@
 package dynamonats
 
 import (
+	"bytes"
 	"context"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/source"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
@@ -231,4 +234,76 @@ func TestSource_StaleResetIsNotRedeliveredForever(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, info.NumRedelivered)
 	assert.Equal(t, 3, resets, "worker 1: stale then adopted; worker 2: one refused reset")
+}
+
+// deepEnvelope is an envelope map whose unknown key "zz" holds depth nested
+// one-element arrays around a nil, before the known fields.
+func deepEnvelope(t testing.TB, depth int) []byte {
+	t.Helper()
+	payload, err := wire.AppendRouterEventMsgpack(nil, &[]ckf.RouterEvent{stored(1, 1)}[0])
+	require.NoError(t, err)
+	b := append([]byte{0x86, 0xa2, 'z', 'z'}, bytes.Repeat([]byte{0x91}, depth)...)
+	b = append(b, 0xc0)
+	rest, err := msgpack.Marshal(map[string]any{"topic": "kv-events", "publisher_id": uint64(1), "sequence": uint64(0), "published_at": uint64(1), "payload": payload})
+	require.NoError(t, err)
+	return append(b, rest[1:]...) // the known fields without their map header
+}
+
+// TestDecode_DeeplyNestedUnknownFieldIsMalformed: a value under a key the
+// envelope does not know is skipped with a bound on its nesting. Before,
+// the library's recursive Skip ran 16 M levels deep and the relay died of a
+// stack overflow (fatal, not a panic: nothing recovers it) on one NATS
+// message; at the default 1 MiB max_payload each such message cost
+// +80 MiB of stack and was admitted.
+func TestDecode_DeeplyNestedUnknownFieldIsMalformed(t *testing.T) {
+	env, evs, err := Decode(deepEnvelope(t, maxSkipDepth), nil)
+	require.NoError(t, err, "nesting at the bound is skipped")
+	assert.Equal(t, uint64(1), env.PublisherID)
+	assert.Len(t, evs, 1)
+	for _, depth := range []int{maxSkipDepth + 1, 1 << 20, 1 << 24} {
+		_, evs, err := Decode(deepEnvelope(t, depth), nil)
+		assert.ErrorIs(t, err, ErrMalformed, "depth %d", depth)
+		assert.ErrorIs(t, err, source.ErrNestedTooDeep, "depth %d", depth)
+		assert.Empty(t, evs)
+	}
+}
+
+// TestSource_ForgedSequenceDoesNotSilenceAPublisher: one forged envelope
+// under a publisher's id with sequence 2^62 is a gap (a degraded reset, as
+// any gap), and the real publisher's next message, 2^62 behind, is another
+// — not a duplicate. Before, every later message of the publisher was
+// dropped as seen before, for good, while the source read live.
+func TestSource_ForgedSequenceDoesNotSilenceAPublisher(t *testing.T) {
+	s, err := New(Config{URL: "nats://unused", Subject: "x"})
+	require.NoError(t, err)
+	rec := &recorder{}
+	ctx := context.Background()
+	for i := range uint64(20) {
+		require.NoError(t, s.handle(ctx, rec, envelope(t, 111, i, stored(7, i))))
+	}
+	require.NoError(t, s.handle(ctx, rec, envelope(t, 111, 1<<62, stored(7, 99))))
+	for i := uint64(20); i < 40; i++ {
+		require.NoError(t, s.handle(ctx, rec, envelope(t, 111, i, stored(7, i))))
+	}
+	var admitted, degraded int
+	for _, c := range rec.snapshot() {
+		switch {
+		case strings.HasPrefix(c, "admit "):
+			admitted++
+		case strings.Contains(c, "degraded=true"):
+			degraded++
+		}
+	}
+	assert.Equal(t, 41, admitted, "every honest message and the forged one are admitted")
+	assert.Equal(t, 2, degraded, "the forged jump and the way back are gaps")
+	st := s.Status()
+	assert.EqualValues(t, 2, st.Gaps)
+	assert.Zero(t, st.Dropped)
+
+	// Redeliveries within the window are still duplicates.
+	for i := uint64(30); i < 40; i++ {
+		require.NoError(t, s.handle(ctx, rec, envelope(t, 111, i, stored(7, i))))
+	}
+	assert.EqualValues(t, 10, s.Status().Dropped)
+	assert.EqualValues(t, 2, s.Status().Gaps)
 }

@@ -90,10 +90,7 @@ type memberState struct {
 	publisher uint64 // publisher_id of the current lifetime
 	epoch     uint64 // source epoch of that lifetime
 	next      uint64 // next expected envelope sequence
-	// wrapped: the lifetime's sequence passed 2^64−1 and next restarted at
-	// 0; sequences of the upper half are then the old ones (seqOrder).
-	wrapped bool
-	seen    time.Time
+	seen      time.Time
 }
 
 // New returns a source; it does nothing until Run.
@@ -426,7 +423,7 @@ func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member,
 			return 0, false, err
 		}
 		s.update(func(s *source.Status) { s.Gaps++; s.Resets++ })
-		st.epoch, st.wrapped = epoch, false
+		st.epoch = epoch
 	}
 	// The pool owns the member's epochs (docs/ingest.md, "Source epochs"):
 	// when its record is not the epoch this source would admit under — a
@@ -445,32 +442,34 @@ func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member,
 		st.epoch = epoch
 	}
 	if env.Enveloped {
-		// Sequence 2^64−1 is followed by 0: an explicit wrap, not a gap
-		// (seqOrder).
-		st.next = env.Sequence + 1
-		if st.next == 0 {
-			st.wrapped = true
-		} else if st.next == 1<<63 {
-			st.wrapped = false // the old upper half is behind for good
-		}
+		st.next = env.Sequence + 1 // 2^64−1 is followed by 0 (seqOrder)
 	}
 	st.seen = now
 	return st.epoch, true, nil
 }
 
+// duplicateWindow is how far behind a member's next expected sequence a
+// message may be and still be a duplicate or a redelivery, dropped:
+// JetStream redelivers at most MaxAckPending (4,096) messages a publisher
+// sent before the newest one delivered. A message farther behind is not
+// one seen before but a sequence that went back — a forged envelope that
+// moved the member far ahead, or a publisher that restarted its sequence
+// under the same id — and is taken as a gap: a degraded reset, then the
+// member follows the new sequence. Dropping it as a duplicate would drop
+// every later message of the honest publisher too, silently and for good
+// (one forged sequence of 2^62 did).
+const duplicateWindow = 1 << 16
+
 // seqOrder places seq against member st's next expected sequence: -1 seen
-// before (a duplicate or redelivery), 0 the next one, +1 past a gap.
-// Sequences compare as unsigned 64-bit numbers, except after a wrap (the
-// sequence passed 2^64−1 and went on at 0): until the lifetime reaches 2^63
-// again, a sequence of the upper half is one from before the wrap, hence
-// seen before.
+// before (a duplicate or redelivery: at most duplicateWindow behind), 0 the
+// next one, +1 a gap (ahead, or farther behind). Distances are modulo 2^64,
+// so a sequence that passed 2^64−1 and went on at 0 is no gap, and one from
+// just before that wrap is behind.
 func seqOrder(st *memberState, seq uint64) int {
-	switch {
-	case seq == st.next:
+	switch behind := st.next - seq; {
+	case behind == 0:
 		return 0
-	case st.wrapped && seq >= 1<<63:
-		return -1
-	case seq < st.next:
+	case behind <= duplicateWindow:
 		return -1
 	}
 	return 1

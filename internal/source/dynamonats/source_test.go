@@ -98,6 +98,9 @@ func FuzzDecode(f *testing.F) {
 	arr, _ := msgpack.Marshal([]any{"t", uint64(1), uint64(2), uint64(3), b})
 	f.Add(arr)
 	f.Add(append(append([]byte(nil), b...), 0xc0))
+	// An unknown field nested past the skip bound (the red-team's stack
+	// overflow, at a depth a fuzzer can mutate).
+	f.Add(deepEnvelope(f, 4*maxSkipDepth))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		env, evs, err := Decode(data, nil)
 		if err != nil {

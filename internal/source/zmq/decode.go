@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/ckfrelay/ckfrelay/internal/source"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -993,36 +994,15 @@ func isInt(c byte) bool {
 	return msgpcode.IsFixedNum(c) || (c >= msgpcode.Uint8 && c <= msgpcode.Int64)
 }
 
-// skip passes over one ignored value, bounding the nesting (the library's
-// Skip recurses without a limit).
+// skip passes over one ignored value found at nesting level depth,
+// bounding the nesting (source.SkipMsgpack: the library's Skip recurses
+// without a limit).
 func (d *Decoder) skip(depth int) error {
-	if depth > maxSkipDepth {
+	switch err := source.SkipMsgpack(d.dec, maxSkipDepth-depth); {
+	case errors.Is(err, source.ErrNestedTooDeep):
 		return malformed(ReasonNesting, nil, "ignored value nested deeper than %d", maxSkipDepth)
-	}
-	c, err := d.dec.PeekCode()
-	if err != nil {
+	case err != nil:
 		return malformed(ReasonField, err, "truncated")
-	}
-	items := 0
-	switch {
-	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
-		items, err = d.dec.DecodeArrayLen()
-	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
-		items, err = d.dec.DecodeMapLen()
-		items *= 2
-	default:
-		if err := d.dec.Skip(); err != nil {
-			return malformed(ReasonField, err, "truncated")
-		}
-		return nil
-	}
-	if err != nil {
-		return malformed(ReasonField, err, "truncated")
-	}
-	for range items {
-		if err := d.skip(depth + 1); err != nil {
-			return err
-		}
 	}
 	return nil
 }

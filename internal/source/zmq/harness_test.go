@@ -40,12 +40,21 @@ func quietLogger() *slog.Logger {
 
 func newHarness(t testing.TB, cfg Config) *harness {
 	t.Helper()
+	return newHarnessWith(t, cfg, nil, nil)
+}
+
+// newHarnessWith is newHarness with the actor journalling into j (nil:
+// none), and before, if set, called with the harness before the source
+// runs.
+func newHarnessWith(t testing.TB, cfg Config, j producer.Journal, before func(*harness)) *harness {
+	t.Helper()
 	pcfg := ckf.DefaultConfig()
 	pcfg.ExpectedBlocks = 1 << 14
 	pool, err := ckf.NewPool(pcfg)
 	require.NoError(t, err)
 	prod := producer.DefaultConfig()
 	prod.Logger = quietLogger()
+	prod.Journal = j
 	h, faults, err := producer.Start(pool, producer.Scope{ProducerIncarnation: 1}, prod)
 	require.NoError(t, err)
 	if cfg.Logger == nil {
@@ -69,6 +78,9 @@ func newHarness(t testing.TB, cfg Config) *harness {
 			t.Logf("fault: %v", f)
 		}
 	}()
+	if before != nil {
+		before(hs)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	hs.cancel = cancel
 	go func() { hs.runErr <- src.Run(ctx, h) }()

@@ -21,6 +21,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/source"
+	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // Rank states, as [source.RankStatus] reports them.
@@ -63,6 +64,7 @@ type Source struct {
 
 	// Owned by Run's goroutine.
 	ranks    map[uint32]*rank
+	resume   map[uint32]int64 // Resume: the next Run's ranks, by the last sequence admitted
 	maxRanks int
 	eventID  uint64
 
@@ -81,6 +83,7 @@ type Source struct {
 type rank struct {
 	member   ckf.Member
 	replayEP string // "" when the engine has no replay socket
+	cursor   string // the rank's stream in cursors (cursorSource), named on first use
 	epoch    uint64 // source epoch of the member (1 on first contact)
 	synced   bool   // next is meaningful: the pool holds this rank's stream up to next-1
 	fresh    bool   // nothing admitted at epoch yet
@@ -234,6 +237,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 	}
 	defer wg.Wait()
 	defer s.update(func(st *source.Status) { st.State = "stopped" })
+	s.resumeRanks(sink)
 	tick := time.NewTicker(max(s.cfg.SourceTimeout/4, time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -726,7 +730,16 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 		}
 		evs = append(evs, out)
 	}
-	if err := sink.AdmitEvents(ctx, r.epoch, evs); err != nil {
+	var err error
+	if cs, ok := sink.(source.CursorSink); ok {
+		if r.cursor == "" {
+			r.cursor = s.cursorSource(r.member.DPRank)
+		}
+		err = cs.AdmitEventsAt(ctx, r.epoch, evs, producer.Cursor{Source: r.cursor, Seq: uint64(msg.Seq)})
+	} else {
+		err = sink.AdmitEvents(ctx, r.epoch, evs)
+	}
+	if err != nil {
 		return fmt.Errorf("zmq source: admit: %w", err)
 	}
 	if len(evs) > 0 {

@@ -1,0 +1,417 @@
+package replica
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/producer"
+)
+
+// Checkpoints. A checkpoint is a pool's whole image ([producer.Image]: filter
+// words, generator state, counters, exact state, source-epoch records and
+// their idle order, publisher sequence, journal position) at a record
+// boundary, with what a replica needs to follow the chain from there: the
+// stream sequence and term of the record it includes, the term's leader,
+// and the sources' cursors. A replica that loads one applies only the
+// records after it; the subject below the older of the two kept
+// checkpoints is purged, which bounds the stream.
+//
+// The encoding is binary, with the record codec's primitives (varints,
+// little-endian hashes, counts checked against the bytes left before
+// anything is allocated):
+//
+//	'K' 'C' version(1)
+//	uvarint(seq) uvarint(term) str(leader node) str(leader address)
+//	uvarint(journal position) uvarint(publisher sequence) uvarint(epochs pruned)
+//	count cursor*            cursor: str(source) uvarint(seq)
+//	format: version(1) u64(seed) uvarint(bucket count) bits(1) slots(1)
+//	u64(generator state) uvarint(counter)×10
+//	count u64(word)*
+//	count (uvarint(bucket) u64(word before))*      the dirty window
+//	count u64(omitted canonical)*
+//	count member*            member: uvarint(worker) uvarint(rank) count (u64(external) u64(canonical))*
+//	count epoch*             epoch: uvarint(worker) uvarint(rank) uvarint(epoch) idle(1)
+//	u32(CRC-32C of everything before)
+//
+// A lineage entry is 16 bytes, as in package persist's exact-state
+// checkpoint; a 2^24-bucket table is 128 MiB of words.
+
+// ErrDamagedCheckpoint: a checkpoint does not decode, fails its checksum,
+// or describes no pool the configuration could hold.
+var ErrDamagedCheckpoint = errors.New("replica: damaged checkpoint")
+
+// ErrStateLost: the pool's subject was purged below its first record and no
+// checkpoint could be loaded — the group's state cannot be rebuilt, and a
+// replica must not pretend otherwise by starting empty.
+var ErrStateLost = errors.New("replica: state lost: the records were purged and no checkpoint loads")
+
+const (
+	ckptMagic0, ckptMagic1 = 'K', 'C'
+	ckptVersion            = 1
+	ckptCounters           = 10
+)
+
+// Checkpoint is a pool's image at a record boundary.
+type Checkpoint struct {
+	Seq     uint64 // stream sequence of the last message of the last record included
+	Term    uint64 // the term at Seq (the next records are checked against it)
+	Leader  TermRecord
+	Cursors []producer.Cursor // by source
+	Image   producer.Image
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// AppendCheckpoint appends c's encoding to b.
+func AppendCheckpoint(b []byte, c *Checkpoint) []byte {
+	start := len(b)
+	img := &c.Image
+	p := &img.Pool
+	b = append(b, ckptMagic0, ckptMagic1, ckptVersion)
+	b = binary.AppendUvarint(b, c.Seq)
+	b = binary.AppendUvarint(b, c.Term)
+	b = AppendTerm(b, c.Leader)
+	b = binary.AppendUvarint(b, img.JournalPosition)
+	b = binary.AppendUvarint(b, img.Sequence)
+	b = binary.AppendUvarint(b, img.EpochsPruned)
+	b = binary.AppendUvarint(b, uint64(len(c.Cursors)))
+	for _, cu := range c.Cursors {
+		b = binary.AppendUvarint(b, uint64(len(cu.Source)))
+		b = append(b, cu.Source...)
+		b = binary.AppendUvarint(b, cu.Seq)
+	}
+	f := p.Format
+	b = append(b, f.Version)
+	b = binary.LittleEndian.AppendUint64(b, f.Seed)
+	b = binary.AppendUvarint(b, f.BucketCount)
+	b = append(b, f.FingerprintBits, f.SlotsPerBucket)
+	b = binary.LittleEndian.AppendUint64(b, p.RNG)
+	for _, v := range counters(&p.Counters) {
+		b = binary.AppendUvarint(b, *v)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Words)))
+	for _, w := range p.Words {
+		b = binary.LittleEndian.AppendUint64(b, w)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Window)))
+	for _, w := range p.Window {
+		b = binary.AppendUvarint(b, uint64(w.Bucket))
+		b = binary.LittleEndian.AppendUint64(b, w.Word)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.NonResident)))
+	for _, h := range p.NonResident {
+		b = binary.LittleEndian.AppendUint64(b, h)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Members)))
+	for _, m := range p.Members {
+		b = binary.AppendUvarint(b, m.Member.WorkerID)
+		b = binary.AppendUvarint(b, uint64(m.Member.DPRank))
+		b = binary.AppendUvarint(b, uint64(len(m.Blocks)))
+		for _, e := range m.Blocks {
+			b = binary.LittleEndian.AppendUint64(b, e.External)
+			b = binary.LittleEndian.AppendUint64(b, e.Canonical)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(img.Epochs)))
+	for _, e := range img.Epochs {
+		b = binary.AppendUvarint(b, e.Member.WorkerID)
+		b = binary.AppendUvarint(b, uint64(e.Member.DPRank))
+		b = binary.AppendUvarint(b, e.Epoch)
+		if e.Idle {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+func counters(c *ckf.PoolCounters) [ckptCounters]*uint64 {
+	return [ckptCounters]*uint64{&c.PendingEvents, &c.UnknownRemovals, &c.ParentNotFound, &c.CapacityFailures,
+		&c.MemberLimitRejections, &c.TrackedBlockLimitRejections, &c.PhysicalTouches, &c.DistinctTouchedBuckets,
+		&c.EmittedImages, &c.NetRevertedBuckets}
+}
+
+// DecodeCheckpoint decodes a checkpoint. Every failure wraps
+// ErrDamagedCheckpoint; memory is bounded by a small multiple of len(b)
+// (counts are checked against the bytes left first). It checks the
+// encoding only: whether the image is consistent is [ckf.RestorePool]'s
+// and [producer.StartImage]'s to say.
+func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
+	c, err := decodeCheckpoint(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDamagedCheckpoint, err)
+	}
+	return c, nil
+}
+
+func decodeCheckpoint(b []byte) (*Checkpoint, error) {
+	if len(b) < 3+4 || b[0] != ckptMagic0 || b[1] != ckptMagic1 {
+		return nil, errors.New("not a checkpoint")
+	}
+	if b[2] != ckptVersion {
+		return nil, fmt.Errorf("version %d", b[2])
+	}
+	body := b[:len(b)-4]
+	if sum := binary.LittleEndian.Uint32(b[len(b)-4:]); sum != crc32.Checksum(body, castagnoli) {
+		return nil, errors.New("checksum mismatch")
+	}
+	d := decoder{b: body[3:]}
+	c := &Checkpoint{Seq: d.uvarint(), Term: d.uvarint()}
+	c.Leader = TermRecord{Node: d.str(), Address: d.str()}
+	img := &c.Image
+	img.JournalPosition = d.uvarint()
+	img.Sequence = d.uvarint()
+	img.EpochsPruned = d.uvarint()
+	if n := d.count(2); n > 0 {
+		c.Cursors = make([]producer.Cursor, n)
+		for i := range c.Cursors {
+			c.Cursors[i] = producer.Cursor{Source: d.str(), Seq: d.uvarint()}
+		}
+	}
+	p := &img.Pool
+	p.Format.Version = d.byte1()
+	p.Format.Seed = d.u64()
+	p.Format.BucketCount = d.uvarint()
+	p.Format.FingerprintBits = d.byte1()
+	p.Format.SlotsPerBucket = d.byte1()
+	if d.err == nil {
+		if err := p.Format.Validate(); err != nil {
+			d.fail("%v", err)
+		}
+	}
+	p.RNG = d.u64()
+	for _, v := range counters(&p.Counters) {
+		*v = d.uvarint()
+	}
+	n := d.count(8)
+	if d.err == nil && uint64(n) != p.Format.BucketCount {
+		d.fail("%d words for %d buckets", n, p.Format.BucketCount)
+	}
+	if d.err == nil {
+		p.Words = make([]uint64, n)
+		for i := range p.Words {
+			p.Words[i] = d.u64()
+		}
+	}
+	if n := d.count(9); n > 0 {
+		p.Window = make([]ckf.BucketImage, n)
+		for i := range p.Window {
+			p.Window[i] = ckf.BucketImage{Bucket: d.u32(), Word: d.u64()}
+		}
+	}
+	if n := d.count(8); n > 0 {
+		p.NonResident = make([]uint64, n)
+		for i := range p.NonResident {
+			p.NonResident[i] = d.u64()
+		}
+	}
+	if n := d.count(3); n > 0 {
+		p.Members = make([]ckf.MemberLineage, 0, n)
+		for range n {
+			m := ckf.MemberLineage{Member: ckf.Member{WorkerID: d.uvarint(), DPRank: d.u32()}}
+			k := d.count(16)
+			if d.err != nil {
+				break
+			}
+			m.Blocks = make([]ckf.LineageEntry, k)
+			for i := range m.Blocks {
+				m.Blocks[i] = ckf.LineageEntry{External: d.u64(), Canonical: d.u64()}
+			}
+			p.Members = append(p.Members, m)
+		}
+	}
+	if n := d.count(4); n > 0 {
+		img.Epochs = make([]producer.EpochImage, n)
+		for i := range img.Epochs {
+			e := producer.EpochImage{Member: ckf.Member{WorkerID: d.uvarint(), DPRank: d.u32()}, Epoch: d.uvarint()}
+			switch d.byte1() {
+			case 0:
+			case 1:
+				e.Idle = true
+			default:
+				d.fail("idle flag")
+			}
+			img.Epochs[i] = e
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return c, nil
+}
+
+// DefaultCheckpointBucket is the checkpoints' object store bucket.
+const DefaultCheckpointBucket = "CKFRELAY_HA_CKPT"
+
+// DefaultMaxCheckpoint bounds a checkpoint a replica loads: 1 GiB holds
+// the largest table (2^24 buckets, 128 MiB of words) and ~56 M lineage
+// entries of 16 bytes. A pool tracking more (the default tracked-block
+// bound of a 2^24-bucket table is 2^28 entries, 4 GiB) needs
+// CheckpointConfig.MaxCheckpoint raised.
+const DefaultMaxCheckpoint = 1 << 30
+
+// CheckpointConfig configures the checkpoints' object store.
+type CheckpointConfig struct {
+	Bucket   string // default DefaultCheckpointBucket
+	Replicas int    // default 3
+	// MaxCheckpoint bounds a checkpoint loaded (0 means
+	// DefaultMaxCheckpoint): a larger object is skipped as damaged.
+	MaxCheckpoint int64
+}
+
+// Checkpoints stores pools' checkpoints in a JetStream object store, as
+// "<pool>/ckpt-<seq>", the newest two per pool.
+type Checkpoints struct {
+	os  jetstream.ObjectStore
+	max int64
+}
+
+// EnsureCheckpoints creates or updates the checkpoints' object store.
+func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c CheckpointConfig) (*Checkpoints, error) {
+	if c.Bucket == "" {
+		c.Bucket = DefaultCheckpointBucket
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 3
+	}
+	if c.MaxCheckpoint <= 0 {
+		c.MaxCheckpoint = DefaultMaxCheckpoint
+	}
+	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+		Description: "ckfrelay pool checkpoints (issue #34)",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
+	}
+	return &Checkpoints{os: os, max: c.MaxCheckpoint}, nil
+}
+
+func checkpointName(pool string, seq uint64) string {
+	return pool + "/ckpt-" + strconv.FormatUint(seq, 10)
+}
+
+// List returns the stream sequences of pool's stored checkpoints, newest
+// first.
+func (s *Checkpoints) List(ctx context.Context, pool string) ([]uint64, error) {
+	infos, err := s.os.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replica: list checkpoints: %w", err)
+	}
+	prefix := pool + "/ckpt-"
+	var seqs []uint64
+	for _, info := range infos {
+		if rest, ok := strings.CutPrefix(info.Name, prefix); ok {
+			if seq, err := strconv.ParseUint(rest, 10, 64); err == nil {
+				seqs = append(seqs, seq)
+			}
+		}
+	}
+	slices.SortFunc(seqs, func(a, b uint64) int { return cmp.Compare(b, a) })
+	return seqs, nil
+}
+
+// Get loads pool's checkpoint at seq. A damaged one (beyond the size bound,
+// undecodable, or naming another sequence) is an error wrapping
+// ErrDamagedCheckpoint.
+func (s *Checkpoints) Get(ctx context.Context, pool string, seq uint64) (*Checkpoint, error) {
+	name := checkpointName(pool, seq)
+	info, err := s.os.GetInfo(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("replica: checkpoint %s: %w", name, err)
+	}
+	if int64(info.Size) > s.max {
+		return nil, fmt.Errorf("%w: %s has %d bytes, the bound is %d", ErrDamagedCheckpoint, name, info.Size, s.max)
+	}
+	b, err := s.os.GetBytes(ctx, name)
+	if err != nil {
+		// The object store checks its own SHA-256 digest on read.
+		if errors.Is(err, jetstream.ErrDigestMismatch) {
+			return nil, fmt.Errorf("%w: %s: %w", ErrDamagedCheckpoint, name, err)
+		}
+		return nil, fmt.Errorf("replica: checkpoint %s: %w", name, err)
+	}
+	c, err := DecodeCheckpoint(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if c.Seq != seq {
+		return nil, fmt.Errorf("%w: %s holds stream sequence %d", ErrDamagedCheckpoint, name, c.Seq)
+	}
+	return c, nil
+}
+
+// Put stores c as pool's checkpoint at c.Seq and deletes all but the newest
+// two. It returns the encoded size and the sequence below which pool's
+// subject may be purged: the older kept checkpoint's (0: nothing may be
+// purged yet). The newest is not that bound, so that a damaged newest
+// checkpoint still has its older one and the records after it.
+func (s *Checkpoints) Put(ctx context.Context, pool string, c *Checkpoint) (size int, purgeBelow uint64, err error) {
+	b := AppendCheckpoint(nil, c)
+	if _, err := s.os.Put(ctx, jetstream.ObjectMeta{Name: checkpointName(pool, c.Seq)}, bytes.NewReader(b)); err != nil {
+		return len(b), 0, fmt.Errorf("replica: store checkpoint: %w", err)
+	}
+	seqs, err := s.List(ctx, pool)
+	if err != nil {
+		return len(b), 0, err
+	}
+	for _, old := range seqs[min(2, len(seqs)):] {
+		if err := s.os.Delete(ctx, checkpointName(pool, old)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return len(b), 0, fmt.Errorf("replica: delete checkpoint: %w", err)
+		}
+	}
+	if len(seqs) >= 2 {
+		purgeBelow = seqs[1]
+	}
+	return len(b), purgeBelow, nil
+}
+
+// Purge purges subject of s below stream sequence seq (the message at seq
+// stays: the subject's last sequence never falls back, so an empty replica's
+// term record can never succeed).
+func Purge(ctx context.Context, s jetstream.Stream, subject string, seq uint64) error {
+	if seq <= 1 {
+		return nil
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(seq)); err != nil {
+		return fmt.Errorf("replica: purge %s below %d: %w", subject, seq, err)
+	}
+	return nil
+}
+
+// FirstPrev returns the predecessor named by the first message left on
+// subject (0 when the chain starts there or the subject is empty): a
+// replica without a checkpoint can rebuild only from a chain that starts
+// at 0.
+func FirstPrev(ctx context.Context, s jetstream.Stream, subject string) (uint64, error) {
+	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	h, err := DecodeMessage(m.Data)
+	if err != nil {
+		return 0, fmt.Errorf("stream sequence %d: %w", m.Sequence, err)
+	}
+	return h.Prev, nil
+}
