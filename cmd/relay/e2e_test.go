@@ -588,7 +588,7 @@ func TestE2E_MalformedRequestsChangeNothing(t *testing.T) {
 
 func TestE2E_SubscriberFloodIsBounded(t *testing.T) {
 	const max = 64
-	cfg := server.Config{Listen: "127.0.0.1:0", MaxSubscribers: max,
+	cfg := server.Config{Listen: "127.0.0.1:0", MaxSubscribers: max, MaxSubscribersPerClient: max, // every subscriber here is 127.0.0.1
 		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 20}}}
 	rl := startRelay(t, "--config", writeConfig(t, cfg))
 	postBurst(t, rl.base, "p", 1000, 4)

@@ -165,7 +165,7 @@ const hostileIP = "127.0.0.2"
 // grpcRelayConfig is a relay with one pool of 1 Mi expected blocks (a 4 MiB
 // table) and the gRPC port on.
 func grpcRelayConfig() server.Config {
-	return server.Config{Listen: "127.0.0.1:0", MaxSubscribers: 128,
+	return server.Config{Listen: "127.0.0.1:0", MaxSubscribers: 128, MaxSubscribersPerClient: 128, // the routers are all 127.0.0.1
 		GRPC:  server.GRPCConfig{Listen: "127.0.0.1:0"},
 		Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 20}}}
 }

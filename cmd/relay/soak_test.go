@@ -71,7 +71,7 @@ func TestSoak_MixedLoadWithHostileAndSlowClients(t *testing.T) {
 		budget, err = strconv.ParseInt(v, 10, 64)
 		require.NoError(t, err)
 	}
-	cfg := server.Config{Listen: "127.0.0.1:0", MaxSubscribers: 64, StreamWriteTimeout: server.Duration(3 * time.Second),
+	cfg := server.Config{Listen: "127.0.0.1:0", MaxSubscribers: 64, MaxSubscribersPerClient: 64, StreamWriteTimeout: server.Duration(3 * time.Second),
 		HeartbeatInterval: server.Duration(250 * time.Millisecond),
 		Pools:             []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 22}}} // 16 MiB table
 	z, zpool := newZMQSoak(t)

@@ -359,7 +359,8 @@ type SourceStatus struct {
 	Reconnects U64 `json:"reconnects"`
 	// PeersRefused counts connections dropped for their peer's fault: a
 	// handshake that was not ZMTP or not completed in time, a frame larger
-	// than the source's max_message_bytes, a peer beyond max_peers.
+	// than the source's max_message_bytes, a peer beyond max_peers or
+	// max_peers_per_client, an idle (never-published) peer closed for a newcomer.
 	PeersRefused U64 `json:"peers_refused"`
 	// Ranks is the state of each data-parallel rank the source has heard.
 	Ranks []RankStatus `json:"ranks,omitempty"`

@@ -1,9 +1,10 @@
 // Package connlimit bounds a listener's open connections so that idle
 // connections cannot lock busy clients out. The relay's HTTP listener
-// (internal/server) and its gRPC listener (internal/grpcserver) share it;
-// each tells the listener which of its connections are idle, from what its
-// protocol knows (http.Server's ConnState; the gRPC adapter's admitted
-// calls).
+// (internal/server), its gRPC listener (internal/grpcserver) and a bound ZMQ
+// source's transport (internal/source/zmq) share it; each tells the listener
+// which of its connections are idle, from what its protocol knows
+// (http.Server's ConnState; the gRPC adapter's admitted calls; a ZMQ peer's
+// first whole message).
 //
 //   - At the bound, a new connection closes the longest-idle one (idle: it
 //     carries no request or call in progress, or has not sent its first one
@@ -54,6 +55,9 @@ type Config struct {
 	// set) is called for each.
 	RefuseWhenBusy bool
 	OnRefused      func()
+	// OnEvicted, when set, is called for each idle connection the Listener
+	// closes to make room (for a newcomer, or past MaxIdlePerClient).
+	OnEvicted func()
 	// BusyWithin closes a connection that has not turned busy this long
 	// after it was accepted. Zero: no such deadline.
 	BusyWithin time.Duration
@@ -110,7 +114,7 @@ func (l *Listener) admit(c net.Conn) (*Conn, bool) {
 				l.refuse(c)
 				return nil, false
 			}
-			_ = victim.Close()
+			l.evict(victim)
 		}
 	}
 	for {
@@ -120,7 +124,7 @@ func (l *Listener) admit(c net.Conn) (*Conn, bool) {
 		default:
 		}
 		if victim := l.oldestIdle(""); victim != nil {
-			_ = victim.Close() // frees its slot
+			l.evict(victim) // frees its slot
 			continue
 		}
 		if l.cfg.RefuseWhenBusy {
@@ -164,10 +168,15 @@ func connKey(remote, local net.Addr) string {
 }
 
 // hostOf returns c's client address without the port.
-func hostOf(c net.Conn) string {
-	host, _, err := net.SplitHostPort(c.RemoteAddr().String())
+func hostOf(c net.Conn) string { return Client(c.RemoteAddr().String()) }
+
+// Client returns the client address that per-client bounds count by: the
+// host of remote ("host:port", as net.Addr.String and
+// http.Request.RemoteAddr give it), or remote itself when it has no port.
+func Client(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
 	if err != nil {
-		host = c.RemoteAddr().String()
+		return remote
 	}
 	return host
 }
@@ -279,7 +288,15 @@ func (l *Listener) SetIdle(c *Conn, idle bool) {
 	}
 	l.mu.Unlock()
 	if victim != nil {
-		_ = victim.Close()
+		l.evict(victim)
+	}
+}
+
+// evict closes an idle connection to make room.
+func (l *Listener) evict(victim *Conn) {
+	_ = victim.Close()
+	if l.cfg.OnEvicted != nil {
+		l.cfg.OnEvicted()
 	}
 }
 

@@ -131,3 +131,20 @@ func TestListener_hammer(t *testing.T) {
 	assert.Empty(t, l.open)
 	assert.Empty(t, l.byAddr)
 }
+
+func TestListener_OnEvictedCountsConnectionsClosedForRoom(t *testing.T) {
+	var evicted atomic.Int64
+	_, addr, accepted := serve(t, Config{MaxConns: 2, MaxIdlePerClient: 2, RefuseWhenBusy: true,
+		OnEvicted: func() { evicted.Add(1) }})
+	first, _ := dial(t, addr, "127.0.0.1", accepted)
+	dial(t, addr, "127.0.0.1", accepted)
+	dial(t, addr, "127.0.0.2", accepted) // closes first, the longest idle
+	assert.True(t, closed(first, 2*time.Second))
+	assert.Equal(t, int64(1), evicted.Load())
+}
+
+func TestClient_IsTheHost(t *testing.T) {
+	assert.Equal(t, "10.0.0.1", Client("10.0.0.1:443"))
+	assert.Equal(t, "::1", Client("[::1]:80"))
+	assert.Equal(t, "pipe", Client("pipe"))
+}

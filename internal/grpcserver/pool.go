@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/connlimit"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/internal/server"
 	"github.com/ckfrelay/ckfrelay/wire/cbi1"
@@ -184,7 +186,11 @@ func (ps *poolStream) subscribe() error {
 		ps.sub = nil
 	}
 	lease := ckf.LaneLease{ConsumerInstance: consumerBase + ps.g.consumers.Add(1), AssignmentEpoch: 1}
-	sub, err := ps.pool.Hub().Subscribe(lease)
+	client := "" // charged to its address's max_subscribers_per_client share, as an HTTP stream is
+	if p, ok := peer.FromContext(ps.ctx); ok && p.Addr != nil {
+		client = connlimit.Client(p.Addr.String())
+	}
+	sub, err := ps.pool.Hub().SubscribeFrom(lease, client)
 	switch {
 	case errors.Is(err, hub.ErrTooManySubscribers):
 		return kvrelay.Fail(ps.ctx, reasonLimit, "pool %q: subscriber limit reached (max_subscribers, shared with HTTP streams)", ps.pool.Spec().Name)

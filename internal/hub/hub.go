@@ -50,6 +50,11 @@ var (
 	ErrNotReady = errors.New("hub: not ready")
 	// ErrTooManySubscribers: the subscriber limit is reached.
 	ErrTooManySubscribers = errors.New("hub: too many subscribers")
+	// ErrClientShare: the subscriber's client address holds its share of
+	// the subscriber slots (Config.MaxSubscribersPerClient). It wraps
+	// ErrTooManySubscribers, so callers that answer the pool's limit answer
+	// this one too.
+	ErrClientShare = fmt.Errorf("%w: client address at its share (max subscribers per client)", ErrTooManySubscribers)
 	// ErrStaleEpoch: a lane's new lease must have a higher assignment epoch
 	// than any lease that consumer lane held on this hub.
 	ErrStaleEpoch = errors.New("hub: stale assignment epoch")
@@ -81,6 +86,11 @@ type Config struct {
 	// MaxSubscribers bounds concurrent subscriptions. A subscriber costs a
 	// cursor; the log and the generations are shared.
 	MaxSubscribers int
+	// MaxSubscribersPerClient, when > 0, bounds the subscriptions one client
+	// address holds ([Hub.SubscribeFrom]), so one address cannot take every
+	// slot and lock the others out. Zero: no such bound. At most
+	// MaxSubscribers.
+	MaxSubscribersPerClient int
 	// MaxLeaseRecords bounds the per-(consumer, lane) lease records (highest
 	// granted epoch, live subscription) the hub keeps. Their keys are chosen
 	// by clients, so without a bound a stream of subscribe-then-cancel calls
@@ -118,6 +128,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("hub: snapshot generations %d < 0", c.SnapshotGenerations)
 	case c.MaxSubscribers < 1:
 		return fmt.Errorf("hub: max subscribers %d < 1", c.MaxSubscribers)
+	case c.MaxSubscribersPerClient < 0 || c.MaxSubscribersPerClient > c.MaxSubscribers:
+		return fmt.Errorf("hub: max subscribers per client %d outside 0..%d", c.MaxSubscribersPerClient, c.MaxSubscribers)
 	case c.MaxLeaseRecords != 0 && c.MaxLeaseRecords < c.MaxSubscribers:
 		return fmt.Errorf("hub: max lease records %d < max subscribers %d", c.MaxLeaseRecords, c.MaxSubscribers)
 	}
@@ -158,6 +170,7 @@ type Hub struct {
 	log      deltaLog
 	wake     chan struct{} // closed (and replaced) when readers may have news
 	subs     map[*Subscription]struct{}
+	byClient map[string]int         // live subscriptions per client address (SubscribeFrom); ≤ MaxSubscribers entries
 	lanes    map[laneKey]laneRecord // bounded by cfg.MaxLeaseRecords
 }
 
@@ -175,7 +188,7 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.SnapshotGenerations == 0 {
 		cfg.SnapshotGenerations = DefaultSnapshotGenerations
 	}
-	return &Hub{cfg: cfg, wake: make(chan struct{}), subs: make(map[*Subscription]struct{}), lanes: make(map[laneKey]laneRecord)}, nil
+	return &Hub{cfg: cfg, wake: make(chan struct{}), subs: make(map[*Subscription]struct{}), byClient: map[string]int{}, lanes: make(map[laneKey]laneRecord)}, nil
 }
 
 // Install replaces the mirror with snap (the hub's own lease's snapshot). Every
@@ -293,6 +306,15 @@ func (h *Hub) Close(cause error) {
 // neither regress nor take over the lane; at worst it holds a slot until its
 // stream ends. Live records are never dropped, so superseding still works.
 func (h *Hub) Subscribe(lease ckf.LaneLease) (*Subscription, error) {
+	return h.SubscribeFrom(lease, "")
+}
+
+// SubscribeFrom is [Hub.Subscribe] for a subscriber at client address
+// client: with Config.MaxSubscribersPerClient set, an address holding that
+// many live subscriptions is refused with [ErrClientShare] (a grant that
+// supersedes the same address's subscription on its lane takes that one's
+// share, as it takes its slot). An empty client is charged to no address.
+func (h *Hub) SubscribeFrom(lease ckf.LaneLease, client string) (*Subscription, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
@@ -313,14 +335,26 @@ func (h *Hub) Subscribe(lease ckf.LaneLease) (*Subscription, error) {
 	if used >= h.cfg.MaxSubscribers {
 		return nil, ErrTooManySubscribers
 	}
+	if client != "" && h.cfg.MaxSubscribersPerClient > 0 {
+		own := h.byClient[client]
+		if rec.live != nil && rec.live.client == client {
+			own--
+		}
+		if own >= h.cfg.MaxSubscribersPerClient {
+			return nil, ErrClientShare
+		}
+	}
 	if rec.live != nil {
 		h.endLocked(rec.live, ErrSuperseded)
 	}
 	g := h.generationLocked()
 	g.readers++
-	s := &Subscription{hub: h, lease: lease, gen: g, at: g.seq, done: make(chan struct{}),
+	s := &Subscription{hub: h, lease: lease, client: client, gen: g, at: g.seq, done: make(chan struct{}),
 		snap: ckf.Snapshot{Identity: h.identity, Lease: lease, Sequence: g.seq}}
 	h.subs[s] = struct{}{}
+	if client != "" {
+		h.byClient[client]++
+	}
 	h.lanes[key] = laneRecord{epoch: lease.AssignmentEpoch, live: s}
 	if len(h.lanes) > h.cfg.MaxLeaseRecords {
 		h.pruneLocked()
@@ -414,6 +448,11 @@ func (h *Hub) endLocked(s *Subscription, cause error) {
 		return
 	}
 	delete(h.subs, s)
+	if s.client != "" {
+		if h.byClient[s.client]--; h.byClient[s.client] <= 0 {
+			delete(h.byClient, s.client)
+		}
+	}
 	key := laneKey{s.lease.ConsumerInstance, s.lease.PhysicalLane}
 	if rec, ok := h.lanes[key]; ok && rec.live == s {
 		rec.live = nil

@@ -21,9 +21,10 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // with [Subscription.ReadSnapshot], then the deltas after it, read with
 // [Subscription.Poll] or [Subscription.Next]. It is read by one goroutine.
 type Subscription struct {
-	hub   *Hub
-	lease ckf.LaneLease
-	snap  ckf.Snapshot // header only: Words is nil
+	hub    *Hub
+	lease  ckf.LaneLease
+	client string       // the address it is charged to ([Hub.SubscribeFrom]); "" for none
+	snap   ckf.Snapshot // header only: Words is nil
 
 	// Guarded by hub.mu.
 	gen  *generation   // the snapshot's generation until it is read or the subscription ends

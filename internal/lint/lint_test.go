@@ -142,7 +142,7 @@ var graph = map[string]rule{
 		tests:   []string{"internal/testing/natstest", "pgregory.net/rapid"},
 	},
 	"internal/source/zmq": {
-		imports: []string{"ckf", "internal/catalog", "internal/source", "producer", "wire", "github.com/go-zeromq/zmq4", "github.com/go-zeromq/zmq4/transport", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
+		imports: []string{"ckf", "internal/catalog", "internal/connlimit", "internal/source", "producer", "wire", "github.com/go-zeromq/zmq4", "github.com/go-zeromq/zmq4/transport", "github.com/vmihailenco/msgpack/v5", "github.com/zeebo/xxh3"},
 		tests:   []string{"internal/sim/engine", "pgregory.net/rapid"},
 	},
 	"internal/sim/engine":       {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},

@@ -211,6 +211,12 @@ type Config struct {
 	MaxEventsPerBatch int   `json:"max_events_per_batch,omitempty"` // default 4096
 	MaxBlocksPerEvent int   `json:"max_blocks_per_event,omitempty"` // default 4096
 	MaxSubscribers    int   `json:"max_subscribers,omitempty"`      // per pool, default 256
+	// MaxSubscribersPerClient bounds the streams (HTTP and gRPC) one client
+	// address holds on one pool, so one address cannot take every
+	// max_subscribers slot and lock the other routers out; past it a
+	// subscribe is answered 503 too_many_subscribers. Default a quarter of
+	// max_subscribers (64); 1..max_subscribers.
+	MaxSubscribersPerClient int `json:"max_subscribers_per_client,omitempty"`
 	// MaxLeaseRecords bounds, per pool, the remembered (consumer, lane) lease
 	// epochs; idle ones are forgotten beyond it. Default 65,536; ≥ max_subscribers.
 	MaxLeaseRecords int `json:"max_lease_records,omitempty"`
@@ -218,6 +224,12 @@ type Config struct {
 	// served at once (each may hold a body of max_request_bytes); beyond it
 	// a request is answered 503 overloaded with Retry-After. Default 16.
 	MaxConcurrentIngest int `json:"max_concurrent_ingest,omitempty"`
+	// MaxConcurrentIngestPerClient bounds the ingest slots one client
+	// address holds at once, so one address cannot hold every
+	// max_concurrent_ingest slot and lock the other producers out; past it
+	// a request is answered 503 overloaded with Retry-After. Default a
+	// quarter of max_concurrent_ingest (4); 1..max_concurrent_ingest.
+	MaxConcurrentIngestPerClient int `json:"max_concurrent_ingest_per_client,omitempty"`
 	// MaxConnections bounds the open client connections (streams included).
 	// At the bound a new connection closes the longest-idle keep-alive
 	// connection, so health checks and fresh clients are still served; with
@@ -342,6 +354,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.MaxEventsPerBatch, DefaultMaxEventsPerBatch)
 	setDefault(&c.MaxBlocksPerEvent, DefaultMaxBlocksPerEvent)
 	setDefault(&c.MaxSubscribers, DefaultMaxSubscribers)
+	setDefault(&c.MaxSubscribersPerClient, shareOf(c.MaxSubscribers))
 	setDefault(&c.MaxLeaseRecords, max(hub.DefaultMaxLeaseRecords, c.MaxSubscribers))
 	setDefault(&c.SubscriberQueue, DefaultSubscriberQueue)
 	setDefault(&c.SubscriberQueueBytes, hub.DefaultQueueBytes)
@@ -350,6 +363,7 @@ func (c Config) WithDefaults() Config {
 	setDefault(&c.ShutdownGrace, Duration(DefaultShutdownGrace))
 	setDefault(&c.StreamWriteTimeout, Duration(DefaultStreamWrite))
 	setDefault(&c.MaxConcurrentIngest, DefaultConcurrentIngest)
+	setDefault(&c.MaxConcurrentIngestPerClient, shareOf(c.MaxConcurrentIngest))
 	setDefault(&c.MaxConnections, DefaultMaxConnections)
 	setDefault(&c.ReadHeaderTimeout, Duration(DefaultReadHeader))
 	setDefault(&c.BodyReadTimeout, Duration(DefaultBodyRead))
@@ -390,6 +404,11 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// shareOf is the default per-client-address share of n slots: a quarter,
+// at least one (docs/RATIONALE.md, "Why does one client address get only a
+// quarter of the ingest and subscriber slots?").
+func shareOf(n int) int { return max(1, n/4) }
+
 func setDefault[T comparable](v *T, def T) {
 	var zero T
 	if *v == zero {
@@ -413,12 +432,16 @@ func (c Config) Validate() error {
 	case c.MaxEventsPerBatch < 1, c.MaxBlocksPerEvent < 1, c.MaxSubscribers < 1, c.SubscriberQueue < 1,
 		c.SubscriberQueueBytes < 1, c.SnapshotGenerations < 1:
 		return invalid("limits must be ≥ 1")
+	case c.MaxSubscribersPerClient < 1 || c.MaxSubscribersPerClient > c.MaxSubscribers:
+		return invalid("max_subscribers_per_client %d outside 1..max_subscribers (%d)", c.MaxSubscribersPerClient, c.MaxSubscribers)
 	case c.MaxLeaseRecords < c.MaxSubscribers:
 		return invalid("max_lease_records %d < max_subscribers %d", c.MaxLeaseRecords, c.MaxSubscribers)
 	case c.HeartbeatInterval <= 0 || c.ShutdownGrace <= 0 || c.StreamWriteTimeout <= 0:
 		return invalid("heartbeat_interval, shutdown_grace and stream_write_timeout must be > 0")
 	case c.MaxConcurrentIngest < 1, c.MaxConnections < 1, c.MinBodyRate < 1, c.MaxIdlePerClient < 1:
 		return invalid("max_concurrent_ingest, max_connections, max_idle_per_client and min_body_rate must be ≥ 1")
+	case c.MaxConcurrentIngestPerClient < 1 || c.MaxConcurrentIngestPerClient > c.MaxConcurrentIngest:
+		return invalid("max_concurrent_ingest_per_client %d outside 1..max_concurrent_ingest (%d)", c.MaxConcurrentIngestPerClient, c.MaxConcurrentIngest)
 	case c.ReadHeaderTimeout <= 0 || c.BodyReadTimeout <= 0 || c.BodyStartTimeout <= 0 || c.IdleTimeout <= 0 || c.MaxLeaseEpochLead <= 0 || c.StreamStallTimeout <= 0:
 		return invalid("read_header_timeout, body_start_timeout, body_read_timeout, idle_timeout, max_lease_epoch_lead and stream_stall_timeout must be > 0")
 	case c.AuthToken != "" && c.AuthTokenFile != "":

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/connlimit"
 	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -107,12 +108,23 @@ func bearerMatches(header string, want []byte) bool {
 // MaxConcurrentIngest is answered 503 overloaded (with Retry-After) before
 // its body is read, so memory stays at most MaxConcurrentIngest bodies. A
 // request takes its slot only once its body is arriving (awaitBody), so
-// connections that announce a body and send nothing hold no slot.
+// connections that announce a body and send nothing hold no slot. One
+// client address holds at most MaxConcurrentIngestPerClient slots, so
+// slow bodies from one address cannot hold them all (docs/RATIONALE.md,
+// "Why does one client address get only a quarter of the ingest and
+// subscriber slots?").
 func (s *Server) ingest(h func(http.ResponseWriter, *http.Request) error) func(http.ResponseWriter, *http.Request) error {
 	return func(w http.ResponseWriter, r *http.Request) error {
 		if err := s.awaitBody(w, r); err != nil {
 			return err
 		}
+		client := connlimit.Client(r.RemoteAddr)
+		if !s.takeIngestShare(client) {
+			return apiErr(http.StatusServiceUnavailable, CodeOverloaded,
+				fmt.Sprintf("this client address already has %d ingest requests in progress (max_concurrent_ingest_per_client); retry later",
+					s.cfg.MaxConcurrentIngestPerClient))
+		}
+		defer s.dropIngestShare(client)
 		select {
 		case s.ingestSlots <- struct{}{}:
 			defer func() { <-s.ingestSlots }()
@@ -121,6 +133,26 @@ func (s *Server) ingest(h func(http.ResponseWriter, *http.Request) error) func(h
 				fmt.Sprintf("%d ingest requests already in progress; retry later", cap(s.ingestSlots)))
 		}
 		return h(w, r)
+	}
+}
+
+// takeIngestShare counts an ingest request of client; false, counting
+// nothing, when client holds its share already.
+func (s *Server) takeIngestShare(client string) bool {
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	if s.ingestBy[client] >= s.cfg.MaxConcurrentIngestPerClient {
+		return false
+	}
+	s.ingestBy[client]++
+	return true
+}
+
+func (s *Server) dropIngestShare(client string) {
+	s.ingestMu.Lock()
+	defer s.ingestMu.Unlock()
+	if s.ingestBy[client]--; s.ingestBy[client] <= 0 {
+		delete(s.ingestBy, client)
 	}
 }
 

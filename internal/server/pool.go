@@ -149,13 +149,13 @@ func newHostedPool(spec PoolSpec, log *slog.Logger, m *metrics) *hostedPool {
 
 func newHub(cfg Config) (*hub.Hub, error) {
 	return hub.New(hub.Config{QueueDeltas: cfg.SubscriberQueue, QueueBytes: cfg.SubscriberQueueBytes,
-		SnapshotGenerations: cfg.SnapshotGenerations, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords})
+		SnapshotGenerations: cfg.SnapshotGenerations, MaxSubscribers: cfg.MaxSubscribers, MaxLeaseRecords: cfg.MaxLeaseRecords,
+		MaxSubscribersPerClient: cfg.MaxSubscribersPerClient})
 }
 
-// startActor starts a new actor of the pool (journalling into j, if set)
+// startActor starts an actor of the pool journalling into j (if set), over
+// a new pool, or over img's (a replica's checkpoint) when img is not nil,
 // and drains its faults; the generation has no hub yet.
-// startActor starts an actor journalling into j over a new pool, or over
-// img's (a replica's checkpoint) when img is not nil.
 func (p *hostedPool) startActor(cfg Config, domain ckf.Domain, incarnation uint64, j producer.Journal, img *producer.Image) (*poolGen, error) {
 	pcfg := producer.DefaultConfig()
 	pcfg.PublicationDelay = time.Duration(p.spec.PublicationDelay)

@@ -29,8 +29,10 @@ type Server struct {
 	http        *http.Server
 	stopping    atomic.Bool
 	ingestSlots chan struct{} // a token per ingest request in progress
-	nats        *natsOut      // nil unless cfg.NATS.URL is set
-	sources     *poolSources  // engine sources (sources.go)
+	ingestMu    sync.Mutex
+	ingestBy    map[string]int // ingest slots held per client address; ≤ MaxConcurrentIngest entries
+	nats        *natsOut       // nil unless cfg.NATS.URL is set
+	sources     *poolSources   // engine sources (sources.go)
 	listener    atomic.Pointer[connlimit.Listener]
 	ha          *haGroup // nil unless cfg.HA.NATSURL is set
 	haOnce      sync.Once
@@ -54,7 +56,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		log = slog.Default()
 	}
 	s := &Server{cfg: cfg, log: log, m: newMetrics(), pools: map[string]*hostedPool{},
-		incarnation: uint64(time.Now().UnixNano()), ingestSlots: make(chan struct{}, cfg.MaxConcurrentIngest)}
+		incarnation: uint64(time.Now().UnixNano()), ingestSlots: make(chan struct{}, cfg.MaxConcurrentIngest), ingestBy: map[string]int{}}
 	var tlsConfig *tls.Config
 	if cfg.TLSCertFile != "" {
 		// Load the key pair now: a bad path or key fails New, before the

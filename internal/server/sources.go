@@ -154,7 +154,7 @@ var (
 		"restarts": "Engine restarts detected (new source epoch).", "degraded": "Resets after a gap nothing could fill.",
 		"silences": "Ranks reset after silence past source_timeout.", "duplicates": "Batches received twice and skipped.",
 		"reconnects":    "Lost connections redialled.",
-		"peers_refused": "Peer connections dropped: not ZMTP, handshake too slow, a message above max_message_bytes, or beyond max_peers.",
+		"peers_refused": "Peer connections dropped: not ZMTP, handshake too slow, a message above max_message_bytes, beyond max_peers, or idle (never published) and closed for a newcomer.",
 	}
 	sourceDescs = func() map[string]*prometheus.Desc {
 		m := map[string]*prometheus.Desc{}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/connlimit"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -44,7 +45,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 			epoch, lead, time.Now().UnixNano()))
 	}
 	lease := ckf.LaneLease{ConsumerInstance: consumer, PhysicalLane: uint8(lane), AssignmentEpoch: epoch}
-	sub, err := g.hub.Subscribe(lease)
+	sub, err := g.hub.SubscribeFrom(lease, connlimit.Client(r.RemoteAddr))
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@
 package zmq
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,6 +102,13 @@ type Config struct {
 	// MaxPeers bounds the connections of a bound source (handshaking or
 	// open); more are closed at once. Default DefaultMaxPeers.
 	MaxPeers int
+	// MaxPeersPerClient bounds the connections one client address holds on
+	// a bound source, so one address cannot take every max_peers slot. At
+	// max_peers a newcomer closes the longest-idle peer (one that has not
+	// sent a whole message yet); past MaxPeersPerClient it closes its own
+	// address's longest-idle one, or is closed when all of them publish.
+	// Default a quarter of MaxPeers (256); at most MaxPeers.
+	MaxPeersPerClient int
 	// Logger receives the transition and rejection lines. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -136,6 +144,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxPeers == 0 {
 		c.MaxPeers = DefaultMaxPeers
 	}
+	if c.MaxPeersPerClient == 0 {
+		c.MaxPeersPerClient = max(1, c.MaxPeers/4)
+	}
 	if c.Ingest.FailWindow <= 0 {
 		c.Ingest.FailWindow = DefaultFailWindow
 	}
@@ -154,8 +165,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: block_size must be ≥ 1", ErrInvalidConfig)
 	case c.DPRanks < 0 || c.DPRanks > 1024:
 		return fmt.Errorf("%w: dp_ranks must be in [1, 1024]", ErrInvalidConfig)
-	case c.MaxMessageBytes < 0 || c.MaxPeers < 0 || c.MaxReplayBytes < 0:
-		return fmt.Errorf("%w: negative max_message_bytes, max_peers or max_replay_bytes", ErrInvalidConfig)
+	case c.MaxMessageBytes < 0 || c.MaxPeers < 0 || c.MaxPeersPerClient < 0 || c.MaxReplayBytes < 0:
+		return fmt.Errorf("%w: negative max_message_bytes, max_peers, max_peers_per_client or max_replay_bytes", ErrInvalidConfig)
+	case c.MaxPeersPerClient > cmp.Or(c.MaxPeers, DefaultMaxPeers):
+		return fmt.Errorf("%w: max_peers_per_client %d above max_peers", ErrInvalidConfig, c.MaxPeersPerClient)
 	case c.SourceTimeout < 0 || c.ReplayTimeout < 0 || c.HandshakeTimeout < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("%w: negative or inverted durations", ErrInvalidConfig)
 	case c.Ingest.FailWindow < 0:

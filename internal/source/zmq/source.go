@@ -370,7 +370,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (s *Source) guarded(ctx context.Context, own zmq4.SocketType) context.Context {
 	return withGuard(ctx, peerGuard{own: own,
 		limits:    frameLimits{MaxMessage: uint64(s.cfg.MaxMessageBytes), MaxFrames: MaxFramesPerMessage},
-		handshake: s.cfg.HandshakeTimeout, maxPeers: s.cfg.MaxPeers, refuse: s.refusePeer})
+		handshake: s.cfg.HandshakeTimeout, maxPeers: s.cfg.MaxPeers, perClient: s.cfg.MaxPeersPerClient,
+		refuse: s.refusePeer})
 }
 
 // refusePeer counts a connection the transport dropped for its peer's fault.

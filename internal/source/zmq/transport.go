@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
+
+	"github.com/ckfrelay/ckfrelay/internal/connlimit"
 )
 
 // guardedTCP names the source's own TCP transport for go-zeromq/zmq4; the
@@ -68,6 +70,7 @@ type peerGuard struct {
 	limits    frameLimits
 	handshake time.Duration // bounds the peer's part of the handshake
 	maxPeers  int           // connections of one bound socket, handshaking or open
+	perClient int           // of those, from one client address
 	// refuse is told of every connection dropped for its peer's fault
 	// (nil: not counted).
 	refuse func(error)
@@ -93,7 +96,7 @@ func guardOf(ctx context.Context) *peerGuard {
 		return g
 	}
 	return &peerGuard{own: zmq4.Sub, limits: frameLimits{MaxMessage: DefaultMaxMessageBytes, MaxFrames: MaxFramesPerMessage},
-		handshake: DefaultHandshakeTimeout, maxPeers: DefaultMaxPeers}
+		handshake: DefaultHandshakeTimeout, maxPeers: DefaultMaxPeers, perClient: DefaultMaxPeers}
 }
 
 type guardedTransport struct{ transport.Transport }
@@ -119,8 +122,21 @@ func (t guardedTransport) Listen(ctx context.Context, addr string) (net.Listener
 	if err != nil {
 		return nil, err
 	}
-	gl := &guardedListener{Listener: l, ctx: ctx, g: guardOf(ctx), ready: make(chan net.Conn),
-		done: make(chan struct{}), pending: map[net.Conn]struct{}{}}
+	g := guardOf(ctx)
+	gl := &guardedListener{ctx: ctx, g: g, ready: make(chan net.Conn), done: make(chan struct{}), pending: map[net.Conn]struct{}{}}
+	// connlimit holds the peer bound: at it, a newcomer closes the
+	// longest-idle peer, one that has not sent a whole message yet (a
+	// handshaking one included), so peers that connect and never publish
+	// cannot lock the engines out; one address holds at most perClient
+	// (docs/RATIONALE.md, "Why does a bound ZMQ source close its longest-idle
+	// peer for a newcomer?").
+	gl.cl = connlimit.New(l, connlimit.Config{MaxConns: g.maxPeers, MaxIdlePerClient: g.perClient,
+		MaxPerClient: g.perClient, RefuseWhenBusy: true,
+		OnRefused: func() { g.refused(refused("more than %d peers, none idle", g.maxPeers)) },
+		OnEvicted: func() {
+			g.refused(refused("closed for a newcomer: the longest-idle of %d peers (never published)", g.maxPeers))
+		}})
+	gl.Listener = gl.cl
 	gl.wg.Go(gl.acceptLoop)
 	return gl, nil
 }
@@ -165,8 +181,13 @@ func handshake(ctx context.Context, c net.Conn, g *peerGuard) (*zmtpConn, error)
 	if err := checkReady(body, g.own); err != nil {
 		return fail(err)
 	}
-	if !stop() || c.SetDeadline(time.Time{}) != nil {
-		return fail(ctx.Err())
+	if !stop() {
+		return fail(ctx.Err()) // ctx is done: its error is set
+	}
+	// A connection closed meanwhile (a newcomer evicted it) fails here: the
+	// error must be returned, never a nil conn with a nil error.
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		return fail(err)
 	}
 	return &zmtpConn{Conn: c, r: r, pre: append(pre, raw...), swallow: greetingLen,
 		t: frameTracker{lim: g.limits}, g: g}, nil
@@ -195,8 +216,7 @@ type zmtpConn struct {
 	t       frameTracker
 	g       *peerGuard
 
-	closeOnce sync.Once
-	release   func() // the bound socket's peer slot; nil when dialled
+	published func() // called once the peer has sent a whole message; nil when dialled
 }
 
 // peerError is a refusal as zmq4 sees it: a non-timeout net.Error, on
@@ -223,6 +243,10 @@ func (c *zmtpConn) Read(p []byte) (int, error) {
 		_ = c.Conn.Close()
 		return k, peerError{terr}
 	}
+	if c.published != nil && c.t.done > 0 {
+		c.published()
+		c.published = nil
+	}
 	return n, err
 }
 
@@ -248,29 +272,19 @@ func (c *zmtpConn) Write(p []byte) (int, error) {
 	return k + n, err
 }
 
-func (c *zmtpConn) Close() error {
-	err := c.Conn.Close()
-	c.closeOnce.Do(func() {
-		if c.release != nil {
-			c.release()
-		}
-	})
-	return err
-}
-
 // guardedListener accepts in its own goroutine and handshakes each
 // connection in another, handing zmq4's accept loop only the connections
 // whose peer completed its handshake in time.
 type guardedListener struct {
-	net.Listener
-	ctx   context.Context
-	g     *peerGuard
-	ready chan net.Conn
-	done  chan struct{}
-	wg    sync.WaitGroup
+	net.Listener // cl
+	cl           *connlimit.Listener
+	ctx          context.Context
+	g            *peerGuard
+	ready        chan net.Conn
+	done         chan struct{}
+	wg           sync.WaitGroup
 
 	mu      sync.Mutex
-	open    int                   // handshaking or handed over, not yet closed
 	pending map[net.Conn]struct{} // handshaking
 	closed  bool
 }
@@ -301,12 +315,6 @@ func (l *guardedListener) Close() error {
 	return err
 }
 
-func (l *guardedListener) release() {
-	l.mu.Lock()
-	l.open--
-	l.mu.Unlock()
-}
-
 func (l *guardedListener) acceptLoop() {
 	for {
 		c, err := l.Listener.Accept()
@@ -325,16 +333,11 @@ func (l *guardedListener) acceptLoop() {
 			continue
 		}
 		l.mu.Lock()
-		if l.closed || l.open >= l.g.maxPeers {
-			closed := l.closed
+		if l.closed {
 			l.mu.Unlock()
 			_ = c.Close()
-			if !closed {
-				l.g.refused(refused("more than %d peers", l.g.maxPeers))
-			}
 			continue
 		}
-		l.open++
 		l.pending[c] = struct{}{}
 		l.mu.Unlock()
 		l.wg.Go(func() { l.serve(c) })
@@ -349,13 +352,15 @@ func (l *guardedListener) serve(c net.Conn) {
 	closed := l.closed
 	l.mu.Unlock()
 	if err != nil {
-		l.release()
-		if !closed && l.ctx.Err() == nil {
+		// net.ErrClosed: closed for a newcomer (counted as evicted) or by Close.
+		if !closed && l.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 			l.g.refused(err)
 		}
 		return
 	}
-	zc.release = l.release
+	if lc, ok := c.(*connlimit.Conn); ok {
+		zc.published = func() { l.cl.SetIdle(lc, false) }
+	}
 	select {
 	case l.ready <- zc:
 	case <-l.done:

@@ -165,6 +165,8 @@ type frameTracker struct {
 	body    uint64 // body bytes still to pass (trackBody)
 	msg     uint64 // body bytes of the message so far
 	frames  int    // frames of the message so far
+	last    bool   // the frame being passed ends a message (not a command)
+	done    uint64 // messages passed whole
 	failure error  // sticky
 }
 
@@ -188,7 +190,7 @@ func (t *frameTracker) scan(b []byte) (int, error) {
 			t.body -= n
 			i += int(n)
 			if t.body == 0 {
-				t.state = trackFlags
+				t.bodyDone()
 			}
 		case trackFlags:
 			t.flags = b[i]
@@ -236,10 +238,19 @@ func (t *frameTracker) frameDone() error {
 	if t.flags&flagMore == 0 || command {
 		t.msg, t.frames = 0, 0
 	}
+	t.last = t.flags&flagMore == 0 && !command
 	t.body = t.size
 	t.state = trackBody
 	if t.body == 0 {
-		t.state = trackFlags
+		t.bodyDone()
 	}
 	return nil
+}
+
+// bodyDone ends a frame whose body has passed.
+func (t *frameTracker) bodyDone() {
+	t.state = trackFlags
+	if t.last {
+		t.done++
+	}
 }
