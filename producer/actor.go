@@ -17,6 +17,7 @@ const (
 	cmdFlush
 	cmdSubscribe
 	cmdStats
+	cmdBarrier
 	cmdExport      // see journal.go
 	cmdImage       // see image.go
 	cmdReincarnate // see Handle.Reincarnate
@@ -213,6 +214,8 @@ func (a *actor) handle(c *command) bool {
 		c.reply <- reply{sub: sub, err: err}
 	case cmdStats:
 		c.reply <- reply{stats: a.statsNow()}
+	case cmdBarrier:
+		c.reply <- reply{}
 	case cmdExport:
 		c.reply <- reply{state: a.exportState()}
 	case cmdImage:

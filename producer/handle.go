@@ -361,6 +361,15 @@ func (h Handle) Subscribe(ctx context.Context, lease ckf.LaneLease) (*Subscripti
 	return r.sub, r.err
 }
 
+// Barrier returns once the actor has applied every command admitted before
+// the call (and so journalled them, with a Journal), publishing nothing. It
+// is what a caller that waits for its admissions' durability or
+// replication needs, without Stats' cost (a scan of the whole table).
+func (h Handle) Barrier(ctx context.Context) error {
+	_, err := h.a.request(ctx, command{kind: cmdBarrier}, false)
+	return err
+}
+
 // Stats returns the actor's statistics, taken between two commands.
 func (h Handle) Stats(ctx context.Context) (ActorStats, error) {
 	r, err := h.a.request(ctx, command{kind: cmdStats}, false)

@@ -472,7 +472,7 @@ func (h *haPool) stop(ctx context.Context) error {
 		}
 	}
 	if g := h.p.gen(); g.leading {
-		if _, err := g.handle.Stats(ctx); err == nil {
+		if err := g.handle.Barrier(ctx); err == nil {
 			_ = h.node.WaitAcked(ctx, g.rec.Position())
 		}
 	}
@@ -518,13 +518,13 @@ func (p *hostedPool) serving() (*poolGen, error) {
 
 // awaitRecorded holds a leader's answer until everything admitted before
 // the call is in a stored record (at once without HA): the actor applies
-// what was queued before a Stats request first, so the journal position
-// read after it covers the caller's admissions.
+// what was queued before a Barrier first, so the journal position read
+// after it covers the caller's admissions.
 func (p *hostedPool) awaitRecorded(ctx context.Context, g *poolGen) error {
 	if g.rec == nil {
 		return nil
 	}
-	if _, err := g.handle.Stats(ctx); err != nil {
+	if err := g.handle.Barrier(ctx); err != nil {
 		return err
 	}
 	err := p.ha.node.WaitAcked(ctx, g.rec.Position())

@@ -317,11 +317,11 @@ var _ dynamonats.DurableSink = durableSink{}
 
 // Durable waits until the actor has applied (and so journalled) every
 // command admitted before the call, then until the journal committed them.
-// The barrier is a Stats request: answered between two commands, in mailbox
-// order, it publishes nothing (Flush would cut the publication delay short
+// The barrier (Handle.Barrier) is answered between two commands, in mailbox
+// order, and publishes nothing (Flush would cut the publication delay short
 // for every acknowledgement batch).
 func (d durableSink) Durable(ctx context.Context) error {
-	if _, err := d.Stats(ctx); err != nil {
+	if err := d.Barrier(ctx); err != nil {
 		return err
 	}
 	return d.journal.WaitDurable(ctx)
