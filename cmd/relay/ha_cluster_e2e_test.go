@@ -601,10 +601,14 @@ func TestE2E_HATakeover(t *testing.T) {
 		nodes[1].Kill()
 		lost := time.Now()
 		var sv haView
-		require.Eventually(t, func() bool {
-			sv = haStatus(survivor.base)
-			return sv.Err == nil && sv.Role == "standby"
-		}, 15*time.Second, 20*time.Millisecond, "the leader still leads without a NATS majority: %v", sv)
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			if sv = haStatus(survivor.base); sv.Err == nil && sv.Role == "standby" {
+				break
+			}
+			// The last reading, not the one before polling began.
+			require.True(t, time.Now().Before(deadline), "the leader still leads without a NATS majority: %v", sv)
+			time.Sleep(20 * time.Millisecond) // polling the catalog under a deadline
+		}
 		t.Logf("the leader stood down %v after NATS lost its majority (lease %v)", time.Since(lost), haLeaseTTL)
 		code, body := postTo(survivor.base, []ckf.RouterEvent{{WorkerID: 91, EventID: 1, Kind: ckf.EventStored,
 			Blocks: []ckf.StoredBlock{{BlockHash: 0xfeed, TokensHash: 0xf00d}}}})

@@ -594,6 +594,9 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 	}
 }
 
+// checkpointLookupTimeout bounds a rebuild's reading of the checkpoints.
+const checkpointLookupTimeout = 10 * time.Second
+
 // startPool starts the pool a replica rebuilds: from the newest checkpoint
 // that loads — a damaged one is skipped, loudly, for the older — or, with
 // none, empty, provided the subject still starts at its first record. A
@@ -602,6 +605,13 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 	tried := 0
 	if cs := n.cfg.Checkpoints; cs != nil {
+		// The object store's listing and reads run on consumers that, with
+		// a NATS node gone, can wait for a new stream leader without end:
+		// bound them, and let Run back off and retry (the relay's cluster
+		// e2e saw a rebuilding standby stall here after a node's death).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, checkpointLookupTimeout)
+		defer cancel()
 		seqs, err := cs.List(ctx, n.cfg.Pool)
 		if err != nil {
 			return Pool{}, origin{}, err
