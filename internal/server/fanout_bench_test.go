@@ -118,7 +118,10 @@ func BenchmarkFanout(b *testing.B) {
 
 func benchFanout(b *testing.B, transport string, routers int) {
 	const eventsPerBatch, blocksPerEvent = 16, 4
-	cfg := server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 14}}, MaxSubscribers: routers + 8}
+	// Every router subscribes from loopback: one client address, so its
+	// share of the subscriber slots is all of them.
+	cfg := server.Config{Pools: []server.PoolSpec{{Name: "p", DCID: 1, ExpectedBlocks: 1 << 14}}, MaxSubscribers: routers + 8,
+		MaxSubscribersPerClient: routers + 8}
 	var natsURL string
 	if transport == "nats" {
 		ns := natstest.Start(b, natstest.Options{})
