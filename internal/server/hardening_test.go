@@ -585,3 +585,25 @@ func TestServer_HostileReplaceIsRefusedEarly(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, rec.Code, body)
 	}
 }
+
+// A stream or ingest parameter given twice is refused: which one counts
+// would differ between this server (the first) and a proxy in front of it
+// (some take the last), so a lane or an epoch could be read two ways.
+func TestServer_RepeatedParametersAreRefused(t *testing.T) {
+	_, ts := startTestServer(t, testConfig())
+	for _, q := range []string{"consumer=9&consumer=10&lane=0&epoch=5", "consumer=9&lane=0&lane=1&epoch=5", "consumer=9&lane=0&epoch=5&epoch=6"} {
+		resp, err := http.Get(ts.URL + "/v1/pools/dc-a/stream?" + q)
+		require.NoError(t, err)
+		var b map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&b)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, q)
+		assert.Equal(t, CodeBadRequest, errCode(b), q)
+	}
+	ev, _ := chainJSON(1, 1, 2)
+	code, body := post(t, ts.URL+"/v1/pools/dc-a/events?source_epoch=1&source_epoch=2", "application/json", "["+ev+"]")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Equal(t, CodeBadRequest, errCode(body))
+	code, body = post(t, ts.URL+"/v1/pools/dc-a/events?source_epoch=1", "application/json", "["+ev+"]")
+	assert.Equal(t, http.StatusAccepted, code, body)
+}

@@ -180,7 +180,16 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 }
 
 func uintParam(r *http.Request, name string, required bool) (uint64, error) {
-	v := r.URL.Query().Get(name)
+	vs := r.URL.Query()[name]
+	if len(vs) > 1 {
+		// Which one counts would be a guess (the first here, the last in
+		// another proxy): an epoch or a lane given twice is refused.
+		return 0, apiErr(http.StatusBadRequest, CodeBadRequest, fmt.Sprintf("query parameter %s is given %d times", name, len(vs)))
+	}
+	v := ""
+	if len(vs) == 1 {
+		v = vs[0]
+	}
 	if v == "" {
 		if required {
 			return 0, apiErr(http.StatusBadRequest, CodeBadRequest, "query parameter "+name+" is required")
