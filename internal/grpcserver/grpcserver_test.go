@@ -735,7 +735,11 @@ func TestSubscribeKvPool_SharedEncodingsAreBounded(t *testing.T) {
 	}
 	// streams[1] never reads. 3 × sharedDeltas deltas of 30 blocks each.
 	for i := range 3 * sharedDeltas {
+		before := p.Hub().Stats().Sequence
 		r.post(t, "dc-a", storedJSON(2, uint64(10+i), 30))
+		// Wait for this post's own publication, so the next post cannot
+		// share it (a 202 comes before the publication).
+		require.Eventually(t, func() bool { return p.Hub().Stats().Sequence > before }, 5*time.Second, time.Millisecond)
 		seq := p.Hub().Stats().Sequence
 		for reader.seq < seq {
 			u, err := streams[0].Recv()
