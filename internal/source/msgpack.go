@@ -19,10 +19,6 @@ var ErrNestedTooDeep = errors.New("source: msgpack value nested too deep")
 // Go's 1 GB limit — a fatal error, not a panic, that no recover catches.
 // Other errors are the decoder's (a truncated value).
 func SkipMsgpack(dec *msgpack.Decoder, maxDepth int) error {
-	return skip(dec, maxDepth)
-}
-
-func skip(dec *msgpack.Decoder, depth int) error {
 	c, err := dec.PeekCode()
 	if err != nil {
 		return err
@@ -40,11 +36,11 @@ func skip(dec *msgpack.Decoder, depth int) error {
 	if err != nil {
 		return err
 	}
-	if items > 0 && depth <= 0 {
+	if items > 0 && maxDepth <= 0 {
 		return ErrNestedTooDeep
 	}
 	for range items {
-		if err := skip(dec, depth-1); err != nil {
+		if err := SkipMsgpack(dec, maxDepth-1); err != nil {
 			return err
 		}
 	}
