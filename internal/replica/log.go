@@ -190,6 +190,19 @@ func (a *Appender) Append(ctx context.Context, position uint64, cmds []Command) 
 // first), or is refused by its expectation (a standalone server checks
 // that first, server/stream.go processJetStreamMsgWithBatch): then the tail
 // is re-read, and if it is this very message, it was stored.
+//
+// A refusal deposes this leader only when the tail shows another message
+// after a.last. A refusal while the subject has not visibly moved is not
+// one: a replicated stream answers 10164 while any message on the subject
+// is still being proposed (nats-server v2.15.2 server/jetstream_batching.go
+// checkMsgHeadersPreClusteredProposal: expectedPerSubjectInProcess,
+// inflight) — this very message, retried after its ack was lost in an
+// election, or a rival's — and the tail may be read from a replica that has
+// not applied the newest message yet. Retrying the same id settles it: it
+// is stored (a duplicate), or the rival's message shows in the tail. The
+// stream leader still checks every expectation, so a retry can never
+// extend a moved subject; treating the transient answer as final made a
+// healthy leader step down and rebuild whenever NATS re-elected.
 func (a *Appender) publish(ctx context.Context, id string, data []byte) error {
 	backoff := 10 * time.Millisecond
 	for {
@@ -200,18 +213,23 @@ func (a *Appender) publish(ctx context.Context, id string, data []byte) error {
 			return nil
 		}
 		if wrongLastSequence(err) {
-			if tail, terr := a.stream.GetLastMsgForSubject(ctx, a.subject); terr == nil &&
-				tail.Sequence > a.last && tail.Header.Get(jetstream.MsgIDHeader) == id {
+			tail, terr := a.stream.GetLastMsgForSubject(ctx, a.subject)
+			switch {
+			case terr == nil && tail.Sequence > a.last && tail.Header.Get(jetstream.MsgIDHeader) == id:
 				a.last = tail.Sequence
 				return nil
+			case terr == nil && tail.Sequence > a.last:
+				return fmt.Errorf("%w (expected %d, the subject's last is %d): %v", ErrRefused, a.last, tail.Sequence, err)
 			}
-			return fmt.Errorf("%w (expected %d): %v", ErrRefused, a.last, err)
+			// The subject has not visibly moved, or the tail read came from
+			// a replica behind the stream leader, or failed: retry below
+			// (a subject that really moved shows in a later read; one that
+			// lost records keeps refusing until ctx ends).
+		} else if !retryable(err) {
+			return fmt.Errorf("replica: append %s: %w", id, err)
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("replica: append %s: %w", id, ctx.Err())
-		}
-		if !retryable(err) {
-			return fmt.Errorf("replica: append %s: %w", id, err)
+			return fmt.Errorf("replica: append %s: %w (last answer: %v)", id, ctx.Err(), err)
 		}
 		select {
 		case <-time.After(backoff):

@@ -1,0 +1,103 @@
+package replica
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+)
+
+// answeringJS is a real JetStream context whose first publishes get the
+// answers a replicated stream gives during an election, in order; later
+// publishes go to the server as they are. An answer's publish func decides
+// whether the message reaches the server first (an ack lost on the way
+// back) or not (refused before the proposal).
+type answeringJS struct {
+	jetstream.JetStream
+	answers []func(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+	calls   atomic.Int32
+}
+
+func (j *answeringJS) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	i := int(j.calls.Add(1)) - 1
+	if i < len(j.answers) {
+		return j.answers[i](ctx, msg, opts...)
+	}
+	return j.JetStream.PublishMsg(ctx, msg, opts...)
+}
+
+// inProcess is nats-server's answer to an expected-sequence publish while
+// a message on the subject is still being proposed (v2.15.2
+// server/jetstream_batching.go checkMsgHeadersPreClusteredProposal).
+func inProcess(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	return nil, &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamWrongLastSequenceConstant, Description: "wrong last sequence"}
+}
+
+// TestAppend_InProcessAnswerIsRetriedNotARefusal: the 10164 answer a
+// replicated stream gives while a message on the subject is in process —
+// a rival's or this append's own earlier attempt — is not a refusal while
+// the subject has not moved: the append retries the same message id and
+// is stored once. Treating it as a refusal made a healthy leader step down
+// and rebuild whenever NATS re-elected a stream leader.
+func TestAppend_InProcessAnswerIsRetriedNotARefusal(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	cmds := []Command{{Kind: KindReset, SourceEpoch: 1, Member: ckf.Member{WorkerID: 1}}}
+
+	t.Run("a rival in process", func(t *testing.T) {
+		subject, _ := Subject("", "rival")
+		fj := &answeringJS{JetStream: js, answers: []func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error){inProcess, inProcess}}
+		app := NewAppender(fj, s, subject, 3, 0, 0)
+		require.NoError(t, app.Term(ctx, TermRecord{Node: "n"}), "a transient in-process answer deposed the leader")
+		tail, err := Tail(ctx, s, subject)
+		require.NoError(t, err)
+		require.Equal(t, tail, app.Last())
+		require.Equal(t, int32(3), fj.calls.Load())
+	})
+
+	// The earlier attempt was stored and its ack lost; the retry is told
+	// "in process" and then finds it in the tail: one copy, no refusal.
+	t.Run("its own earlier attempt stored", func(t *testing.T) {
+		subject, _ := Subject("", "own")
+		app := NewAppender(js, s, subject, 3, 0, 0)
+		require.NoError(t, app.Term(ctx, TermRecord{Node: "n"}))
+		stored := func(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			_, err := js.PublishMsg(ctx, msg, opts...)
+			require.NoError(t, err)
+			return nil, nats.ErrTimeout // the ack was lost
+		}
+		fj := &answeringJS{JetStream: js, answers: []func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error){stored, inProcess}}
+		app = NewAppender(fj, s, subject, 3, app.Last(), 0)
+		before := app.Last()
+		require.NoError(t, app.Append(ctx, 0, cmds))
+		tail, err := Tail(ctx, s, subject)
+		require.NoError(t, err)
+		require.Equal(t, tail, app.Last())
+		require.Equal(t, before+1, tail, "the batch was stored more than once")
+	})
+
+	t.Run("a rival that landed is a refusal", func(t *testing.T) {
+		subject, _ := Subject("", "landed")
+		app := NewAppender(js, s, subject, 3, 0, 0)
+		require.NoError(t, app.Term(ctx, TermRecord{Node: "n"}))
+		rival := NewAppender(js, s, subject, 4, app.Last(), 0)
+		landed := func(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+			require.NoError(t, rival.Term(ctx, TermRecord{Node: "rival"}))
+			return inProcess(ctx, msg, opts...)
+		}
+		fj := &answeringJS{JetStream: js, answers: []func(context.Context, *nats.Msg, ...jetstream.PublishOpt) (*jetstream.PubAck, error){landed}}
+		app = NewAppender(fj, s, subject, 3, app.Last(), 0)
+		require.ErrorIs(t, app.Append(ctx, 0, cmds), ErrRefused)
+	})
+}
