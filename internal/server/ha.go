@@ -234,6 +234,21 @@ type haPool struct {
 	dupRev   uint64    // its revision then
 	// duplicate: another live relay leads under this relay's node id.
 	duplicate atomic.Bool
+
+	// leads is the node's Leads (tests replace it): whether the lease's
+	// deadline, on CLOCK_BOOTTIME, has not passed.
+	leads func() bool
+}
+
+// leadsNow reports whether this replica leads its pool by its own clock. A
+// generation marked leading outlives its lease by the moments the node's
+// loop needs to notice a passed deadline — a relay resumed after SIGSTOP or
+// a suspended VM runs its HTTP and gRPC handlers at once, beside that
+// loop — so what only a leader serves checks the deadline itself: a
+// deposed leader must not hand a router a snapshot that lacks what the new
+// leader admitted, nor keep its stream alive with heartbeats.
+func (h *haPool) leadsNow() bool {
+	return h.leads != nil && h.leads()
 }
 
 // leadership is what one term of leadership runs besides the hub: the
@@ -300,6 +315,9 @@ func (s *Server) startHA(httpURL, grpcTarget string) error {
 			return fmt.Errorf("server: ha: pool %q: %w", p.spec.Name, err)
 		}
 		h.node = node
+		if h.leads == nil {
+			h.leads = node.Leads
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		h.cancel = cancel
 		go func() {
@@ -493,7 +511,7 @@ func (h *haPool) notLeader() *apiError {
 // without HA), else a standby's not_leader error.
 func (p *hostedPool) serving() (*poolGen, error) {
 	g := p.gen()
-	if g.leading {
+	if g.leading && (p.ha == nil || p.ha.leadsNow()) {
 		return g, nil
 	}
 	if p.ha == nil || p.ha.node == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,4 +450,55 @@ func TestHA_DuplicateNodeIDIsReported(t *testing.T) {
 		"the standby never noticed the other relay under its node id")
 	assert.Contains(t, scrape(t, standby), `ckfrelay_ha_duplicate_node_id{pool="dc-a"} 1`)
 	assert.Contains(t, scrape(t, leader), `ckfrelay_ha_duplicate_node_id{pool="dc-a"} 0`)
+}
+
+// TestHA_LeaderPastItsDeadlineServesNothing: a relay resumed after a pause
+// past its lease (SIGSTOP, a suspended VM) runs its handlers before its
+// node's loop retires the leading generation. From the moment its own
+// clock says the lease's deadline passed it opens no stream (HTTP 503
+// not_leader, the gRPC side's Leader check) and ends the streams it has at
+// their next heartbeat instead of saying its state is live. The node's
+// clock is the only thing replaced: its loop still believes it leads.
+func TestHA_LeaderPastItsDeadlineServesNothing(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	var expired atomic.Bool
+	a := startHARelay(t, haConfig(srv.URL(), "node-a"), func(s *Server) {
+		h := s.pools["dc-a"].ha
+		h.leads = func() bool { return !expired.Load() && h.node.Leads() }
+	})
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	streamURL := func(epoch int) string {
+		return fmt.Sprintf("%s/v1/pools/dc-a/stream?consumer=5&lane=0&epoch=%d", a.ts.URL, epoch)
+	}
+	open, err := http.Get(streamURL(1))
+	require.NoError(t, err)
+	defer open.Body.Close()
+	require.Equal(t, http.StatusOK, open.StatusCode)
+	_, standby := KvPool{s: a.s, p: a.s.pools["dc-a"]}.Leader()
+	require.False(t, standby)
+
+	expired.Store(true)
+	require.True(t, a.leading("dc-a"), "the node's loop still marks the generation leading")
+	resp, err := http.Get(streamURL(2))
+	require.NoError(t, err)
+	if resp.StatusCode == http.StatusOK {
+		resp.Body.Close()
+		require.Fail(t, "a leader past its deadline opened a stream")
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), CodeNotLeader)
+	_, standby = KvPool{s: a.s, p: a.s.pools["dc-a"]}.Leader()
+	require.True(t, standby, "gRPC would still serve the pool")
+
+	// The open stream ends at its next heartbeat (20 ms): reading it to
+	// the end returns.
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, open.Body); done <- err }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		require.Fail(t, "the open stream went on after the deadline")
+	}
 }

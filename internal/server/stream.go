@@ -80,6 +80,12 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) error {
 		select {
 		case <-wake:
 		case now := <-hb.C:
+			if p.ha != nil && !p.ha.leadsNow() {
+				// A deposed leader whose loop has not retired the
+				// generation yet: no heartbeat may say its state is live.
+				// The router reconnects and finds the leader.
+				return nil
+			}
 			if stall.stalled(now) {
 				s.m.stalled.WithLabelValues(p.spec.Name).Inc()
 				s.log.Warn("stream: subscriber stopped reading; dropping it", "pool", p.spec.Name,
