@@ -300,6 +300,16 @@ const (
 	maxRebuildBackoff = 30 * time.Second
 )
 
+// maxFollowBackoff bounds the wait between attempts to start following
+// again: the pool is intact, and a standby that waits long after NATS
+// recovered is a standby that cannot take over.
+const maxFollowBackoff = 2 * time.Second
+
+// errNotFollowing: a standby could not start following its records (the
+// consumer or the lease watch was not created). Nothing was applied by the
+// attempt, so the pool is kept and the standby tries again.
+var errNotFollowing = errors.New("replica: not following the records")
+
 // Run runs the replica until ctx ends. It does not release a held lease
 // then (the lease expires after its TTL, as if the process had died).
 func (n *Node) Run(ctx context.Context) error {
@@ -342,6 +352,20 @@ func (n *Node) Run(ctx context.Context) error {
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
 		lease, app, err := n.standby(ctx, p, from)
+		for retry := minRebuildBackoff; errors.Is(err, errNotFollowing) && ctx.Err() == nil; retry = min(2*retry, maxFollowBackoff) {
+			// NATS did not let the standby start following (a consumer or
+			// a watch that could not be created while a node was dead or
+			// a stream re-elected its leader). Its pool is intact: follow
+			// again from where it is instead of replaying the subject.
+			n.log.Warn("replica: following the records again", "err", err, "after", retry)
+			select {
+			case <-time.After(retry):
+			case <-ctx.Done():
+			}
+			st := n.Status()
+			from = origin{seq: st.Applied, term: st.Term, leader: TermRecord{Node: st.Leader, Address: st.Address}}
+			lease, app, err = n.standby(ctx, p, from)
+		}
 		led := err == nil
 		if led {
 			err = n.lead(ctx, p, lease, app)
@@ -374,12 +398,12 @@ func (n *Node) Run(ctx context.Context) error {
 func (n *Node) standby(ctx context.Context, p Pool, from origin) (*Lease, *Appender, error) {
 	f, err := Follow(ctx, n.cfg.JS, n.cfg.Stream.CachedInfo().Config.Name, n.subject, from.seq, from.term, 0)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %w", errNotFollowing, err)
 	}
 	defer f.Stop()
 	free, stopWatch, err := n.cfg.Leases.WatchFree(ctx, n.cfg.Pool)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %w", errNotFollowing, err)
 	}
 	defer stopWatch()
 	// The watch is the fast path; a check every TTL is the fallback for a

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,7 +63,7 @@ func startNode(t *testing.T, srv *natstest.Server, ls *Leases, id string) *testN
 
 // startNodeWith starts a node that loads and stores checkpoints in cs (nil:
 // none), a standby every checkpointRecords records.
-func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs *Checkpoints, checkpointRecords int) *testNode {
+func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs *Checkpoints, checkpointRecords int, opts ...func(*NodeConfig)) *testNode {
 	t.Helper()
 	_, js := srv.JetStream(t)
 	s, err := EnsureStream(t.Context(), js, StreamConfig{Replicas: 1})
@@ -78,7 +79,7 @@ func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs
 		tn.mu.Unlock()
 		return Pool{Handle: r.h, Recorder: r.rec, Close: stop}, nil
 	}
-	n, err := NewNode(NodeConfig{
+	cfg := NodeConfig{
 		Pool: "pool", Node: id, Address: "http://" + id, JS: js, Stream: s, Leases: ls,
 		MaxMessage:        300, // fragments
 		NewPool:           func() (Pool, error) { return start(nil) },
@@ -88,7 +89,11 @@ func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs
 		OnChange:          func(st Status, _ Pool, _ string) { tn.changes <- change{st, time.Now()} },
 		renewPaused:       tn.paused.Load,
 		clockBroken:       tn.broken.Load,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := NewNode(cfg)
 	require.NoError(t, err)
 	tn.n = n
 	ctx, cancel := context.WithCancel(context.Background())
@@ -367,4 +372,48 @@ func TestNodeResign(t *testing.T) {
 	b.waitRole(t, RoleLeader, ttl/2)
 	t.Logf("handover after Resign: %v (lease ttl %v)", time.Since(start), ttl)
 	require.Equal(t, want, b.replica().at(t, t.Context()))
+}
+
+// refusingConsumers is a real JetStream context whose first consumer
+// creations fail, as they do while the NATS node that would hold the
+// consumer is dead or the stream re-elects its leader.
+type refusingConsumers struct {
+	jetstream.JetStream
+	fails atomic.Int32
+}
+
+func (j *refusingConsumers) CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if j.fails.Add(-1) >= 0 {
+		return nil, jetstream.ErrNoStreamResponse
+	}
+	return j.JetStream.CreateOrUpdateConsumer(ctx, stream, cfg)
+}
+
+// TestNodeStandbyKeepsItsPoolWhenFollowingCannotStart: a standby that
+// cannot create its records consumer has applied nothing by the attempt,
+// so it keeps its pool and tries again — it does not discard the pool and
+// replay the subject (with rebuild back-offs growing to 30 s, a standby
+// after a NATS node's death could not take over for that long).
+func TestNodeStandbyKeepsItsPoolWhenFollowingCannotStart(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ls, err := OpenLeases(t.Context(), js, LeaseConfig{TTL: time.Second, Replicas: 1})
+	require.NoError(t, err)
+	a := startNode(t, srv, ls, "a")
+	a.waitRole(t, RoleLeader, 10*time.Second)
+	admit(t, a.replica(), 1, 0, 20)
+
+	refusing := &refusingConsumers{}
+	refusing.fails.Store(3)
+	b := startNodeWith(t, srv, ls, "b", nil, 0, func(c *NodeConfig) {
+		refusing.JetStream = c.JS
+		c.JS = refusing
+	})
+	b.waitRole(t, RoleStandby, 10*time.Second)
+	first := b.replica()
+	want, got := converged(t, a, b)
+	require.Equal(t, want, got)
+	require.LessOrEqual(t, refusing.fails.Load(), int32(0), "the consumer creations never failed")
+	assert.Zero(t, b.n.Status().Rebuilds, "the standby rebuilt its pool")
+	assert.Same(t, first, b.replica(), "the standby started a new pool")
 }
