@@ -300,6 +300,10 @@ const (
 	maxRebuildBackoff = 30 * time.Second
 )
 
+// healthyStandby: a standby that ran this long before failing rebuilds
+// after the shortest back-off, whatever failed before.
+const healthyStandby = 10 * time.Second
+
 // maxFollowBackoff bounds the wait between attempts to start following
 // again: the pool is intact, and a standby that waits long after NATS
 // recovered is a standby that cannot take over.
@@ -351,6 +355,7 @@ func (n *Node) Run(ctx context.Context) error {
 			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
+		started := time.Now()
 		lease, app, err := n.standby(ctx, p, from)
 		for retry := minRebuildBackoff; errors.Is(err, errNotFollowing) && ctx.Err() == nil; retry = min(2*retry, maxFollowBackoff) {
 			// NATS did not let the standby start following (a consumer or
@@ -384,9 +389,15 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		reason = err.Error()
 		n.update(func(s *Status) { s.Rebuilds++ })
-		if led {
+		switch {
+		case led:
 			backoff = 0
-		} else {
+		case time.Since(started) >= healthyStandby:
+			// A standby that followed for a while and then failed starts
+			// its back-off anew: the doubling is for a chain that breaks
+			// again at once, not for failures hours apart.
+			backoff = minRebuildBackoff
+		default:
 			backoff = min(max(2*backoff, minRebuildBackoff), maxRebuildBackoff)
 		}
 		n.log.Warn("replica: rebuilding the pool from the stream", "err", err, "after", backoff)
