@@ -57,6 +57,24 @@ func (tn *testNode) waitRole(t *testing.T, role Role, within time.Duration) chan
 	}
 }
 
+// waitRebuilt waits until the node stands by with a pool it rebuilt after
+// it had rebuilt before times (a leader first says it stands by when it
+// stops leading, then again once its new pool is built).
+func (tn *testNode) waitRebuilt(t *testing.T, before uint64, within time.Duration) change {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case c := <-tn.changes:
+			if c.Role == RoleStandby && c.Rebuilds > before {
+				return c
+			}
+		case <-timeout:
+			require.Failf(t, "no rebuild", "node %s did not rebuild within %v", tn.n.cfg.Node, within)
+		}
+	}
+}
+
 func startNode(t *testing.T, srv *natstest.Server, ls *Leases, id string) *testNode {
 	return startNodeWith(t, srv, ls, id, nil, 0)
 }
@@ -217,6 +235,7 @@ func TestNodeTakeover(t *testing.T) {
 	// over; what the old leader admits now is appended expecting its own
 	// last record, refused, never acknowledged; it steps down, discards
 	// that pool and converges.
+	rebuilds := leader.n.Status().Rebuilds
 	leader.paused.Store(true)
 	leader.broken.Store(true)
 	standby.waitRole(t, RoleLeader, 5*time.Second)
@@ -228,7 +247,7 @@ func TestNodeTakeover(t *testing.T) {
 	wctx, wcancel = context.WithTimeout(t.Context(), 5*time.Second)
 	require.ErrorIs(t, leader.n.WaitAcked(wctx, specPos), ErrNotLeader)
 	wcancel()
-	leader.waitRole(t, RoleStandby, 5*time.Second)
+	leader.waitRebuilt(t, rebuilds, 5*time.Second)
 	leader.paused.Store(false)
 	leader.broken.Store(false)
 	require.NotSame(t, speculative, leader.replica(), "the deposed leader kept its speculative pool")
@@ -260,11 +279,13 @@ func waitLeader(t *testing.T, within time.Duration, x, y *testNode) (*testNode, 
 	}
 }
 
-// TestNodeCorruptRecordBacksOff: a record that does not decode (a peer
-// with write access to the stream, or a bug) breaks the chain for every
-// standby; each rebuilds from the stream and meets it again. The rebuilds
-// back off instead of spinning (and flooding the log).
-func TestNodeCorruptRecordBacksOff(t *testing.T) {
+// TestNodeCorruptRecordHaltsKeepingTheState: a record that does not decode
+// (a foreign writer on the records subject, or a bug) halts the chain for
+// every standby. A standby keeps the state it applied up to the record
+// before — rebuilding would replay the subject to the same record with an
+// empty pool, and a foreign message emptied every replica that way — says
+// why in its status, and retries with a back-off instead of spinning.
+func TestNodeCorruptRecordHaltsKeepingTheState(t *testing.T) {
 	srv := natstest.Start(t, natstest.Options{})
 	_, js := srv.JetStream(t)
 	ctx := t.Context()
@@ -273,24 +294,34 @@ func TestNodeCorruptRecordBacksOff(t *testing.T) {
 	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
 	require.NoError(t, err)
 	// Another replica leads (its lease outlives the test) and its chain
-	// holds a term record, then garbage that names the right predecessor.
+	// holds a term record and a batch, then garbage that names the right
+	// predecessor.
 	_, err = ls.Acquire(ctx, "pool", "other", "")
 	require.NoError(t, err)
 	subject, _ := Subject("", "pool")
 	app := NewAppender(js, s, subject, 1, 0, 0)
 	require.NoError(t, app.Term(ctx, TermRecord{Node: "other"}))
-	garbage := AppendHeader(nil, Header{Type: TypeBatch, Term: 1, Prev: app.Last()})
+	require.NoError(t, app.Append(ctx, 0, []Command{{Kind: KindReset, SourceEpoch: 1, Member: ckf.Member{WorkerID: 7}}}))
+	good := app.Last()
+	garbage := AppendHeader(nil, Header{Type: TypeBatch, Term: 1, Prev: good})
 	garbage = append(garbage, 0, 9, 'z')
 	require.NoError(t, app.publish(ctx, "garbage", garbage))
 
 	tn := startNode(t, srv, ls, "victim")
 	tn.waitRole(t, RoleStandby, 5*time.Second)
-	require.Eventually(t, func() bool { return tn.n.Status().Rebuilds >= 2 }, 5*time.Second, 10*time.Millisecond)
-	start, first := time.Now(), tn.n.Status().Rebuilds
+	require.Eventually(t, func() bool { return tn.n.Status().Halts >= 2 }, 5*time.Second, 10*time.Millisecond)
+	start, first := time.Now(), tn.n.Status().Halts
 	// Poll for a while through the API: the count must grow slowly.
-	require.Never(t, func() bool { return tn.n.Status().Rebuilds > first+4 }, 1500*time.Millisecond, 50*time.Millisecond)
-	t.Logf("%d rebuilds in %v after the first %d", tn.n.Status().Rebuilds-first, time.Since(start), first)
-	assert.Equal(t, RoleStandby, tn.n.Status().Role)
+	require.Never(t, func() bool { return tn.n.Status().Halts > first+4 }, 1500*time.Millisecond, 50*time.Millisecond)
+	st := tn.n.Status()
+	t.Logf("%d halts in %v after the first %d: %s", st.Halts-first, time.Since(start), first, st.Halted)
+	assert.Equal(t, RoleStandby, st.Role)
+	assert.Zero(t, st.Rebuilds, "the standby threw its state away")
+	assert.Equal(t, good, st.Applied, "the standby did not keep what it applied before the bad record")
+	assert.Contains(t, st.Halted, "corrupt record")
+	img, err := tn.replica().h.ExportState(ctx)
+	require.NoError(t, err)
+	assert.Len(t, img.Members, 1, "the batch before the bad record is not in the state")
 }
 
 // BenchmarkReplication admits 16-block events to a leader as fast as its
