@@ -186,6 +186,18 @@ type Node struct {
 	// tail falls below it lost records — purged, or the stream made anew —
 	// and this replica must not lead what is left.
 	highest uint64
+
+	// token is the holder token of the last lease this node acquired.
+	token atomic.Pointer[string]
+}
+
+// Acquired reports whether token is the holder token of the last lease
+// this node acquired — whether it leads with it or failed to take over
+// with it. A lease under this node's id with another token was taken by
+// another relay that uses the same node id.
+func (n *Node) Acquired(token string) bool {
+	t := n.token.Load()
+	return t != nil && *t == token
 }
 
 // Leads reports whether the node leads now by its own clock: it holds the
@@ -496,6 +508,10 @@ func (n *Node) standby(ctx context.Context, p Pool, from origin) (*Lease, *Appen
 			return nil, nil, ctx.Err()
 		}
 		lease, err := n.cfg.Leases.Acquire(ctx, n.cfg.Pool, n.cfg.Node, n.cfg.Address)
+		if err == nil {
+			tok := lease.Token()
+			n.token.Store(&tok)
+		}
 		var held *HeldError
 		if errors.As(err, &held) {
 			continue

@@ -629,7 +629,9 @@ func (h *haPool) tail(ctx context.Context) uint64 {
 func (h *haPool) checkDuplicate(ctx context.Context) {
 	holder, rev, err := h.s.ha.leases.Holder(ctx, h.p.spec.Name)
 	switch {
-	case err != nil || holder.Node != h.s.cfg.HA.NodeID:
+	case err != nil || holder.Node != h.s.cfg.HA.NodeID || h.node.Acquired(holder.Token):
+		// This relay's own lease (a takeover it is failing) is no
+		// duplicate: only a token it never held is.
 		h.dupSince, h.dupRev = time.Time{}, 0
 		h.duplicate.Store(false)
 	case h.dupSince.IsZero():

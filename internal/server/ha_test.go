@@ -539,3 +539,24 @@ func TestHA_ReplicaThatLostItsRecordsIsNotReady(t *testing.T) {
 	assert.Contains(t, h.HA.Stopped, "state lost")
 	assert.Equal(t, "standby", h.HA.Role)
 }
+
+// TestHA_OwnLeaseIsNoDuplicateNodeID: the lease under this relay's node id
+// with a token this relay acquired — a takeover it keeps failing, as in a
+// halted chain — is not "another relay under this node id" (the red team
+// saw that false alarm); only a token it never held is.
+func TestHA_OwnLeaseIsNoDuplicateNodeID(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	cfg := haConfig(srv.URL(), "node-a")
+	cfg.HA.LeaseTTL = Duration(time.Second)
+	a := startHARelay(t, cfg, nil)
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	h := a.s.pools["dc-a"].ha
+	deadline := time.Now().Add(3 * time.Second) // past two TTLs of renewals
+	for time.Now().Before(deadline) {
+		h.tailMu.Lock()
+		h.checkDuplicate(t.Context())
+		h.tailMu.Unlock()
+		require.False(t, h.duplicate.Load(), "the relay's own lease was reported as another relay's")
+		time.Sleep(100 * time.Millisecond) // renewals happen every TTL/3; polling them
+	}
+}
