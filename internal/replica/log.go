@@ -214,6 +214,10 @@ func (a *Appender) Last() uint64 { return a.last }
 // Term appends the term record: the appender's term leads only once it
 // succeeded.
 func (a *Appender) Term(ctx context.Context, t TermRecord) error {
+	if len(t.Node) > MaxTermName || len(t.Address) > MaxTermName {
+		return fmt.Errorf("replica: a term record's node id (%d bytes) and address (%d bytes) must fit %d bytes each: no standby could read it",
+			len(t.Node), len(t.Address), MaxTermName)
+	}
 	b := AppendHeader(a.buf[:0], Header{Type: TypeTerm, Term: a.term, Prev: a.last})
 	b = AppendTerm(b, t)
 	a.buf = b

@@ -112,6 +112,11 @@ func (h HAConfig) validate(c Config) error {
 			return invalid("ha: advertise_grpc %q: want host:port", h.AdvertiseGRPC)
 		}
 	}
+	if n := len(advertisement(h.Advertise, h.AdvertiseGRPC)); n > replica.MaxTermName {
+		// The pair goes into the term record, which standbys refuse
+		// beyond this: such a leader could never be followed.
+		return invalid("ha: advertise and advertise_grpc make a %d-byte address; at most %d", n, replica.MaxTermName)
+	}
 	return nil
 }
 

@@ -300,6 +300,7 @@ func TestHAConfig_Validate(t *testing.T) {
 		"advertise not a url":  {func(c *Config) { c.HA.Advertise = "10.0.0.1:7878" }, "advertise"},
 		"advertise with query": {func(c *Config) { c.HA.Advertise = "http://h:1/?x=1" }, "advertise"},
 		"grpc not host:port":   {func(c *Config) { c.HA.AdvertiseGRPC = "h" }, "advertise_grpc"},
+		"address too long":     {func(c *Config) { c.HA.AdvertiseGRPC = strings.Repeat("h", 1100) + ":1" }, "1024"},
 		"ha fields without url": {func(c *Config) {
 			c.HA.NATSURL = ""
 		}, "need ha.nats_url"},
