@@ -747,7 +747,8 @@ func (s *Server) runSources(ctx context.Context, p *hostedPool) []*runningSource
 }
 
 // resumer is a source that can start after the cursors the records carry
-// (the ZMQ source: each engine rank after its last admitted sequence).
+// (the ZMQ source: each engine rank after its last admitted sequence; the
+// Dynamo source: each member after its publisher's last admitted envelope).
 type resumer interface{ Resume([]producer.Cursor) }
 
 // StandbyLeader reports, for a relay with HA that leads none of its pools,
