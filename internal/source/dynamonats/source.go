@@ -58,7 +58,7 @@ type Source struct {
 	members map[ckf.Member]*memberState
 	// resume: by member and publisher, the next envelope sequence the
 	// group's records hold up to (Resume); taken at first contact.
-	resume map[resumeKey]uint64
+	resume  map[resumeKey]uint64
 	evs     []ckf.RouterEvent
 	decided map[ckf.Member]decision // per message
 }
