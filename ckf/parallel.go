@@ -99,12 +99,21 @@ type parallel struct {
 	// goroutine at a time (chunk.owners orders them).
 	ownersWarmed uint64
 	stop         atomic.Bool // the caller is done: helpers return
-	done         sync.WaitGroup
+	// hold, set by tests only, is called at the pause points below, so a
+	// test can force one schedule: the caller held until the driver has
+	// taken every chunk's owner counts, or the driver held until the
+	// caller has taken a job's every task and each chunk's owner counts.
+	hold func(holdPoint)
+	// ran records, for tests, which goroutine took each stage-1 task and
+	// stage 2 of each chunk in the last call (their gor index).
+	ran  struct{ members, owners []int8 }
+	done sync.WaitGroup
 }
 
 // applyGoroutine is one goroutine's scratch; padded so that goroutines'
 // words do not share a cache line.
 type applyGoroutine struct {
+	id     int8 // index in parallel.gor
 	sc     applyScratch
 	warmed uint64 // as Pool.warmed
 	// parked is set by the goroutine before it blocks on wake, cleared by
@@ -133,7 +142,8 @@ type chunk struct {
 	// owners is the state of the chunk's owner counts (stage 2): ownersFree,
 	// then ownersClaimed by the goroutine that applies them, then
 	// ownersDone.
-	owners atomic.Int32
+	owners   atomic.Int32
+	ownersBy int8 // the goroutine that took them (tests)
 }
 
 const (
@@ -162,6 +172,7 @@ type memberGroup struct {
 	// task is done (nil: the member holds nothing); the driver applies
 	// the difference to the member shard.
 	before, ms      *memberState
+	ranBy           int8    // the goroutine that took the task (tests)
 	recs            []int32 // indices into the chunk's recs, in order
 	ops             []ownOp
 	unknownRemovals uint64
@@ -193,14 +204,7 @@ const chunkBlocks = 128
 
 func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutcome {
 	workers := len(p.members)
-	if p.par == nil {
-		par := &parallel{gor: make([]applyGoroutine, workers), groupOf: make(map[Member]int32)}
-		for i := range par.gor {
-			par.gor[i].wake = make(chan struct{}, 1)
-		}
-		p.par = par
-	}
-	par := p.par
+	par := p.parallelState()
 	var cuts []int // chunk ends
 	blocks := 0
 	for i := range evs {
@@ -229,13 +233,17 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 		go p.help(id)
 	}
 	caller := &par.gor[1]
+	par.ran.members, par.ran.owners = par.ran.members[:0], par.ran.owners[:0]
+	if par.hold != nil {
+		par.hold(holdCaller)
+	}
 	for j := range cuts {
 		ch := par.chunks[j]
 		p.until(caller, func() bool { return par.ready.Load() > int32(j) })
 		// The owners of chunks before j are done (stage 3 of j-1 needed
 		// them): take this chunk's unless the driver has.
 		if ch.owners.CompareAndSwap(ownersFree, ownersClaimed) {
-			p.stageOwners(ch)
+			p.stageOwners(caller, ch)
 		} else {
 			p.until(caller, func() bool { return ch.owners.Load() == ownersDone })
 		}
@@ -245,6 +253,15 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 	par.wakeAll()
 	par.done.Wait()
 	p.warmed ^= par.ownersWarmed
+	for _, ch := range par.chunks[:len(cuts)] {
+		if par.hold == nil {
+			break
+		}
+		for i := range ch.groups {
+			par.ran.members = append(par.ran.members, ch.groups[i].ranBy)
+		}
+		par.ran.owners = append(par.ran.owners, ch.ownersBy)
+	}
 	for i := range par.gor {
 		p.warmed ^= par.gor[i].warmed
 		par.gor[i].warmed = 0
@@ -255,6 +272,18 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 		ch.owners.Store(ownersFree)
 	}
 	return dst
+}
+
+// parallelState returns the pool's ApplyEvents state, made on first use.
+func (p *Pool) parallelState() *parallel {
+	if p.par == nil {
+		par := &parallel{gor: make([]applyGoroutine, len(p.members)), groupOf: make(map[Member]int32)}
+		for i := range par.gor {
+			par.gor[i].id, par.gor[i].wake = int8(i), make(chan struct{}, 1)
+		}
+		p.par = par
+	}
+	return p.par
 }
 
 // drive is the driver goroutine: for each chunk in order, the prologue
@@ -274,10 +303,16 @@ func (p *Pool) drive(evs []RouterEvent, cuts []int) {
 		jb.ch, jb.n = ch, int32(len(ch.groups))
 		par.cur.Store(jb)
 		par.wakeAll()
+		if par.hold != nil {
+			par.hold(holdDriver)
+		}
 		p.until(g, func() bool { return jb.done.Load() >= jb.n })
 		p.epilogue(ch)
 		par.ready.Store(int32(j + 1))
 		par.wakeAll()
+		if par.hold != nil {
+			par.hold(holdReady)
+		}
 		owned = p.takeOwners(owned, j+1)
 		lo = hi
 	}
@@ -311,7 +346,7 @@ func (p *Pool) takeOwners(from, to int) int {
 		if !ch.owners.CompareAndSwap(ownersFree, ownersClaimed) {
 			return k + 1
 		}
-		p.stageOwners(ch)
+		p.stageOwners(&p.par.gor[0], ch)
 	}
 	return to
 }
@@ -322,6 +357,15 @@ func (p *Pool) help(id int) {
 	defer p.par.done.Done()
 	p.until(&p.par.gor[id], p.par.stop.Load)
 }
+
+// holdPoint is where a test's parallel.hold is called.
+type holdPoint uint8
+
+const (
+	holdCaller holdPoint = iota + 1 // the caller, before its first chunk
+	holdDriver                      // the driver, after it published a job
+	holdReady                       // the driver, after a chunk is ready
+)
 
 // parkAfterPolls is how many times a waiting goroutine with no task to take
 // polls before it blocks: a wait is usually shorter than a task (a few
@@ -378,6 +422,7 @@ func (p *Pool) runTask(g *applyGoroutine) bool {
 		return false
 	}
 	p.stageMember(g, jb.ch, &jb.ch.groups[i])
+	jb.ch.groups[i].ranBy = g.id
 	if jb.done.Add(1) == jb.n {
 		p.par.wakeAll()
 	}
@@ -545,7 +590,8 @@ func (p *Pool) memberCleared(g *applyGoroutine, grp *memberGroup, ms *memberStat
 // applied to its block's owner count; the changes that take a block's first
 // or last owner are marked for stage 3. The chunk's owners must be claimed
 // and the previous chunk's done.
-func (p *Pool) stageOwners(ch *chunk) {
+func (p *Pool) stageOwners(g *applyGoroutine, ch *chunk) {
+	ch.ownersBy = g.id
 	for i := range ch.recs {
 		r := &ch.recs[i]
 		ops := ch.groups[r.group].ops[r.opStart:r.opEnd]

@@ -3,6 +3,7 @@ package ckf
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -135,13 +136,77 @@ func sortedLineage(p *Pool) []MemberLineage {
 	return ls
 }
 
+// schedule is a forced order of ApplyEvents' goroutines for a pool of 2
+// workers (parallel.hold): free (whatever the runtime does), callerLate
+// (the caller starts only when the driver has taken every chunk's owner
+// counts) or driverLate (the driver waits after publishing each job until
+// the caller has taken all its tasks, and after each chunk is ready until
+// the caller has taken its owner counts).
+type schedule int
+
+const (
+	free schedule = iota
+	callerLate
+	driverLate
+)
+
+// force installs s on p.
+func force(p *Pool, s schedule) {
+	par := p.parallelState()
+	switch s {
+	case callerLate:
+		par.hold = func(at holdPoint) {
+			if at != holdCaller {
+				return
+			}
+			// The call's last chunk (the driver takes stage 2 in order).
+			ch := par.chunks[len(par.jobs)-1]
+			for ch.owners.Load() != ownersDone {
+				runtime.Gosched()
+			}
+		}
+	case driverLate:
+		par.hold = func(at holdPoint) {
+			switch at {
+			case holdDriver:
+				for jb := par.cur.Load(); jb.done.Load() < jb.n; {
+					runtime.Gosched()
+				}
+			case holdReady:
+				for ch := par.chunks[par.ready.Load()-1]; ch.owners.Load() == ownersFree; {
+					runtime.Gosched()
+				}
+			}
+		}
+	}
+}
+
+// checkSchedule fails unless the last parallel call of p ran as s forces.
+func checkSchedule(t *rapid.T, step string, p *Pool, s schedule) {
+	ran := p.par.ran
+	require.NotEmpty(t, ran.owners, "%s: no record of the call's schedule", step)
+	switch s {
+	case callerLate:
+		require.Equal(t, make([]int8, len(ran.owners)), ran.owners, "%s: callerLate: every chunk's owners taken by the driver", step)
+	case driverLate:
+		for _, by := range ran.members {
+			require.Equal(t, int8(1), by, "%s: driverLate: every stage-1 task taken by the caller", step)
+		}
+		for _, by := range ran.owners {
+			require.Equal(t, int8(1), by, "%s: driverLate: every chunk's owners taken by the caller", step)
+		}
+	}
+}
+
 // TestPool_ApplyEventsMatchesSequential: random histories — rank
 // replacements, resets, flushes and barrier snapshots between batches of
 // random size, capacity omissions on small tables, member and tracked-block
 // limits that refuse events — applied event by event to one pool and by
-// ApplyEvents with 1, 2 and 8 workers to three others (every batch through
-// the workers, however small) leave outcomes, published batches and state
-// word for word equal after every batch and every operation. Run with -race.
+// ApplyEvents with 1, 2 and 8 workers to others (every batch through the
+// workers, however small; with 2 workers also in the two forced schedules,
+// the driver's stage 2 and the caller's stage-1 tasks) leave outcomes,
+// published batches and state word for word equal after every batch and
+// every operation. Run with -race.
 func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := DefaultConfig()
@@ -154,7 +219,8 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 		seq, err := NewPool(cfg)
 		require.NoError(t, err)
 		chunk := rapid.IntRange(1, 300).Draw(t, "chunkBlocks")
-		workers := []int{1, 2, 8}
+		workers := []int{1, 2, 8, 2, 2}
+		schedules := []schedule{free, free, free, callerLate, driverLate}
 		pools := make([]*Pool, len(workers))
 		for i, w := range workers {
 			c := cfg
@@ -162,6 +228,7 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 			pools[i], err = NewPool(c)
 			require.NoError(t, err)
 			pools[i].parallelMin, pools[i].chunkBlocks = 0, chunk
+			force(pools[i], schedules[i])
 		}
 		g := &parHistory{t: t, held: map[Member][]uint64{}, stored: map[Member][]RouterEvent{}}
 		for w := range uint64(3) {
@@ -205,8 +272,12 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 					want = append(want, seq.ApplyEvent(&evs[i]))
 				}
 				for i, p := range pools {
+					forced := schedules[i] != free && p.parallelWorthIt(evs)
 					got := p.ApplyEvents(nil, evs)
 					require.Equal(t, want, got, "%s workers %d: outcomes of %d events", step, workers[i], len(evs))
+					if forced {
+						checkSchedule(t, step, p, schedules[i])
+					}
 				}
 			}
 			for i, p := range pools {
