@@ -202,6 +202,12 @@ const (
 // chunks are small; each costs a hand-off (docs/RATIONALE.md).
 const chunkBlocks = 128
 
+// keptChunks is how many chunk buffers a pool keeps between calls: an
+// engine batch of 64 events of 16 blocks is 8 chunks; a larger batch's
+// extra buffers are dropped after it, so what a pool retains does not
+// follow the largest batch it ever applied.
+const keptChunks = 16
+
 func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutcome {
 	workers := len(p.members)
 	par := p.parallelState()
@@ -270,6 +276,11 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 		clear(ch.recs) // drop the references to the caller's events
 		ch.recs = ch.recs[:0]
 		ch.owners.Store(ownersFree)
+	}
+	if len(par.chunks) > keptChunks { // an outsized batch's buffers go with it
+		clear(par.chunks[keptChunks:])
+		par.chunks = par.chunks[:keptChunks]
+		par.jobs = nil
 	}
 	return dst
 }

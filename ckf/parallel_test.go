@@ -306,3 +306,35 @@ func TestPool_ApplyEventsParallelPath(t *testing.T) {
 	require.Equal(t, uint32(2), owners, "owners of a block two members store in one batch")
 	require.True(t, resident)
 }
+
+// TestPool_ApplyEventsKeepsBoundedBuffers: a batch of many chunks gets a
+// buffer per chunk while it is applied, but the pool keeps at most
+// keptChunks of them afterwards (what it retains does not follow the
+// largest batch it ever saw), and the next batch still applies exactly.
+func TestPool_ApplyEventsKeepsBoundedBuffers(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ExpectedBlocks = 10000
+	cfg.ApplyWorkers = 2
+	par, err := NewPool(cfg)
+	require.NoError(t, err)
+	seq, err := NewPool(cfg)
+	require.NoError(t, err)
+	par.parallelMin, par.chunkBlocks = 0, 2
+	batch := func(from uint64, n int) []RouterEvent {
+		evs := make([]RouterEvent, n)
+		for i := range evs {
+			h := from + uint64(i)
+			evs[i] = *rootEv(Member{WorkerID: h % 5}, b(h, 1000+h), b(h+1<<32, 2000+h))
+		}
+		return evs
+	}
+	for _, evs := range [][]RouterEvent{batch(1, 4*keptChunks), batch(1000, 3)} {
+		var want []ApplyOutcome
+		for i := range evs {
+			want = append(want, seq.ApplyEvent(&evs[i]))
+		}
+		require.Equal(t, want, par.ApplyEvents(nil, evs), "outcomes of %d events", len(evs))
+		require.LessOrEqual(t, len(par.par.chunks), keptChunks, "chunk buffers kept after a batch of %d events", len(evs))
+		require.Equal(t, seq.Words(), par.Words(), "words")
+	}
+}
