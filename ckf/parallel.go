@@ -19,21 +19,22 @@ import (
 // parallel apply?"):
 //
 //  1. per member: validation, canonicalisation and lineage, which yield
-//     each event's ownership changes in order. A driver goroutine takes the
-//     chunks in order; each member of a chunk is one task, which any of the
-//     call's goroutines may take, so the members are balanced by the work
-//     left, not by a fixed split;
+//     each event's ownership changes in order. Each member of a chunk is
+//     one task, which any goroutine of the call may take, so the members
+//     are balanced by the work left, not by a fixed split;
 //  2. per chunk, in admission order, on one goroutine at a time: the owner
 //     counts, which decide which change takes a block's first owner or its
-//     last. Whichever of the driver and the caller gets to a chunk first
-//     takes it, once the previous chunk's are done;
+//     last. Whichever goroutine gets to a chunk first takes it, once the
+//     previous chunk's are done;
 //  3. on the caller's goroutine, in admission order: the cuckoo table's
 //     insertions, re-offers and removals, the dirty window and the drains.
 //
-// Stage 3 of one chunk runs while the driver takes the next ones through
-// stages 1 and 2; the caller takes stage-1 tasks whenever its next chunk
-// is not ready. The driver never waits for stage 3: it runs ahead by as
-// many chunks as the batch has.
+// The caller drives: it publishes each chunk's tasks, finishes the ones no
+// helper took, and takes a chunk through stages 2 and 3 while helper
+// goroutines (ApplyWorkers − 1) take the next chunk's tasks and owner
+// counts. It never waits for a helper that has not taken anything, so a
+// helper that gets no core leaves the caller applying alone, at the staged
+// work's cost, which is the sequential apply's.
 //
 // Stage 1 decides alone only when no bound can refuse an event of the batch
 // (MaxMembers, MaxTrackedBlocks, the owner-count ceiling): a batch that
@@ -83,14 +84,12 @@ func (p *Pool) parallelWorthIt(evs []RouterEvent) bool {
 }
 
 // parallel is ApplyEvents' reusable state. Within one call the goroutines
-// coordinate through atomics: the driver publishes each chunk's stage-1 job
-// in cur, any goroutine claims its tasks, and ready counts the chunks
-// through stage 1. The driver never waits for stage 3: it runs ahead by as
-// many chunks as the batch has (it waits only for a task or a chunk's owner
-// counts the caller took).
+// coordinate through atomics: the caller publishes each chunk's stage-1 job
+// in cur, any goroutine claims its tasks, ready counts the chunks through
+// stage 1, and each chunk's owners state who takes its stage 2.
 type parallel struct {
 	chunks  []*chunk
-	gor     []applyGoroutine // one per goroutine of the call: 0 the driver, 1 the caller
+	gor     []applyGoroutine // one per goroutine of the call: 1 the caller, the others helpers
 	jobs    []job            // one per chunk, each used once per call
 	groupOf map[Member]int32 // the prologue's member → group index, one chunk at a time
 	cur     atomic.Pointer[job]
@@ -100,9 +99,9 @@ type parallel struct {
 	ownersWarmed uint64
 	stop         atomic.Bool // the caller is done: helpers return
 	// hold, set by tests only, is called at the pause points below, so a
-	// test can force one schedule: the caller held until the driver has
-	// taken every chunk's owner counts, or the driver held until the
-	// caller has taken a job's every task and each chunk's owner counts.
+	// test can force one schedule: the helper held until the call is done
+	// (the caller applies alone), or the caller held until the helper has
+	// taken a job's every task and each chunk's owner counts.
 	hold func(holdPoint)
 	// ran records, for tests, which goroutine took each stage-1 task and
 	// stage 2 of each chunk in the last call (their gor index).
@@ -169,7 +168,7 @@ type memberGroup struct {
 	m     Member
 	shard int
 	// before is the member's state when the chunk starts, ms when its
-	// task is done (nil: the member holds nothing); the driver applies
+	// task is done (nil: the member holds nothing); the caller applies
 	// the difference to the member shard.
 	before, ms      *memberState
 	ranBy           int8    // the goroutine that took the task (tests)
@@ -196,8 +195,8 @@ const (
 	opRelease                  // a lineage entry removed: one owner less
 )
 
-// chunkBlocks is the size (in blocks) a batch is cut into: stage 3 of one
-// chunk runs while the driver takes the next ones through stages 1 and 2.
+// chunkBlocks is the size (in blocks) a batch is cut into: stages 2 and 3
+// of one chunk run while a helper takes the next one through stage 1.
 // The first chunk's stage 1 and the last one's stage 3 overlap little, so
 // chunks are small; each costs a hand-off (docs/RATIONALE.md).
 const chunkBlocks = 128
@@ -233,25 +232,43 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 	par.cur.Store(nil)
 	par.ready.Store(0)
 	par.stop.Store(false)
+	par.ran.members, par.ran.owners = par.ran.members[:0], par.ran.owners[:0]
 	par.done.Add(workers - 1)
-	go p.drive(evs, cuts)
-	for id := 2; id < workers; id++ {
-		go p.help(id)
+	for id := range workers {
+		if id != 1 {
+			go p.help(id)
+		}
 	}
 	caller := &par.gor[1]
-	par.ran.members, par.ran.owners = par.ran.members[:0], par.ran.owners[:0]
-	if par.hold != nil {
-		par.hold(holdCaller)
-	}
-	for j := range cuts {
-		ch := par.chunks[j]
-		p.until(caller, func() bool { return par.ready.Load() > int32(j) })
-		// The owners of chunks before j are done (stage 3 of j-1 needed
-		// them): take this chunk's unless the driver has.
+	lo := p.publish(0, evs, cuts, 0)
+	// Chunk j's stage 1 is finished (its remaining tasks, its epilogue)
+	// and chunk j+1's published before chunk j-1 goes through stages 2
+	// and 3, so that a helper can take chunk j's owner counts and chunk
+	// j+1's tasks meanwhile.
+	for j := 0; j <= len(cuts); j++ {
+		if j < len(cuts) {
+			jb := &par.jobs[j]
+			p.until(caller, func() bool { return jb.done.Load() >= jb.n }, nil)
+			p.epilogue(par.chunks[j])
+			par.ready.Store(int32(j + 1))
+			par.wakeAll()
+			if par.hold != nil {
+				par.hold(holdReady)
+			}
+			if j+1 < len(cuts) {
+				lo = p.publish(j+1, evs, cuts, lo)
+			}
+		}
+		if j == 0 {
+			continue
+		}
+		ch := par.chunks[j-1]
+		// The owner counts of the chunks before j-1 are done (stage 3
+		// of j-2 needed them): take these unless a helper has.
 		if ch.owners.CompareAndSwap(ownersFree, ownersClaimed) {
 			p.stageOwners(caller, ch)
 		} else {
-			p.until(caller, func() bool { return ch.owners.Load() == ownersDone })
+			p.until(caller, func() bool { return ch.owners.Load() == ownersDone }, nil)
 		}
 		dst = p.stageTable(ch, dst)
 	}
@@ -297,85 +314,76 @@ func (p *Pool) parallelState() *parallel {
 	return p.par
 }
 
-// drive is the driver goroutine: for each chunk in order, the prologue
-// (admission, grouping by member), stage 1's job, the epilogue (member
-// shards, counters); then the chunk is ready, and the driver takes stage 2
-// of every chunk it can (see takeOwners). It takes tasks of its own jobs
-// like any goroutine.
-func (p *Pool) drive(evs []RouterEvent, cuts []int) {
-	defer p.par.done.Done()
+// publish prepares chunk j from evs[lo:cuts[j]] (admission, grouping by
+// member) and publishes its stage-1 job; it returns the chunk's end.
+func (p *Pool) publish(j int, evs []RouterEvent, cuts []int, lo int) int {
 	par := p.par
-	g := &par.gor[0]
-	lo, owned := 0, 0 // owned: the chunks whose stage 2 is claimed
-	for j, hi := range cuts {
-		ch := par.chunks[j]
-		p.prologue(ch, evs[lo:hi])
-		jb := &par.jobs[j]
-		jb.ch, jb.n = ch, int32(len(ch.groups))
-		par.cur.Store(jb)
-		par.wakeAll()
-		if par.hold != nil {
-			par.hold(holdDriver)
-		}
-		p.until(g, func() bool { return jb.done.Load() >= jb.n })
-		p.epilogue(ch)
-		par.ready.Store(int32(j + 1))
-		par.wakeAll()
-		if par.hold != nil {
-			par.hold(holdReady)
-		}
-		owned = p.takeOwners(owned, j+1)
-		lo = hi
+	ch := par.chunks[j]
+	p.prologue(ch, evs[lo:cuts[j]])
+	jb := &par.jobs[j]
+	jb.ch, jb.n = ch, int32(len(ch.groups))
+	par.cur.Store(jb)
+	par.wakeAll()
+	if par.hold != nil {
+		par.hold(holdPublished)
 	}
-	// Every stage 1 is done: what is left to take is stage 2 of the chunks
-	// the caller has not reached.
-	for owned < len(cuts) {
-		if owned = p.takeOwners(owned, len(cuts)); owned < len(cuts) {
-			next := par.chunks[owned]
-			prev := par.chunks[owned-1]
-			p.until(g, func() bool { return next.owners.Load() != ownersFree || prev.owners.Load() == ownersDone })
-		}
-	}
+	return cuts[j]
 }
 
-// takeOwners runs stage 2 of chunks from..to-1 in order, for as long as
-// each is free and its predecessor's is done; it returns the chunk below
-// which every stage 2 is claimed (by it or the caller) when it stops.
-func (p *Pool) takeOwners(from, to int) int {
-	chunks := p.par.chunks
+// help is a helper goroutine of the call: until the caller is done, it
+// takes stage-1 tasks and the owner counts (stage 2) of every ready chunk
+// it can (see takeOwners).
+func (p *Pool) help(id int) {
+	defer p.par.done.Done()
+	par := p.par
+	g := &par.gor[id]
+	if par.hold != nil {
+		par.hold(holdHelper)
+	}
+	owned := 0 // the chunks below it have their owner counts claimed
+	p.until(g, par.stop.Load, func() bool {
+		if p.runTask(g) {
+			return true
+		}
+		var took bool
+		owned, took = p.takeOwners(g, owned, int(par.ready.Load()))
+		return took
+	})
+}
+
+// takeOwners runs stage 2 of the ready chunks from..to-1 in order, for as
+// long as each is free and its predecessor's is done; it returns the chunk
+// below which every stage 2 is claimed (by g or another goroutine) when it
+// stops, and whether g took any.
+func (p *Pool) takeOwners(g *applyGoroutine, from, to int) (int, bool) {
+	chunks, took := p.par.chunks, false
 	for k := from; k < to; k++ {
 		ch := chunks[k]
 		switch ch.owners.Load() {
 		case ownersDone:
 			continue
 		case ownersClaimed:
-			return k + 1
+			return k + 1, took
 		}
 		if k > 0 && chunks[k-1].owners.Load() != ownersDone {
-			return k
+			return k, took
 		}
 		if !ch.owners.CompareAndSwap(ownersFree, ownersClaimed) {
-			return k + 1
+			return k + 1, took
 		}
-		p.stageOwners(&p.par.gor[0], ch)
+		p.stageOwners(g, ch)
+		took = true
 	}
-	return to
-}
-
-// help is a goroutine beyond the driver and the caller: it takes tasks
-// until the caller is done.
-func (p *Pool) help(id int) {
-	defer p.par.done.Done()
-	p.until(&p.par.gor[id], p.par.stop.Load)
+	return to, took
 }
 
 // holdPoint is where a test's parallel.hold is called.
 type holdPoint uint8
 
 const (
-	holdCaller holdPoint = iota + 1 // the caller, before its first chunk
-	holdDriver                      // the driver, after it published a job
-	holdReady                       // the driver, after a chunk is ready
+	holdHelper    holdPoint = iota + 1 // a helper, before it takes anything
+	holdPublished                      // the caller, after it published a job
+	holdReady                          // the caller, after a chunk is ready
 )
 
 // parkAfterPolls is how many times a waiting goroutine with no task to take
@@ -384,12 +392,18 @@ const (
 // (its partner lost its thread to another process) must not hold a core.
 const parkAfterPolls = 2000
 
-// until takes tasks until cond holds, polling, then blocking when there is
-// nothing to take. Every change a waiter may wait for (a job published, a
-// job's last task done, a chunk ready, the end) calls wakeAll.
-func (p *Pool) until(g *applyGoroutine, cond func() bool) {
+// until does work until cond holds, polling, then blocking when there is
+// nothing to do. work (nil: take a stage-1 task) reports whether it did
+// something. Every change a waiter may wait for (a job published, a job's
+// last task done, a chunk ready, a chunk's owner counts done, the end)
+// calls wakeAll, and a goroutine re-checks for work after it marks itself
+// parked, so none sleeps through one.
+func (p *Pool) until(g *applyGoroutine, cond func() bool, work func() bool) {
+	if work == nil {
+		work = func() bool { return p.runTask(g) }
+	}
 	for polls := 0; !cond(); {
-		if p.runTask(g) {
+		if work() {
 			polls = 0
 			continue
 		}
@@ -398,8 +412,9 @@ func (p *Pool) until(g *applyGoroutine, cond func() bool) {
 		}
 		polls = 0
 		g.parked.Store(true)
-		if cond() || p.par.taskWaiting() {
+		if cond() || work() {
 			if g.parked.CompareAndSwap(true, false) {
+				polls = 0
 				continue
 			}
 		}
@@ -414,12 +429,6 @@ func (par *parallel) wakeAll() {
 			g.wake <- struct{}{}
 		}
 	}
-}
-
-// taskWaiting reports whether the current job has an unclaimed task.
-func (par *parallel) taskWaiting() bool {
-	jb := par.cur.Load()
-	return jb != nil && jb.next.Load() < jb.n
 }
 
 // runTask runs one unclaimed task of the current job, if there is one.

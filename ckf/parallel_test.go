@@ -137,38 +137,36 @@ func sortedLineage(p *Pool) []MemberLineage {
 }
 
 // schedule is a forced order of ApplyEvents' goroutines for a pool of 2
-// workers (parallel.hold): free (whatever the runtime does), callerLate
-// (the caller starts only when the driver has taken every chunk's owner
-// counts) or driverLate (the driver waits after publishing each job until
-// the caller has taken all its tasks, and after each chunk is ready until
-// the caller has taken its owner counts).
+// workers (parallel.hold): free (whatever the runtime does), solo (the
+// helper is held until the call is done: the caller applies alone) or
+// helped (the caller waits after publishing each job until the helper has
+// taken all its tasks, and after each chunk is ready until the helper has
+// taken its owner counts).
 type schedule int
 
 const (
 	free schedule = iota
-	callerLate
-	driverLate
+	solo
+	helped
 )
 
 // force installs s on p.
 func force(p *Pool, s schedule) {
 	par := p.parallelState()
 	switch s {
-	case callerLate:
+	case solo:
 		par.hold = func(at holdPoint) {
-			if at != holdCaller {
+			if at != holdHelper {
 				return
 			}
-			// The call's last chunk (the driver takes stage 2 in order).
-			ch := par.chunks[len(par.jobs)-1]
-			for ch.owners.Load() != ownersDone {
+			for !par.stop.Load() {
 				runtime.Gosched()
 			}
 		}
-	case driverLate:
+	case helped:
 		par.hold = func(at holdPoint) {
 			switch at {
-			case holdDriver:
+			case holdPublished:
 				for jb := par.cur.Load(); jb.done.Load() < jb.n; {
 					runtime.Gosched()
 				}
@@ -181,20 +179,18 @@ func force(p *Pool, s schedule) {
 	}
 }
 
-// checkSchedule fails unless the last parallel call of p ran as s forces.
+// checkSchedule fails unless the last parallel call of p ran as s forces:
+// every stage-1 task and every chunk's owner counts taken by the caller
+// (solo) or by the helper (helped).
 func checkSchedule(t *rapid.T, step string, p *Pool, s schedule) {
 	ran := p.par.ran
 	require.NotEmpty(t, ran.owners, "%s: no record of the call's schedule", step)
-	switch s {
-	case callerLate:
-		require.Equal(t, make([]int8, len(ran.owners)), ran.owners, "%s: callerLate: every chunk's owners taken by the driver", step)
-	case driverLate:
-		for _, by := range ran.members {
-			require.Equal(t, int8(1), by, "%s: driverLate: every stage-1 task taken by the caller", step)
-		}
-		for _, by := range ran.owners {
-			require.Equal(t, int8(1), by, "%s: driverLate: every chunk's owners taken by the caller", step)
-		}
+	by := map[schedule]int8{solo: 1, helped: 0}[s]
+	for _, g := range ran.members {
+		require.Equal(t, by, g, "%s: schedule %d: the goroutine of a stage-1 task", step, s)
+	}
+	for _, g := range ran.owners {
+		require.Equal(t, by, g, "%s: schedule %d: the goroutine of a chunk's owner counts", step, s)
 	}
 }
 
@@ -203,8 +199,8 @@ func checkSchedule(t *rapid.T, step string, p *Pool, s schedule) {
 // random size, capacity omissions on small tables, member and tracked-block
 // limits that refuse events — applied event by event to one pool and by
 // ApplyEvents with 1, 2 and 8 workers to others (every batch through the
-// workers, however small; with 2 workers also in the two forced schedules,
-// the driver's stage 2 and the caller's stage-1 tasks) leave outcomes,
+// workers, however small; with 2 workers also in the two forced schedules:
+// the caller alone, and the helper taking every task and owner count) leave outcomes,
 // published batches and state word for word equal after every batch and
 // every operation. Run with -race.
 func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
@@ -220,7 +216,7 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 		require.NoError(t, err)
 		chunk := rapid.IntRange(1, 300).Draw(t, "chunkBlocks")
 		workers := []int{1, 2, 8, 2, 2}
-		schedules := []schedule{free, free, free, callerLate, driverLate}
+		schedules := []schedule{free, free, free, solo, helped}
 		pools := make([]*Pool, len(workers))
 		for i, w := range workers {
 			c := cfg
