@@ -670,6 +670,17 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 		return lease.Remaining()
 	}
 	ttl := n.cfg.Leases.cfg.TTL
+	// The lease key deleted or expired under this leader (a foreign
+	// delete, a bucket whose TTL changed, a renewal that came too late):
+	// learnt from the watch at once, not at the next renewal a third of
+	// the TTL later, meanwhile another replica may lead. Without the
+	// watch (it could not be created) the renewals still find out.
+	lost, stopWatch, werr := n.cfg.Leases.WatchFree(ctx, n.cfg.Pool)
+	if werr != nil {
+		n.log.Warn("replica: watching the held lease; relying on renewals", "err", werr)
+		lost, stopWatch = nil, func() {}
+	}
+	defer stopWatch()
 	renew := time.NewTicker(ttl / 3)
 	defer renew.Stop()
 	expiry := time.NewTimer(lease.Remaining())
@@ -689,6 +700,10 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 				n.log.Warn("replica: releasing the lease (it expires after its TTL)", "err", err)
 			}
 			return errResigned
+		case <-lost:
+			if n.cfg.clockBroken == nil || !n.cfg.clockBroken() {
+				return fmt.Errorf("%w: the lease key was deleted or expired", ErrLost)
+			}
 		case <-expiry.C:
 			if !valid() {
 				return errors.New("the lease deadline passed without a stored renewal")

@@ -141,3 +141,21 @@ func TestNodeSaysItStoppedLeadingAtItsDeadline(t *testing.T) {
 	assert.Equal(t, RoleStandby, a.n.Status().Role)
 	assert.False(t, a.n.Leads())
 }
+
+// TestNodeLeaderStepsDownWhenItsLeaseKeyGoes: the lease key is deleted
+// under a live leader (a foreign delete; the red team's F0 variant). The
+// leader learns it from its watch and stops leading at once — not at its
+// next renewal a third of the TTL later, while a standby may already lead.
+func TestNodeLeaderStepsDownWhenItsLeaseKeyGoes(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ls, err := OpenLeases(t.Context(), js, LeaseConfig{TTL: 30 * time.Second, Replicas: 1})
+	require.NoError(t, err)
+	a := startNode(t, srv, ls, "a")
+	a.waitRole(t, RoleLeader, 10*time.Second)
+	deleted := time.Now()
+	require.NoError(t, ls.kv.Delete(t.Context(), "pool"))
+	a.waitRole(t, RoleStandby, 3*time.Second) // renewals come every 10 s
+	t.Logf("stepped down %v after the delete", time.Since(deleted))
+	assert.False(t, a.n.Leads())
+}
