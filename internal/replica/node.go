@@ -115,6 +115,9 @@ type Status struct {
 	// Checkpoint is the stream sequence of the last checkpoint this
 	// replica stored (0: none yet).
 	Checkpoint uint64
+	// PurgedBelow is the stream sequence below which this replica last
+	// purged the pool's subject (0: it purged nothing).
+	PurgedBelow uint64
 }
 
 // Defaults of the checkpoint cadence: a standby checkpoints after this many
@@ -337,7 +340,7 @@ func (n *Node) Run(ctx context.Context) error {
 		for _, c := range from.cursors {
 			n.cursors[c.Source] = c.Seq
 		}
-		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint,
+		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint, PurgedBelow: n.status.PurgedBelow,
 			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
@@ -345,6 +348,13 @@ func (n *Node) Run(ctx context.Context) error {
 		led := err == nil
 		if led {
 			err = n.lead(ctx, p, lease, app)
+			// The pool is discarded: say so now, before its outputs stop
+			// and the rebuild reads the stream and the checkpoints —
+			// without a NATS majority that waits until NATS is back, and
+			// a replica that no longer leads must not be reported as the
+			// leader meanwhile.
+			n.update(func(s *Status) { s.Role = RoleStandby })
+			n.log.Info("replica: role change", "role", RoleStandby.String(), "term", n.Status().Term, "reason", fmt.Sprintf("stopped leading: %v; rebuilding", err))
 		}
 		p.Recorder.SetRecording(false)
 		if p.Close != nil {
@@ -594,31 +604,37 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 	}
 }
 
-// checkpointLookupTimeout bounds a rebuild's reading of the checkpoints.
-const checkpointLookupTimeout = 10 * time.Second
+// checkpointStoreTimeout bounds a standby's storing of one checkpoint (the
+// object, the index, the deletes, the purge). It runs beside the follow
+// loop, one at a time: a store that cannot finish delays only the next
+// checkpoint.
+const checkpointStoreTimeout = 2 * time.Minute
 
 // startPool starts the pool a replica rebuilds: from the newest checkpoint
 // that loads — a damaged one is skipped, loudly, for the older — or, with
 // none, empty, provided the subject still starts at its first record. A
 // purged subject without a loadable checkpoint is ErrStateLost: starting
-// empty would make this replica a leader of nothing.
+// empty would make this replica a leader of nothing. A checkpoint that
+// cannot be listed or read in time (no NATS replica answers) is not
+// damage: with the subject still whole the replica replays it, otherwise
+// startPool fails and Run retries. Every lookup is a direct get bounded by
+// CheckpointRequestTimeout, so nothing here waits for a stream's leader.
 func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 	tried := 0
+	var unread error // why a checkpoint could not be listed or read, if not damage
 	if cs := n.cfg.Checkpoints; cs != nil {
-		// The object store's listing and reads run on consumers that, with
-		// a NATS node gone, can wait for a new stream leader without end:
-		// bound them, and let Run back off and retry (the relay's cluster
-		// e2e saw a rebuilding standby stall here after a node's death).
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, checkpointLookupTimeout)
-		defer cancel()
 		seqs, err := cs.List(ctx, n.cfg.Pool)
 		if err != nil {
-			return Pool{}, origin{}, err
+			unread = err
 		}
-		tail, err := Tail(ctx, n.cfg.Stream, n.subject)
-		if err != nil {
-			return Pool{}, origin{}, err
+		tail := uint64(0)
+		if len(seqs) > 0 {
+			tctx, cancel := bounded(ctx)
+			tail, err = Tail(tctx, n.cfg.Stream, n.subject)
+			cancel()
+			if err != nil {
+				return Pool{}, origin{}, err
+			}
 		}
 		for i, seq := range seqs {
 			tried++
@@ -629,12 +645,14 @@ func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 				continue
 			}
 			ck, err := cs.Get(ctx, n.cfg.Pool, seq)
-			if errors.Is(err, ErrDamagedCheckpoint) || errors.Is(err, jetstream.ErrObjectNotFound) {
+			if errors.Is(err, ErrDamagedCheckpoint) {
 				n.log.Error("replica: checkpoint does not load, falling back to an older one", "checkpoint", seq, "err", err)
 				continue
 			}
 			if err != nil {
-				return Pool{}, origin{}, err
+				n.log.Warn("replica: checkpoint cannot be read now, trying an older one", "checkpoint", seq, "err", err)
+				unread = err
+				continue
 			}
 			p, err := n.cfg.PoolFromImage(&ck.Image)
 			if errors.Is(err, ckf.ErrInvalidImage) {
@@ -649,12 +667,20 @@ func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 			return p, origin{seq: ck.Seq, term: ck.Term, leader: ck.Leader, cursors: ck.Cursors}, nil
 		}
 	}
-	prev, err := FirstPrev(ctx, n.cfg.Stream, n.subject)
+	fctx, cancel := bounded(ctx)
+	prev, err := FirstPrev(fctx, n.cfg.Stream, n.subject)
+	cancel()
 	if err != nil {
 		return Pool{}, origin{}, err
 	}
+	if prev != 0 && unread != nil {
+		return Pool{}, origin{}, fmt.Errorf("replica: the subject %s starts after stream sequence %d and its checkpoints cannot be read now: %w", n.subject, prev, unread)
+	}
 	if prev != 0 {
 		return Pool{}, origin{}, fmt.Errorf("%w: the subject %s starts after stream sequence %d, and %d checkpoints were tried", ErrStateLost, n.subject, prev, tried)
+	}
+	if unread != nil {
+		n.log.Warn("replica: checkpoints cannot be read now; the subject starts at its first record: replaying it", "err", unread)
 	}
 	p, err := n.cfg.NewPool()
 	if err != nil {
@@ -680,6 +706,8 @@ func (n *Node) checkpoint(ctx context.Context, p Pool, rec Record) error {
 	go func() {
 		defer n.stores.Done()
 		defer n.storing.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, checkpointStoreTimeout)
+		defer cancel()
 		size, below, err := n.cfg.Checkpoints.Put(ctx, n.cfg.Pool, ck)
 		if err != nil {
 			n.log.Warn("replica: storing a checkpoint", "checkpoint", ck.Seq, "err", err)
@@ -689,6 +717,9 @@ func (n *Node) checkpoint(ctx context.Context, p Pool, rec Record) error {
 		if err := Purge(ctx, n.cfg.Stream, n.subject, below); err != nil {
 			n.log.Warn("replica: purging below a checkpoint", "below", below, "err", err)
 			return
+		}
+		if below > 1 {
+			n.update(func(s *Status) { s.PurgedBelow = max(s.PurgedBelow, below) })
 		}
 		n.log.Info("replica: stored a checkpoint", "checkpoint", ck.Seq, "bytes", size, "purged_below", below)
 	}()

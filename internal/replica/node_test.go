@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -67,6 +68,12 @@ func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs
 	_, js := srv.JetStream(t)
 	s, err := EnsureStream(t.Context(), js, StreamConfig{Replicas: 1})
 	require.NoError(t, err)
+	return startNodeOn(t, js, s, ls, id, cs, checkpointRecords)
+}
+
+// startNodeOn is startNodeWith on connection js and records stream s.
+func startNodeOn(t *testing.T, js jetstream.JetStream, s jetstream.Stream, ls *Leases, id string, cs *Checkpoints, checkpointRecords int) *testNode {
+	t.Helper()
 	tn := &testNode{changes: make(chan change, 16), done: make(chan error, 1)}
 	start := func(img *producer.Image) (Pool, error) {
 		r, stop, err := startReplicaImage(64, img)
