@@ -463,8 +463,10 @@ func (s *Checkpoints) info(ctx context.Context, name string) (*jetstream.ObjectI
 	if info.Deleted {
 		return nil, fmt.Errorf("%w: %s was deleted", ErrDamagedCheckpoint, name)
 	}
-	if info.NUID == "" || (info.Size > 0 && info.Chunks == 0) {
-		return nil, fmt.Errorf("%w: %s: metadata names no chunks", ErrDamagedCheckpoint, name)
+	if info.NUID == "" || (info.Size > 0 && info.Chunks == 0) || uint64(info.Chunks) > info.Size {
+		// Every chunk holds at least a byte: more chunks than bytes would
+		// have the reader ask for up to 2^32 messages.
+		return nil, fmt.Errorf("%w: %s: metadata names %d chunks for %d bytes", ErrDamagedCheckpoint, name, info.Chunks, info.Size)
 	}
 	return &info, nil
 }
@@ -477,7 +479,9 @@ func (s *Checkpoints) read(ctx context.Context, name string, info *jetstream.Obj
 		return nil, fmt.Errorf("%w: %s: digest %q: %w", ErrDamagedCheckpoint, name, info.Digest, err)
 	}
 	subject := "$O." + s.bucket + ".C." + info.NUID
-	b := make([]byte, 0, info.Size)
+	// The size is bounded (MaxCheckpoint), but it is the metadata's word:
+	// memory grows with the chunks actually read.
+	b := make([]byte, 0, min(info.Size, 1<<26))
 	h := sha256.New()
 	next := uint64(1)
 	for range info.Chunks {
@@ -490,8 +494,8 @@ func (s *Checkpoints) read(ctx context.Context, name string, info *jetstream.Obj
 		if err != nil {
 			return nil, fmt.Errorf("replica: checkpoint %s: %w", name, err)
 		}
-		if uint64(len(b)+len(m.Data)) > info.Size {
-			return nil, fmt.Errorf("%w: %s: chunks beyond its %d bytes", ErrDamagedCheckpoint, name, info.Size)
+		if len(m.Data) == 0 || uint64(len(b)+len(m.Data)) > info.Size {
+			return nil, fmt.Errorf("%w: %s: an empty chunk or chunks beyond its %d bytes", ErrDamagedCheckpoint, name, info.Size)
 		}
 		b = append(b, m.Data...)
 		h.Write(m.Data)
