@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+	"github.com/ckfrelay/ckfrelay/producer"
 )
 
 // checkpointAt is the sample checkpoint under stream sequence seq.
@@ -146,4 +147,59 @@ func TestCheckpoints_RefuseForgedIndexAndMetadata(t *testing.T) {
 	require.ErrorIs(t, forge(func(f *jetstream.ObjectInfo) { f.Digest = "SHA-256=" + "AAAA" }), ErrDamagedCheckpoint)
 	require.ErrorIs(t, forge(func(f *jetstream.ObjectInfo) { f.Deleted = true }), ErrDamagedCheckpoint)
 	require.NoError(t, forge(func(*jetstream.ObjectInfo) {}), "the original metadata loads again")
+}
+
+// TestStartPool_UnreadCheckpointIsNotStateLost: a checkpoint the index
+// names but no NATS replica answers is not damage. While the subject still
+// starts at its first record the replica replays it; once the subject is
+// purged it fails to start (Run retries), and never with ErrStateLost —
+// that stops the replica for good.
+func TestStartPool_UnreadCheckpointIsNotStateLost(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	cs, err := EnsureCheckpoints(ctx, js, CheckpointConfig{Replicas: 1})
+	require.NoError(t, err)
+	ls, err := OpenLeases(ctx, js, LeaseConfig{TTL: time.Second, Replicas: 1})
+	require.NoError(t, err)
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	subject, _ := Subject("", "pool")
+	started := 0
+	n, err := NewNode(NodeConfig{Pool: "pool", Node: "x", JS: js, Stream: s, Leases: ls, Checkpoints: cs,
+		NewPool: func() (Pool, error) {
+			started++
+			r, stop := startReplica(t, 64)
+			return Pool{Handle: r.h, Recorder: r.rec, Close: stop}, nil
+		},
+		PoolFromImage: func(*producer.Image) (Pool, error) { panic("no checkpoint loads here") }})
+	require.NoError(t, err)
+
+	// Two records (sequences 1 and 2); the index names a checkpoint at 2
+	// whose object no replica has.
+	app := NewAppender(js, s, subject, 1, 0, 0)
+	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
+	require.NoError(t, app.Append(ctx, 0, []Command{{Kind: KindCursor, Cursor: producer.Cursor{Source: "s", Seq: 1}}}))
+	_, err = cs.index.Put(ctx, "pool", []byte("2"))
+	require.NoError(t, err)
+
+	p, from, err := n.startPool(ctx)
+	require.NoError(t, err, "a whole subject is replayed when its checkpoint cannot be read")
+	assert.Equal(t, 1, started)
+	assert.Zero(t, from.seq)
+	p.Close()
+
+	require.NoError(t, Purge(ctx, s, subject, 2))
+	_, _, err = n.startPool(ctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrStateLost, "an unread checkpoint was taken for a lost state")
+	require.ErrorIs(t, err, jetstream.ErrObjectNotFound)
+	assert.Equal(t, 1, started, "a purged subject was replayed from its middle")
+
+	// Deleted, it is provably gone: the state is lost.
+	_, err = cs.os.PutBytes(ctx, checkpointName("pool", 2), []byte("x"))
+	require.NoError(t, err)
+	require.NoError(t, cs.os.Delete(ctx, checkpointName("pool", 2)))
+	_, _, err = n.startPool(ctx)
+	require.ErrorIs(t, err, ErrStateLost)
 }
