@@ -353,8 +353,12 @@ func (n *Node) Run(ctx context.Context) error {
 			// without a NATS majority that waits until NATS is back, and
 			// a replica that no longer leads must not be reported as the
 			// leader meanwhile.
-			n.update(func(s *Status) { s.Role = RoleStandby })
-			n.log.Info("replica: role change", "role", RoleStandby.String(), "term", n.Status().Term, "reason", fmt.Sprintf("stopped leading: %v; rebuilding", err))
+			// Who leads now is not known: a standby names no leader (its
+			// answers say "retry") until it applies the next term record.
+			n.update(func(s *Status) { s.Role, s.Leader, s.Address = RoleStandby, "", "" })
+			if ctx.Err() == nil && !errors.Is(err, errResigned) {
+				n.log.Info("replica: role change", "role", RoleStandby.String(), "term", n.Status().Term, "reason", fmt.Sprintf("stopped leading: %v; rebuilding", err))
+			}
 		}
 		p.Recorder.SetRecording(false)
 		if p.Close != nil {
