@@ -101,3 +101,34 @@ func TestAppend_InProcessAnswerIsRetriedNotARefusal(t *testing.T) {
 		require.ErrorIs(t, app.Append(ctx, 0, cmds), ErrRefused)
 	})
 }
+
+// TestEnsureStream_KeepsAnOperatorsSettings: a replica's start does not
+// rewrite the records stream an operator hardened — a byte cap and
+// DenyPurge stay (every start used to reset the cap, and with DenyPurge no
+// replica could start: NATS refuses to lift it) — and a stream whose
+// settings would lose records is refused, naming the setting.
+func TestEnsureStream_KeepsAnOperatorsSettings(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	cfg.MaxBytes, cfg.DenyPurge = 50<<20, true
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	s, err = EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err, "a replica could not start on a hardened stream")
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(50<<20), info.Config.MaxBytes, "the operator's cap was overwritten")
+	require.True(t, info.Config.DenyPurge)
+
+	other := StreamConfig{Name: "AGED", SubjectPrefix: "aged", Replicas: 1}
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "AGED", Subjects: []string{"aged.>"}, MaxAge: time.Hour})
+	require.NoError(t, err)
+	_, err = EnsureStream(ctx, js, other)
+	require.ErrorIs(t, err, ErrStreamConfig)
+	require.Contains(t, err.Error(), "max age")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -74,20 +75,29 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	return c
 }
 
-// EnsureStream creates or updates the records stream. It is never bounded
-// by age, count or DiscardOld: if the last record of a pool could expire,
-// the expected sequence of its subject would fall back to 0 and an empty
-// replica's term record would succeed — total state loss. A pool's subject
-// is purged only below a checkpoint.
+// EnsureStream creates the records stream, or checks the one that exists.
+// It is never bounded by age, count or DiscardOld: if the last record of a
+// pool could expire, the expected sequence of its subject would fall back
+// to 0 and an empty replica's term record would succeed — total state
+// loss. A pool's subject is purged only below a checkpoint.
+//
+// An existing stream is not rewritten: an operator's cap (MaxBytes, with
+// DiscardNew) and deny flags (DenyPurge, which NATS never lets anyone
+// lift) are theirs to set — every replica start used to overwrite them, and
+// with DenyPurge set no replica could start at all. Only what the records
+// rely on is checked, and a stream that breaks it is refused with the
+// setting to change (ErrStreamConfig); a replica count below the
+// configured one is raised, never lowered.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
 	c = c.withDefaults()
 	maxBytes := c.MaxBytes
 	if maxBytes == 0 {
 		maxBytes = -1
 	}
+	subjects := c.SubjectPrefix + ".>"
 	cfg := jetstream.StreamConfig{
 		Name:              c.Name,
-		Subjects:          []string{c.SubjectPrefix + ".>"},
+		Subjects:          []string{subjects},
 		Storage:           jetstream.FileStorage,
 		Replicas:          c.Replicas,
 		Retention:         jetstream.LimitsPolicy,
@@ -101,11 +111,55 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 		AllowDirect:       true,
 		DenyDelete:        true,
 	}
-	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	s, err := js.Stream(ctx, c.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another replica created it first
+			s, err = js.Stream(ctx, c.Name)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: records stream %s: %w", c.Name, err)
 	}
+	have := s.CachedInfo().Config
+	if err := checkStream(have, subjects); err != nil {
+		return nil, err
+	}
+	if have.Replicas < c.Replicas {
+		have.Replicas = c.Replicas
+		if s, err = js.UpdateStream(ctx, have); err != nil {
+			return nil, fmt.Errorf("replica: records stream %s: raising its replicas to %d: %w", c.Name, c.Replicas, err)
+		}
+	}
 	return s, nil
+}
+
+// ErrStreamConfig: an existing records stream is configured in a way the
+// records cannot live with.
+var ErrStreamConfig = errors.New("replica: the records stream's configuration loses records")
+
+// checkStream checks an existing records stream against what the records
+// rely on: every record of every pool kept until a checkpoint's purge, and
+// duplicates detected across an append's retries.
+func checkStream(have jetstream.StreamConfig, subjects string) error {
+	bad := func(what string) error {
+		return fmt.Errorf("%w: stream %s %s; change it (nats stream edit) or let the relay create the stream", ErrStreamConfig, have.Name, what)
+	}
+	switch {
+	case !slices.Contains(have.Subjects, subjects):
+		return bad(fmt.Sprintf("does not capture %q (subjects %v)", subjects, have.Subjects))
+	case have.Retention != jetstream.LimitsPolicy:
+		return bad("has retention " + have.Retention.String() + ", not limits")
+	case have.MaxAge != 0:
+		return bad(fmt.Sprintf("has max age %v: a pool's last record could expire", have.MaxAge))
+	case have.MaxMsgs > 0 || have.MaxMsgsPerSubject > 0:
+		return bad(fmt.Sprintf("has message limits (%d, %d per subject): a pool's records could be dropped", have.MaxMsgs, have.MaxMsgsPerSubject))
+	case have.MaxBytes > 0 && have.Discard != jetstream.DiscardNew:
+		return bad("caps its bytes with discard old: a pool's records could be dropped")
+	case have.Duplicates < time.Second:
+		return bad(fmt.Sprintf("has a duplicates window of %v: a retried append could be stored twice", have.Duplicates))
+	}
+	return nil
 }
 
 // ErrRefused: the stream refused an append's expected predecessor — another

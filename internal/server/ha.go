@@ -266,6 +266,23 @@ type haPool struct {
 	// leads is the node's Leads (tests replace it): whether the lease's
 	// deadline, on CLOCK_BOOTTIME, has not passed.
 	leads func() bool
+
+	// stopped is why the node's Run returned for good (nil while it runs).
+	stopped atomic.Pointer[string]
+}
+
+// failure says why the replica cannot do its job — its node stopped, or
+// its records chain halts — or "" when it can.
+func (h *haPool) failure() string {
+	if s := h.stopped.Load(); s != nil {
+		return "stopped: " + *s
+	}
+	if h.node != nil {
+		if st := h.node.Status(); st.Halted != "" {
+			return "halted: " + st.Halted
+		}
+	}
+	return ""
 }
 
 // leadsNow reports whether this replica leads its pool by its own clock. A
@@ -349,6 +366,8 @@ func (s *Server) startHA(httpURL, grpcTarget string) error {
 		go func() {
 			defer close(h.done)
 			if err := node.Run(ctx); err != nil && ctx.Err() == nil {
+				msg := err.Error()
+				h.stopped.Store(&msg)
 				p.log.Error("replica stopped", "err", err)
 			}
 		}()
@@ -596,7 +615,10 @@ func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 	st := p.ha.node.Status()
 	out := &catalog.HA{Role: st.Role.String(), Leader: st.Leader, LeaderAddress: parseAdvertisement(st.Leader, st.Address).URL,
 		Term: catalog.U64(st.Term), Applied: catalog.U64(st.Applied), Takeovers: catalog.U64(p.ha.takeovers.Load()),
-		Rebuilds: catalog.U64(st.Rebuilds)}
+		Rebuilds: catalog.U64(st.Rebuilds), Halted: st.Halted}
+	if s := p.ha.stopped.Load(); s != nil {
+		out.Stopped = *s
+	}
 	if p.ha.s.ha != nil && p.ha.s.ha.checkpoints != nil {
 		out.Checkpoint = &catalog.HACheckpoint{Loaded: catalog.U64(st.Loaded), Stored: catalog.U64(st.Checkpoint),
 			PurgedBelow: catalog.U64(st.PurgedBelow)}
@@ -646,7 +668,9 @@ func (h *haPool) tail(ctx context.Context) uint64 {
 func (h *haPool) checkDuplicate(ctx context.Context) {
 	holder, rev, err := h.s.ha.leases.Holder(ctx, h.p.spec.Name)
 	switch {
-	case err != nil || holder.Node != h.s.cfg.HA.NodeID:
+	case err != nil || holder.Node != h.s.cfg.HA.NodeID || h.node.Acquired(holder.Token):
+		// This relay's own lease (a takeover it is failing) is no
+		// duplicate: only a token it never held is.
 		h.dupSince, h.dupRev = time.Time{}, 0
 		h.duplicate.Store(false)
 	case h.dupSince.IsZero():

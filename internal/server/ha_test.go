@@ -508,3 +508,61 @@ func TestHA_LeaderPastItsDeadlineServesNothing(t *testing.T) {
 		require.Fail(t, "the open stream went on after the deadline")
 	}
 }
+
+// TestHA_ReplicaThatLostItsRecordsIsNotReady: the pool's records subject
+// is purged under a running leader (a JetStream API request). The replica
+// stops with the records lost instead of leading what is left; it says so
+// in the catalog's ha block and /readyz answers 503, so a supervisor sees
+// it (it used to answer 200 and look like a healthy standby).
+func TestHA_ReplicaThatLostItsRecordsIsNotReady(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	cfg := haConfig(srv.URL(), "node-a")
+	cfg.HA.LeaseTTL = Duration(time.Second)
+	a := startHARelay(t, cfg, nil)
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	ev, _ := chainJSON(1, 1, 3)
+	resp, body := postEvents(t, a.ts.URL, "dc-a", "["+ev+"]")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "%v", body)
+	ready := func() int {
+		r, err := http.Get(a.ts.URL + "/readyz")
+		require.NoError(t, err)
+		r.Body.Close()
+		return r.StatusCode
+	}
+	require.Equal(t, http.StatusOK, ready())
+
+	subject, err := replica.Subject("", "dc-a")
+	require.NoError(t, err)
+	require.NoError(t, a.s.ha.stream.Purge(t.Context(), jetstream.WithPurgeSubject(subject)))
+	ev, _ = chainJSON(2, 1, 3)
+	resp, body = postEvents(t, a.ts.URL, "dc-a", "["+ev+"]")
+	require.NotEqual(t, http.StatusAccepted, resp.StatusCode, "%v", body)
+
+	require.Eventually(t, func() bool { return ready() == http.StatusServiceUnavailable }, 15*time.Second, 20*time.Millisecond,
+		"a replica whose records were purged is still ready")
+	h := a.ha(t, "dc-a")
+	require.NotNil(t, h.HA)
+	assert.Contains(t, h.HA.Stopped, "state lost")
+	assert.Equal(t, "standby", h.HA.Role)
+}
+
+// TestHA_OwnLeaseIsNoDuplicateNodeID: the lease under this relay's node id
+// with a token this relay acquired — a takeover it keeps failing, as in a
+// halted chain — is not "another relay under this node id" (the red team
+// saw that false alarm); only a token it never held is.
+func TestHA_OwnLeaseIsNoDuplicateNodeID(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	cfg := haConfig(srv.URL(), "node-a")
+	cfg.HA.LeaseTTL = Duration(time.Second)
+	a := startHARelay(t, cfg, nil)
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	h := a.s.pools["dc-a"].ha
+	deadline := time.Now().Add(3 * time.Second) // past two TTLs of renewals
+	for time.Now().Before(deadline) {
+		h.tailMu.Lock()
+		h.checkDuplicate(t.Context())
+		h.tailMu.Unlock()
+		require.False(t, h.duplicate.Load(), "the relay's own lease was reported as another relay's")
+		time.Sleep(100 * time.Millisecond) // renewals happen every TTL/3; polling them
+	}
+}
