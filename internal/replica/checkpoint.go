@@ -315,10 +315,19 @@ func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c Checkpoint
 	if c.MaxCheckpoint <= 0 {
 		c.MaxCheckpoint = DefaultMaxCheckpoint
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
-		Description: "ckfrelay pool checkpoints (issue #34)",
-	})
+	// An existing store and index are opened, not rewritten: an
+	// operator's cap or replica count on them stays theirs (as
+	// EnsureStream keeps the records stream's).
+	os, err := js.ObjectStore(ctx, c.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		os, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+			Description: "ckfrelay pool checkpoints (issue #34)",
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			os, err = js.ObjectStore(ctx, c.Bucket) // another replica created it first
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
 	}
@@ -329,10 +338,16 @@ func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c Checkpoint
 	if err != nil {
 		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
 	}
-	idx, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: c.Bucket + "_INDEX", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas,
-		Description: "ckfrelay: the checkpoints each pool keeps (issue #34)",
-	})
+	idx, err := js.KeyValue(ctx, c.Bucket+"_INDEX")
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		idx, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: c.Bucket + "_INDEX", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+			Description: "ckfrelay: the checkpoints each pool keeps (issue #34)",
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			idx, err = js.KeyValue(ctx, c.Bucket+"_INDEX")
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: checkpoint index %s_INDEX: %w", c.Bucket, err)
 	}

@@ -203,3 +203,31 @@ func TestStartPool_UnreadCheckpointIsNotStateLost(t *testing.T) {
 	_, _, err = n.startPool(ctx)
 	require.ErrorIs(t, err, ErrStateLost)
 }
+
+// TestEnsureCheckpoints_KeepsAnOperatorsSettings: a replica's start opens
+// the existing checkpoint store and index; it does not rewrite a cap the
+// operator set on them (as EnsureStream keeps the records stream's).
+func TestEnsureCheckpoints_KeepsAnOperatorsSettings(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	_, err := EnsureCheckpoints(ctx, js, CheckpointConfig{Replicas: 1})
+	require.NoError(t, err)
+	for _, name := range []string{"OBJ_" + DefaultCheckpointBucket, "KV_" + DefaultCheckpointBucket + "_INDEX"} {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		cfg := s.CachedInfo().Config
+		cfg.MaxBytes = 1 << 30
+		_, err = js.UpdateStream(ctx, cfg)
+		require.NoError(t, err)
+	}
+	cs, err := EnsureCheckpoints(ctx, js, CheckpointConfig{Replicas: 1})
+	require.NoError(t, err)
+	for _, name := range []string{"OBJ_" + DefaultCheckpointBucket, "KV_" + DefaultCheckpointBucket + "_INDEX"} {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1<<30), s.CachedInfo().Config.MaxBytes, "%s: the operator's cap was rewritten", name)
+	}
+	_, _, err = cs.Put(ctx, "p", checkpointAt(sampleCheckpoint(t), 3))
+	require.NoError(t, err)
+}
