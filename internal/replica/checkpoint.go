@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -363,6 +364,35 @@ func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, CheckpointRequestTimeout)
 }
 
+// directGet runs get (a direct get: idempotent) within
+// CheckpointRequestTimeout, asking again when an attempt has no answer
+// after a quarter of it or finds no responder: a request routed to a NATS
+// node that just died is lost, not late (the cluster test saw a 2 s
+// timeout where the next attempt answered at once).
+func directGet[T any](ctx context.Context, get func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, CheckpointRequestTimeout/4)
+		v, err := get(actx)
+		acancel()
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return v, err
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			// ask again at once
+		case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+			select { // no replica answers direct gets yet: not a hot loop
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return v, err
+			}
+		default:
+			return v, err
+		}
+	}
+}
+
 // maxIndexed bounds the sequences an index value may name (two are kept;
 // the bound only refuses garbage).
 const maxIndexed = 16
@@ -403,9 +433,7 @@ func formatIndex(seqs []uint64) []byte {
 // readIndex returns pool's kept checkpoints, newest first, and the index
 // entry's revision (0: no entry).
 func (s *Checkpoints) readIndex(ctx context.Context, pool string) ([]uint64, uint64, error) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	e, err := s.index.Get(ctx, pool)
+	e, err := directGet(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.index.Get(ctx, pool) })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, nil
 	}
@@ -459,9 +487,9 @@ func (s *Checkpoints) metaSubject(name string) string {
 
 // info reads an object's metadata by one direct get.
 func (s *Checkpoints) info(ctx context.Context, name string) (*jetstream.ObjectInfo, error) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
-	m, err := s.stream.GetLastMsgForSubject(ctx, s.metaSubject(name))
+	m, err := directGet(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return s.stream.GetLastMsgForSubject(ctx, s.metaSubject(name))
+	})
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			// The index names it but no replica answering has it: a
@@ -500,9 +528,9 @@ func (s *Checkpoints) read(ctx context.Context, name string, info *jetstream.Obj
 	h := sha256.New()
 	next := uint64(1)
 	for range info.Chunks {
-		rctx, cancel := bounded(ctx)
-		m, err := s.stream.GetMsg(rctx, next, jetstream.WithGetMsgSubject(subject))
-		cancel()
+		m, err := directGet(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+			return s.stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil, fmt.Errorf("%w: %s: %d of %d chunks", ErrDamagedCheckpoint, name, len(b), info.Size)
 		}

@@ -767,9 +767,7 @@ func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 		}
 		tail := uint64(0)
 		if len(seqs) > 0 {
-			tctx, cancel := bounded(ctx)
-			tail, err = Tail(tctx, n.cfg.Stream, n.subject)
-			cancel()
+			tail, err = directGet(ctx, func(ctx context.Context) (uint64, error) { return Tail(ctx, n.cfg.Stream, n.subject) })
 			if err != nil {
 				return Pool{}, origin{}, err
 			}
@@ -805,9 +803,7 @@ func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 			return p, origin{seq: ck.Seq, term: ck.Term, leader: ck.Leader, cursors: ck.Cursors}, nil
 		}
 	}
-	fctx, cancel := bounded(ctx)
-	prev, err := FirstPrev(fctx, n.cfg.Stream, n.subject)
-	cancel()
+	prev, err := directGet(ctx, func(ctx context.Context) (uint64, error) { return FirstPrev(ctx, n.cfg.Stream, n.subject) })
 	if err != nil {
 		return Pool{}, origin{}, err
 	}
