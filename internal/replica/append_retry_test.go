@@ -132,3 +132,37 @@ func TestEnsureStream_KeepsAnOperatorsSettings(t *testing.T) {
 	require.ErrorIs(t, err, ErrStreamConfig)
 	require.Contains(t, err.Error(), "max age")
 }
+
+// TestAppend_ForeignMessageUnderItsIDIsNotAStore: the stream deduplicates
+// message ids across all its subjects. A message published first, on
+// another subject, under the id an append will use is answered to the
+// append as a "duplicate": that is not a store (the leader answered 202
+// for a batch no replica ever had — red-team HA F00). Ids carry a random
+// nonce per appender, and a duplicate answer is checked against the
+// message it names.
+func TestAppend_ForeignMessageUnderItsIDIsNotAStore(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	subject, _ := Subject("", "victim")
+	app := NewAppender(js, s, subject, 3, 0, 0)
+	require.NoError(t, app.Term(ctx, TermRecord{Node: "n"}))
+	last := app.Last()
+
+	// Someone who read the stream knows the scheme; here the test knows
+	// the nonce too, the worst case.
+	id := subject + ".b3." + app.nonce + ".0.0"
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: DefaultSubjectPrefix + ".zzz", Data: []byte("x"), Header: nats.Header{jetstream.MsgIDHeader: []string{id}}})
+	require.NoError(t, err)
+	err = app.Append(ctx, 0, []Command{{Kind: KindReset, SourceEpoch: 1, Member: ckf.Member{WorkerID: 1}}})
+	require.ErrorIs(t, err, ErrForeignDuplicate)
+	tail, err := Tail(ctx, s, subject)
+	require.NoError(t, err)
+	require.Equal(t, last, tail, "nothing was stored on the pool's subject")
+
+	// Without the nonce an id is guessable from term and position alone.
+	other := NewAppender(js, s, subject, 3, 0, 0)
+	require.NotEqual(t, app.nonce, other.nonce)
+}

@@ -2,6 +2,8 @@ package replica
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -185,6 +187,12 @@ type Appender struct {
 	last       uint64 // stream sequence of the last message on the subject
 	maxMessage int
 	buf        []byte
+	// nonce makes this appender's message ids its own: the stream
+	// deduplicates ids across all its subjects, so an id that anyone can
+	// predict (term and position alone) let a foreign message published
+	// under it first turn the leader's append into a "duplicate" that was
+	// never stored — and its 202 into a lie.
+	nonce string
 }
 
 // NewAppender returns the appender of term on subject of stream s, whose
@@ -194,7 +202,10 @@ func NewAppender(js jetstream.JetStream, s jetstream.Stream, subject string, ter
 	if maxMessage <= 0 {
 		maxMessage = DefaultMaxMessage
 	}
-	return &Appender{js: js, stream: s, subject: subject, term: term, last: last, maxMessage: maxMessage}
+	var n [8]byte
+	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return &Appender{js: js, stream: s, subject: subject, term: term, last: last, maxMessage: maxMessage,
+		nonce: hex.EncodeToString(n[:])}
 }
 
 // Last is the stream sequence of the last message appended (or expected).
@@ -206,14 +217,14 @@ func (a *Appender) Term(ctx context.Context, t TermRecord) error {
 	b := AppendHeader(a.buf[:0], Header{Type: TypeTerm, Term: a.term, Prev: a.last})
 	b = AppendTerm(b, t)
 	a.buf = b
-	return a.publish(ctx, a.subject+".t"+strconv.FormatUint(a.term, 10), b)
+	return a.publish(ctx, a.subject+".t"+strconv.FormatUint(a.term, 10)+"."+a.nonce, b)
 }
 
 // Append appends one batch: cmds after journal position, split into
 // fragments that each fit a message. Its message ids name the subject (the
-// stream deduplicates across all its subjects), the term, the position and
-// the fragment, so a retry after a timeout is a duplicate and nothing else
-// is.
+// stream deduplicates across all its subjects), the term, the appender's
+// random nonce, the position and the fragment, so a retry after a timeout
+// is a duplicate and nothing else is.
 func (a *Appender) Append(ctx context.Context, position uint64, cmds []Command) error {
 	body, err := AppendBatch(nil, position, cmds)
 	if err != nil {
@@ -226,7 +237,7 @@ func (a *Appender) Append(ctx context.Context, position uint64, cmds []Command) 
 		b := AppendHeader(a.buf[:0], Header{Type: TypeBatch, More: more, Term: a.term, Prev: a.last})
 		b = append(b, body[:n]...)
 		a.buf = b
-		id := a.subject + ".b" + strconv.FormatUint(a.term, 10) + "." + strconv.FormatUint(position, 10) + "." + strconv.Itoa(frag)
+		id := a.subject + ".b" + strconv.FormatUint(a.term, 10) + "." + a.nonce + "." + strconv.FormatUint(position, 10) + "." + strconv.Itoa(frag)
 		if err := a.publish(ctx, id, b); err != nil {
 			return err
 		}
@@ -262,9 +273,15 @@ func (a *Appender) publish(ctx context.Context, id string, data []byte) error {
 	for {
 		msg := &nats.Msg{Subject: a.subject, Data: data, Header: nats.Header{}}
 		ack, err := a.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(a.last), jetstream.WithMsgID(id))
+		if err == nil && ack.Duplicate {
+			err = a.checkDuplicate(ctx, id, ack.Sequence)
+		}
 		if err == nil {
 			a.last = ack.Sequence
 			return nil
+		}
+		if errors.Is(err, ErrForeignDuplicate) {
+			return err
 		}
 		if wrongLastSequence(err) {
 			tail, terr := a.stream.GetLastMsgForSubject(ctx, a.subject)
@@ -292,6 +309,24 @@ func (a *Appender) publish(ctx context.Context, id string, data []byte) error {
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// ErrForeignDuplicate: the stream answered an append as a duplicate of a
+// message that is not this append's on this subject — a message published
+// under the same id by something else. The append is not stored.
+var ErrForeignDuplicate = errors.New("replica: append answered as a duplicate of a message that is not it")
+
+// checkDuplicate checks that the message a duplicate answer names is this
+// append's: on this subject, after the expected one, with this id.
+func (a *Appender) checkDuplicate(ctx context.Context, id string, seq uint64) error {
+	m, err := a.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return fmt.Errorf("replica: append %s: reading the message a duplicate answer names (%d): %w", id, seq, err)
+	}
+	if m.Subject != a.subject || seq <= a.last || m.Header.Get(jetstream.MsgIDHeader) != id {
+		return fmt.Errorf("%w: id %s names stream sequence %d on %s", ErrForeignDuplicate, id, seq, m.Subject)
+	}
+	return nil
 }
 
 const errCodeDuplicateInProcess = 10158
