@@ -675,7 +675,7 @@ func (h *haPool) checkDuplicate(ctx context.Context) {
 		h.duplicate.Store(false)
 	case h.dupSince.IsZero():
 		h.dupSince, h.dupRev = time.Now(), rev
-	case rev != h.dupRev && time.Since(h.dupSince) > 2*time.Duration(h.s.cfg.HA.LeaseTTL):
+	case rev != h.dupRev && time.Since(h.dupSince) > 2*h.s.ha.leases.TTL():
 		if !h.duplicate.Swap(true) {
 			h.p.log.Error("replica: another relay leads this pool under this relay's node id: give every replica its own --node-id",
 				"node_id", h.s.cfg.HA.NodeID, "holder_address", holder.Address)
