@@ -51,6 +51,12 @@ const haReplayBuffer = 2_000
 // machine (the standby takes over about one TTL after the leader died).
 const haLeaseTTL = time.Second
 
+// haCheckpointRecords is the relays' checkpoint cadence in these tests
+// (ha.checkpoint_records): small, so that standbys store checkpoints and
+// purge the records stream many times during a run, and every rebuild
+// (a restarted replica, a deposed leader) starts from a checkpoint.
+const haCheckpointRecords = 100
+
 // haView is one relay's view of the pool: the catalog's ha block and the
 // pool's block count.
 type haView struct {
@@ -59,15 +65,20 @@ type haView struct {
 	Term    uint64
 	Applied uint64
 	Lag     uint64
-	Blocks  int
-	Err     error
+	// The checkpoint block: the checkpoint the replica's pool started
+	// from, the last one it stored, and where it last purged the subject.
+	Loaded, Stored, PurgedBelow uint64
+	HasCheckpoint               bool
+	Blocks                      int
+	Err                         error
 }
 
 func (v haView) String() string {
 	if v.Err != nil {
 		return v.Err.Error()
 	}
-	return fmt.Sprintf("%s term %d applied %d lag %d leader %q blocks %d", v.Role, v.Term, v.Applied, v.Lag, v.Leader, v.Blocks)
+	return fmt.Sprintf("%s term %d applied %d lag %d leader %q blocks %d checkpoint loaded %d stored %d purged below %d",
+		v.Role, v.Term, v.Applied, v.Lag, v.Leader, v.Blocks, v.Loaded, v.Stored, v.PurgedBelow)
 }
 
 // haStatus reads a relay's catalog (never failing the test: a stopped or
@@ -90,6 +101,12 @@ func haStatus(base string) haView {
 				Term    catalog.U64 `json:"term"`
 				Applied catalog.U64 `json:"applied"`
 				Lag     catalog.U64 `json:"lag"`
+				// Checkpoint is the catalog's ha.checkpoint block.
+				Checkpoint *struct {
+					Loaded      catalog.U64 `json:"loaded"`
+					Stored      catalog.U64 `json:"stored"`
+					PurgedBelow catalog.U64 `json:"purged_below"`
+				} `json:"checkpoint"`
 			} `json:"ha"`
 			Stats *struct {
 				UniqueBlocks int `json:"unique_blocks"`
@@ -107,6 +124,9 @@ func haStatus(base string) haView {
 			return haView{Err: fmt.Errorf("pool %s has no ha block", haPool)}
 		}
 		v := haView{Role: p.HA.Role, Leader: p.HA.Leader, Term: uint64(p.HA.Term), Applied: uint64(p.HA.Applied), Lag: uint64(p.HA.Lag)}
+		if c := p.HA.Checkpoint; c != nil {
+			v.HasCheckpoint, v.Loaded, v.Stored, v.PurgedBelow = true, uint64(c.Loaded), uint64(c.Stored), uint64(c.PurgedBelow)
+		}
 		if p.Stats != nil {
 			v.Blocks = p.Stats.UniqueBlocks
 		}
@@ -234,7 +254,7 @@ func (h *haEngines) truth() map[uint64]engine.Block {
 func haRelayConfig(t testing.TB, expected int, sources []map[string]any) string {
 	t.Helper()
 	cfg := map[string]any{
-		"ha": map[string]any{"lease_ttl": haLeaseTTL.String(), "stream_replicas": 3},
+		"ha": map[string]any{"lease_ttl": haLeaseTTL.String(), "stream_replicas": 3, "checkpoint_records": haCheckpointRecords},
 		"pools": []map[string]any{{"name": haPool, "dc_id": 1, "expected_blocks": expected,
 			"sources": sources}},
 	}
@@ -447,6 +467,14 @@ func TestE2E_HATakeover(t *testing.T) {
 	h.setRunning(true)
 	require.Eventually(t, func() bool { return h.published() > 200 }, 20*time.Second, 10*time.Millisecond)
 	waitConverged(t, 30*time.Second, b, a)
+	// The standby checkpoints and purges the records stream below the
+	// older of its two kept checkpoints.
+	var bv haView
+	require.Eventually(t, func() bool {
+		bv = haStatus(b.base)
+		return bv.Err == nil && bv.HasCheckpoint && bv.Stored > 0 && bv.PurgedBelow > 0 && bv.PurgedBelow < bv.Stored
+	}, 30*time.Second, 20*time.Millisecond, "the standby stored no checkpoint or purged nothing: %v", &bv)
+	t.Logf("the standby stored checkpoint %d and purged the records below %d", bv.Stored, bv.PurgedBelow)
 
 	t.Run("a_sigkill_leader", func(t *testing.T) {
 		// Engines go on publishing through the kill: what they publish
@@ -465,11 +493,16 @@ func TestE2E_HATakeover(t *testing.T) {
 		converge(t, router, leader.base, haPool, 0)
 		v = lv
 
-		// The killed replica comes back as a standby and catches up.
+		// The killed replica comes back as a standby and catches up from
+		// a checkpoint and the records after it.
 		h.setRunning(true)
 		a.restart()
 		require.Eventually(t, func() bool { return h.published() > 400 }, 20*time.Second, 10*time.Millisecond)
 		waitConverged(t, 30*time.Second, a, b)
+		av := haStatus(a.base)
+		require.NoError(t, av.Err)
+		require.NotZero(t, av.Loaded, "the restarted replica replayed the records from the start, not from a checkpoint: %v", av)
+		t.Logf("the restarted replica started from checkpoint %d and applied up to %d", av.Loaded, av.Applied)
 	})
 
 	t.Run("b_sigstop_leader", func(t *testing.T) {

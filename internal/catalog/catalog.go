@@ -139,6 +139,21 @@ type HA struct {
 	// records were lost). Either makes /readyz answer 503.
 	Halted  string `json:"halted,omitempty"`
 	Stopped string `json:"stopped,omitempty"`
+	// Checkpoint is present while the replicas checkpoint (issue #34).
+	Checkpoint *HACheckpoint `json:"checkpoint,omitempty"`
+}
+
+// HACheckpoint is a replica's view of its pool's checkpoints, as stream
+// sequences of the records they include (0: none).
+type HACheckpoint struct {
+	// Loaded is the checkpoint this replica's pool started from (0: it
+	// replayed the subject from its first record).
+	Loaded U64 `json:"loaded"`
+	// Stored is the last checkpoint this replica stored (standbys store them).
+	Stored U64 `json:"stored"`
+	// PurgedBelow is the stream sequence below which this replica last
+	// purged the pool's records (the older kept checkpoint's).
+	PurgedBelow U64 `json:"purged_below"`
 }
 
 // Identity is the pool's current producer identity (SPEC §2): with DCID it

@@ -4,14 +4,19 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -267,7 +272,7 @@ const DefaultMaxCheckpoint = 1 << 30
 
 // CheckpointConfig configures the checkpoints' object store.
 type CheckpointConfig struct {
-	Bucket   string // default DefaultCheckpointBucket
+	Bucket   string // default DefaultCheckpointBucket; the index is Bucket + "_INDEX"
 	Replicas int    // default 3
 	// MaxCheckpoint bounds a checkpoint loaded (0 means
 	// DefaultMaxCheckpoint): a larger object is skipped as damaged.
@@ -275,13 +280,32 @@ type CheckpointConfig struct {
 }
 
 // Checkpoints stores pools' checkpoints in a JetStream object store, as
-// "<pool>/ckpt-<seq>", the newest two per pool.
+// "<pool>/ckpt-<seq>", the newest two per pool, and names the kept ones in
+// an index (a KV bucket, one key per pool, updated by compare-and-set).
+//
+// Nothing here reads through a consumer: the index, an object's metadata
+// and each of its chunks are single direct gets, which any current replica
+// of the stream answers — also while the stream has no leader (a NATS
+// node's death, a lost majority) — and each is bounded by its own context.
+// The object store's List and Get run on consumers that wait for the
+// stream's leader (docs/RATIONALE.md "Why does a rebuild read checkpoints
+// by direct gets, not through the object store's listing?").
 type Checkpoints struct {
-	os  jetstream.ObjectStore
-	max int64
+	os     jetstream.ObjectStore
+	stream jetstream.Stream // the object store's own stream (direct gets)
+	bucket string
+	index  jetstream.KeyValue
+	max    int64
 }
 
-// EnsureCheckpoints creates or updates the checkpoints' object store.
+// CheckpointRequestTimeout bounds each request of a checkpoint's lookup
+// (the index, an object's metadata, one chunk) whose context has no
+// earlier deadline: NATS answers in milliseconds or, without a replica
+// that can, not at all.
+const CheckpointRequestTimeout = 2 * time.Second
+
+// EnsureCheckpoints creates or updates the checkpoints' object store and
+// its index.
 func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c CheckpointConfig) (*Checkpoints, error) {
 	if c.Bucket == "" {
 		c.Bucket = DefaultCheckpointBucket
@@ -292,62 +316,158 @@ func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c Checkpoint
 	if c.MaxCheckpoint <= 0 {
 		c.MaxCheckpoint = DefaultMaxCheckpoint
 	}
-	os, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
-		Description: "ckfrelay pool checkpoints (issue #34)",
-	})
+	// An existing store and index are opened, not rewritten: an
+	// operator's cap or replica count on them stays theirs (as
+	// EnsureStream keeps the records stream's).
+	os, err := js.ObjectStore(ctx, c.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		os, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+			Description: "ckfrelay pool checkpoints (issue #34)",
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			os, err = js.ObjectStore(ctx, c.Bucket) // another replica created it first
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
 	}
-	return &Checkpoints{os: os, max: c.MaxCheckpoint}, nil
+	// The object store's stream is OBJ_<bucket> (NATS ADR-20); its
+	// metadata and chunk subjects are read directly (AllowDirect is set by
+	// the object store).
+	st, err := js.Stream(ctx, "OBJ_"+c.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
+	}
+	idx, err := js.KeyValue(ctx, c.Bucket+"_INDEX")
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		idx, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: c.Bucket + "_INDEX", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+			Description: "ckfrelay: the checkpoints each pool keeps (issue #34)",
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			idx, err = js.KeyValue(ctx, c.Bucket+"_INDEX")
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replica: checkpoint index %s_INDEX: %w", c.Bucket, err)
+	}
+	return &Checkpoints{os: os, stream: st, bucket: c.Bucket, index: idx, max: c.MaxCheckpoint}, nil
 }
 
 func checkpointName(pool string, seq uint64) string {
 	return pool + "/ckpt-" + strconv.FormatUint(seq, 10)
 }
 
-// List returns the stream sequences of pool's stored checkpoints, newest
-// first.
-func (s *Checkpoints) List(ctx context.Context, pool string) ([]uint64, error) {
-	infos, err := s.os.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("replica: list checkpoints: %w", err)
-	}
-	prefix := pool + "/ckpt-"
-	var seqs []uint64
-	for _, info := range infos {
-		if rest, ok := strings.CutPrefix(info.Name, prefix); ok {
-			if seq, err := strconv.ParseUint(rest, 10, 64); err == nil {
-				seqs = append(seqs, seq)
+// bounded gives ctx CheckpointRequestTimeout unless it ends earlier.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, CheckpointRequestTimeout)
+}
+
+// directGet runs get (a direct get: idempotent) within
+// CheckpointRequestTimeout, asking again when an attempt has no answer
+// after a quarter of it or finds no responder: a request routed to a NATS
+// node that just died is lost, not late (the cluster test saw a 2 s
+// timeout where the next attempt answered at once).
+func directGet[T any](ctx context.Context, get func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, CheckpointRequestTimeout/4)
+		v, err := get(actx)
+		acancel()
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return v, err
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+			// ask again at once
+		case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+			select { // no replica answers direct gets yet: not a hot loop
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+				return v, err
 			}
+		default:
+			return v, err
 		}
 	}
+}
+
+// maxIndexed bounds the sequences an index value may name (two are kept;
+// the bound only refuses garbage).
+const maxIndexed = 16
+
+// parseIndex reads an index value: the kept checkpoints' sequences,
+// decimal, comma-separated, newest first.
+func parseIndex(b []byte) ([]uint64, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	parts := strings.Split(string(b), ",")
+	if len(parts) > maxIndexed {
+		return nil, fmt.Errorf("%w: the index names %d checkpoints", ErrDamagedCheckpoint, len(parts))
+	}
+	seqs := make([]uint64, 0, len(parts))
+	for _, p := range parts {
+		seq, err := strconv.ParseUint(p, 10, 64)
+		if err != nil || seq == 0 {
+			return nil, fmt.Errorf("%w: index entry %q", ErrDamagedCheckpoint, p)
+		}
+		seqs = append(seqs, seq)
+	}
 	slices.SortFunc(seqs, func(a, b uint64) int { return cmp.Compare(b, a) })
-	return seqs, nil
+	return slices.Compact(seqs), nil
+}
+
+func formatIndex(seqs []uint64) []byte {
+	var b []byte
+	for i, seq := range seqs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, seq, 10)
+	}
+	return b
+}
+
+// readIndex returns pool's kept checkpoints, newest first, and the index
+// entry's revision (0: no entry).
+func (s *Checkpoints) readIndex(ctx context.Context, pool string) ([]uint64, uint64, error) {
+	e, err := directGet(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return s.index.Get(ctx, pool) })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("replica: checkpoint index of %s: %w", pool, err)
+	}
+	seqs, err := parseIndex(e.Value())
+	return seqs, e.Revision(), err
+}
+
+// List returns the stream sequences of pool's kept checkpoints, newest
+// first: one direct get of the index, bounded by CheckpointRequestTimeout.
+func (s *Checkpoints) List(ctx context.Context, pool string) ([]uint64, error) {
+	seqs, _, err := s.readIndex(ctx, pool)
+	return seqs, err
 }
 
 // Get loads pool's checkpoint at seq. A damaged one (beyond the size bound,
-// undecodable, or naming another sequence) is an error wrapping
-// ErrDamagedCheckpoint.
+// a digest mismatch, undecodable, naming another sequence, or deleted) is
+// an error wrapping ErrDamagedCheckpoint. One whose metadata or chunks no
+// replica answers within CheckpointRequestTimeout a request is another
+// error: it may load later.
 func (s *Checkpoints) Get(ctx context.Context, pool string, seq uint64) (*Checkpoint, error) {
 	name := checkpointName(pool, seq)
-	info, err := s.os.GetInfo(ctx, name)
+	info, err := s.info(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("replica: checkpoint %s: %w", name, err)
+		return nil, err
 	}
 	if int64(info.Size) > s.max {
 		return nil, fmt.Errorf("%w: %s has %d bytes, the bound is %d", ErrDamagedCheckpoint, name, info.Size, s.max)
 	}
-	b, err := s.os.GetBytes(ctx, name)
+	b, err := s.read(ctx, name, info)
 	if err != nil {
-		// The object store checks its own SHA-256 digest on read.
-		if errors.Is(err, jetstream.ErrDigestMismatch) {
-			return nil, fmt.Errorf("%w: %s: %w", ErrDamagedCheckpoint, name, err)
-		}
-		return nil, fmt.Errorf("replica: checkpoint %s: %w", name, err)
+		return nil, err
 	}
 	c, err := DecodeCheckpoint(b)
 	if err != nil {
@@ -359,27 +479,129 @@ func (s *Checkpoints) Get(ctx context.Context, pool string, seq uint64) (*Checkp
 	return c, nil
 }
 
-// Put stores c as pool's checkpoint at c.Seq and deletes all but the newest
-// two. It returns the encoded size and the sequence below which pool's
-// subject may be purged: the older kept checkpoint's (0: nothing may be
-// purged yet). The newest is not that bound, so that a damaged newest
-// checkpoint still has its older one and the records after it.
+// metaSubject is an object's metadata subject (ADR-20: the name in
+// base64url, with padding).
+func (s *Checkpoints) metaSubject(name string) string {
+	return "$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+}
+
+// info reads an object's metadata by one direct get.
+func (s *Checkpoints) info(ctx context.Context, name string) (*jetstream.ObjectInfo, error) {
+	m, err := directGet(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+		return s.stream.GetLastMsgForSubject(ctx, s.metaSubject(name))
+	})
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			// The index names it but no replica answering has it: a
+			// replica behind the index's, or an object lost — not proof
+			// of damage, so the caller may retry.
+			err = jetstream.ErrObjectNotFound
+		}
+		return nil, fmt.Errorf("replica: checkpoint %s: %w", name, err)
+	}
+	var info jetstream.ObjectInfo
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		return nil, fmt.Errorf("%w: %s: metadata: %w", ErrDamagedCheckpoint, name, err)
+	}
+	if info.Deleted {
+		return nil, fmt.Errorf("%w: %s was deleted", ErrDamagedCheckpoint, name)
+	}
+	if info.NUID == "" || (info.Size > 0 && info.Chunks == 0) || uint64(info.Chunks) > info.Size {
+		// Every chunk holds at least a byte: more chunks than bytes would
+		// have the reader ask for up to 2^32 messages.
+		return nil, fmt.Errorf("%w: %s: metadata names %d chunks for %d bytes", ErrDamagedCheckpoint, name, info.Chunks, info.Size)
+	}
+	return &info, nil
+}
+
+// read reads an object's chunks, one direct get each (the next message on
+// its chunk subject), and checks their count, size and SHA-256 digest.
+func (s *Checkpoints) read(ctx context.Context, name string, info *jetstream.ObjectInfo) ([]byte, error) {
+	want, err := jetstream.DecodeObjectDigest(info.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: digest %q: %w", ErrDamagedCheckpoint, name, info.Digest, err)
+	}
+	subject := "$O." + s.bucket + ".C." + info.NUID
+	// The size is bounded (MaxCheckpoint), but it is the metadata's word:
+	// memory grows with the chunks actually read.
+	b := make([]byte, 0, min(info.Size, 1<<26))
+	h := sha256.New()
+	next := uint64(1)
+	for range info.Chunks {
+		m, err := directGet(ctx, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+			return s.stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, fmt.Errorf("%w: %s: %d of %d chunks", ErrDamagedCheckpoint, name, len(b), info.Size)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("replica: checkpoint %s: %w", name, err)
+		}
+		if len(m.Data) == 0 || uint64(len(b)+len(m.Data)) > info.Size {
+			return nil, fmt.Errorf("%w: %s: an empty chunk or chunks beyond its %d bytes", ErrDamagedCheckpoint, name, info.Size)
+		}
+		b = append(b, m.Data...)
+		h.Write(m.Data)
+		next = m.Sequence + 1
+	}
+	if uint64(len(b)) != info.Size || !bytes.Equal(h.Sum(nil), want) {
+		return nil, fmt.Errorf("%w: %s: %w", ErrDamagedCheckpoint, name, jetstream.ErrDigestMismatch)
+	}
+	return b, nil
+}
+
+// maxIndexAttempts bounds Put's compare-and-set rounds on the index (two
+// standbys checkpointing at once).
+const maxIndexAttempts = 8
+
+// Put stores c as pool's checkpoint at c.Seq, names it in the index with
+// the newest other one (compare-and-set: replicas checkpointing at once
+// keep the two newest of all), and deletes what the index no longer names.
+// It returns the encoded size and the sequence below which pool's subject
+// may be purged: the older kept checkpoint's (0: nothing may be purged
+// yet). The newest is not that bound, so that a damaged newest checkpoint
+// still has its older one and the records after it. ctx bounds it all.
 func (s *Checkpoints) Put(ctx context.Context, pool string, c *Checkpoint) (size int, purgeBelow uint64, err error) {
 	b := AppendCheckpoint(nil, c)
 	if _, err := s.os.Put(ctx, jetstream.ObjectMeta{Name: checkpointName(pool, c.Seq)}, bytes.NewReader(b)); err != nil {
 		return len(b), 0, fmt.Errorf("replica: store checkpoint: %w", err)
 	}
-	seqs, err := s.List(ctx, pool)
-	if err != nil {
-		return len(b), 0, err
+	var kept, dropped []uint64
+	for attempt := 0; ; attempt++ {
+		old, rev, err := s.readIndex(ctx, pool)
+		if errors.Is(err, ErrDamagedCheckpoint) {
+			old = nil // a garbage index is replaced; what it named leaks
+		} else if err != nil {
+			return len(b), 0, err
+		}
+		all := slices.Compact(slices.SortedFunc(slices.Values(append(old, c.Seq)), func(a, b uint64) int { return cmp.Compare(b, a) }))
+		kept, dropped = all[:min(2, len(all))], all[min(2, len(all)):]
+		if slices.Equal(kept, old) {
+			break // another replica stored this sequence already
+		}
+		ictx, cancel := bounded(ctx)
+		if rev == 0 {
+			_, err = s.index.Create(ictx, pool, formatIndex(kept))
+		} else {
+			_, err = s.index.Update(ictx, pool, formatIndex(kept), rev)
+		}
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || attempt+1 == maxIndexAttempts {
+			// The object is stored but not named: delete it, or it leaks.
+			_ = s.os.Delete(ctx, checkpointName(pool, c.Seq))
+			return len(b), 0, fmt.Errorf("replica: checkpoint index of %s: %w", pool, err)
+		}
 	}
-	for _, old := range seqs[min(2, len(seqs)):] {
-		if err := s.os.Delete(ctx, checkpointName(pool, old)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+	for _, seq := range dropped {
+		if err := s.os.Delete(ctx, checkpointName(pool, seq)); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
 			return len(b), 0, fmt.Errorf("replica: delete checkpoint: %w", err)
 		}
 	}
-	if len(seqs) >= 2 {
-		purgeBelow = seqs[1]
+	if len(kept) >= 2 {
+		purgeBelow = kept[1]
 	}
 	return len(b), purgeBelow, nil
 }

@@ -22,7 +22,11 @@ func sampleCheckpoint(t testing.TB) *Checkpoint {
 	cfg.PublishEveryNEvents = 1000 // the window stays open
 	pool, err := ckf.NewPool(cfg)
 	require.NoError(t, err)
-	h, faults, err := producer.Start(pool, producer.Scope{ProducerIncarnation: 1}, producer.DefaultConfig())
+	pcfg := producer.DefaultConfig()
+	// The sparse-tail flush (1 ms by default) would close the window
+	// before the export on a slow or loaded machine (seen under -race).
+	pcfg.PublicationDelay = time.Hour
+	h, faults, err := producer.Start(pool, producer.Scope{ProducerIncarnation: 1}, pcfg)
 	require.NoError(t, err)
 	go func() {
 		for range faults {

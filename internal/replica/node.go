@@ -115,6 +115,9 @@ type Status struct {
 	// Checkpoint is the stream sequence of the last checkpoint this
 	// replica stored (0: none yet).
 	Checkpoint uint64
+	// PurgedBelow is the stream sequence below which this replica last
+	// purged the pool's subject (0: it purged nothing).
+	PurgedBelow uint64
 	// Halted, when not empty, is why the chain halts at the record after
 	// Applied (errChainHalted): the replica keeps its state and retries;
 	// Halts counts the halts.
@@ -388,7 +391,7 @@ func (n *Node) Run(ctx context.Context) error {
 		for _, c := range from.cursors {
 			n.cursors[c.Source] = c.Seq
 		}
-		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint, Halts: n.status.Halts,
+		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint, PurgedBelow: n.status.PurgedBelow, Halts: n.status.Halts,
 			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
@@ -421,6 +424,12 @@ func (n *Node) Run(ctx context.Context) error {
 		led := err == nil
 		if led {
 			err = n.lead(ctx, p, lease, app)
+			// The pool is discarded: say so now, before its outputs stop
+			// (Close waits for the sources and the fan-out) and the
+			// rebuild reads the stream and the checkpoints. No leader is
+			// known until a term record names the next one. The change
+			// is logged and announced below.
+			n.update(func(s *Status) { s.Role, s.Leader, s.Address = RoleStandby, "", "" })
 		}
 		p.Recorder.SetRecording(false)
 		if p.Close != nil {
@@ -748,31 +757,35 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 	}
 }
 
-// checkpointLookupTimeout bounds a rebuild's reading of the checkpoints.
-const checkpointLookupTimeout = 10 * time.Second
+// checkpointStoreTimeout bounds a standby's storing of one checkpoint (the
+// object, the index, the deletes, the purge). It runs beside the follow
+// loop, one at a time: a store that cannot finish delays only the next
+// checkpoint.
+const checkpointStoreTimeout = 2 * time.Minute
 
 // startPool starts the pool a replica rebuilds: from the newest checkpoint
 // that loads — a damaged one is skipped, loudly, for the older — or, with
 // none, empty, provided the subject still starts at its first record. A
 // purged subject without a loadable checkpoint is ErrStateLost: starting
-// empty would make this replica a leader of nothing.
+// empty would make this replica a leader of nothing. A checkpoint that
+// cannot be listed or read in time (no NATS replica answers) is not
+// damage: with the subject still whole the replica replays it, otherwise
+// startPool fails and Run retries. Every lookup is a direct get bounded by
+// CheckpointRequestTimeout, so nothing here waits for a stream's leader.
 func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 	tried := 0
+	var unread error // why a checkpoint could not be listed or read, if not damage
 	if cs := n.cfg.Checkpoints; cs != nil {
-		// The object store's listing and reads run on consumers that, with
-		// a NATS node gone, can wait for a new stream leader without end:
-		// bound them, and let Run back off and retry (the relay's cluster
-		// e2e saw a rebuilding standby stall here after a node's death).
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, checkpointLookupTimeout)
-		defer cancel()
 		seqs, err := cs.List(ctx, n.cfg.Pool)
 		if err != nil {
-			return Pool{}, origin{}, err
+			unread = err
 		}
-		tail, err := Tail(ctx, n.cfg.Stream, n.subject)
-		if err != nil {
-			return Pool{}, origin{}, err
+		tail := uint64(0)
+		if len(seqs) > 0 {
+			tail, err = directGet(ctx, func(ctx context.Context) (uint64, error) { return Tail(ctx, n.cfg.Stream, n.subject) })
+			if err != nil {
+				return Pool{}, origin{}, err
+			}
 		}
 		for i, seq := range seqs {
 			tried++
@@ -783,12 +796,14 @@ func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 				continue
 			}
 			ck, err := cs.Get(ctx, n.cfg.Pool, seq)
-			if errors.Is(err, ErrDamagedCheckpoint) || errors.Is(err, jetstream.ErrObjectNotFound) {
+			if errors.Is(err, ErrDamagedCheckpoint) {
 				n.log.Error("replica: checkpoint does not load, falling back to an older one", "checkpoint", seq, "err", err)
 				continue
 			}
 			if err != nil {
-				return Pool{}, origin{}, err
+				n.log.Warn("replica: checkpoint cannot be read now, trying an older one", "checkpoint", seq, "err", err)
+				unread = err
+				continue
 			}
 			p, err := n.cfg.PoolFromImage(&ck.Image)
 			if errors.Is(err, ckf.ErrInvalidImage) {
@@ -803,12 +818,18 @@ func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 			return p, origin{seq: ck.Seq, term: ck.Term, leader: ck.Leader, cursors: ck.Cursors}, nil
 		}
 	}
-	prev, err := FirstPrev(ctx, n.cfg.Stream, n.subject)
+	prev, err := directGet(ctx, func(ctx context.Context) (uint64, error) { return FirstPrev(ctx, n.cfg.Stream, n.subject) })
 	if err != nil {
 		return Pool{}, origin{}, err
 	}
+	if prev != 0 && unread != nil {
+		return Pool{}, origin{}, fmt.Errorf("replica: the subject %s starts after stream sequence %d and its checkpoints cannot be read now: %w", n.subject, prev, unread)
+	}
 	if prev != 0 {
 		return Pool{}, origin{}, fmt.Errorf("%w: the subject %s starts after stream sequence %d, and %d checkpoints were tried", ErrStateLost, n.subject, prev, tried)
+	}
+	if unread != nil {
+		n.log.Warn("replica: checkpoints cannot be read now; the subject starts at its first record: replaying it", "err", unread)
 	}
 	p, err := n.cfg.NewPool()
 	if err != nil {
@@ -834,6 +855,8 @@ func (n *Node) checkpoint(ctx context.Context, p Pool, rec Record) error {
 	go func() {
 		defer n.stores.Done()
 		defer n.storing.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, checkpointStoreTimeout)
+		defer cancel()
 		size, below, err := n.cfg.Checkpoints.Put(ctx, n.cfg.Pool, ck)
 		if err != nil {
 			n.log.Warn("replica: storing a checkpoint", "checkpoint", ck.Seq, "err", err)
@@ -843,6 +866,9 @@ func (n *Node) checkpoint(ctx context.Context, p Pool, rec Record) error {
 		if err := Purge(ctx, n.cfg.Stream, n.subject, below); err != nil {
 			n.log.Warn("replica: purging below a checkpoint", "below", below, "err", err)
 			return
+		}
+		if below > 1 {
+			n.update(func(s *Status) { s.PurgedBelow = max(s.PurgedBelow, below) })
 		}
 		n.log.Info("replica: stored a checkpoint", "checkpoint", ck.Seq, "bytes", size, "purged_below", below)
 	}()

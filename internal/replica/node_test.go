@@ -86,6 +86,12 @@ func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs
 	_, js := srv.JetStream(t)
 	s, err := EnsureStream(t.Context(), js, StreamConfig{Replicas: 1})
 	require.NoError(t, err)
+	return startNodeOn(t, js, s, ls, id, cs, checkpointRecords, opts...)
+}
+
+// startNodeOn is startNodeWith on connection js and records stream s.
+func startNodeOn(t *testing.T, js jetstream.JetStream, s jetstream.Stream, ls *Leases, id string, cs *Checkpoints, checkpointRecords int, opts ...func(*NodeConfig)) *testNode {
+	t.Helper()
 	tn := &testNode{changes: make(chan change, 16), done: make(chan error, 1)}
 	start := func(img *producer.Image) (Pool, error) {
 		r, stop, err := startReplicaImage(64, img)

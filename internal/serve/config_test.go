@@ -88,12 +88,13 @@ func TestServeConfig_HA(t *testing.T) {
 
 	file := filepath.Join(t.TempDir(), "relay.json")
 	require.NoError(t, os.WriteFile(file, []byte(`{"pools": [{"name": "a", "dc_id": 1}],
-		"ha": {"nats_url": "nats://file:4222", "node_id": "n1", "lease_ttl": "2s", "stream_replicas": 5, "advertise": "http://10.0.0.7:7878"}}`), 0o600))
+		"ha": {"nats_url": "nats://file:4222", "node_id": "n1", "lease_ttl": "2s", "stream_replicas": 5, "advertise": "http://10.0.0.7:7878",
+		        "checkpoint_records": 5000, "checkpoint_bytes": 8388608}}`), 0o600))
 	t.Setenv("CKFRELAY_HA_NATS_URL", "")
 	cfg, _, err = parseConfig([]string{"--config", file}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, server.HAConfig{NATSURL: "nats://file:4222", NodeID: "n1", LeaseTTL: server.Duration(2e9), StreamReplicas: 5,
-		Advertise: "http://10.0.0.7:7878"}, cfg.HA)
+		Advertise: "http://10.0.0.7:7878", CheckpointRecords: 5000, CheckpointBytes: 8 << 20}, cfg.HA)
 	require.NoError(t, cfg.Validate())
 
 	// HA and a data dir exclude each other.

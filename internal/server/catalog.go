@@ -68,13 +68,7 @@ func (s *Server) handleCatalog(w http.ResponseWriter, r *http.Request) {
 		e := p.entry()
 		e.Sources = s.SourceStatuses(p.spec.Name)
 		e.Persistence = persistenceJSON(p, time.Unix(0, int64(s.incarnation)))
-		// The HA block's NATS lookups (a standby's tail, the lease holder)
-		// get a short budget of their own: without a NATS majority they
-		// wait out their context, and the catalog must still answer — with
-		// the role, which is what tells an operator the pool stood down.
-		hctx, hcancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
-		e.HA, _ = p.haStatus(hctx)
-		hcancel()
+		e.HA, _ = p.haStatus(r.Context()) // its own budget: haLookupBudget
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		st, err := p.actor().Stats(ctx)
 		cancel()

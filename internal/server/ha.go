@@ -51,6 +51,15 @@ type HAConfig struct {
 	StreamReplicas int `json:"stream_replicas,omitempty"`
 	// CredsFile is a NATS credentials file, when the server requires one.
 	CredsFile string `json:"creds_file,omitempty"`
+	// CheckpointRecords and CheckpointBytes: a standby stores a checkpoint
+	// of its pool (the whole pool image, in the object store
+	// CKFRELAY_HA_CKPT, named in the KV bucket CKFRELAY_HA_CKPT_INDEX)
+	// after this many records or bytes of records since its last one; a
+	// rebuilding replica loads the newest and replays only the records
+	// after it, and the pool's records below the older of its two kept
+	// checkpoints are purged. Defaults 100,000 and 64 MiB.
+	CheckpointRecords int   `json:"checkpoint_records,omitempty"`
+	CheckpointBytes   int64 `json:"checkpoint_bytes,omitempty"`
 }
 
 // HA defaults.
@@ -61,6 +70,11 @@ const (
 	// of the appender: past it the actor waits for the append (back
 	// pressure, docs/limits.md).
 	haMaxPending = 1 << 16
+	// Bounds of the checkpoint cadence (ha.checkpoint_records,
+	// ha.checkpoint_bytes).
+	maxCheckpointRecords = 1 << 30
+	minCheckpointBytes   = 1 << 20
+	maxCheckpointBytes   = 16 << 30
 )
 
 // Enabled reports whether HA is on.
@@ -79,13 +93,15 @@ func (h *HAConfig) withDefaults() {
 	}
 	setDefault(&h.LeaseTTL, Duration(DefaultHALeaseTTL))
 	setDefault(&h.StreamReplicas, DefaultHAStreamReplicas)
+	setDefault(&h.CheckpointRecords, replica.DefaultCheckpointRecords)
+	setDefault(&h.CheckpointBytes, replica.DefaultCheckpointBytes)
 }
 
 // validate checks the defaulted HA block against the rest of c.
 func (h HAConfig) validate(c Config) error {
 	if !h.Enabled() {
 		if h != (HAConfig{}) {
-			return invalid("ha: node_id, advertise, lease_ttl, stream_replicas and creds_file need ha.nats_url")
+			return invalid("ha: node_id, advertise, lease_ttl, stream_replicas, creds_file and checkpoint_* need ha.nats_url")
 		}
 		return nil
 	}
@@ -98,6 +114,13 @@ func (h HAConfig) validate(c Config) error {
 		// An even replica count tolerates no more failures than the odd
 		// count below it and needs a larger majority.
 		return invalid("ha: stream_replicas %d: want 1, 3 or 5", h.StreamReplicas)
+	case h.CheckpointRecords < 1 || h.CheckpointRecords > maxCheckpointRecords:
+		return invalid("ha: checkpoint_records %d outside 1..%d", h.CheckpointRecords, maxCheckpointRecords)
+	case h.CheckpointBytes < minCheckpointBytes || h.CheckpointBytes > maxCheckpointBytes:
+		// Below 1 MiB a standby would store a whole pool image for every
+		// few records; above 16 GiB a rebuild replays more than any
+		// checkpoint saves.
+		return invalid("ha: checkpoint_bytes %d outside %d..%d", h.CheckpointBytes, int64(minCheckpointBytes), int64(maxCheckpointBytes))
 	case c.DataDir != "":
 		return invalid("ha: data_dir and ha.nats_url exclude each other: the replicated records stream is the pool's durable state (docs/RATIONALE.md \"Why does HA refuse a data dir?\")")
 	}
@@ -177,10 +200,11 @@ func DefaultAdvertise(scheme string, addr net.Addr) string {
 // haGroup is the relay's HA connection: the records stream and the lease
 // bucket every pool's replica shares.
 type haGroup struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	leases *replica.Leases
+	nc          *nats.Conn
+	js          jetstream.JetStream
+	stream      jetstream.Stream
+	leases      *replica.Leases
+	checkpoints *replica.Checkpoints
 }
 
 // openHA connects to ha.nats_url and creates or updates the records stream
@@ -207,7 +231,11 @@ func openHA(cfg HAConfig) (*haGroup, error) {
 		var ls *replica.Leases
 		ls, err = replica.OpenLeases(ctx, js, replica.LeaseConfig{TTL: time.Duration(cfg.LeaseTTL), Replicas: cfg.StreamReplicas})
 		if err == nil {
-			return &haGroup{nc: nc, js: js, stream: st, leases: ls}, nil
+			var cs *replica.Checkpoints
+			cs, err = replica.EnsureCheckpoints(ctx, js, replica.CheckpointConfig{Replicas: cfg.StreamReplicas})
+			if err == nil {
+				return &haGroup{nc: nc, js: js, stream: st, leases: ls, checkpoints: cs}, nil
+			}
 		}
 	}
 	nc.Close()
@@ -328,11 +356,9 @@ func (s *Server) startHA(httpURL, grpcTarget string) error {
 		h := p.ha
 		node, err := replica.NewNode(replica.NodeConfig{Pool: p.spec.Name, Node: cfg.NodeID, Address: addr,
 			JS: s.ha.js, Stream: s.ha.stream, Leases: s.ha.leases, NewPool: h.newPool, OnChange: h.changed,
-			// Checkpoints are not enabled yet (docs/deploy.md "High
-			// availability": with them, the cluster e2e's quorum-loss phase
-			// failed); a rebuild replays the pool's whole subject.
-			PoolFromImage: h.poolFromImage,
-			Logger:        s.log})
+			Checkpoints: s.ha.checkpoints, PoolFromImage: h.poolFromImage,
+			CheckpointRecords: cfg.CheckpointRecords, CheckpointBytes: cfg.CheckpointBytes,
+			Logger: s.log})
 		if err != nil {
 			return fmt.Errorf("server: ha: pool %q: %w", p.spec.Name, err)
 		}
@@ -576,18 +602,31 @@ var _ dynamonats.DurableSink = recordedSink{}
 // Durable implements dynamonats.DurableSink.
 func (r recordedSink) Durable(ctx context.Context) error { return r.p.awaitRecorded(ctx, r.g) }
 
+// haLookupBudget bounds the NATS lookups of one pool's HA status (a
+// standby's tail, the lease holder), whoever asks (the catalog, a metrics
+// scrape): without a NATS majority they wait out their context, and the
+// status must still answer — with the role, which is what tells an
+// operator the pool stood down.
+const haLookupBudget = 300 * time.Millisecond
+
 // HAStatus is a replicated pool's status (the catalog's "ha" block); ok is
-// false without HA.
+// false without HA. Its NATS lookups take at most haLookupBudget.
 func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 	if p.ha == nil || p.ha.node == nil {
 		return nil, false
 	}
+	ctx, cancel := context.WithTimeout(ctx, haLookupBudget)
+	defer cancel()
 	st := p.ha.node.Status()
 	out := &catalog.HA{Role: st.Role.String(), Leader: st.Leader, LeaderAddress: parseAdvertisement(st.Leader, st.Address).URL,
 		Term: catalog.U64(st.Term), Applied: catalog.U64(st.Applied), Takeovers: catalog.U64(p.ha.takeovers.Load()),
 		Rebuilds: catalog.U64(st.Rebuilds), Halted: st.Halted}
 	if s := p.ha.stopped.Load(); s != nil {
 		out.Stopped = *s
+	}
+	if p.ha.s.ha != nil && p.ha.s.ha.checkpoints != nil {
+		out.Checkpoint = &catalog.HACheckpoint{Loaded: catalog.U64(st.Loaded), Stored: catalog.U64(st.Checkpoint),
+			PurgedBelow: catalog.U64(st.PurgedBelow)}
 	}
 	if st.Role == replica.RoleStandby {
 		tail := max(st.Tail, p.ha.tail(ctx))
@@ -694,9 +733,7 @@ func (c *haCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *haCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range c.pools() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, ok := p.haStatus(ctx)
-		cancel()
+		st, ok := p.haStatus(context.Background())
 		if !ok {
 			continue
 		}

@@ -290,17 +290,21 @@ func TestHAConfig_Validate(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		"even replicas":        {func(c *Config) { c.HA.StreamReplicas = 2 }, "stream_replicas 2"},
-		"too many replicas":    {func(c *Config) { c.HA.StreamReplicas = 7 }, "stream_replicas 7"},
-		"negative replicas":    {func(c *Config) { c.HA.StreamReplicas = -1 }, "stream_replicas -1"},
-		"short ttl":            {func(c *Config) { c.HA.LeaseTTL = Duration(time.Millisecond) }, "lease_ttl"},
-		"long ttl":             {func(c *Config) { c.HA.LeaseTTL = Duration(time.Hour) }, "lease_ttl"},
-		"bad node id":          {func(c *Config) { c.HA.NodeID = "a b" }, "node_id"},
-		"data dir":             {func(c *Config) { c.DataDir = t.TempDir() }, "data_dir"},
-		"advertise not a url":  {func(c *Config) { c.HA.Advertise = "10.0.0.1:7878" }, "advertise"},
-		"advertise with query": {func(c *Config) { c.HA.Advertise = "http://h:1/?x=1" }, "advertise"},
-		"grpc not host:port":   {func(c *Config) { c.HA.AdvertiseGRPC = "h" }, "advertise_grpc"},
-		"address too long":     {func(c *Config) { c.HA.AdvertiseGRPC = strings.Repeat("h", 1100) + ":1" }, "1024"},
+		"even replicas":           {func(c *Config) { c.HA.StreamReplicas = 2 }, "stream_replicas 2"},
+		"too many replicas":       {func(c *Config) { c.HA.StreamReplicas = 7 }, "stream_replicas 7"},
+		"negative replicas":       {func(c *Config) { c.HA.StreamReplicas = -1 }, "stream_replicas -1"},
+		"short ttl":               {func(c *Config) { c.HA.LeaseTTL = Duration(time.Millisecond) }, "lease_ttl"},
+		"long ttl":                {func(c *Config) { c.HA.LeaseTTL = Duration(time.Hour) }, "lease_ttl"},
+		"bad node id":             {func(c *Config) { c.HA.NodeID = "a b" }, "node_id"},
+		"data dir":                {func(c *Config) { c.DataDir = t.TempDir() }, "data_dir"},
+		"advertise not a url":     {func(c *Config) { c.HA.Advertise = "10.0.0.1:7878" }, "advertise"},
+		"advertise with query":    {func(c *Config) { c.HA.Advertise = "http://h:1/?x=1" }, "advertise"},
+		"grpc not host:port":      {func(c *Config) { c.HA.AdvertiseGRPC = "h" }, "advertise_grpc"},
+		"address too long":        {func(c *Config) { c.HA.AdvertiseGRPC = strings.Repeat("h", 1100) + ":1" }, "1024"},
+		"no checkpoint records":   {func(c *Config) { c.HA.CheckpointRecords = -1 }, "checkpoint_records -1"},
+		"tiny checkpoint bytes":   {func(c *Config) { c.HA.CheckpointBytes = 1000 }, "checkpoint_bytes 1000"},
+		"huge checkpoint bytes":   {func(c *Config) { c.HA.CheckpointBytes = 1 << 40 }, "checkpoint_bytes"},
+		"checkpoints without url": {func(c *Config) { c.HA = HAConfig{CheckpointRecords: 10} }, "checkpoint_* need ha.nats_url"},
 		"ha fields without url": {func(c *Config) {
 			c.HA.NATSURL = ""
 		}, "need ha.nats_url"},
@@ -319,6 +323,8 @@ func TestHAConfig_Validate(t *testing.T) {
 	assert.Equal(t, 3, c.HA.StreamReplicas)
 	assert.Equal(t, Duration(DefaultHALeaseTTL), c.HA.LeaseTTL)
 	assert.Equal(t, 3, c.NATS.Replicas, "the fan-out follows ha.stream_replicas")
+	assert.Equal(t, replica.DefaultCheckpointRecords, c.HA.CheckpointRecords)
+	assert.Equal(t, int64(replica.DefaultCheckpointBytes), c.HA.CheckpointBytes)
 	// Node ids default to the host name.
 	c2 := base()
 	c2.HA.NodeID = ""

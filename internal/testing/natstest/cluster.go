@@ -2,7 +2,10 @@ package natstest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,10 +35,11 @@ func BuildServer(t testing.TB) string {
 
 // ClusterNode is one nats-server process of a cluster.
 type ClusterNode struct {
-	Name string
-	URL  string
-	cmd  *exec.Cmd
-	log  string // the server's own log (stdout and stderr)
+	Name    string
+	URL     string
+	monitor string // the server's HTTP monitoring base URL
+	cmd     *exec.Cmd
+	log     string // the server's own log (stdout and stderr)
 }
 
 // Kill sends SIGKILL to the node and waits for it to exit (idempotent).
@@ -56,8 +60,9 @@ func StartCluster(t testing.TB, bin string, size int) []*ClusterNode {
 	t.Helper()
 	client := make([]int, size)
 	route := make([]int, size)
+	monitor := make([]int, size)
 	for i := range size {
-		client[i], route[i] = freePort(t), freePort(t)
+		client[i], route[i], monitor[i] = freePort(t), freePort(t), freePort(t)
 	}
 	var routes []string
 	for i := range size {
@@ -69,13 +74,14 @@ func StartCluster(t testing.TB, bin string, size int) []*ClusterNode {
 		name := fmt.Sprintf("n%d", i+1)
 		conf := fmt.Sprintf(`server_name: %s
 listen: 127.0.0.1:%d
+http: 127.0.0.1:%d
 jetstream { store_dir: %q }
 cluster {
   name: ckf
   listen: 127.0.0.1:%d
   routes: [%s]
 }
-`, name, client[i], filepath.Join(dir, "js"), route[i], strings.Join(routes, ", "))
+`, name, client[i], monitor[i], filepath.Join(dir, "js"), route[i], strings.Join(routes, ", "))
 		path := filepath.Join(dir, "nats.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatalf("natstest: %v", err)
@@ -91,7 +97,8 @@ cluster {
 			t.Fatalf("natstest: start %s: %v", name, err)
 		}
 		logf.Close() // the child holds its own descriptor
-		n := &ClusterNode{Name: name, URL: "nats://127.0.0.1:" + strconv.Itoa(client[i]), cmd: cmd, log: logf.Name()}
+		n := &ClusterNode{Name: name, URL: "nats://127.0.0.1:" + strconv.Itoa(client[i]),
+			monitor: "http://127.0.0.1:" + strconv.Itoa(monitor[i]), cmd: cmd, log: logf.Name()}
 		nodes[i] = n
 		t.Cleanup(n.Kill)
 	}
@@ -150,4 +157,34 @@ func URLs(first *ClusterNode, all []*ClusterNode) string {
 		}
 	}
 	return strings.Join(urls, ",")
+}
+
+// ServesDirectGets reports whether the node answers direct gets of stream
+// itself (its monitoring endpoint lists a local subscription on the direct
+// get subject, not only the JetStream API's "$JS.API.>"). A stream's
+// follower joins only once it has caught up, checked every 2 s after it saw
+// a leader (nats-server monitorStream), so a test that needs the survivors
+// of a leader's death to answer waits for it.
+func (n *ClusterNode) ServesDirectGets(stream string) (bool, error) {
+	subject := "$JS.API.DIRECT.GET." + stream
+	u := n.monitor + "/subsz?subs=1&limit=100000&test=" + url.QueryEscape(subject)
+	resp, err := http.Get(u)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	var sz struct {
+		Subs []struct {
+			Subject string `json:"subject"`
+		} `json:"subscriptions_list"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&sz); err != nil {
+		return false, err
+	}
+	for _, sub := range sz.Subs {
+		if sub.Subject == subject {
+			return true, nil
+		}
+	}
+	return false, nil
 }
