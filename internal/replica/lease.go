@@ -312,5 +312,8 @@ func (ls *Leases) WatchFree(ctx context.Context, pool string) (free <-chan struc
 			}
 		}
 	}()
-	return ch, func() { close(done); _ = w.Stop() }, nil
+	// Stop unsubscribes the watch's consumer, a request that waits for a
+	// JetStream answer (seconds without a NATS majority): it must not hold
+	// up a leader's step-down or a standby's next move.
+	return ch, func() { close(done); go func() { _ = w.Stop() }() }, nil
 }
