@@ -456,7 +456,8 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 
 // PROBE sets R9 to the hit mask of position R12 over the ready lanes,
 // probing the table only on the position's first visit in the query (the
-// memo: Memo[p] valid when Stamp[p] == Gen), like consumer's probe.
+// memo: Memo[p] valid when Stamp[p] == Gen), like consumer's probe. One
+// table answers for every lane at once, so it ignores NEED.
 // The state fields PROBE and the gallop read on every step, cached as raw
 // bits in f64 locals by prefixSearch's prologue (the i64 locals are all
 // taken): a local read is one instruction where a field load is a
@@ -468,7 +469,7 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 #define READY64 Get F20; I64ReinterpretF64
 #define N64 Get F22; I64ReinterpretF64
 
-#define PROBE \
+#define PROBE(NEED) \
 	STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
 	GEN32; I32Eq; \
 	If; \
@@ -532,13 +533,11 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	If; RET; End
 #include "search_wasm.h"
 
-// GROUPHITS (multi-group probes: PrefixSearch.GroupHits). The groups are
-// searchGroup records from GROUPS_P to GROUPS_END, the ready lanes in
-// READY64; the key is R1 (kept). It sets R9 to the lanes whose group rows
-// hold the key (not yet masked by the ready lanes) and uses R0 (the group),
-// R2, R3 (the key's seed-only hashes: bucket a and displacement before
-// masking, kept across groups of one seed), R4 (the lanes found) and
-// R5..R10 as ROWHITS.
+// Multi-group probes (PrefixSearch.GroupProbe, GROUPLOOP below). The groups
+// are searchGroup records from GROUPS_P to GROUPS_END; the key is R1. R2, R3
+// hold the key's seed-only hashes (bucket a and displacement before
+// masking, kept across groups of one seed), R4 the lanes found; R5..R10 are
+// used as in ROWHITS.
 #define GROUPS_P Get F21; I64ReinterpretF64
 #define GROUPS_END Get F23; I64ReinterpretF64
 #define GFIELD(OFF) Get R0; I32WrapI64; I64Load OFF
@@ -604,42 +603,97 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	Get R10; Get R9; I64Const $8; I64ShrU; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $512; I64Or; \
 	Set R4
 
-#define GROUPHITS \
-	I64Const $0; Set R4; GROUPS_P; Set R0; \
+// GROUPLOOP ORs into R4 the lane hits of the groups with a lane in WANT
+// and into COVERED those groups' lanes (PrefixSearch.GroupProbe), for key
+// R1 (kept). The key is hashed when a run of same-seed groups reads its
+// first group (HASHED: R2, R3, R5, R6 hold that run's hash), so a run
+// nobody wants costs no hash. It uses R0 (the group) and R2..R10.
+#define WANT Get F26; I64ReinterpretF64
+#define COVERED Get F27; I64ReinterpretF64
+#define HASHED Get F28; I64ReinterpretF64
+#define GROUPLOOP \
+	GROUPS_P; Set R0; \
 	Loop; \
 		GFIELD($searchGroup_sameSeed); I64Eqz; \
-		If; GKEYHASH; End; \
-		GFIELD($searchGroup_members); READY64; I64And; I64Eqz; I32Eqz; \
-		If; GROWS; GSLOTS; GMAP; End; \
+		If; I64Const $0; F64ReinterpretI64; Set F28; End; \
+		GFIELD($searchGroup_members); WANT; I64And; I64Eqz; I32Eqz; \
+		If; \
+			HASHED; I64Eqz; \
+			If; GKEYHASH; I64Const $1; F64ReinterpretI64; Set F28; End; \
+			GROWS; GSLOTS; GMAP; \
+			COVERED; GFIELD($searchGroup_members); I64Or; F64ReinterpretI64; Set F27; \
+		End; \
 		Get R0; I64Const $searchGroup__size; I64Add; Tee R0; GROUPS_END; I64LtU; BrIf $0; \
-	End; \
-	Get R4; Set R9
+	End
 
-// func groupHits(gs *searchGroup, n int, key, ready uint64) uint64
+// func groupHits(gs *searchGroup, n int, key, want uint64) uint64
 TEXT ·groupHits(SB), NOSPLIT, $0-40
 	I64Load gs+0(FP); F64ReinterpretI64; Set F21
 	I64Load gs+0(FP); I64Load n+8(FP); I64Const $searchGroup__size; I64Mul; I64Add; F64ReinterpretI64; Set F23
 	I64Load key+16(FP); Set R1
-	I64Load ready+24(FP); F64ReinterpretI64; Set F20
-	GROUPHITS
-	Get SP; Get R9; READY64; I64And; I64Store ret+32(FP)
+	I64Load want+24(FP); F64ReinterpretI64; Set F26
+	I64Const $0; Set R4
+	I64Const $0; F64ReinterpretI64; Set F27
+	GROUPLOOP
+	Get SP; Get R4; COVERED; I64Const $16; I64Shl; I64Or; I64Store ret+32(FP)
 	RET
 
-#undef PROBEHITS
-#define PROBEHITS GROUPHITS
+// PROBE (multi-group) sets R9 to the hit mask of position R12 for at least
+// the ready lanes of NEED, as consumer's probeTable: a position every ready
+// lane was answered at (Stamp[p] == Gen) is the memo's, as in the one-table
+// PROBE; on a first visit it counts the probe and starts with no lane
+// answered; a position partly answered (Stamp[p] == Gen|1) keeps its
+// Memo[p] and Known[p]. It then reads the groups of the needed lanes not
+// answered yet, adds their hits and lanes to Memo[p] and Known[p], and
+// stamps Gen when every ready lane is answered, Gen|1 otherwise.
+#undef PROBE
+#define KNOWN_P Get F25; I64ReinterpretF64
+#define PROBE(NEED) \
+	STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
+	GEN32; I32Eq; \
+	If; \
+		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R9; \
+	Else; \
+		STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
+		GEN32; I32Const $1; I32Or; I32Eq; \
+		If; \
+			MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R4; \
+			KNOWN_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; F64ReinterpretI64; Set F27; \
+		Else; \
+			I64Const $0; Set R4; \
+			I64Const $0; F64ReinterpretI64; Set F27; \
+			STORES(S_PROBES, LOADS(S_PROBES); I64Const $1; I64Add); \
+		End; \
+		NEED; READY64; I64And; COVERED; I64Const $-1; I64Xor; I64And; Tee R9; F64ReinterpretI64; Set F26; \
+		Get R9; I64Eqz; I32Eqz; \
+		If; \
+			SEQ_P; Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
+			GROUPLOOP; \
+		End; \
+		Get R4; READY64; I64And; Set R9; \
+		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
+		COVERED; READY64; I64And; Set R4; \
+		KNOWN_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R4; I64Store16 $0; \
+		STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; \
+		GEN32; Get R4; READY64; I64Ne; I32Or; I32Store $0; \
+	End
+
 #define S_FORMATS $PrefixSearch_formats
 #define S_NFORMATS $(PrefixSearch_formats+8)
+#define S_KNOWN $PrefixSearch_Known
+#define S_KNOWNLEN $(PrefixSearch_Known+8)
 
 // func prefixSearchGroups(s *PrefixSearch) bool
 TEXT ·prefixSearchGroups(SB), NOSPLIT, $0-9
 	I64Load s+0(FP); Set R11
-	// The contract: SearchPrefix's on the query, and at least one group
-	// (each valid by construction: PrefixSearch.AddGroup).
+	// The contract: SearchPrefix's on the query, len(Known) ≥ n, and at
+	// least one group (each valid by construction: PrefixSearch.AddGroup).
 	Get SP; I64Const $0; I64Store8 ret+8(FP)
 	Block
 		LOADS(S_N); I64Eqz; BrIf $0
 		LOADS(S_MEMOLEN); LOADS(S_N); I64LtU; BrIf $0
 		LOADS(S_STAMPLEN); LOADS(S_N); I64LtU; BrIf $0
+		LOADS(S_KNOWNLEN); LOADS(S_N); I64LtU; BrIf $0
 		LOADS(S_DEPTH); I64Eqz; BrIf $0
 		LOADS(S_NFORMATS); I64Eqz; BrIf $0
 		Get SP; I64Const $1; I64Store8 ret+8(FP)
@@ -648,4 +702,5 @@ TEXT ·prefixSearchGroups(SB), NOSPLIT, $0-9
 	If; RET; End
 	LOADS(S_FORMATS); F64ReinterpretI64; Set F21
 	LOADS(S_FORMATS); LOADS(S_NFORMATS); I64Const $searchGroup__size; I64Mul; I64Add; F64ReinterpretI64; Set F23
+	LOADS(S_KNOWN); F64ReinterpretI64; Set F25
 #include "search_wasm.h"

@@ -162,34 +162,52 @@ func (s *PrefixSearch) Groups() int { return len(s.formats) }
 // GroupHits returns, for the lanes of ready, which hold key in the added
 // groups: the OR of each group's row hits (as [Addresser.RowHitsHashed])
 // mapped to lanes, the key hashed once per run of same-seed groups; groups
-// with no ready lane are not read. On GOARCH=wasm it is one hand-written
-// WebAssembly call, the probe [PrefixSearch.SearchGroups] inlines.
+// with no ready lane are not read. It is [PrefixSearch.GroupProbe] with
+// want = ready, masked by ready.
 func (s *PrefixSearch) GroupHits(key uint64, ready uint16) uint16 {
-	if len(s.formats) == 0 {
-		return 0
-	}
-	return groupHitsArch(s.formats, key, ready)
+	hits, _ := s.GroupProbe(key, ready)
+	return hits & ready
 }
 
-// groupHitsGo is GroupHits in Go (every architecture but wasm, and the
+// GroupProbe reads only the groups with a lane in want: hits is which of
+// those groups' lanes hold key, covered those groups' lanes (the lanes
+// hits answers for; a lane of a group not read is 0 in both). The key is
+// hashed once per run of same-seed groups, and only when one of the run's
+// groups is read. A search that needs the answer of a few lanes at a
+// position (a binary search settling one lane) then reads their groups'
+// rows, not every group's (consumer's probe keeps which lanes each
+// position answered). On GOARCH=wasm it is one hand-written WebAssembly
+// call, the probe [PrefixSearch.SearchGroups] inlines.
+func (s *PrefixSearch) GroupProbe(key uint64, want uint16) (hits, covered uint16) {
+	if len(s.formats) == 0 {
+		return 0, 0
+	}
+	return groupHitsArch(s.formats, key, want)
+}
+
+// groupHitsGo is GroupProbe in Go (every architecture but wasm, and the
 // reference the wasm kernel is tested against): per group the two rows'
 // words tested as [HitsAt] does, with the kernel's arithmetic — each word's
 // zero-lane bits shifted onto bit slot+16k and the four 16-bit groups folded
 // once — and without bounds checks (AddGroup checked every row the mask
 // reaches), which the profile of a 4-group probe showed as its cost next to
 // one 16-wide row (BENCHMARKS.md, "Format groups").
-func groupHitsGo(gs []searchGroup, key uint64, ready uint16) uint16 {
-	var m uint16
+func groupHitsGo(gs []searchGroup, key uint64, want uint16) (hits, covered uint16) {
 	var kh KeyHash
 	var fp uint64
+	hashed := false // kh is the key's hash under the current run's seed
 	for i := range gs {
 		g := &gs[i]
 		if g.sameSeed == 0 {
+			hashed = false
+		}
+		if uint16(g.members)&want == 0 {
+			continue
+		}
+		if !hashed {
 			kh = Addresser{keyFlip: g.keyFlip, dispFlip: g.dispFlip}.HashKey(key)
 			fp = uint64(kh.fp) * laneLow
-		}
-		if uint16(g.members)&ready == 0 {
-			continue
+			hashed = true
 		}
 		a := kh.h & g.mask
 		d := kh.disp & g.mask
@@ -209,9 +227,10 @@ func groupHitsGo(gs []searchGroup, key uint64, ready uint16) uint16 {
 		}
 		z |= z >> 32
 		z |= z >> 16
-		m |= g.maps[0][uint8(z)] | g.maps[1][uint8(z>>8)]
+		hits |= g.maps[0][uint8(z)] | g.maps[1][uint8(z>>8)]
+		covered |= uint16(g.members)
 	}
-	return m & ready
+	return hits, covered
 }
 
 // slotZero returns the high bit of each 16-bit lane of slot l's words in
