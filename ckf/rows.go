@@ -123,6 +123,12 @@ type searchGroup struct {
 	sameSeed uint64 // 1: the previous group has this seed (reuse its key hash)
 	members  uint64 // the lanes with a slot here
 	maps     *[2][256]uint16
+	// info is members | members<<16 | run<<32 | shift<<48, where run is,
+	// for the first group of a run of same-seed groups, the lanes of the
+	// whole run (0 for the others): a probe hashes the key at a run's first
+	// group when it wants a lane of the run. The wasm probe reads all of
+	// it in one load, and ORs bits 16..31 into its covered lanes.
+	info uint64
 }
 
 // ResetGroups forgets the groups added by [PrefixSearch.AddGroup].
@@ -152,6 +158,16 @@ func (s *PrefixSearch) AddGroup(ad Addresser, words []uint64, width int, maps *[
 	}
 	if n := len(s.formats); n > 0 && s.formats[n-1].keyFlip == g.keyFlip && s.formats[n-1].dispFlip == g.dispFlip {
 		g.sameSeed = 1
+	}
+	g.info = g.members | g.members<<16 | g.shift<<48
+	if g.sameSeed == 0 {
+		g.info |= g.members << 32
+	} else {
+		head := len(s.formats) - 1
+		for s.formats[head].sameSeed != 0 {
+			head--
+		}
+		s.formats[head].info |= g.members << 32
 	}
 	s.formats = append(s.formats, g)
 }
@@ -195,19 +211,14 @@ func (s *PrefixSearch) GroupProbe(key uint64, want uint16) (hits, covered uint16
 func groupHitsGo(gs []searchGroup, key uint64, want uint16) (hits, covered uint16) {
 	var kh KeyHash
 	var fp uint64
-	hashed := false // kh is the key's hash under the current run's seed
 	for i := range gs {
 		g := &gs[i]
-		if g.sameSeed == 0 {
-			hashed = false
+		if uint16(g.info>>32)&want != 0 { // a run's first group, and the run is wanted
+			kh = Addresser{keyFlip: g.keyFlip, dispFlip: g.dispFlip}.HashKey(key)
+			fp = uint64(kh.fp) * laneLow
 		}
 		if uint16(g.members)&want == 0 {
 			continue
-		}
-		if !hashed {
-			kh = Addresser{keyFlip: g.keyFlip, dispFlip: g.dispFlip}.HashKey(key)
-			fp = uint64(kh.fp) * laneLow
-			hashed = true
 		}
 		a := kh.h & g.mask
 		d := kh.disp & g.mask
