@@ -99,9 +99,11 @@ func groupHitsArch(gs []searchGroup, key uint64, want uint16) (hits, covered uin
 	return uint16(r), uint16(r >> 16)
 }
 
-// prefixSearchGroups is prefixSearch with GroupHits as its probe, over the
-// groups in s.formats; it reports false, doing nothing, when s breaks
-// SearchPrefix's contract or has no group.
+// prefixSearchGroups is prefixSearch with GroupProbe as its probe, over the
+// groups in s.formats, reading at each position only the groups of the
+// lanes the search needs there (s.Known keeps the lanes each position
+// answered); it reports false, doing nothing, when s breaks SearchPrefix's
+// contract, Known is shorter than Seq or s has no group.
 //
 //go:noescape
 func prefixSearchGroups(s *PrefixSearch) bool
