@@ -266,12 +266,13 @@ func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
 	q.prepare(len(seq))
 	before := q.probes
 	s := &q.kernel
-	s.Seq, s.Memo, s.Stamp, s.Gen, s.Known = seq, q.memo, q.stamp, q.gen, q.known
+	s.Seq, s.Memo, s.Stamp, s.Gen = seq, q.memo, q.stamp, q.gen
 	s.Ready, s.Window, s.Depth = ready, c.window, &res.Depths
 	var ok bool
 	if c.uniform {
 		ok = c.addresser.SearchPrefix(c.words, s) // today's kernel, one 16-wide table
 	} else {
+		s.Known = q.known
 		ok = s.SearchGroups() // several format groups (regroup added them)
 	}
 	if !ok {
