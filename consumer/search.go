@@ -30,17 +30,23 @@ type querier struct {
 	kernel ckf.PrefixSearch // the wasm search kernel's state, reused
 }
 
-// prepare sizes the scratch for n positions and starts a new memo generation.
-func (q *querier) prepare(n int) {
+// prepare sizes the scratch for n positions and starts a new memo
+// generation; known only for a consumer of several format groups (a
+// one-group query never reads it: 2 bytes a position it does not need).
+func (q *querier) prepare(n int, groups bool) {
 	if cap(q.memo) < n {
 		q.memo = make([]uint16, n)
 		q.stamp = make([]uint32, n)
-		q.known = make([]uint16, n)
 		q.gen = 0
 	}
 	q.memo = q.memo[:n]
 	q.stamp = q.stamp[:n]
-	q.known = q.known[:n]
+	if groups {
+		if cap(q.known) < n {
+			q.known = make([]uint16, n)
+		}
+		q.known = q.known[:n]
+	}
 	q.gen += 2      // even: gen|1 marks a position partly answered
 	if q.gen == 0 { // wrapped: old stamps could alias the new generation
 		clear(q.stamp[:cap(q.stamp)])
@@ -263,7 +269,7 @@ func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
 	if len(seq) == 0 {
 		return nil
 	}
-	q.prepare(len(seq))
+	q.prepare(len(seq), !c.uniform)
 	before := q.probes
 	s := &q.kernel
 	s.Seq, s.Memo, s.Stamp, s.Gen = seq, q.memo, q.stamp, q.gen
