@@ -135,6 +135,16 @@ type PrefixSearch struct {
 	//lint:ignore U1000 as stack
 	arg int
 
+	// Known (multi-group searches only, [PrefixSearch.SearchGroups]; at
+	// least len(Seq) long): the lanes Memo[p] answers for when Stamp[p] ==
+	// Gen. A multi-group probe reads only the groups of the lanes the
+	// search needs at p ([PrefixSearch.GroupProbe]); a later need of other
+	// lanes at p reads their groups then, without counting a probe.
+	//
+	// It is the last exported field so that the one-group kernel's field
+	// offsets stay those it was written against.
+	Known []uint16
+
 	// formats: the format groups of a multi-group search
 	// (PrefixSearch.AddGroup).
 	formats []searchGroup

@@ -204,3 +204,78 @@ func BenchmarkGroupHits(b *testing.B) {
 		reportP50(b, d, 64)
 	})
 }
+
+// BenchmarkSearchGroups: the multi-group search kernel on
+// BenchmarkSearchPrefix's shape (1,024 keys held by all 16 lanes, window 2,
+// 13 probes, each needing every lane) with the lanes in 4 format groups × 4
+// (2^19..2^16 buckets, as wasm/host BenchmarkQueryMixed; one seed or 4),
+// beside the one-table kernel, in one run; p50-ns per search from batches
+// of 16. It skips off wasm, where there is no kernel.
+func BenchmarkSearchGroups(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	seq := make([]uint64, 1024)
+	for i := range seq {
+		seq[i] = rng.Uint64()
+	}
+	place := func(words []uint64, width int, ad Addresser, lanes int) {
+		for _, k := range seq {
+			a := ad.Address(k)
+			for l := range lanes {
+				w := &words[a.A*uint64(width)+uint64(l)]
+				for s := 0; s < 4; s++ {
+					if (*w>>(16*s))&0xFFFF == 0 {
+						*w |= uint64(a.Fingerprint) << (16 * s)
+						break
+					}
+				}
+			}
+		}
+	}
+	run := func(b *testing.B, search func(*PrefixSearch) bool) {
+		s := &PrefixSearch{Seq: seq, Memo: make([]uint16, 1024), Stamp: make([]uint32, 1024), Known: make([]uint16, 1024),
+			Ready: 0xFFFF, Window: 2, Depth: new([MaxLanes]uint32)}
+		d := make([]time.Duration, 0, 4096)
+		for b.Loop() {
+			t0 := time.Now()
+			for range 16 {
+				s.Gen += 2
+				if !search(s) {
+					b.Skip("no kernel")
+				}
+			}
+			d = append(d, time.Since(t0))
+		}
+		reportP50(b, d, 16)
+		require.Equal(b, uint32(1024), s.Depth[15], "depth %d probes %d", s.Depth[15], s.Probes)
+		require.Equal(b, 13, s.Probes, "depth %d probes %d", s.Depth[15], s.Probes)
+	}
+	for _, seeds := range []int{1, 4} {
+		var gs PrefixSearch
+		for g := range 4 {
+			seed := uint64(DefaultSeed)
+			if seeds == 4 {
+				seed += uint64(g) * 0x9E3779B97F4A7C15
+			}
+			ad := NewAddresser(seed, 1<<19>>g)
+			words := make([]uint64, (1<<19>>g)*4)
+			place(words, 4, ad, 4)
+			maps := new([2][256]uint16)
+			for v := range 16 {
+				maps[0][v] = uint16(v) << (4 * g)
+			}
+			gs.AddGroup(ad, words, 4, maps, 0xF<<(4*g))
+		}
+		b.Run("layout=mixed4/seeds="+strconv.Itoa(seeds), func(b *testing.B) {
+			run(b, func(s *PrefixSearch) bool {
+				s.formats = gs.formats
+				return s.SearchGroups()
+			})
+		})
+	}
+	ad := NewAddresser(DefaultSeed, 1<<19)
+	words := make([]uint64, (1<<19)*MaxLanes)
+	place(words, MaxLanes, ad, MaxLanes)
+	b.Run("layout=uniform", func(b *testing.B) {
+		run(b, func(s *PrefixSearch) bool { return ad.SearchPrefix(words, s) })
+	})
+}

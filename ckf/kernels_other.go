@@ -21,8 +21,8 @@ func laneRowHitsArch(ad Addresser, words []uint64, key uint64) uint16 {
 
 func searchPrefixArch(uint64, uint64, uint64, []uint64, *PrefixSearch) bool { return false }
 
-func groupHitsArch(gs []searchGroup, key uint64, ready uint16) uint16 {
-	return groupHitsGo(gs, key, ready)
+func groupHitsArch(gs []searchGroup, key uint64, want uint16) (hits, covered uint16) {
+	return groupHitsGo(gs, key, want)
 }
 
 func searchGroupsArch(*PrefixSearch) bool { return false }

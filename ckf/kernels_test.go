@@ -288,3 +288,49 @@ func TestKernel_SearchPrefixRefusesBrokenContract(t *testing.T) {
 		require.Equal(t, 1, s.Probes, "valid call: one probe (an empty table misses at position 0)")
 	}
 }
+
+// TestKernel_SearchGroupsRefusesBrokenContract: SearchGroups checks its
+// contract in the kernel — SearchPrefix's on the query, a Known as long as
+// the query (the multi-group probe writes the lanes each position answered)
+// and at least one group — and reports false, touching nothing, for each
+// way to break it; a valid call reports true on wasm and false elsewhere.
+func TestKernel_SearchGroupsRefusesBrokenContract(t *testing.T) {
+	const buckets = 16
+	maps := new([2][256]uint16)
+	for v := range 256 {
+		maps[0][v] = uint16(v)
+	}
+	valid := func() *PrefixSearch {
+		s := &PrefixSearch{Seq: []uint64{1, 2, 3}, Memo: make([]uint16, 3), Stamp: make([]uint32, 3), Known: make([]uint16, 3),
+			Gen: 2, Ready: 0xF, Window: 2, Depth: &[MaxLanes]uint32{7, 7, 7}}
+		s.AddGroup(NewAddresser(DefaultSeed, buckets), make([]uint64, buckets*4), 4, maps, 0xF)
+		return s
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*PrefixSearch)
+	}{
+		{"empty query", func(s *PrefixSearch) { s.Seq = s.Seq[:0] }},
+		{"short memo", func(s *PrefixSearch) { s.Memo = s.Memo[:2] }},
+		{"short stamp", func(s *PrefixSearch) { s.Stamp = s.Stamp[:2] }},
+		{"short known", func(s *PrefixSearch) { s.Known = s.Known[:2] }},
+		{"nil known", func(s *PrefixSearch) { s.Known = nil }},
+		{"nil depth", func(s *PrefixSearch) { s.Depth = nil }},
+		{"no group", func(s *PrefixSearch) { s.ResetGroups() }},
+	} {
+		s := valid()
+		tc.edit(s)
+		require.False(t, s.SearchGroups(), tc.name)
+		require.Zero(t, s.Probes, "%s: probes", tc.name)
+		if s.Depth != nil {
+			require.Equal(t, uint32(7), s.Depth[0], "%s: depth untouched", tc.name)
+		}
+	}
+	s := valid()
+	require.Equal(t, runtime.GOARCH == "wasm", s.SearchGroups(), "valid call")
+	if runtime.GOARCH == "wasm" {
+		require.Equal(t, 1, s.Probes, "valid call: one probe (an empty table misses at position 0)")
+		require.Equal(t, uint16(0xF), s.Known[0], "position 0 answered for the ready lanes")
+		require.Equal(t, s.Gen, s.Stamp[0], "position 0 stamped as answered for every ready lane")
+	}
+}

@@ -87,19 +87,23 @@ func searchPrefixArch(keyFlip, dispFlip, mask uint64, words []uint64, s *PrefixS
 	return prefixSearch(s, keyFlip, dispFlip, mask, unsafe.SliceData(words), len(words))
 }
 
-// groupHits is GroupHits for the n ≥ 1 groups at gs: GROUPHITS of
-// kernels_wasm.s, the probe prefixSearchGroups inlines.
+// groupHits is GroupProbe for the n ≥ 1 groups at gs (hits in bits 0..15,
+// covered in 16..31): GROUPLOOP of kernels_wasm.s, the probe
+// prefixSearchGroups inlines.
 //
 //go:noescape
-func groupHits(gs *searchGroup, n int, key, ready uint64) uint64
+func groupHits(gs *searchGroup, n int, key, want uint64) uint64
 
-func groupHitsArch(gs []searchGroup, key uint64, ready uint16) uint16 {
-	return uint16(groupHits(unsafe.SliceData(gs), len(gs), key, uint64(ready)))
+func groupHitsArch(gs []searchGroup, key uint64, want uint16) (hits, covered uint16) {
+	r := groupHits(unsafe.SliceData(gs), len(gs), key, uint64(want))
+	return uint16(r), uint16(r >> 16)
 }
 
-// prefixSearchGroups is prefixSearch with GroupHits as its probe, over the
-// groups in s.formats; it reports false, doing nothing, when s breaks
-// SearchPrefix's contract or has no group.
+// prefixSearchGroups is prefixSearch with GroupProbe as its probe, over the
+// groups in s.formats, reading at each position only the groups of the
+// lanes the search needs there (s.Known keeps the lanes each position
+// answered); it reports false, doing nothing, when s breaks SearchPrefix's
+// contract, Known is shorter than Seq or s has no group.
 //
 //go:noescape
 func prefixSearchGroups(s *PrefixSearch) bool

@@ -456,7 +456,8 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 
 // PROBE sets R9 to the hit mask of position R12 over the ready lanes,
 // probing the table only on the position's first visit in the query (the
-// memo: Memo[p] valid when Stamp[p] == Gen), like consumer's probe.
+// memo: Memo[p] valid when Stamp[p] == Gen), like consumer's probe. One
+// table answers for every lane at once, so it ignores NEED.
 // The state fields PROBE and the gallop read on every step, cached as raw
 // bits in f64 locals by prefixSearch's prologue (the i64 locals are all
 // taken): a local read is one instruction where a field load is a
@@ -468,7 +469,7 @@ TEXT ·laneRowHits(SB), NOSPLIT, $0-48
 #define READY64 Get F20; I64ReinterpretF64
 #define N64 Get F22; I64ReinterpretF64
 
-#define PROBE \
+#define PROBE(NEED) \
 	STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I32Load $0; \
 	GEN32; I32Eq; \
 	If; \
@@ -532,13 +533,11 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 	If; RET; End
 #include "search_wasm.h"
 
-// GROUPHITS (multi-group probes: PrefixSearch.GroupHits). The groups are
-// searchGroup records from GROUPS_P to GROUPS_END, the ready lanes in
-// READY64; the key is R1 (kept). It sets R9 to the lanes whose group rows
-// hold the key (not yet masked by the ready lanes) and uses R0 (the group),
-// R2, R3 (the key's seed-only hashes: bucket a and displacement before
-// masking, kept across groups of one seed), R4 (the lanes found) and
-// R5..R10 as ROWHITS.
+// Multi-group probes (PrefixSearch.GroupProbe, GROUPLOOP below). The groups
+// are searchGroup records from GROUPS_P to GROUPS_END; the key is R1. R2, R3
+// hold the key's seed-only hashes (bucket a and displacement before
+// masking, kept across groups of one seed), R4 the lanes found; R5..R10 are
+// used as in ROWHITS.
 #define GROUPS_P Get F21; I64ReinterpretF64
 #define GROUPS_END Get F23; I64ReinterpretF64
 #define GFIELD(OFF) Get R0; I32WrapI64; I64Load OFF
@@ -563,83 +562,144 @@ TEXT ·prefixSearch(SB), NOSPLIT, $0-49
 
 // GROWS sets R7, R8 to the addresses of the group's rows A and B
 // (ckf.Addresser.Rows): a = R2 & mask, b = a ^ (R3 & mask, 0 → 1), each
-// times the row's bytes (<< shift) plus the table's address; it leaves the
-// shift in F24 for GSLOTS. Each field is loaded once (a local read is
-// cheaper than a bounds-checked load).
+// times the row's bytes (<< shift, in F24 from the group's info) plus the
+// table's address. Each field is loaded once (a local read is cheaper than
+// a bounds-checked load).
 #define GROWS \
 	GFIELD($searchGroup_mask); Set R10; \
 	Get R2; Get R10; I64And; Set R7; \
 	Get R3; Get R10; I64And; Tee R8; Get R8; I64Eqz; I64ExtendI32U; I64Or; Get R7; I64Xor; Set R8; \
-	GFIELD($searchGroup_shift); Tee R10; F64ReinterpretI64; Set F24; \
+	GSHIFT; Set R10; \
 	GFIELD($searchGroup_words); Set R9; \
 	Get R7; Get R10; I64Shl; Get R9; I64Add; Set R7; \
 	Get R8; Get R10; I64Shl; Get R9; I64Add; Set R8
 
 // GSLOTS sets R9 to the slot hit mask of rows R7, R8 of the group's width
-// (shift F24 = log2(width) + 3): ROWHITS' LANE tests of slots 15..8 only
-// when the width is 16, 7..4 when at least 8, and so on, then the same
-// fold.
+// (shift F24 = log2(width) + 3): ROWHITS' LANE tests of the width's slots,
+// chosen by two tests of the width (three for 16), then the same fold.
 #define GSHIFT Get F24; I64ReinterpretF64
 #define GSLOTS \
 	I64Const $0; Set R9; \
-	Block; GSHIFT; I64Const $7; I64LtU; BrIf $0; \
-		LANE(120, 15); LANE(112, 14); LANE(104, 13); LANE(96, 12); \
-		LANE(88, 11); LANE(80, 10); LANE(72, 9); LANE(64, 8); \
+	GSHIFT; I64Const $5; I64GeU; \
+	If; \
+		GSHIFT; I64Const $6; I64GeU; \
+		If; \
+			GSHIFT; I64Const $7; I64Eq; \
+			If; \
+				LANE(120, 15); LANE(112, 14); LANE(104, 13); LANE(96, 12); \
+				LANE(88, 11); LANE(80, 10); LANE(72, 9); LANE(64, 8); \
+			End; \
+			LANE(56, 7); LANE(48, 6); LANE(40, 5); LANE(32, 4); \
+		End; \
+		LANE(24, 3); LANE(16, 2); LANE(8, 1); LANE(0, 0); \
+	Else; \
+		GSHIFT; I64Const $4; I64Eq; \
+		If; LANE(8, 1); End; \
+		LANE(0, 0); \
 	End; \
-	Block; GSHIFT; I64Const $6; I64LtU; BrIf $0; \
-		LANE(56, 7); LANE(48, 6); LANE(40, 5); LANE(32, 4); \
-	End; \
-	Block; GSHIFT; I64Const $5; I64LtU; BrIf $0; LANE(24, 3); LANE(16, 2); End; \
-	Block; GSHIFT; I64Const $4; I64LtU; BrIf $0; LANE(8, 1); End; \
-	LANE(0, 0); \
 	Get R9; Get R9; I64Const $32; I64ShrU; I64Or; Tee R9; \
 	Get R9; I64Const $16; I64ShrU; I64Or; I64Const $0xFFFF; I64And; Set R9
 
 // GMAP ORs the lanes of slot hits R9 into R4: maps[0][R9 & 0xff] |
-// maps[1][R9 >> 8], two uint16 loads. It uses R10.
+// maps[1][R9 >> 8], the second only for 16 slots (narrower rows have no
+// hit above slot 7, and maps[1][0] is 0). It uses R10.
 #define GMAP \
 	GFIELD($searchGroup_maps); Set R10; \
 	Get R4; \
 	Get R10; Get R9; I64Const $0xFF; I64And; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; I64Or; \
-	Get R10; Get R9; I64Const $8; I64ShrU; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $512; I64Or; \
-	Set R4
+	Set R4; \
+	GSHIFT; I64Const $7; I64Eq; \
+	If; \
+		Get R4; Get R10; Get R9; I64Const $8; I64ShrU; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $512; I64Or; Set R4; \
+	End
 
-#define GROUPHITS \
-	I64Const $0; Set R4; GROUPS_P; Set R0; \
+// GROUPLOOP ORs into R4 the lane hits of the groups with a lane in WANT
+// (bits 0..15) and those groups' lanes (bits 16..31; PrefixSearch.GroupProbe)
+// for key R1 (kept). The key is hashed at the first group of a run of
+// same-seed groups when the run has a wanted lane (the run's lanes in bits
+// 32..47 of that group's info; R2, R3, R5, R6 then hold the run's hash),
+// so a run nobody wants costs no hash. It uses R0 (the group) and R2..R10.
+#define WANT Get F26; I64ReinterpretF64
+#define GROUPLOOP \
+	GROUPS_P; Set R0; \
 	Loop; \
-		GFIELD($searchGroup_sameSeed); I64Eqz; \
+		GFIELD($searchGroup_info); Tee R9; I64Const $32; I64ShrU; WANT; I64And; I64Eqz; I32Eqz; \
 		If; GKEYHASH; End; \
-		GFIELD($searchGroup_members); READY64; I64And; I64Eqz; I32Eqz; \
-		If; GROWS; GSLOTS; GMAP; End; \
+		Get R9; WANT; I64And; I64Eqz; I32Eqz; \
+		If; \
+			Get R4; Get R9; I64Const $0xFFFF0000; I64And; I64Or; Set R4; \
+			Get R9; I64Const $48; I64ShrU; F64ReinterpretI64; Set F24; \
+			GROWS; GSLOTS; GMAP; \
+		End; \
 		Get R0; I64Const $searchGroup__size; I64Add; Tee R0; GROUPS_END; I64LtU; BrIf $0; \
-	End; \
-	Get R4; Set R9
+	End
 
-// func groupHits(gs *searchGroup, n int, key, ready uint64) uint64
+// func groupHits(gs *searchGroup, n int, key, want uint64) uint64
 TEXT ·groupHits(SB), NOSPLIT, $0-40
 	I64Load gs+0(FP); F64ReinterpretI64; Set F21
 	I64Load gs+0(FP); I64Load n+8(FP); I64Const $searchGroup__size; I64Mul; I64Add; F64ReinterpretI64; Set F23
 	I64Load key+16(FP); Set R1
-	I64Load ready+24(FP); F64ReinterpretI64; Set F20
-	GROUPHITS
-	Get SP; Get R9; READY64; I64And; I64Store ret+32(FP)
+	I64Load want+24(FP); F64ReinterpretI64; Set F26
+	I64Const $0; Set R4
+	GROUPLOOP
+	Get SP; Get R4; I64Store ret+32(FP)
 	RET
 
-#undef PROBEHITS
-#define PROBEHITS GROUPHITS
+// PROBE (multi-group) sets R9 to the hit mask of position R12 for at least
+// the ready lanes of NEED, as consumer's probeTable: a position every ready
+// lane was answered at (Stamp[p] == Gen) is the memo's, as in the one-table
+// PROBE; on a first visit it counts the probe and starts with no lane
+// answered; a position partly answered (Stamp[p] == Gen|1) starts from
+// Memo[p] and Known[p]. It then reads the groups of the needed lanes not
+// answered yet, adds their hits and lanes to Memo[p] and Known[p], and
+// stamps Gen when every ready lane is answered, Gen|1 otherwise.
+#undef PROBE
+#define KNOWN_P Get F25; I64ReinterpretF64
+#define GEN64 Get F17; I64ReinterpretF64
+#define PROBE(NEED) \
+	STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I64Load32U $0; Tee R9; \
+	GEN64; I64Eq; \
+	If; \
+		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; Set R9; \
+	Else; \
+		Get R9; GEN64; I64Const $1; I64Or; I64Eq; \
+		If; \
+			KNOWN_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; I64Const $16; I64Shl; \
+			MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; I64Load16U $0; I64Or; Set R4; \
+		Else; \
+			I64Const $0; Set R4; \
+			STORES(S_PROBES, LOADS(S_PROBES); I64Const $1; I64Add); \
+		End; \
+		NEED; READY64; I64And; Get R4; I64Const $16; I64ShrU; I64Const $-1; I64Xor; I64And; Tee R9; F64ReinterpretI64; Set F26; \
+		Get R9; I64Eqz; I32Eqz; \
+		If; \
+			SEQ_P; Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
+			GROUPLOOP; \
+		End; \
+		Get R4; READY64; I64And; Set R9; \
+		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
+		Get R4; I64Const $16; I64ShrU; READY64; I64And; Set R4; \
+		KNOWN_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R4; I64Store16 $0; \
+		STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; \
+		GEN32; Get R4; READY64; I64Ne; I32Or; I32Store $0; \
+	End
+
 #define S_FORMATS $PrefixSearch_formats
 #define S_NFORMATS $(PrefixSearch_formats+8)
+#define S_KNOWN $PrefixSearch_Known
+#define S_KNOWNLEN $(PrefixSearch_Known+8)
 
 // func prefixSearchGroups(s *PrefixSearch) bool
 TEXT ·prefixSearchGroups(SB), NOSPLIT, $0-9
 	I64Load s+0(FP); Set R11
-	// The contract: SearchPrefix's on the query, and at least one group
-	// (each valid by construction: PrefixSearch.AddGroup).
+	// The contract: SearchPrefix's on the query, len(Known) ≥ n, and at
+	// least one group (each valid by construction: PrefixSearch.AddGroup).
 	Get SP; I64Const $0; I64Store8 ret+8(FP)
 	Block
 		LOADS(S_N); I64Eqz; BrIf $0
 		LOADS(S_MEMOLEN); LOADS(S_N); I64LtU; BrIf $0
 		LOADS(S_STAMPLEN); LOADS(S_N); I64LtU; BrIf $0
+		LOADS(S_KNOWNLEN); LOADS(S_N); I64LtU; BrIf $0
 		LOADS(S_DEPTH); I64Eqz; BrIf $0
 		LOADS(S_NFORMATS); I64Eqz; BrIf $0
 		Get SP; I64Const $1; I64Store8 ret+8(FP)
@@ -648,4 +708,5 @@ TEXT ·prefixSearchGroups(SB), NOSPLIT, $0-9
 	If; RET; End
 	LOADS(S_FORMATS); F64ReinterpretI64; Set F21
 	LOADS(S_FORMATS); LOADS(S_NFORMATS); I64Const $searchGroup__size; I64Mul; I64Add; F64ReinterpretI64; Set F23
+	LOADS(S_KNOWN); F64ReinterpretI64; Set F25
 #include "search_wasm.h"

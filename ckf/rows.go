@@ -123,6 +123,12 @@ type searchGroup struct {
 	sameSeed uint64 // 1: the previous group has this seed (reuse its key hash)
 	members  uint64 // the lanes with a slot here
 	maps     *[2][256]uint16
+	// info is members | members<<16 | run<<32 | shift<<48, where run is,
+	// for the first group of a run of same-seed groups, the lanes of the
+	// whole run (0 for the others): a probe hashes the key at a run's first
+	// group when it wants a lane of the run. The wasm probe reads all of
+	// it in one load, and ORs bits 16..31 into its covered lanes.
+	info uint64
 }
 
 // ResetGroups forgets the groups added by [PrefixSearch.AddGroup].
@@ -153,6 +159,16 @@ func (s *PrefixSearch) AddGroup(ad Addresser, words []uint64, width int, maps *[
 	if n := len(s.formats); n > 0 && s.formats[n-1].keyFlip == g.keyFlip && s.formats[n-1].dispFlip == g.dispFlip {
 		g.sameSeed = 1
 	}
+	g.info = g.members | g.members<<16 | g.shift<<48
+	if g.sameSeed == 0 {
+		g.info |= g.members << 32
+	} else {
+		head := len(s.formats) - 1
+		for s.formats[head].sameSeed != 0 {
+			head--
+		}
+		s.formats[head].info |= g.members << 32
+	}
 	s.formats = append(s.formats, g)
 }
 
@@ -162,33 +178,46 @@ func (s *PrefixSearch) Groups() int { return len(s.formats) }
 // GroupHits returns, for the lanes of ready, which hold key in the added
 // groups: the OR of each group's row hits (as [Addresser.RowHitsHashed])
 // mapped to lanes, the key hashed once per run of same-seed groups; groups
-// with no ready lane are not read. On GOARCH=wasm it is one hand-written
-// WebAssembly call, the probe [PrefixSearch.SearchGroups] inlines.
+// with no ready lane are not read. It is [PrefixSearch.GroupProbe] with
+// want = ready, masked by ready.
 func (s *PrefixSearch) GroupHits(key uint64, ready uint16) uint16 {
-	if len(s.formats) == 0 {
-		return 0
-	}
-	return groupHitsArch(s.formats, key, ready)
+	hits, _ := s.GroupProbe(key, ready)
+	return hits & ready
 }
 
-// groupHitsGo is GroupHits in Go (every architecture but wasm, and the
+// GroupProbe reads only the groups with a lane in want: hits is which of
+// those groups' lanes hold key, covered those groups' lanes (the lanes
+// hits answers for; a lane of a group not read is 0 in both). The key is
+// hashed once per run of same-seed groups, and only when one of the run's
+// groups is read. A search that needs the answer of a few lanes at a
+// position (a binary search settling one lane) then reads their groups'
+// rows, not every group's (consumer's probe keeps which lanes each
+// position answered). On GOARCH=wasm it is one hand-written WebAssembly
+// call, the probe [PrefixSearch.SearchGroups] inlines.
+func (s *PrefixSearch) GroupProbe(key uint64, want uint16) (hits, covered uint16) {
+	if len(s.formats) == 0 {
+		return 0, 0
+	}
+	return groupHitsArch(s.formats, key, want)
+}
+
+// groupHitsGo is GroupProbe in Go (every architecture but wasm, and the
 // reference the wasm kernel is tested against): per group the two rows'
 // words tested as [HitsAt] does, with the kernel's arithmetic — each word's
 // zero-lane bits shifted onto bit slot+16k and the four 16-bit groups folded
 // once — and without bounds checks (AddGroup checked every row the mask
 // reaches), which the profile of a 4-group probe showed as its cost next to
 // one 16-wide row (BENCHMARKS.md, "Format groups").
-func groupHitsGo(gs []searchGroup, key uint64, ready uint16) uint16 {
-	var m uint16
+func groupHitsGo(gs []searchGroup, key uint64, want uint16) (hits, covered uint16) {
 	var kh KeyHash
 	var fp uint64
 	for i := range gs {
 		g := &gs[i]
-		if g.sameSeed == 0 {
+		if uint16(g.info>>32)&want != 0 { // a run's first group, and the run is wanted
 			kh = Addresser{keyFlip: g.keyFlip, dispFlip: g.dispFlip}.HashKey(key)
 			fp = uint64(kh.fp) * laneLow
 		}
-		if uint16(g.members)&ready == 0 {
+		if uint16(g.members)&want == 0 {
 			continue
 		}
 		a := kh.h & g.mask
@@ -209,9 +238,10 @@ func groupHitsGo(gs []searchGroup, key uint64, ready uint16) uint16 {
 		}
 		z |= z >> 32
 		z |= z >> 16
-		m |= g.maps[0][uint8(z)] | g.maps[1][uint8(z>>8)]
+		hits |= g.maps[0][uint8(z)] | g.maps[1][uint8(z>>8)]
+		covered |= uint16(g.members)
 	}
-	return m & ready
+	return hits, covered
 }
 
 // slotZero returns the high bit of each 16-bit lane of slot l's words in

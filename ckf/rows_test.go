@@ -136,10 +136,13 @@ func seqInts(n int) []int {
 	return s
 }
 
-// TestGroupHits_MatchesRowHits: GroupHits (the hand-written WebAssembly
-// probe in wasm builds) and its Go reference equal the OR over groups of
-// each group's RowHits mapped slot by slot to lanes, for every width, same-
-// and different-seed neighbours, free slots and any ready mask.
+// TestGroupHits_MatchesRowHits: GroupHits and GroupProbe (the hand-written
+// WebAssembly probe in wasm builds) and its Go reference equal the OR over
+// groups of each group's RowHits mapped slot by slot to lanes, for every
+// width, same- and different-seed neighbours, free slots and any ready or
+// wanted mask: GroupProbe reads exactly the groups with a wanted lane (a
+// run's key hash made by its first group read, not by the run's first
+// group) and reports their lanes as covered.
 func TestGroupHits_MatchesRowHits(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		c := drawGroups(t)
@@ -152,21 +155,30 @@ func TestGroupHits_MatchesRowHits(t *testing.T) {
 		}
 		require.Equal(t, len(c.ads), s.Groups())
 		ready := rapid.OneOf(rapid.Just(uint16(0xFFFF)), rapid.Uint16()).Draw(t, "ready")
+		want := rapid.OneOf(rapid.Just(uint16(0xFFFF)), rapid.Uint16(), rapid.Just(uint16(1)<<rapid.IntRange(0, 15).Draw(t, "lane"))).Draw(t, "want")
 		for _, k := range append(c.keys, rapid.Uint64().Draw(t, "other")) {
-			var want uint16
-			for i, ad := range c.ads {
-				if c.member[i]&ready == 0 {
-					continue
-				}
-				for m := ad.RowHits(c.words[i], c.widths[i], k); m != 0; m &= m - 1 {
-					if l := c.slots[i][bits.TrailingZeros16(m)]; l >= 0 { // a free slot's word is noise
-						want |= 1 << l
+			hitsOf := func(lanes uint16) (hits, covered uint16) {
+				for i, ad := range c.ads {
+					if c.member[i]&lanes == 0 {
+						continue
+					}
+					covered |= c.member[i]
+					for m := ad.RowHits(c.words[i], c.widths[i], k); m != 0; m &= m - 1 {
+						if l := c.slots[i][bits.TrailingZeros16(m)]; l >= 0 { // a free slot's word is noise
+							hits |= 1 << l
+						}
 					}
 				}
+				return hits, covered
 			}
-			want &= ready
-			require.Equal(t, want, groupHitsGo(s.formats, k, ready), "Go reference, key %#x", k)
-			require.Equal(t, want, s.GroupHits(k, ready), "GroupHits, key %#x", k)
+			wantReady, _ := hitsOf(ready)
+			wantReady &= ready
+			hits, covered := hitsOf(want)
+			gh, gc := groupHitsGo(s.formats, k, want)
+			require.Equal(t, [2]uint16{hits, covered}, [2]uint16{gh, gc}, "Go reference, key %#x, want %#x", k, want)
+			gh, gc = s.GroupProbe(k, want)
+			require.Equal(t, [2]uint16{hits, covered}, [2]uint16{gh, gc}, "GroupProbe, key %#x, want %#x", k, want)
+			require.Equal(t, wantReady, s.GroupHits(k, ready), "GroupHits, key %#x", k)
 		}
 		s.ResetGroups()
 		require.Zero(t, s.Groups())
@@ -267,19 +279,23 @@ func FuzzGroupHits(f *testing.F) {
 			s.AddGroup(g.ad, g.words, width, maps, m)
 			gs = append(gs, g)
 		}
-		var want uint16
+		// ready doubles as GroupProbe's wanted lanes.
+		var want, covered uint16
 		for i, g := range gs {
 			if uint16(s.formats[i].members)&ready == 0 {
 				continue
 			}
+			covered |= uint16(s.formats[i].members)
 			for h := g.ad.RowHits(g.words, g.width, key); h != 0; h &= h - 1 {
 				if l := g.slots[bits.TrailingZeros16(h)]; l >= 0 {
 					want |= 1 << l
 				}
 			}
 		}
-		want &= ready
-		require.Equal(t, want, groupHitsGo(s.formats, key, ready), "Go reference")
-		require.Equal(t, want, s.GroupHits(key, ready), "GroupHits")
+		gh, gc := groupHitsGo(s.formats, key, ready)
+		require.Equal(t, [2]uint16{want, covered}, [2]uint16{gh, gc}, "Go reference")
+		gh, gc = s.GroupProbe(key, ready)
+		require.Equal(t, [2]uint16{want, covered}, [2]uint16{gh, gc}, "GroupProbe")
+		require.Equal(t, want&ready, s.GroupHits(key, ready), "GroupHits")
 	})
 }

@@ -1,7 +1,9 @@
 // The body of the prefix searches (prefixSearch, prefixSearchGroups in
 // kernels_wasm.s), included once per kernel after its prologue has set R11
-// (the PrefixSearch) and checked the contract; PROBEHITS is each kernel's
-// row probe (ROWHITS or GROUPHITS), so both run one search algorithm.
+// (the PrefixSearch) and checked the contract; PROBE(NEED) is each kernel's
+// memoized probe of position R12 (NEED pushes the lanes the search needs
+// there: the one-table kernel ignores it, the multi-group one reads only
+// their groups), so both run one search algorithm.
 	Get R11; I32WrapI64; F64Load S_STAMP; Set F16
 	Get R11; I32WrapI64; I64Load32U S_GEN; F64ReinterpretI64; Set F17
 	Get R11; I32WrapI64; F64Load S_MEMO; Set F18
@@ -32,7 +34,7 @@
 		Get R15; N64; I64Const $1; I64Sub; I64GtS
 		If; N64; I64Const $1; I64Sub; Set R15; End
 		Get R15; Set R12
-		PROBE
+		PROBE(Get R13)
 		Get R13; Get R9; I64Const $-1; I64Xor; I64And; Tee R10
 		I64Eqz; I32Eqz; Get R14; I64Const $0; I64GeS; I32And
 		If; PUSH(R10, R14, R15); End
@@ -55,7 +57,7 @@
 		Block; Loop
 			Get R15; Get R14; I64Sub; I64Const $1; I64LeS; BrIf $1
 			Get R14; Get R15; Get R14; I64Sub; I64Const $1; I64ShrU; I64Add; Set R12
-			PROBE
+			PROBE(Get R13)
 			Get R13; Get R9; I64And; Set R5
 			Get R13; Get R9; I64Const $-1; I64Xor; I64And; Set R6
 			Get R6; I64Eqz
@@ -95,7 +97,7 @@
 		Block; Loop
 			Get R12; Get R14; I64GeS; BrIf $1
 			Get R13; I64Eqz; BrIf $1
-			PROBE
+			PROBE(Get R13)
 			// R5: lanes missing at p; a miss at the window's left edge
 			// (left > 0) goes to the caller's fallback, any other is the depth.
 			Get R13; Get R9; I64Const $-1; I64Xor; I64And; Set R5
@@ -131,7 +133,7 @@
 			STORES(S_LEFT, Get R12)
 			Block; Loop
 				Get R12; Get R15; I64GeS; BrIf $1
-				PROBE
+				PROBE(I64Const $1; Get R14; I64Shl)
 				Get R9; Get R14; I64ShrU; I64Const $1; I64And; I64Eqz; BrIf $1
 				Get R12; I64Const $1; I64Add; Set R12
 				Br $0

@@ -222,6 +222,12 @@ func TestConsumer_OneGroupRunsTodaysPath(t *testing.T) {
 			require.Equal(t, uint32(min(n, 17*l)), r1.Depths[l], "%d blocks, lane %d", n, l)
 		}
 	}
+	// The one-table path keeps no multi-group scratch: no known lanes per
+	// position (the search's memo answers every lane at a visited position).
+	for _, c := range []*Consumer{c1, c2, c3} {
+		require.Nil(t, c.q.known, "one group: no known-lanes scratch")
+		require.Nil(t, c.q.kernel.Known, "one group: the kernel gets no Known")
+	}
 }
 
 // TestConsumer_FormatPinsAndInvalidFormats: a lane pinned by the manifest

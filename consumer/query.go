@@ -158,7 +158,7 @@ func (c *Consumer) run(res *QueryResult, linear bool) error {
 		return nil
 	}
 	before := c.q.probes
-	c.q.prepare(len(c.q.seq))
+	c.q.prepare(len(c.q.seq), !c.uniform)
 	if linear {
 		c.searchLinear(ready, &res.Depths)
 	} else {

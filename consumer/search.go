@@ -12,12 +12,17 @@ import (
 type querier struct {
 	seq []uint64 // sequence hashes of the current query
 
-	// memo[p] is the hit mask of position p, valid when stamp[p] == gen.
-	// Every position is probed at most once per query, which bounds a
-	// query's probes by its length whatever the lanes hold.
+	// memo[p] is the hit mask of position p, valid when stamp[p] == gen
+	// (gen is even). Every position is probed at most once per query,
+	// which bounds a query's probes by its length whatever the lanes hold.
+	// With several format groups a probe reads only the groups of the
+	// lanes the search needs at p (probeTable): then stamp[p] == gen|1
+	// until every ready lane is answered there, and known[p] holds the
+	// lanes memo[p] answers for.
 	memo  []uint16
 	stamp []uint32
 	gen   uint32
+	known []uint16
 
 	probes  uint64 // lifetime probes
 	queries uint64 // lifetime queries
@@ -25,8 +30,10 @@ type querier struct {
 	kernel ckf.PrefixSearch // the wasm search kernel's state, reused
 }
 
-// prepare sizes the scratch for n positions and starts a new memo generation.
-func (q *querier) prepare(n int) {
+// prepare sizes the scratch for n positions and starts a new memo
+// generation; known only for a consumer of several format groups (a
+// one-group query never reads it: 2 bytes a position it does not need).
+func (q *querier) prepare(n int, groups bool) {
 	if cap(q.memo) < n {
 		q.memo = make([]uint16, n)
 		q.stamp = make([]uint32, n)
@@ -34,12 +41,22 @@ func (q *querier) prepare(n int) {
 	}
 	q.memo = q.memo[:n]
 	q.stamp = q.stamp[:n]
-	q.gen++
+	if groups {
+		if cap(q.known) < n {
+			q.known = make([]uint16, n)
+		}
+		q.known = q.known[:n]
+	}
+	q.gen += 2      // even: gen|1 marks a position partly answered
 	if q.gen == 0 { // wrapped: old stamps could alias the new generation
 		clear(q.stamp[:cap(q.stamp)])
-		q.gen = 1
+		q.gen = 2
 	}
 }
+
+// visited reports whether the current query has probed position p (for
+// some lanes at least).
+func (q *querier) visited(p int) bool { return q.stamp[p]|1 == q.gen|1 }
 
 // rowHits returns, for the ready lanes, which hold seqHash. With one
 // uniform group it is one probe of the same two rows (buckets a and b) for
@@ -53,25 +70,54 @@ func (c *Consumer) rowHits(seqHash uint64, ready uint16) uint16 {
 	return c.groupHits(seqHash, ready)
 }
 
-// probe returns the hit mask of position p of the current query, probing the
-// table once per position and query. It is small enough to inline, so a memo
-// hit costs no call (a Go call is tens of nanoseconds in WebAssembly, and
-// the window pass asks every lane about the same few positions).
-func (c *Consumer) probe(p int, ready uint16) uint16 {
+// probe returns the hit mask of position p of the current query for (at
+// least) the ready lanes of need, probing the table once per position and
+// query. It is small enough to inline, so a memo hit costs no call (a Go
+// call is tens of nanoseconds in WebAssembly, and the window pass asks
+// every lane about the same few positions). With several format groups the
+// bits of lanes outside need may be 0 whatever the table holds
+// (probeTable), so callers read only need's bits.
+func (c *Consumer) probe(p int, need uint16) uint16 {
 	if c.q.stamp[p] == c.q.gen {
 		return c.q.memo[p]
 	}
-	return c.probeTable(p, ready)
+	return c.probeTable(p, need)
 }
 
-// probeTable is probe's first visit of p.
-func (c *Consumer) probeTable(p int, ready uint16) uint16 {
+// probeTable is probe's first visit of p, or with several format groups a
+// visit of a position not every ready lane was answered at. The first
+// visit counts the probe, so a query's probes are its positions visited
+// whatever the layout. With one group it reads the 16-wide rows once for
+// every lane. With several it reads only the groups with a needed lane
+// not answered at p yet ([ckf.PrefixSearch.GroupProbe]) and keeps the
+// lanes answered in known: a binary search settling one lane reads its
+// group's rows, not every group's (BENCHMARKS.md, "Format groups"). Every
+// answer is the table's whichever probe read it, so results and probe
+// counts are those of reading every group at each visit.
+func (c *Consumer) probeTable(p int, need uint16) uint16 {
 	q := &c.q
-	q.probes++
-	m := c.rowHits(q.seq[p], ready)
-	q.memo[p] = m
+	ready := c.ready
+	if c.uniform {
+		q.probes++
+		m := c.addresser.LaneRowHits(c.words, q.seq[p]) & ready
+		q.memo[p] = m
+		q.stamp[p] = q.gen
+		return m
+	}
+	if q.stamp[p] != q.gen|1 { // first visit
+		q.probes++
+		q.memo[p], q.known[p] = 0, 0
+	}
+	if want := need & ready &^ q.known[p]; want != 0 {
+		hits, covered := q.kernel.GroupProbe(q.seq[p], want)
+		q.memo[p] |= hits & ready
+		q.known[p] |= covered & ready
+	}
 	q.stamp[p] = q.gen
-	return m
+	if q.known[p] != ready {
+		q.stamp[p] = q.gen | 1
+	}
+	return q.memo[p]
 }
 
 // span is a group of lanes known to hit at a and to miss at z (or z = n).
@@ -115,7 +161,7 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 		if p > n-1 {
 			p = n - 1
 		}
-		h := c.probe(p, ready)
+		h := c.probe(p, active)
 		if out := active &^ h; out != 0 {
 			stack[sp] = span{out, last, p}
 			sp++
@@ -135,7 +181,7 @@ func (c *Consumer) searchFast(ready uint16, depth *[lanes]uint32) {
 		g := stack[sp]
 		for g.z-g.a > 1 {
 			mid := g.a + (g.z-g.a)/2
-			h := c.probe(mid, ready)
+			h := c.probe(mid, g.lanes)
 			in, out := g.lanes&h, g.lanes&^h
 			switch {
 			case out == 0:
@@ -176,7 +222,7 @@ func (c *Consumer) verifyLanes(m uint16, lo *[lanes]int, ready uint16, depth *[l
 		left := max(0, t-w)
 		miss := -1
 		for p := left; p < t; p++ {
-			if c.probe(p, ready)&(1<<l) == 0 {
+			if c.probe(p, 1<<l)&(1<<l) == 0 {
 				miss = p
 				break
 			}
@@ -223,7 +269,7 @@ func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
 	if len(seq) == 0 {
 		return nil
 	}
-	q.prepare(len(seq))
+	q.prepare(len(seq), !c.uniform)
 	before := q.probes
 	s := &q.kernel
 	s.Seq, s.Memo, s.Stamp, s.Gen = seq, q.memo, q.stamp, q.gen
@@ -232,6 +278,7 @@ func (c *Consumer) runKernel(seq []uint64, res *QueryResult) error {
 	if c.uniform {
 		ok = c.addresser.SearchPrefix(c.words, s) // today's kernel, one 16-wide table
 	} else {
+		s.Known = q.known
 		ok = s.SearchGroups() // several format groups (regroup added them)
 	}
 	if !ok {
@@ -276,7 +323,7 @@ func (c *Consumer) verifyShared(g span, ready uint16, depth *[lanes]uint32) {
 	var miss [lanes]int
 	pending := g.lanes
 	for p := left; p < t && pending != 0; p++ {
-		h := c.probe(p, ready)
+		h := c.probe(p, pending)
 		for m := pending &^ h; m != 0; m &= m - 1 {
 			miss[bits.TrailingZeros16(m)] = p
 		}
@@ -302,13 +349,15 @@ func (c *Consumer) settle(l, t, left, miss int, ready uint16) int {
 	case miss == left && left > 0:
 		from := 0
 		for p := left - 1; p >= 0; p-- {
-			if c.q.stamp[p] == c.q.gen && c.q.memo[p]&(1<<l) != 0 {
+			// A visited position answers for every lane (probe reads
+			// the lane's group there if no probe needed it yet).
+			if c.q.visited(p) && c.probe(p, 1<<l)&(1<<l) != 0 {
 				from = p + 1
 				break
 			}
 		}
 		t = from
-		for t < miss && c.probe(t, ready)&(1<<l) != 0 {
+		for t < miss && c.probe(t, 1<<l)&(1<<l) != 0 {
 			t++
 		}
 		return t
@@ -323,7 +372,7 @@ func (c *Consumer) settle(l, t, left, miss int, ready uint16) int {
 func (c *Consumer) searchLinear(ready uint16, depth *[lanes]uint32) {
 	open := ready
 	for p := 0; p < len(c.q.seq) && open != 0; p++ {
-		h := c.probe(p, ready)
+		h := c.probe(p, open)
 		for m := open &^ h; m != 0; m &= m - 1 {
 			l := bits.TrailingZeros16(m)
 			depth[l] = uint32(p)

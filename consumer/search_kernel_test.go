@@ -15,12 +15,14 @@ var kernelPaths struct{ fallback, resume int }
 
 // searchBoth runs the query through the wasm search kernel and through the
 // Go search on the same consumer and requires the same result, the same
-// probes and the same memo afterwards.
+// probes and the same memo afterwards (with several format groups, also the
+// same lanes answered at each position: the same groups read).
 func searchBoth(t tb, c *Consumer, seq []uint64) {
 	t.Helper()
 	var got, want QueryResult
 	require.NoError(t, c.QuerySequenceHashes(seq, &got))
 	memo, stamp := append([]uint16(nil), c.q.memo...), append([]uint32(nil), c.q.stamp...)
+	known := append([]uint16(nil), c.q.known...)
 	gen := c.q.gen
 	if c.q.kernel.Fallback != 0 {
 		kernelPaths.fallback++
@@ -32,10 +34,22 @@ func searchBoth(t tb, c *Consumer, seq []uint64) {
 	defer func() { useSearchKernel = true }()
 	require.NoError(t, c.QuerySequenceHashes(seq, &want))
 	require.Equal(t, want, got, "kernel result vs Go")
+	// visit: 0 not probed, 1 every ready lane answered, 2 some (several
+	// format groups: probeTable).
+	visit := func(st, g uint32) uint32 {
+		if st|1 != g|1 {
+			return 0
+		}
+		return 1 + st - g
+	}
 	for p := range seq { // same positions probed, same masks
-		require.Equal(t, c.q.stamp[p] == c.q.gen, stamp[p] == gen, "position %d probed", p)
-		if stamp[p] == gen {
+		v := visit(stamp[p], gen)
+		require.Equal(t, visit(c.q.stamp[p], c.q.gen), v, "position %d probed", p)
+		if v != 0 {
 			require.Equal(t, c.q.memo[p], memo[p], "position %d mask", p)
+		}
+		if v != 0 && !c.uniform { // several groups: the same groups read at p
+			require.Equal(t, c.q.known[p], known[p], "position %d lanes answered", p)
 		}
 	}
 }
@@ -205,4 +219,131 @@ func TestSearch_GroupKernelEqualsGo(t *testing.T) {
 		}
 		searchBoth(rt, c, seq)
 	})
+}
+
+// TestSearch_GroupProbesEqualReadingEveryGroup: with lanes in several
+// formats a probe reads only the groups of the lanes the search needs at a
+// position (probeTable, and the multi-group kernel's PROBE in wasm builds);
+// the depths and probe counts stay those of the per-round reference search,
+// whose every probe needs every ready lane and so reads every group — on
+// monotone and non-monotone lanes, where the provenance fallback asks a
+// visited position about a lane no probe there needed.
+func TestSearch_GroupProbesEqualReadingEveryGroup(t *testing.T) {
+	// The fallback's case by construction: lane 0 hits 0..39 but 34 and 38,
+	// lane 1 (another group) 0..35. They split at 39; lane 1's binary
+	// search visits 35, 37 and 36 reading its group only; lane 0's window
+	// [38, 40) misses at its left edge, and the rescan starts after the
+	// last visited position where lane 0 hits: 37, which must read lane
+	// 0's group there (a memo read alone finds 32 and answers 34).
+	const n = 64
+	seq := make([]uint64, n)
+	for i := range seq {
+		seq[i] = uint64(i+1) * 0x9E3779B97F4A7C15
+	}
+	holed, short := make([]bool, n), make([]bool, n)
+	for p := range 40 {
+		holed[p] = p != 34 && p != 38
+	}
+	for p := range 36 {
+		short[p] = true
+	}
+	two := [lanes]ckf.Format{0: ckf.NewFormat(testSeed, 1024), 1: ckf.NewFormat(7, 2048)}
+	c := buildMixedLanes(t, 2, seq, [lanes][]bool{0: holed, 1: short}, two)
+	var got, want QueryResult
+	require.NoError(t, c.QuerySequenceHashes(seq, &got))
+	queryRounds(c, seq, &want)
+	require.Equal(t, want, got)
+	require.Equal(t, [2]uint32{38, 36}, [2]uint32{got.Depths[0], got.Depths[1]})
+
+	rapid.Check(t, func(rt *rapid.T) {
+		window, seq, member := drawMembership(rt, 300)
+		c := buildMixedLanes(rt, window, seq, member, drawFormats(rt))
+		var got, want QueryResult
+		require.NoError(rt, c.QuerySequenceHashes(seq, &got))
+		queryRounds(c, seq, &want)
+		require.Equal(rt, want, got)
+	})
+}
+
+// TestSearch_GroupProbeReadsTheNeededGroups: 16 lanes in four format
+// groups at 16 depths (BenchmarkConsumerQueryMixed's pattern): once the
+// binary search has split the lanes, a probe reads the one group of the
+// lane it settles, so far fewer groups are read than four a probe, and the
+// positions read for one lane answer for exactly its group's lanes.
+func TestSearch_GroupProbeReadsTheNeededGroups(t *testing.T) {
+	const n = 512
+	seq := make([]uint64, n)
+	for i := range seq {
+		seq[i] = uint64(i)*0xBF58476D1CE4E5B9 + 7
+	}
+	var member [lanes][]bool
+	var formats [lanes]ckf.Format
+	for l := range lanes {
+		member[l] = make([]bool, n)
+		for p := range n * (lanes - l) / lanes {
+			member[l][p] = true
+		}
+		formats[l] = ckf.NewFormat(testSeed+uint64(l%4), 4096>>(l%4)) // lanes 0, 4, 8, 12 share a group
+	}
+	c := buildMixedLanes(t, 2, seq, member, formats)
+	require.Len(t, c.groups, 4)
+	var res QueryResult
+	require.NoError(t, c.QuerySequenceHashes(seq, &res))
+	for l := range lanes {
+		require.Equal(t, uint32(n*(lanes-l)/lanes), res.Depths[l], "lane %d", l)
+	}
+	reads, oneGroup := 0, 0
+	for p := range seq {
+		if !c.q.visited(p) {
+			continue
+		}
+		known := c.q.known[p]
+		read := 0
+		for _, g := range c.groups {
+			if g.members&known == g.members {
+				read++
+			}
+		}
+		require.NotZero(t, read, "position %d: a visited position read a group", p)
+		require.Equal(t, c.q.stamp[p] == c.q.gen, known == c.ready, "position %d: stamped gen only when every lane is answered", p)
+		if read == 1 {
+			oneGroup++
+		}
+		reads += read
+	}
+	t.Logf("%d probes read %d groups (%d read one)", res.Probes, reads, oneGroup)
+	require.Less(t, reads, 2*res.Probes, "groups read: fewer than half of four a probe")
+	require.Greater(t, oneGroup, res.Probes/2, "most probes read one group")
+}
+
+// TestSearch_GenerationWraps: the memo's generation steps by 2 (gen|1
+// marks a position partly answered); when it wraps every stamp is cleared,
+// so stamps of an old query (here generation 2, the first after the wrap)
+// never alias the new one's.
+func TestSearch_GenerationWraps(t *testing.T) {
+	const n = 128
+	seqA, seqB := make([]uint64, n), make([]uint64, n)
+	for i := range seqA {
+		seqA[i] = uint64(i+1) * 0x9E3779B97F4A7C15
+		seqB[i] = uint64(i+1) * 0xBF58476D1CE4E5B9
+	}
+	var member [lanes][]bool
+	var formats [lanes]ckf.Format
+	for l := range 8 {
+		member[l] = make([]bool, n)
+		for p := range n * (8 - l) / 8 {
+			member[l][p] = true
+		}
+		formats[l] = ckf.NewFormat(testSeed+uint64(l%2), 2048)
+	}
+	c := buildMixedLanes(t, 2, seqA, member, formats)
+	var want, got QueryResult
+	queryRounds(c, seqB, &want)
+	c.q.gen = 0 // the next query runs at generation 2, as the first after a wrap
+	require.NoError(t, c.QuerySequenceHashes(seqA, &got))
+	require.Equal(t, uint32(2), c.q.gen)
+	c.q.gen = ^uint32(0) - 1 // the last even generation: the next query wraps
+	require.NoError(t, c.QuerySequenceHashes(seqB, &got))
+	require.Equal(t, uint32(2), c.q.gen, "wrapped")
+	require.Equal(t, want, got, "no stamp of the query at generation 2 is the new query's")
 }

@@ -123,7 +123,7 @@ func queryRounds(c *Consumer, seq []uint64, res *QueryResult) {
 	saved := c.q.seq
 	c.q.seq = seq
 	before := c.q.probes
-	c.q.prepare(len(seq))
+	c.q.prepare(len(seq), !c.uniform)
 	c.searchFastRounds(ready, &res.Depths)
 	res.Probes = int(c.q.probes - before)
 	c.q.seq = saved

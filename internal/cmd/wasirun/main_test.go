@@ -34,10 +34,12 @@ func TestGuestKernels(t *testing.T) {
 		want     []string
 	}{
 		{"ckf", "Kernel|HashBlocks|Chain|LaneRow|RowHits|GroupHits|AddGroup|XXH3|Sequence|LocalBlockHash|Address", []string{"GOARCH=wasm",
-			"--- PASS: TestRowHits_MatchesAddressAndContains", "--- PASS: TestGroupHits_MatchesRowHits", "--- PASS: FuzzGroupHits"}},
+			"--- PASS: TestRowHits_MatchesAddressAndContains", "--- PASS: TestGroupHits_MatchesRowHits", "--- PASS: FuzzGroupHits",
+			"--- PASS: TestKernel_SearchGroupsRefusesBrokenContract"}},
 		{"consumer", "Search|Query|Contains|MixedFormats|OneGroup|FormatPins", []string{"--- PASS: TestSearch_KernelEqualsGo",
 			"--- PASS: TestSearch_GroupKernelEqualsGo", "--- PASS: TestConsumer_OneGroupRunsTodaysPath",
-			"--- PASS: TestConsumer_MixedFormats_property"}},
+			"--- PASS: TestConsumer_MixedFormats_property", "--- PASS: TestSearch_GroupProbesEqualReadingEveryGroup",
+			"--- PASS: TestSearch_GroupProbeReadsTheNeededGroups"}},
 	} {
 		t.Run(pkg.dir, func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), pkg.dir+".wasm")
