@@ -1,0 +1,452 @@
+package natspub
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/client"
+	"github.com/ckfrelay/ckfrelay/client/natsjs"
+	"github.com/ckfrelay/ckfrelay/consumer"
+	"github.com/ckfrelay/ckfrelay/internal/hub"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+	"github.com/ckfrelay/ckfrelay/wire"
+)
+
+var (
+	testDomain = ckf.Domain{
+		CacheSemantics: ckf.ScopedDigest{Digest: [16]byte{1}, Source: ckf.DigestExplicit},
+		RoutingScope:   ckf.ScopedDigest{Digest: [16]byte{2}, Source: ckf.DigestExplicit},
+	}
+	testPoolID = ckf.PoolID{Domain: testDomain, DCID: 1}
+	testFormat = ckf.NewFormat(ckf.DefaultSeed, 64)
+)
+
+// pool is one incarnation's hub, which the test advances by deltas.
+type pool struct {
+	h  *hub.Hub
+	id ckf.ProducerIdentity
+	mu sync.Mutex
+	sq uint64
+}
+
+// newPool returns a hub of incarnation inc holding a table of word base+i.
+func newPool(t *testing.T, inc, base uint64) *pool {
+	t.Helper()
+	h, err := hub.New(hub.DefaultConfig())
+	require.NoError(t, err)
+	id := ckf.ProducerIdentity{Pool: testPoolID, ProducerIncarnation: inc, LayoutGeneration: 1, Format: testFormat}
+	words := make([]uint64, testFormat.BucketCount)
+	for i := range words {
+		words[i] = base + uint64(i)
+	}
+	h.Install(ckf.Snapshot{Identity: id, Sequence: 10, Words: words})
+	return &pool{h: h, id: id, sq: 10}
+}
+
+// step applies one delta that writes bucket sq%64.
+func (p *pool) step(t *testing.T) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sq++
+	require.NoError(t, p.h.Apply(ckf.Delta{Identity: p.id, BaseSequence: p.sq - 1, Sequence: p.sq,
+		Images: []ckf.BucketImage{{Bucket: uint32(p.sq % 64), Word: p.id.ProducerIncarnation<<8 | p.sq}}}))
+}
+
+// table returns the hub's table and sequence.
+func (p *pool) table(t *testing.T) (uint64, []uint64) {
+	t.Helper()
+	sub, err := p.h.Subscribe(ckf.LaneLease{ConsumerInstance: 0xA0D1, AssignmentEpoch: uint64(time.Now().UnixNano())})
+	require.NoError(t, err)
+	defer sub.Cancel()
+	snap := sub.Snapshot()
+	words := make([]uint64, snap.Identity.Format.BucketCount)
+	for off := 0; off < len(words); {
+		n, err := sub.ReadSnapshot(off, words[off:])
+		require.NoError(t, err)
+		off += n
+	}
+	return snap.Sequence, words
+}
+
+// holdingJS holds the frames publishes of one publisher while paused, then
+// sends them once released whatever their context says: a frame in flight
+// that reaches the stream leader late.
+type holdingJS struct {
+	jetstream.JetStream
+	mu      sync.Mutex
+	gate    chan struct{} // closed on release; nil while not paused
+	subject string        // only publishes on this subject are held
+	entered chan struct{}
+}
+
+func (h *holdingJS) pause(subject string) {
+	h.mu.Lock()
+	h.gate, h.subject = make(chan struct{}), subject
+	h.entered = make(chan struct{}, 1)
+	h.mu.Unlock()
+}
+
+// release sends what is held (idempotent).
+func (h *holdingJS) release() {
+	h.mu.Lock()
+	if h.gate != nil {
+		close(h.gate)
+	}
+	h.gate = nil
+	h.mu.Unlock()
+}
+
+func (h *holdingJS) hold(subject string) (late bool) {
+	h.mu.Lock()
+	gate, entered := h.gate, h.entered
+	held := gate != nil && subject == h.subject
+	h.mu.Unlock()
+	if !held {
+		return false
+	}
+	select {
+	case entered <- struct{}{}:
+	default:
+	}
+	<-gate
+	return true
+}
+
+func (h *holdingJS) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if h.hold(msg.Subject) {
+		ctx = context.Background()
+	}
+	return h.JetStream.PublishMsg(ctx, msg, opts...)
+}
+
+func (h *holdingJS) Publish(ctx context.Context, subject string, data []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if h.hold(subject) {
+		ctx = context.Background()
+	}
+	return h.JetStream.Publish(ctx, subject, data, opts...)
+}
+
+// run starts p.Run and returns its result channel; the publisher is
+// stopped at the end of the test.
+func run(t *testing.T, p *Publisher) <-chan error {
+	ctx, cancel := context.WithCancel(context.Background())
+	done, finished := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(finished)
+		done <- p.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-finished
+	})
+	return done
+}
+
+// storedFrames returns the frames on the pool's frames subject in stream
+// order with their stream sequences (the pointer subject's messages are not
+// frames).
+func storedFrames(t *testing.T, js jetstream.JetStream, layout natsjs.Layout) ([]uint64, []wire.Frame) {
+	t.Helper()
+	st, err := js.Stream(t.Context(), layout.Stream)
+	require.NoError(t, err)
+	info, err := st.Info(t.Context())
+	require.NoError(t, err)
+	var seqs []uint64
+	var frames []wire.Frame
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			continue // deleted
+		}
+		if m.Subject != layout.Subject {
+			require.Equal(t, layout.Pointer, m.Subject, "seq %d", seq)
+			continue
+		}
+		var f wire.Frame
+		require.NoError(t, wire.DecodeFrame(m.Data, &f))
+		seqs, frames = append(seqs, seq), append(frames, f)
+	}
+	return seqs, frames
+}
+
+func incarnation(f wire.Frame) uint64 {
+	switch f.Kind {
+	case wire.KindDelta:
+		return f.Delta.Identity.ProducerIncarnation
+	case wire.KindHeartbeat:
+		return f.Heartbeat.Identity.ProducerIncarnation
+	}
+	return 0
+}
+
+// requireChainHead checks that from the first frame of incarnation inc on,
+// every frame stored on the subject is inc's: a deposed publisher's frame
+// never follows the new one's.
+func requireChainHead(t *testing.T, js jetstream.JetStream, layout natsjs.Layout, inc uint64) {
+	t.Helper()
+	seqs, frames := storedFrames(t, js, layout)
+	first := slices.IndexFunc(frames, func(f wire.Frame) bool { return incarnation(f) == inc })
+	require.GreaterOrEqual(t, first, 0, "no frame of incarnation %d", inc)
+	for i := first; i < len(frames); i++ {
+		require.Equal(t, inc, incarnation(frames[i]), "stream seq %d (%v) after the new incarnation's first frame at %d", seqs[i], frames[i].Kind, seqs[first])
+	}
+}
+
+// startRouter starts a router reading the pool through NATS at url.
+func startRouter(t *testing.T, url string) *client.Router {
+	t.Helper()
+	m := consumer.Manifest{ConsumerInstance: 77, Domain: testDomain, Format: testFormat, VerificationWindow: 2}
+	m.Lanes[0] = &testPoolID
+	lanes, err := client.NewNative(m)
+	require.NoError(t, err)
+	r, err := client.New(client.Config{NATS: &client.NATSConfig{URL: url, Options: []nats.Option{nats.ReconnectWait(50 * time.Millisecond)}},
+		Logger: slog.New(slog.DiscardHandler), ConsumerInstance: 77, Targets: []client.Target{{Pool: "p", Lane: 0}},
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, IdleTimeout: 2 * time.Second}, lanes)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+// requireRouterHolds waits until the router's lane holds p's table at its
+// sequence.
+func requireRouterHolds(t *testing.T, r *client.Router, p *pool) {
+	t.Helper()
+	seq, want := p.table(t)
+	var last string
+	ok := assert.Eventually(t, func() bool {
+		got, gotSeq, err := r.AppendLaneWords(nil, 0)
+		li := r.Lane(0)
+		if err != nil || !li.Ready || gotSeq != seq || !slices.Equal(got, want) {
+			last = "lane at " + li.LastError
+			return false
+		}
+		return true
+	}, 20*time.Second, 5*time.Millisecond)
+	require.True(t, ok, "the router never held incarnation %d's table at %d: %s", p.id.ProducerIncarnation, seq, last)
+}
+
+// servers runs f against a standalone server (which checks a message's
+// expectation before its id) and a three-node cluster with R3 (which checks
+// the id first, and answers 10164 while a message is in process).
+func servers(t *testing.T, f func(t *testing.T, url string, replicas int)) {
+	t.Run("standalone", func(t *testing.T) {
+		ns := natstest.Start(t, natstest.Options{})
+		f(t, ns.URL(), 1)
+	})
+	t.Run("cluster-R3", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("a three-node cluster of separate processes")
+		}
+		nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
+		f(t, natstest.URLs(nodes[0], nodes), 3)
+	})
+}
+
+func connect(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+// Two publishers of two incarnations race on one pool: the deposed one's
+// frame, sent before the new one started and reaching the stream after the
+// new one's first frames, is refused (not stored), its publisher stops with
+// ErrOvertaken, only the new chain grows, and a router reads the new
+// incarnation's table.
+func TestChain_DeposedPublishersLateFrameIsRefused(t *testing.T) {
+	servers(t, func(t *testing.T, url string, replicas int) {
+		js := connect(t, url)
+		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
+		hj := &holdingJS{JetStream: js}
+		cfg := Config{Pool: "p", Heartbeat: 10 * time.Millisecond, SnapshotInterval: time.Hour, Replicas: replicas}
+		p1, err := New(hj, old.h, cfg)
+		t.Cleanup(hj.release)
+		require.NoError(t, err)
+		done1 := run(t, p1)
+		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= 3 }, 20*time.Second, time.Millisecond)
+
+		// p1's next frame is in flight until p2 has published.
+		hj.pause(p1.Layout().Subject)
+		old.step(t)
+		<-hj.entered
+		p2, err := New(js, cur.h, cfg)
+		require.NoError(t, err)
+		run(t, p2)
+		require.Eventually(t, func() bool { return p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
+		cur.step(t)
+		require.Eventually(t, func() bool { return p2.Stats().Deltas >= 1 }, 20*time.Second, time.Millisecond)
+		hj.release()
+
+		select {
+		case err := <-done1:
+			require.ErrorIs(t, err, ErrOvertaken)
+		case <-time.After(20 * time.Second):
+			require.Fail(t, "the deposed publisher went on publishing")
+		}
+		assert.Equal(t, uint64(1), p1.Stats().Overtaken)
+		for range 5 {
+			cur.step(t)
+		}
+		require.Eventually(t, func() bool { return p2.Stats().Deltas >= 6 }, 20*time.Second, time.Millisecond)
+		requireChainHead(t, js, p2.Layout(), cur.id.ProducerIncarnation)
+		assert.Zero(t, p2.Stats().Overtaken)
+		requireRouterHolds(t, startRouter(t, url), cur)
+	})
+}
+
+// A new leader whose first frame is refused because a deposed leader's
+// late frame took the tail first chains on from the new tail while it
+// leads (Config.Leading), and the deposed one is refused next.
+func TestChain_LeaderChainsOnAfterADeposedLeadersLateFrame(t *testing.T) {
+	servers(t, func(t *testing.T, url string, replicas int) {
+		js := connect(t, url)
+		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
+		cfg := Config{Pool: "p", Heartbeat: 10 * time.Millisecond, SnapshotInterval: time.Hour, Replicas: replicas}
+		p1, err := New(js, old.h, cfg)
+		require.NoError(t, err)
+		done1 := run(t, p1)
+		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= 3 }, 20*time.Second, time.Millisecond)
+
+		// p2 read the tail; its first frame is in flight while p1 publishes.
+		hj := &holdingJS{JetStream: js}
+		cfg2 := cfg
+		cfg2.Leading = func() bool { return true }
+		p2, err := New(hj, cur.h, cfg2)
+		require.NoError(t, err)
+		t.Cleanup(hj.release)
+		hj.pause(p2.Layout().Subject)
+		run(t, p2)
+		<-hj.entered
+		n := p1.Stats().Heartbeats
+		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= n+2 }, 20*time.Second, time.Millisecond)
+		hj.release()
+
+		require.Eventually(t, func() bool { return p2.Stats().Overtaken >= 1 && p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
+		select {
+		case err := <-done1:
+			require.ErrorIs(t, err, ErrOvertaken)
+		case <-time.After(20 * time.Second):
+			require.Fail(t, "the deposed publisher went on publishing")
+		}
+		cur.step(t)
+		require.Eventually(t, func() bool { return p2.Stats().Deltas >= 1 }, 20*time.Second, time.Millisecond)
+		requireChainHead(t, js, p2.Layout(), cur.id.ProducerIncarnation)
+		requireRouterHolds(t, startRouter(t, url), cur)
+	})
+}
+
+// A deposed publisher that keeps refreshing its snapshot never becomes the
+// snapshot readers load once the new incarnation published: its pointer is
+// refused (its object is its own incarnation's), and a router started
+// afterwards holds the new incarnation's table.
+func TestSnapshot_DeposedIncarnationIsNeverLoaded(t *testing.T) {
+	servers(t, func(t *testing.T, url string, replicas int) {
+		js := connect(t, url)
+		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
+		cfg := Config{Pool: "p", Heartbeat: time.Hour, SnapshotInterval: 50 * time.Millisecond, Replicas: replicas}
+		p1, err := New(js, old.h, cfg)
+		require.NoError(t, err)
+		done1 := run(t, p1)
+		require.Eventually(t, func() bool { return p1.Stats().Snapshots >= 3 }, 20*time.Second, time.Millisecond)
+
+		cfg.SnapshotInterval = time.Hour
+		p2, err := New(js, cur.h, cfg)
+		require.NoError(t, err)
+		run(t, p2)
+		require.Eventually(t, func() bool { return p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
+		// The deposed publisher stops, or (without the pointer's fence) has
+		// written over the new one's snapshot at least twice meanwhile.
+		n := p1.Stats().Snapshots
+		require.Eventually(t, func() bool {
+			select {
+			case err := <-done1:
+				require.ErrorIs(t, err, ErrOvertaken)
+				return true
+			default:
+				return p1.Stats().Snapshots >= n+2
+			}
+		}, 20*time.Second, time.Millisecond, "p1 %+v", p1.Stats())
+		requireRouterHolds(t, startRouter(t, url), cur)
+
+		st, err := js.Stream(t.Context(), p2.Layout().Stream)
+		require.NoError(t, err)
+		m, err := st.GetLastMsgForSubject(t.Context(), p2.Layout().Pointer)
+		require.NoError(t, err)
+		ptr, err := natsjs.ParsePointer(m.Header)
+		require.NoError(t, err)
+		assert.Equal(t, cur.id.ProducerIncarnation, ptr.Incarnation)
+	})
+}
+
+// Each incarnation writes its own object, and once its pointer is stored
+// the objects of older incarnations (and the single object of relays before
+// the pointer) are deleted: the bucket stays bounded.
+func TestSnapshot_OlderIncarnationsObjectsAreDeleted(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	_, js := ns.JetStream(t)
+	layout, err := natsjs.For("", "p")
+	require.NoError(t, err)
+	obs, err := js.CreateOrUpdateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: layout.Bucket})
+	require.NoError(t, err)
+	_, err = obs.PutString(t.Context(), natsjs.SnapshotObject, "a relay before the pointer")
+	require.NoError(t, err)
+	_, err = obs.PutString(t.Context(), "unrelated", "left alone")
+	require.NoError(t, err)
+	for i, inc := range []uint64{3 << 32, 4 << 32, 9 << 32} {
+		pl := newPool(t, inc, uint64(i)*100)
+		p, err := New(js, pl.h, Config{Pool: "p", Heartbeat: time.Hour, SnapshotInterval: time.Hour})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 10*time.Second, time.Millisecond)
+		cancel()
+		<-done
+		objs, err := obs.List(t.Context())
+		require.NoError(t, err)
+		var names []string
+		for _, o := range objs {
+			names = append(names, o.Name)
+		}
+		assert.ElementsMatch(t, []string{natsjs.SnapshotObjectName(inc), "unrelated"}, names, "after incarnation %x", inc)
+	}
+}
+
+// Replicas apply to the frames stream and the snapshot bucket.
+func TestReplicasOfTheStreamAndBucket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster of separate processes")
+	}
+	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
+	js := connect(t, natstest.URLs(nodes[0], nodes))
+	pl := newPool(t, 1<<32, 0)
+	p, err := New(js, pl.h, Config{Pool: "p", Heartbeat: time.Hour, SnapshotInterval: time.Hour, Replicas: 3})
+	require.NoError(t, err)
+	run(t, p)
+	require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
+	for _, name := range []string{p.Layout().Stream, "OBJ_" + p.Layout().Bucket} {
+		st, err := js.Stream(t.Context(), name)
+		require.NoError(t, err)
+		assert.Equal(t, 3, st.CachedInfo().Config.Replicas, name)
+	}
+}
