@@ -11,7 +11,9 @@
 // (Nats-Expected-Last-Subject-Sequence), so once another publisher (a new
 // leader of a replicated pool) has published, a late frame of this one is
 // refused by the stream leader instead of stored, and so is its pointer to a
-// snapshot (docs/RATIONALE.md "Why is the fan-out chained …?").
+// snapshot (docs/RATIONALE.md "Why is the fan-out chained by expected
+// subject sequence, with a snapshot object per incarnation behind a
+// pointer?").
 package natspub
 
 import (
