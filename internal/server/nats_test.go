@@ -579,3 +579,36 @@ func TestNATS_ServerDownAtRelayStart(t *testing.T) {
 	requireConverged(t, s, r, "dc-a", 0)
 	w.requireNoFalseNegatives(t, r, 0)
 }
+
+// TestHA_FanOutFollowsStreamReplicas: with HA on a three-node cluster and no
+// nats.replicas, the fan-out stream and its snapshot bucket are replicated
+// as ha.stream_replicas says, like the records stream.
+func TestHA_FanOutFollowsStreamReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster of separate processes")
+	}
+	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
+	url := natstest.URLs(nodes[0], nodes)
+	js, layout := poolJetStream(t, url, "dc-a")
+	// Right after start a peer may not be placeable yet ("no suitable
+	// peers for placement"), and HA needs its streams at start.
+	require.Eventually(t, func() bool {
+		_, err := js.CreateOrUpdateStream(t.Context(), jetstream.StreamConfig{Name: "PLACEABLE", Replicas: 3})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "the cluster does not place R3")
+	require.NoError(t, js.DeleteStream(t.Context(), "PLACEABLE"))
+	cfg := haConfig(url, "node-a")
+	cfg.HA.StreamReplicas = 3
+	cfg.NATS = NATSOut{URL: url, SnapshotInterval: Duration(time.Hour)}
+	a := startHARelay(t, cfg, nil)
+	require.Eventually(t, func() bool {
+		st, ok := a.s.NATSStats()["dc-a"]
+		return a.leading("dc-a") && ok && st.Snapshots > 0
+	}, 60*time.Second, 5*time.Millisecond, "the leader's fan-out never wrote a snapshot")
+	for _, name := range []string{layout.Stream, "OBJ_" + layout.Bucket} {
+		st, err := js.Stream(t.Context(), name)
+		require.NoError(t, err)
+		assert.Equal(t, 3, st.CachedInfo().Config.Replicas, name)
+		assert.Len(t, st.CachedInfo().Cluster.Replicas, 2, "%s: two followers of its leader", name)
+	}
+}
