@@ -162,19 +162,6 @@ func MsgID(incarnation, sequence, n uint64) string {
 	return strconv.FormatUint(incarnation, 10) + "." + strconv.FormatUint(sequence, 10) + "." + strconv.FormatUint(n, 10)
 }
 
-// MsgIDIncarnation returns the producer incarnation a message id of
-// [MsgID] names (its first field; relays before the chain used
-// "<incarnation>.<sequence>" for deltas, which parses alike); ok is false
-// for any other id, and for none.
-func MsgIDIncarnation(id string) (inc uint64, ok bool) {
-	first, _, found := strings.Cut(id, ".")
-	if !found {
-		return 0, false
-	}
-	inc, err := strconv.ParseUint(first, 10, 64)
-	return inc, err == nil
-}
-
 // Retention returns how long the frames stream keeps messages when the
 // snapshot is refreshed every interval: three intervals, so the newest
 // snapshot (at most one interval old, plus the time to write it) and every

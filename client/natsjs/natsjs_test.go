@@ -25,15 +25,6 @@ func TestMsgIDAndRetention(t *testing.T) {
 	assert.Equal(t, "7.42.3", MsgID(7, 42, 3))
 	assert.NotEqual(t, MsgID(1, 23, 1), MsgID(12, 3, 1))
 	assert.NotEqual(t, MsgID(1, 2, 34), MsgID(1, 23, 4))
-	for id, want := range map[string]uint64{MsgID(1<<63, 5, 6): 1 << 63, "7.42": 7} {
-		inc, ok := MsgIDIncarnation(id)
-		assert.True(t, ok, id)
-		assert.Equal(t, want, inc, id)
-	}
-	for _, bad := range []string{"", "7", "x.1.2", "-1.2.3", "18446744073709551616.1.1"} {
-		_, ok := MsgIDIncarnation(bad)
-		assert.False(t, ok, bad)
-	}
 	assert.Equal(t, 90*time.Second, Retention(30*time.Second))
 	assert.Equal(t, 2*time.Minute, DuplicateWindow(Retention(time.Hour)))
 	assert.Equal(t, 3*time.Second, DuplicateWindow(Retention(time.Second)))

@@ -2,9 +2,12 @@ package natspub
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,46 +81,69 @@ func (p *pool) table(t *testing.T) (uint64, []uint64) {
 	return snap.Sequence, words
 }
 
-// holdingJS holds the frames publishes of one publisher while paused, then
-// sends them once released whatever their context says: a frame in flight
-// that reaches the stream leader late.
+// holdingJS holds a publisher's publishes on chosen subjects, and its
+// snapshot object writes, while paused, then sends them once released
+// whatever their context says: a message in flight that reaches the stream
+// leader late.
 type holdingJS struct {
 	jetstream.JetStream
 	mu      sync.Mutex
-	gate    chan struct{} // closed on release; nil while not paused
-	subject string        // only publishes on this subject are held
-	entered chan struct{}
+	gates   map[string]chan struct{} // by subject, or putGate; closed on release
+	entered chan string              // receives what waits
 }
 
-func (h *holdingJS) pause(subject string) {
+const putGate = "object put"
+
+func newHoldingJS(js jetstream.JetStream) *holdingJS {
+	return &holdingJS{JetStream: js, gates: map[string]chan struct{}{}, entered: make(chan string, 16)}
+}
+
+// pause holds what (a subject or putGate) until release.
+func (h *holdingJS) pause(what string) {
 	h.mu.Lock()
-	h.gate, h.subject = make(chan struct{}), subject
-	h.entered = make(chan struct{}, 1)
+	h.gates[what] = make(chan struct{})
 	h.mu.Unlock()
 }
 
-// release sends what is held (idempotent).
-func (h *holdingJS) release() {
+// release sends what was held of what (idempotent).
+func (h *holdingJS) release(what string) {
 	h.mu.Lock()
-	if h.gate != nil {
-		close(h.gate)
+	if g := h.gates[what]; g != nil {
+		close(g)
 	}
-	h.gate = nil
+	delete(h.gates, what)
 	h.mu.Unlock()
 }
 
-func (h *holdingJS) hold(subject string) (late bool) {
+func (h *holdingJS) releaseAll() {
 	h.mu.Lock()
-	gate, entered := h.gate, h.entered
-	held := gate != nil && subject == h.subject
+	defer h.mu.Unlock()
+	for what, g := range h.gates {
+		close(g)
+		delete(h.gates, what)
+	}
+}
+
+// waitEntered waits until something held is waiting and returns what.
+func (h *holdingJS) waitEntered(t *testing.T) string {
+	t.Helper()
+	select {
+	case what := <-h.entered:
+		return what
+	case <-time.After(20 * time.Second):
+		require.Fail(t, "nothing held was sent")
+		return ""
+	}
+}
+
+func (h *holdingJS) hold(what string) (late bool) {
+	h.mu.Lock()
+	gate := h.gates[what]
 	h.mu.Unlock()
-	if !held {
+	if gate == nil {
 		return false
 	}
-	select {
-	case entered <- struct{}{}:
-	default:
-	}
+	h.entered <- what
 	<-gate
 	return true
 }
@@ -134,6 +160,26 @@ func (h *holdingJS) Publish(ctx context.Context, subject string, data []byte, op
 		ctx = context.Background()
 	}
 	return h.JetStream.Publish(ctx, subject, data, opts...)
+}
+
+func (h *holdingJS) CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	obs, err := h.JetStream.CreateOrUpdateObjectStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &holdingObjects{ObjectStore: obs, h: h}, nil
+}
+
+type holdingObjects struct {
+	jetstream.ObjectStore
+	h *holdingJS
+}
+
+func (o *holdingObjects) Put(ctx context.Context, meta jetstream.ObjectMeta, r io.Reader) (*jetstream.ObjectInfo, error) {
+	if o.h.hold(putGate) {
+		ctx = context.Background()
+	}
+	return o.ObjectStore.Put(ctx, meta, r)
 }
 
 // run starts p.Run and returns its result channel; the publisher is
@@ -269,37 +315,45 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 }
 
 // Two publishers of two incarnations race on one pool: the deposed one's
-// frame, sent before the new one started and reaching the stream after the
-// new one's first frames, is refused (not stored), its publisher stops with
-// ErrOvertaken, only the new chain grows, and a router reads the new
-// incarnation's table.
+// frame, sent before its lease ran out and before the new one started, and
+// reaching the stream after the new one's first frames, is refused (not
+// stored), its publisher stops with ErrOvertaken, only the new chain grows,
+// and a router reads the new incarnation's table.
 func TestChain_DeposedPublishersLateFrameIsRefused(t *testing.T) {
 	servers(t, func(t *testing.T, url string, replicas int) {
 		js := connect(t, url)
 		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
-		hj := &holdingJS{JetStream: js}
+		hj := newHoldingJS(js)
+		t.Cleanup(hj.releaseAll)
+		var leading1 atomic.Bool
+		leading1.Store(true)
 		cfg := Config{Pool: "p", Heartbeat: 10 * time.Millisecond, SnapshotInterval: time.Hour, Replicas: replicas}
-		p1, err := New(hj, old.h, cfg)
-		t.Cleanup(hj.release)
+		cfg1 := cfg
+		cfg1.Leading = leading1.Load
+		p1, err := New(hj, old.h, cfg1)
 		require.NoError(t, err)
 		done1 := run(t, p1)
 		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= 3 }, 20*time.Second, time.Millisecond)
 
-		// p1's next frame is in flight until p2 has published.
+		// p1's next frame is in flight (its lease check passed) until p2
+		// has published.
 		hj.pause(p1.Layout().Subject)
 		old.step(t)
-		<-hj.entered
-		p2, err := New(js, cur.h, cfg)
+		hj.waitEntered(t)
+		cfg2 := cfg
+		cfg2.Leading = func() bool { return true }
+		p2, err := New(js, cur.h, cfg2)
 		require.NoError(t, err)
 		run(t, p2)
 		require.Eventually(t, func() bool { return p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
 		cur.step(t)
 		require.Eventually(t, func() bool { return p2.Stats().Deltas >= 1 }, 20*time.Second, time.Millisecond)
-		hj.release()
+		leading1.Store(false) // p2 leads only once p1's lease ran out
+		hj.release(p1.Layout().Subject)
 
 		select {
 		case err := <-done1:
-			require.ErrorIs(t, err, ErrOvertaken)
+			require.ErrorIs(t, err, ErrOvertaken, "refused by the stream, not by its own lease check")
 		case <-time.After(20 * time.Second):
 			require.Fail(t, "the deposed publisher went on publishing")
 		}
@@ -316,35 +370,41 @@ func TestChain_DeposedPublishersLateFrameIsRefused(t *testing.T) {
 
 // A new leader whose first frame is refused because a deposed leader's
 // late frame took the tail first chains on from the new tail while it
-// leads (Config.Leading), and the deposed one is refused next.
+// leads (Config.Leading), and the deposed one publishes nothing after it.
 func TestChain_LeaderChainsOnAfterADeposedLeadersLateFrame(t *testing.T) {
 	servers(t, func(t *testing.T, url string, replicas int) {
 		js := connect(t, url)
 		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
+		var leading1 atomic.Bool
+		leading1.Store(true)
 		cfg := Config{Pool: "p", Heartbeat: 10 * time.Millisecond, SnapshotInterval: time.Hour, Replicas: replicas}
-		p1, err := New(js, old.h, cfg)
+		cfg1 := cfg
+		cfg1.Leading = leading1.Load
+		p1, err := New(js, old.h, cfg1)
 		require.NoError(t, err)
 		done1 := run(t, p1)
 		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= 3 }, 20*time.Second, time.Millisecond)
 
-		// p2 read the tail; its first frame is in flight while p1 publishes.
-		hj := &holdingJS{JetStream: js}
+		// p2 read the tail; its first frame is in flight while p1
+		// publishes.
+		hj := newHoldingJS(js)
+		t.Cleanup(hj.releaseAll)
 		cfg2 := cfg
 		cfg2.Leading = func() bool { return true }
 		p2, err := New(hj, cur.h, cfg2)
 		require.NoError(t, err)
-		t.Cleanup(hj.release)
 		hj.pause(p2.Layout().Subject)
 		run(t, p2)
-		<-hj.entered
+		hj.waitEntered(t)
 		n := p1.Stats().Heartbeats
 		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= n+2 }, 20*time.Second, time.Millisecond)
-		hj.release()
+		leading1.Store(false)
+		hj.release(p2.Layout().Subject)
 
 		require.Eventually(t, func() bool { return p2.Stats().Overtaken >= 1 && p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
 		select {
 		case err := <-done1:
-			require.ErrorIs(t, err, ErrOvertaken)
+			require.True(t, errors.Is(err, ErrOvertaken) || errors.Is(err, ErrNotLeading), "%v", err)
 		case <-time.After(20 * time.Second):
 			require.Fail(t, "the deposed publisher went on publishing")
 		}
@@ -355,39 +415,98 @@ func TestChain_LeaderChainsOnAfterADeposedLeadersLateFrame(t *testing.T) {
 	})
 }
 
-// A deposed publisher that keeps refreshing its snapshot never becomes the
-// snapshot readers load once the new incarnation published: its pointer is
-// refused (its object is its own incarnation's), and a router started
-// afterwards holds the new incarnation's table.
+// Messages published on the frames subject by someone else (any message
+// id, a newer-looking incarnation among them) do not stop a lone relay's
+// publisher: it chains on from them, writes a new snapshot, at most one a
+// heartbeat interval, and routers converge.
+func TestChain_ForeignMessagesAreChainedOver(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	js := connect(t, ns.URL())
+	pl := newPool(t, 1<<32, 0)
+	p, err := New(js, pl.h, Config{Pool: "p", Heartbeat: 200 * time.Millisecond, SnapshotInterval: time.Hour})
+	require.NoError(t, err)
+	done := run(t, p)
+	require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 10*time.Second, time.Millisecond)
+	r := startRouter(t, ns.URL())
+	requireRouterHolds(t, r, pl)
+
+	for i, id := range []string{natsjs.MsgID(^uint64(0), 1, 1), "", "forged"} {
+		_, err := js.Publish(t.Context(), p.Layout().Subject, []byte("not a frame"), jetstream.WithMsgID(id))
+		require.NoError(t, err)
+		pl.step(t)
+		require.Eventually(t, func() bool { return p.Stats().Overtaken == uint64(i+1) }, 10*time.Second, time.Millisecond)
+	}
+	for range 20 {
+		pl.step(t)
+	}
+	requireRouterHolds(t, r, pl)
+	st := p.Stats()
+	assert.Equal(t, uint64(23), st.Deltas)
+	assert.LessOrEqual(t, st.Snapshots, uint64(4), "one snapshot per chain-over at most: %+v", st)
+	select {
+	case err := <-done:
+		require.Fail(t, "the publisher stopped", "%v", err)
+	default:
+	}
+}
+
+// A deposed publisher's snapshot write that passed its lease check before
+// the new leader started, and lands after the new leader's snapshot, never
+// becomes the snapshot readers load: the object is its own incarnation's,
+// and its pointer is refused. A router started afterwards holds the new
+// incarnation's table.
 func TestSnapshot_DeposedIncarnationIsNeverLoaded(t *testing.T) {
 	servers(t, func(t *testing.T, url string, replicas int) {
 		js := connect(t, url)
 		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
-		cfg := Config{Pool: "p", Heartbeat: time.Hour, SnapshotInterval: 50 * time.Millisecond, Replicas: replicas}
-		p1, err := New(js, old.h, cfg)
+		hj := newHoldingJS(js)
+		t.Cleanup(hj.releaseAll)
+		var leading1 atomic.Bool
+		leading1.Store(true)
+		cfg := Config{Pool: "p", Heartbeat: time.Hour, SnapshotInterval: 100 * time.Millisecond, Replicas: replicas}
+		cfg1 := cfg
+		cfg1.Leading = leading1.Load
+		p1, err := New(hj, old.h, cfg1)
 		require.NoError(t, err)
 		done1 := run(t, p1)
-		require.Eventually(t, func() bool { return p1.Stats().Snapshots >= 3 }, 20*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return p1.Stats().Snapshots >= 2 }, 20*time.Second, time.Millisecond)
 
-		cfg.SnapshotInterval = time.Hour
-		p2, err := New(js, cur.h, cfg)
+		// p1's next refresh is on its way: the object write, then (with the
+		// pointer) the pointer.
+		pointer := p1.Layout().Subject[:len(p1.Layout().Subject)-len("frames")] + "snapshot"
+		hj.pause(pointer)
+		hj.pause(putGate)
+		require.Equal(t, putGate, hj.waitEntered(t))
+		cfg2 := cfg
+		cfg2.SnapshotInterval = time.Hour
+		cfg2.Leading = func() bool { return true }
+		p2, err := New(js, cur.h, cfg2)
 		require.NoError(t, err)
 		run(t, p2)
 		require.Eventually(t, func() bool { return p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
-		// The deposed publisher stops, or (without the pointer's fence) has
-		// written over the new one's snapshot at least twice meanwhile.
-		n := p1.Stats().Snapshots
+		snaps := p1.Stats().Snapshots
+		hj.release(putGate)
+		// The pointer is on its way too (its lease check passed), or, with
+		// a single object, the write was the whole refresh.
 		require.Eventually(t, func() bool {
 			select {
-			case err := <-done1:
-				require.ErrorIs(t, err, ErrOvertaken)
+			case what := <-hj.entered:
+				require.Equal(t, pointer, what)
 				return true
 			default:
-				return p1.Stats().Snapshots >= n+2
+				return p1.Stats().Snapshots > snaps
 			}
-		}, 20*time.Second, time.Millisecond, "p1 %+v", p1.Stats())
-		requireRouterHolds(t, startRouter(t, url), cur)
+		}, 20*time.Second, time.Millisecond)
+		leading1.Store(false)
+		hj.releaseAll()
 
+		requireRouterHolds(t, startRouter(t, url), cur)
+		select {
+		case err := <-done1:
+			require.ErrorIs(t, err, ErrOvertaken)
+		case <-time.After(20 * time.Second):
+			require.Fail(t, "the deposed publisher went on")
+		}
 		st, err := js.Stream(t.Context(), p2.Layout().Stream)
 		require.NoError(t, err)
 		m, err := st.GetLastMsgForSubject(t.Context(), p2.Layout().Pointer)
@@ -429,24 +548,5 @@ func TestSnapshot_OlderIncarnationsObjectsAreDeleted(t *testing.T) {
 			names = append(names, o.Name)
 		}
 		assert.ElementsMatch(t, []string{natsjs.SnapshotObjectName(inc), "unrelated"}, names, "after incarnation %x", inc)
-	}
-}
-
-// Replicas apply to the frames stream and the snapshot bucket.
-func TestReplicasOfTheStreamAndBucket(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-node cluster of separate processes")
-	}
-	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
-	js := connect(t, natstest.URLs(nodes[0], nodes))
-	pl := newPool(t, 1<<32, 0)
-	p, err := New(js, pl.h, Config{Pool: "p", Heartbeat: time.Hour, SnapshotInterval: time.Hour, Replicas: 3})
-	require.NoError(t, err)
-	run(t, p)
-	require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
-	for _, name := range []string{p.Layout().Stream, "OBJ_" + p.Layout().Bucket} {
-		st, err := js.Stream(t.Context(), name)
-		require.NoError(t, err)
-		assert.Equal(t, 3, st.CachedInfo().Config.Replicas, name)
 	}
 }

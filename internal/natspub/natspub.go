@@ -75,9 +75,8 @@ type Config struct {
 	// leader (internal/replica) sets it to its lease's validity by its own
 	// clock, so a leader resumed after a suspension past its lease stops
 	// before its replica loop notices. It also decides what a refused
-	// publish does when the subject's tail is not a newer incarnation's:
-	// while it says true (or without it) the publisher starts a new chain
-	// from the tail; otherwise Run returns ErrOvertaken.
+	// publish does: while it says true (or without it) the publisher chains
+	// on from the subject's tail; otherwise Run returns ErrOvertaken.
 	Leading func() bool
 }
 
@@ -86,22 +85,22 @@ type Config struct {
 var ErrNotLeading = errors.New("natspub: this replica no longer leads the pool")
 
 // ErrOvertaken ends Run when the stream refused a publish because the
-// subject's last message is another publisher's and either that message is
-// of a newer producer incarnation (a new leader publishes the pool now, or,
-// without HA, a relay started later publishes the same pool under the same
-// prefix) or Config.Leading says this replica no longer leads.
+// subject's last message is another publisher's and Config.Leading says
+// this replica no longer leads: a new leader publishes the pool now.
 var ErrOvertaken = errors.New("natspub: another publisher's message is the pool's stream tail")
 
 // overtaken decides what a refused publish means once the subject's tail is
-// known not to be the message retried: ErrOvertaken when the tail is a newer
-// incarnation's or this replica no longer leads; otherwise (a deposed
-// leader's late frame, a message published by hand, or an emptied subject)
-// the chain goes on from the tail, and readers need a new snapshot: the one
-// they load would lead them through the foreign message.
+// known not to be the message retried: ErrOvertaken when this replica no
+// longer leads — a new leader can only exist after this one's lease
+// deadline, so a deposed publisher always finds it passed. Otherwise (a
+// deposed leader's late frame that beat this leader's first, a message
+// published by hand, an emptied subject) the chain goes on from the tail,
+// and readers need a new snapshot: the one they load would lead them
+// through the foreign message. The tail's message id is not trusted: anyone
+// who can publish on the subject can write any id.
 func (p *Publisher) overtaken(id string, tail tailMsg) error {
 	what := fmt.Sprintf("%s expected stream sequence %d, the tail is %d (%q)", id, p.chain, tail.seq, tail.id)
-	inc, ok := natsjs.MsgIDIncarnation(tail.id)
-	if ok && inc > p.identity.ProducerIncarnation || p.cfg.Leading != nil && !p.cfg.Leading() {
+	if p.cfg.Leading != nil && !p.cfg.Leading() {
 		p.count(func(s *Stats) { s.Overtaken++ })
 		return fmt.Errorf("%w: %s", ErrOvertaken, what)
 	}
