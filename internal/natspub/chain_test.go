@@ -58,11 +58,15 @@ func newPool(t *testing.T, inc, base uint64) *pool {
 
 // step applies one delta that writes bucket sq%64.
 func (p *pool) step(t *testing.T) {
+	require.NoError(t, p.tryStep())
+}
+
+func (p *pool) tryStep() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sq++
-	require.NoError(t, p.h.Apply(ckf.Delta{Identity: p.id, BaseSequence: p.sq - 1, Sequence: p.sq,
-		Images: []ckf.BucketImage{{Bucket: uint32(p.sq % 64), Word: p.id.ProducerIncarnation<<8 | p.sq}}}))
+	return p.h.Apply(ckf.Delta{Identity: p.id, BaseSequence: p.sq - 1, Sequence: p.sq,
+		Images: []ckf.BucketImage{{Bucket: uint32(p.sq % 64), Word: p.id.ProducerIncarnation<<8 | p.sq}}})
 }
 
 // table returns the hub's table and sequence.
@@ -548,5 +552,60 @@ func TestSnapshot_OlderIncarnationsObjectsAreDeleted(t *testing.T) {
 			names = append(names, o.Name)
 		}
 		assert.ElementsMatch(t, []string{natsjs.SnapshotObjectName(inc), "unrelated"}, names, "after incarnation %x", inc)
+	}
+}
+
+// The NATS node leading the replicated frames stream dies while deltas
+// flow: the publisher retries through the election (timeouts, no stream
+// response, 10164) with the same message ids, is never refused (an
+// election is not another publisher), and a router converges.
+func TestChain_SurvivesTheStreamLeadersDeath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster of separate processes")
+	}
+	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
+	url := natstest.URLs(nodes[0], nodes)
+	js := connect(t, url)
+	pl := newPool(t, 1<<32, 0)
+	p, err := New(js, pl.h, Config{Pool: "p", Heartbeat: 100 * time.Millisecond, SnapshotInterval: 5 * time.Second, Replicas: 3})
+	require.NoError(t, err)
+	done := run(t, p)
+	require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 30*time.Second, time.Millisecond)
+	st, err := js.Stream(t.Context(), p.Layout().Stream)
+	require.NoError(t, err)
+	leader := st.CachedInfo().Cluster.Leader
+
+	stop, stepped := make(chan struct{}), make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				stepped <- nil
+				return
+			case <-time.After(time.Millisecond):
+				if err := pl.tryStep(); err != nil {
+					stepped <- err
+					return
+				}
+			}
+		}
+	}()
+	require.Eventually(t, func() bool { return p.Stats().Deltas >= 200 }, 20*time.Second, time.Millisecond)
+	for _, n := range nodes {
+		if n.Name == leader {
+			n.Kill()
+		}
+	}
+	n := p.Stats().Deltas
+	require.Eventually(t, func() bool { return p.Stats().Deltas >= n+200 }, 60*time.Second, time.Millisecond,
+		"the publisher did not go on after the stream leader %s died", leader)
+	close(stop)
+	require.NoError(t, <-stepped)
+	requireRouterHolds(t, startRouter(t, url), pl)
+	assert.Zero(t, p.Stats().Overtaken, "an election is not another publisher: %+v", p.Stats())
+	select {
+	case err := <-done:
+		require.Fail(t, "the publisher stopped", "%v", err)
+	default:
 	}
 }

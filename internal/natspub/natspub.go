@@ -350,6 +350,11 @@ type tailMsg struct {
 }
 
 func (p *Publisher) tail(ctx context.Context) (tailMsg, error) {
+	if p.stream == nil { // dropped after a publish no stream answered
+		if err := p.ensure(ctx); err != nil {
+			return tailMsg{}, err
+		}
+	}
 	m, err := p.stream.GetLastMsgForSubject(ctx, p.layout.Subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return tailMsg{}, nil
