@@ -542,16 +542,21 @@ func TestSnapshot_OlderIncarnationsObjectsAreDeleted(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
-		require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 10*time.Second, time.Millisecond)
+		want := []string{natsjs.SnapshotObjectName(inc), "unrelated"}
+		var names []string
+		assert.Eventually(t, func() bool {
+			objs, err := obs.List(t.Context())
+			require.NoError(t, err)
+			names = names[:0]
+			for _, o := range objs {
+				names = append(names, o.Name)
+			}
+			slices.Sort(names)
+			return slices.Equal(want, names)
+		}, 10*time.Second, 5*time.Millisecond, "after incarnation %x", inc)
+		assert.Equal(t, want, names)
 		cancel()
 		<-done
-		objs, err := obs.List(t.Context())
-		require.NoError(t, err)
-		var names []string
-		for _, o := range objs {
-			names = append(names, o.Name)
-		}
-		assert.ElementsMatch(t, []string{natsjs.SnapshotObjectName(inc), "unrelated"}, names, "after incarnation %x", inc)
 	}
 }
 

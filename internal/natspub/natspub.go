@@ -148,6 +148,8 @@ type Publisher struct {
 	mu    sync.Mutex
 	stats Stats
 
+	cleaning sync.WaitGroup // deletion of older incarnations' objects; Run waits for it
+
 	// loop state (Run's goroutine only)
 	epoch    uint64
 	lease    ckf.LaneLease
@@ -216,6 +218,7 @@ var errRestart = errors.New("natspub: restart from a new hub snapshot")
 // hub subscription may lag, and the next session then starts from a fresh
 // snapshot, which readers reach through the gap their consumer detects.
 func (p *Publisher) Run(ctx context.Context) error {
+	defer p.cleaning.Wait()
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		if err := p.ensure(ctx); err != nil {
@@ -604,8 +607,10 @@ func (p *Publisher) putSnapshot(ctx context.Context, sub *hub.Subscription) erro
 			return err
 		}
 		if !p.cleaned {
+			// Off the publishing path: listing the bucket creates a
+			// consumer, and routers already read the new snapshot.
 			p.cleaned = true
-			p.clean(ctx, ptr.Incarnation)
+			p.cleaning.Go(func() { p.clean(ctx, ptr.Incarnation) })
 		}
 		p.snapAt = time.Now()
 		p.count(func(s *Stats) { s.Snapshots++; s.SnapshotSequence = p.seq })
