@@ -614,3 +614,30 @@ func TestChain_SurvivesTheStreamLeadersDeath(t *testing.T) {
 	default:
 	}
 }
+
+// Message ids are predictable and the stream deduplicates across its
+// subjects: a message published first under a frame's or the pointer's
+// next id (here on the pointer subject, which does not move the frames'
+// tail) must not make the publisher take its own message as stored.
+func TestChain_AnIDTakenFirstIsNotTakenForStored(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	js := connect(t, ns.URL())
+	pl := newPool(t, 1<<32, 0)
+	p, err := New(js, pl.h, Config{Pool: "p", Heartbeat: time.Hour, SnapshotInterval: time.Hour})
+	require.NoError(t, err)
+	run(t, p)
+	require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 10*time.Second, time.Millisecond)
+	// The opening heartbeat was message 1, the pointer 2: the delta to
+	// sequence 11 will be 3.
+	taken := natsjs.MsgID(pl.id.ProducerIncarnation, 11, 3)
+	ack, err := js.PublishMsg(t.Context(), &nats.Msg{Subject: p.Layout().Pointer, Header: nats.Header{"x": {"y"}}}, jetstream.WithMsgID(taken))
+	require.NoError(t, err)
+	require.False(t, ack.Duplicate)
+	pl.step(t)
+	require.Eventually(t, func() bool { return p.Stats().Deltas >= 1 }, 10*time.Second, time.Millisecond)
+	_, frames := storedFrames(t, js, p.Layout())
+	require.NotEmpty(t, frames)
+	last := frames[len(frames)-1]
+	require.Equal(t, wire.KindDelta, last.Kind, "the delta to 11 is stored")
+	assert.Equal(t, uint64(11), last.Delta.Sequence)
+}

@@ -346,6 +346,23 @@ func (p *Publisher) startChain(ctx context.Context) error {
 	return nil
 }
 
+// stored reports whether the message at stream sequence seq is data on
+// subject: a duplicate answer names the message that holds the id, which is
+// this publisher's earlier attempt or someone else's.
+func (p *Publisher) stored(ctx context.Context, seq uint64, subject string, data []byte) bool {
+	m, err := p.msg(ctx, seq)
+	return err == nil && m.Subject == subject && bytes.Equal(m.Data, data)
+}
+
+func (p *Publisher) msg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	if p.stream == nil { // dropped after a publish no stream answered
+		if err := p.ensure(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return p.stream.GetMsg(ctx, seq)
+}
+
 // tailMsg is the frames subject's last message (seq 0: none).
 type tailMsg struct {
 	seq uint64
@@ -494,6 +511,16 @@ func (p *Publisher) publish(ctx context.Context, sub *hub.Subscription, f *wire.
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		ack, err := p.js.PublishMsg(pctx, &nats.Msg{Subject: p.layout.Subject, Data: p.frame},
 			jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(p.chain))
+		if err == nil && ack.Duplicate && !p.stored(pctx, ack.Sequence, p.layout.Subject, p.frame) {
+			// Another message took this id first (ids are predictable, and
+			// the stream deduplicates across its subjects): publish under
+			// the next one.
+			cancel()
+			p.log.Warn("a message of another publisher holds this frame's id", "id", id, "stream_seq", ack.Sequence)
+			p.n++
+			id = natsjs.MsgID(p.identity.ProducerIncarnation, p.seq, p.n)
+			continue
+		}
 		if err == nil {
 			cancel()
 			p.chain = max(p.chain, ack.Sequence)
@@ -655,6 +682,11 @@ func (p *Publisher) putObject(ctx context.Context, sub *hub.Subscription, ptr na
 	}
 }
 
+func samePointer(h nats.Header, ptr natsjs.Pointer) bool {
+	got, err := natsjs.ParsePointer(h)
+	return err == nil && got == ptr
+}
+
 // errMoved: the pointer was refused because the frames subject's tail moved
 // to a message the chain now goes on from (overtaken).
 var errMoved = errors.New("natspub: the frames subject's tail moved under the snapshot pointer")
@@ -683,8 +715,17 @@ func (p *Publisher) point(ctx context.Context, sub *hub.Subscription, ptr natsjs
 			return err
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := p.js.PublishMsg(pctx, &nats.Msg{Subject: p.layout.Pointer, Header: ptr.Header()},
+		ack, err := p.js.PublishMsg(pctx, &nats.Msg{Subject: p.layout.Pointer, Header: ptr.Header()},
 			jetstream.WithMsgID(id), jetstream.WithExpectLastSequenceForSubject(p.chain, p.layout.Subject))
+		if err == nil && ack.Duplicate {
+			if m, merr := p.msg(pctx, ack.Sequence); merr != nil || m.Subject != p.layout.Pointer || !samePointer(m.Header, ptr) {
+				cancel()
+				p.log.Warn("a message of another publisher holds the snapshot pointer's id", "id", id, "stream_seq", ack.Sequence)
+				p.n++
+				id = natsjs.MsgID(ptr.Incarnation, ptr.Sequence, p.n)
+				continue
+			}
+		}
 		var tail tailMsg
 		var terr error
 		refused, _ := refusal(err)
