@@ -139,9 +139,15 @@ func (t *natsTransport) open(ctx context.Context, pool string, lease ckf.LaneLea
 		msgs: msgs, stop: context.AfterFunc(ctx, msgs.Stop)}, nil
 }
 
-// loadSnapshot reads the snapshot object and the stream sequence to consume
-// from. A snapshot replaced while it is read fails its digest check (or the
-// timeout); the session then ends and the lane retries.
+// loadSnapshot reads the snapshot object the pointer names and the stream
+// sequence to consume from. The pointer is the last message on the pool's
+// pointer subject, which only the publisher whose frames are the stream's
+// tail can move, so a deposed relay's late snapshot is never the one loaded
+// once the new one published; without a pointer (a relay before it) the
+// single object "snapshot" is read. A snapshot replaced (a refresh of the
+// same incarnation) or deleted (a newer incarnation's took over) while it is
+// read fails its digest check (or the timeout); the session then ends and
+// the lane retries.
 func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream, layout natsjs.Layout) ([]byte, uint64, error) {
 	gctx, cancel := context.WithTimeout(ctx, t.cfg.SnapshotTimeout)
 	defer cancel()
@@ -149,13 +155,17 @@ func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: nats: snapshot bucket %s: %w", layout.Bucket, err)
 	}
-	head, err := obs.GetInfo(gctx, natsjs.SnapshotObject)
+	name, incarnation, err := t.pointer(gctx, js, layout)
 	if err != nil {
-		return nil, 0, fmt.Errorf("client: nats: snapshot in %s: %w", layout.Bucket, err)
+		return nil, 0, err
+	}
+	head, err := obs.GetInfo(gctx, name)
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: nats: snapshot %s in %s: %w", name, layout.Bucket, err)
 	}
 	rctx, rcancel := context.WithTimeout(gctx, snapshotReadBudget(head.Size))
 	defer rcancel()
-	res, err := obs.Get(rctx, natsjs.SnapshotObject)
+	res, err := obs.Get(rctx, name)
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: nats: snapshot in %s: %w", layout.Bucket, err)
 	}
@@ -171,6 +181,9 @@ func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: nats: snapshot metadata %s: %w", natsjs.MetaStreamSequence, err)
 	}
+	if name != natsjs.SnapshotObject && info.Metadata[natsjs.MetaIncarnation] != strconv.FormatUint(incarnation, 10) {
+		return nil, 0, fmt.Errorf("client: nats: snapshot %s says incarnation %q, the pointer %d", name, info.Metadata[natsjs.MetaIncarnation], incarnation)
+	}
 	data, err := io.ReadAll(io.LimitReader(res, int64(info.Size)+1))
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: nats: reading the snapshot: %w", err)
@@ -179,6 +192,27 @@ func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream
 		return nil, 0, fmt.Errorf("client: nats: snapshot of %d bytes, object says %d", len(data), info.Size)
 	}
 	return data, from, nil
+}
+
+// pointer returns the snapshot object the pool's pointer names and its
+// incarnation, or the legacy object when the stream holds no pointer.
+func (t *natsTransport) pointer(ctx context.Context, js jetstream.JetStream, layout natsjs.Layout) (string, uint64, error) {
+	st, err := js.Stream(ctx, layout.Stream)
+	if err != nil {
+		return "", 0, fmt.Errorf("client: nats: stream %s: %w", layout.Stream, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, layout.Pointer)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return natsjs.SnapshotObject, 0, nil
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("client: nats: snapshot pointer %s: %w", layout.Pointer, err)
+	}
+	p, err := natsjs.ParsePointer(m.Header)
+	if err != nil {
+		return "", 0, fmt.Errorf("client: nats: %w", err)
+	}
+	return p.Object, p.Incarnation, nil
 }
 
 // snapshotReadBudget is how long reading a snapshot of size bytes may take

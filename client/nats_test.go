@@ -8,6 +8,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/client/natsjs"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,8 +26,13 @@ func TestNATS_StalledSnapshotGivesUpWithinItsBudget(t *testing.T) {
 	ctx := context.Background()
 	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: layout.Bucket})
 	require.NoError(t, err)
-	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: natsjs.SnapshotObject,
-		Metadata: map[string]string{natsjs.MetaStreamSequence: "1"}}, strings.NewReader(strings.Repeat("x", 1000)))
+	ptr := natsjs.Pointer{Object: natsjs.SnapshotObjectName(3), Incarnation: 3, Sequence: 1, StreamSequence: 1}
+	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: ptr.Object,
+		Metadata: map[string]string{natsjs.MetaStreamSequence: "1", natsjs.MetaIncarnation: "3"}}, strings.NewReader(strings.Repeat("x", 1000)))
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: layout.Stream, Subjects: []string{layout.Subject, layout.Pointer}})
+	require.NoError(t, err)
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: layout.Pointer, Header: ptr.Header()})
 	require.NoError(t, err)
 	// Purge the object's chunks, as a replacing Put does, leaving its info.
 	st, err := js.Stream(ctx, "OBJ_"+layout.Bucket)
@@ -37,7 +43,7 @@ func TestNATS_StalledSnapshotGivesUpWithinItsBudget(t *testing.T) {
 	defer tr.close()
 	t0 := time.Now()
 	_, _, err = tr.loadSnapshot(ctx, mustJS(t, tr), layout)
-	require.Error(t, err)
+	require.ErrorContains(t, err, "reading the snapshot", "the read of the object the pointer names stalled")
 	assert.Less(t, time.Since(t0), 30*time.Second, "gave up after %v", time.Since(t0))
 	assert.Equal(t, 2*time.Second+time.Second/10*4, snapshotReadBudget(4<<20))
 }

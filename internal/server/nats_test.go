@@ -359,6 +359,9 @@ func TestNATS_DuplicatesAreIgnored(t *testing.T) {
 	for seq := info.State.LastSeq; seq >= info.State.FirstSeq && delta == nil; seq-- {
 		m, err := st.GetMsg(ctx, seq)
 		require.NoError(t, err)
+		if m.Subject != layout.Subject { // the snapshot pointer
+			continue
+		}
 		var f wire.Frame
 		require.NoError(t, wire.DecodeFrame(m.Data, &f))
 		if f.Kind == wire.KindDelta {
@@ -378,9 +381,11 @@ func TestNATS_DuplicatesAreIgnored(t *testing.T) {
 }
 
 // TestNATS_LateRouterAfterRetentionResnapshots: when the stream no longer
-// holds every delta after the newest snapshot (here purged by hand), a router
-// starting then detects the gap, never applies it, and converges from the
-// next snapshot.
+// holds every delta after the newest snapshot (here purged by hand below the
+// subject's last message, as age-based retention drops the oldest first), a
+// router starting then detects the gap, never applies it, and converges from
+// the next snapshot. (A purge of the whole subject breaks the relay's chain:
+// it re-snapshots at once, TestNATS_DeletedStreamAndBucketAreRecreated.)
 func TestNATS_LateRouterAfterRetentionResnapshots(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	cfg := natsTestConfig(ns.URL(), 2*time.Second)
@@ -393,7 +398,7 @@ func TestNATS_LateRouterAfterRetentionResnapshots(t *testing.T) {
 	js, layout := poolJetStream(t, ns.URL(), "dc-a")
 	st, err := js.Stream(context.Background(), layout.Stream)
 	require.NoError(t, err)
-	require.NoError(t, st.Purge(context.Background()))
+	require.NoError(t, st.Purge(context.Background(), jetstream.WithPurgeSubject(layout.Subject), jetstream.WithPurgeKeep(1)))
 	w.run(t, 20) // deltas after the hole
 
 	r := startNATSRouter(t, cfg, ns.URL(), 11)
@@ -573,4 +578,37 @@ func TestNATS_ServerDownAtRelayStart(t *testing.T) {
 	w.run(t, 10)
 	requireConverged(t, s, r, "dc-a", 0)
 	w.requireNoFalseNegatives(t, r, 0)
+}
+
+// TestHA_FanOutFollowsStreamReplicas: with HA on a three-node cluster and no
+// nats.replicas, the fan-out stream and its snapshot bucket are replicated
+// as ha.stream_replicas says, like the records stream.
+func TestHA_FanOutFollowsStreamReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster of separate processes")
+	}
+	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
+	url := natstest.URLs(nodes[0], nodes)
+	js, layout := poolJetStream(t, url, "dc-a")
+	// Right after start a peer may not be placeable yet ("no suitable
+	// peers for placement"), and HA needs its streams at start.
+	require.Eventually(t, func() bool {
+		_, err := js.CreateOrUpdateStream(t.Context(), jetstream.StreamConfig{Name: "PLACEABLE", Replicas: 3})
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "the cluster does not place R3")
+	require.NoError(t, js.DeleteStream(t.Context(), "PLACEABLE"))
+	cfg := haConfig(url, "node-a")
+	cfg.HA.StreamReplicas = 3
+	cfg.NATS = NATSOut{URL: url, SnapshotInterval: Duration(time.Hour)}
+	a := startHARelay(t, cfg, nil)
+	require.Eventually(t, func() bool {
+		st, ok := a.s.NATSStats()["dc-a"]
+		return a.leading("dc-a") && ok && st.Snapshots > 0
+	}, 60*time.Second, 5*time.Millisecond, "the leader's fan-out never wrote a snapshot")
+	for _, name := range []string{layout.Stream, "OBJ_" + layout.Bucket} {
+		st, err := js.Stream(t.Context(), name)
+		require.NoError(t, err)
+		assert.Equal(t, 3, st.CachedInfo().Config.Replicas, name)
+		assert.Len(t, st.CachedInfo().Cluster.Replicas, 2, "%s: two followers of its leader", name)
+	}
 }
