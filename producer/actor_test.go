@@ -18,7 +18,7 @@ import (
 func pauseActor(t *testing.T, h Handle) (release func()) {
 	t.Helper()
 	p := &pause{entered: make(chan struct{}), release: make(chan struct{})}
-	require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, pause: p}), "pause")
+	require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, req: &request{pause: p}}), "pause")
 	<-p.entered
 	return func() { close(p.release) }
 }
@@ -153,7 +153,7 @@ func TestActor_FullMailboxWakesSendersAtHalf(t *testing.T) {
 		release := pauseActor(t, h)
 		// The mailbox: a second pause, then three events: full.
 		second := &pause{entered: make(chan struct{}), release: make(chan struct{})}
-		require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, pause: second}))
+		require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, req: &request{pause: second}}))
 		for i := range uint64(3) {
 			mustAdmit(t, h, 0, stored(worker1, i+1, i+1))
 		}

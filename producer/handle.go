@@ -147,7 +147,13 @@ func (h Handle) Diagnostics() (d Diagnostics, ok bool) {
 // AdmitEvent admits one event of the member ev.Member() at sourceEpoch: it
 // is [Handle.AdmitEvents] with that one event.
 func (h Handle) AdmitEvent(ctx context.Context, sourceEpoch uint64, ev ckf.RouterEvent) error {
-	return h.AdmitEvents(ctx, sourceEpoch, []ckf.RouterEvent{ev})
+	a := h.a
+	if a == nil {
+		return ErrNotStarted
+	}
+	// The event travels inline in the mailbox entry: no slice to allocate.
+	c := command{kind: cmdApply, single: true, epoch: sourceEpoch, one: ev}
+	return a.admitCommand(ctx, &c)
 }
 
 // AdmitEvents admits evs, in order, at sourceEpoch, as one command: a source
@@ -181,20 +187,30 @@ func (h Handle) admit(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterE
 	if len(evs) == 0 && cursor == nil {
 		return nil
 	}
+	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, cursor: cursor}
+	return a.admitCommand(ctx, &c)
+}
+
+// admitCommand weighs the Apply command c, acquires its permits and queues
+// it.
+func (a *actor) admitCommand(ctx context.Context, c *command) error {
 	var start time.Time
 	if a.diag != nil {
 		start = time.Now()
 	}
 	var w int64
-	for i := range evs {
-		w += int64(evs[i].BlockCount())
+	if c.single {
+		w = int64(c.one.BlockCount())
+	}
+	for i := range c.evs {
+		w += int64(c.evs[i].BlockCount())
 	}
 	w = min(w, a.cfg.PayloadPermits)
 	if err := a.acquire(ctx, w); err != nil {
 		return err
 	}
-	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, weight: w, cursor: cursor}
-	if err := a.send(ctx, &c); err != nil {
+	c.weight = w
+	if err := a.send(ctx, c); err != nil {
 		a.permits.Release(w)
 		return err
 	}
@@ -232,7 +248,7 @@ func (h Handle) ReplaceRanks(ctx context.Context, reps []RankReplacement) error 
 	if err := a.acquire(ctx, w); err != nil {
 		return err
 	}
-	r, err := a.request(ctx, command{kind: cmdReplace, reps: reps, weight: w}, true)
+	r, err := a.request(ctx, command{kind: cmdReplace, weight: w, req: &request{reps: reps}}, true)
 	if err != nil {
 		return err
 	}
@@ -251,7 +267,7 @@ func (h Handle) ResetRank(ctx context.Context, sourceEpoch uint64, m ckf.Member,
 	if err := checkEpochRange(sourceEpoch, m); err != nil {
 		return err
 	}
-	r, err := h.a.request(ctx, command{kind: cmdReset, epoch: sourceEpoch, member: m, degraded: degraded}, false)
+	r, err := h.a.request(ctx, command{kind: cmdReset, epoch: sourceEpoch, req: &request{member: m, degraded: degraded}}, false)
 	if err != nil {
 		return err
 	}
@@ -354,7 +370,7 @@ func (h Handle) Flush(ctx context.Context) error {
 // [ErrSuperseded]; then the new subscription's snapshot and stream start
 // exactly at the publisher's last sequence.
 func (h Handle) Subscribe(ctx context.Context, lease ckf.LaneLease) (*Subscription, error) {
-	r, err := h.a.request(ctx, command{kind: cmdSubscribe, lease: lease}, false)
+	r, err := h.a.request(ctx, command{kind: cmdSubscribe, req: &request{lease: lease}}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -471,10 +487,12 @@ type actor struct {
 	epochs     *sourceEpochs
 	timer      *time.Timer
 	timerArmed bool
-	unreleased int64      // permits of commands run, not yet released (releaseApplied)
-	stats      ActorStats // counters only; the rest is filled by statsNow
-	batch      struct {   // applyBatch's reusable buffers
+	unreleased int64           // permits of commands run, not yet released (releaseApplied)
+	stats      ActorStats      // counters only; the rest is filled by statsNow
+	journalled ckf.RouterEvent // journalAdmitted's copy
+	batch      struct {        // applyBatch's reusable buffers
 		verdicts []epochVerdict
+		recs     []*epochRecord
 		evs      []ckf.RouterEvent
 		outs     []ckf.ApplyOutcome
 	}
@@ -585,7 +603,10 @@ func (a *actor) request(ctx context.Context, c command, permitsHeld bool) (reply
 	if a == nil {
 		return reply{}, ErrNotStarted
 	}
-	c.reply = make(chan reply, 1)
+	if c.req == nil {
+		c.req = &request{}
+	}
+	c.req.reply = make(chan reply, 1)
 	if err := a.send(ctx, &c); err != nil {
 		if permitsHeld {
 			a.permits.Release(c.weight)
@@ -593,7 +614,7 @@ func (a *actor) request(ctx context.Context, c command, permitsHeld bool) (reply
 		return reply{}, err
 	}
 	select {
-	case r := <-c.reply:
+	case r := <-c.req.reply:
 		return r, nil
 	case <-ctx.Done():
 		return reply{}, ctx.Err()
