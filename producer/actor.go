@@ -64,51 +64,83 @@ type pause struct {
 }
 
 // run is the actor goroutine: it alone touches the pool and the publisher.
+// Each wake-up takes every queued command and runs them in order.
 func (a *actor) run() {
 	defer close(a.stopped)
+	var batch, rest []command
 	fenced := false
-loop:
-	for {
-		// A fence wins over queued work: select alone would pick at random.
-		if a.fenced() {
-			fenced = true
-			break
+	for !fenced {
+		var closed bool
+		batch, closed = a.mb.take(batch)
+		switch {
+		case len(batch) > 0:
+			rest, fenced = a.runBatch(batch)
+			a.pollTimer()
+		case closed:
+			// Admission is closed and the mailbox was drained.
+			fenced = a.fenced()
+		default:
+			fenced = !a.wait()
 		}
-		select {
-		case <-a.fence:
-			fenced = true
-			break loop
-		case c := <-a.mailbox:
-			if !a.handle(&c) || !a.burst() {
-				fenced = true
-				break loop
-			}
-		case <-a.timer.C:
-			a.timerArmed = false
-			a.publishPending()
-		case <-a.sealed:
-			// Admission is closed and the mailbox content is final: apply it.
-			for {
-				if a.fenced() {
-					fenced = true
-					break loop
-				}
-				select {
-				case c := <-a.mailbox:
-					if !a.handle(&c) {
-						fenced = true
-						break loop
-					}
-				default:
-					break loop
-				}
-			}
+		if closed {
+			break
 		}
 		a.armTimer()
 		a.releaseApplied()
 	}
 	a.releaseApplied()
-	a.finish(fenced)
+	a.finish(fenced, rest)
+}
+
+// runBatch runs the commands the actor took, in order, and clears them. A
+// fence wins over the rest: it stops the batch before the next command (or
+// interrupts one), and the commands not run are returned for finish to
+// refuse.
+func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
+	if a.diag != nil {
+		a.diag.takes.Add(1)
+		a.diag.taken.Add(uint64(len(batch)))
+	}
+	for i := range batch {
+		if a.fenced() {
+			return batch[i:], true
+		}
+		a.mb.unrun.Store(int64(len(batch) - i - 1))
+		if !a.handle(&batch[i]) {
+			return batch[i+1:], true
+		}
+	}
+	clear(batch) // drop the events and replies until the slice is filled again
+	return nil, false
+}
+
+// wait parks the actor until a command arrives, the timer fires, admission
+// closes or a fence. It returns false on a fence.
+func (a *actor) wait() bool {
+	select {
+	case <-a.fence:
+		return false
+	case <-a.mb.ready:
+	case <-a.timer.C:
+		a.timerArmed = false
+		a.publishPending()
+	case <-a.sealed:
+	}
+	return true
+}
+
+// pollTimer publishes the pending tail if the timer fired while the actor
+// was busy: a mailbox that never runs empty never parks the actor in wait.
+func (a *actor) pollTimer() {
+	if !a.timerArmed {
+		return
+	}
+	select {
+	case <-a.timer.C:
+		a.timerArmed = false
+		a.publishPending()
+	default:
+	}
 }
 
 // releaseApplied returns the permits of the Apply commands run since the
@@ -119,39 +151,6 @@ func (a *actor) releaseApplied() {
 		a.permits.Release(a.unreleased)
 		a.unreleased = 0
 	}
-}
-
-// wakeSenders lets every sender waiting for mailbox space go once the
-// mailbox is at most half full: they wake once per half a mailbox of
-// commands, not once per command (see send).
-func (a *actor) wakeSenders() {
-	if a.spaceWaiters.Load() > 0 && len(a.mailbox) <= cap(a.mailbox)/2 {
-		next := make(chan struct{})
-		close(*a.space.Swap(&next))
-	}
-}
-
-// burstSize bounds the commands run per wake-up without going back to the
-// multi-way select, which locks every channel it waits on.
-const burstSize = 64
-
-// burst runs up to burstSize-1 further queued commands with cheap
-// single-channel receives. It returns false when a fence interrupted one.
-func (a *actor) burst() bool {
-	for range burstSize - 1 {
-		if a.fenced() {
-			return false
-		}
-		select {
-		case c := <-a.mailbox:
-			if !a.handle(&c) {
-				return false
-			}
-		default:
-			return true
-		}
-	}
-	return true
 }
 
 // armTimer keeps the publication timer armed exactly while a dirty tail is
@@ -169,9 +168,10 @@ func (a *actor) armTimer() {
 	}
 }
 
-// finish publishes the tail (unless fenced), ends the stream, refuses what
-// is left in the mailbox and closes the fault channel.
-func (a *actor) finish(fenced bool) {
+// finish publishes the tail (unless fenced), ends the stream, refuses rest
+// (the commands of the last batch a fence kept from running) and what is
+// left in the mailbox, and closes the fault channel.
+func (a *actor) finish(fenced bool, rest []command) {
 	a.timer.Stop()
 	if fenced {
 		a.sink.endCurrent(errFenced, nil)
@@ -187,25 +187,23 @@ func (a *actor) finish(fenced bool) {
 	// Fence and Shutdown both seal; after that the mailbox content is final.
 	<-a.sealed
 	err := a.stopErr()
-	for {
-		select {
-		case c := <-a.mailbox:
+	left, _ := a.mb.take(nil)
+	for _, cs := range [][]command{rest, left} {
+		for i := range cs {
+			c := &cs[i]
 			if c.weight > 0 {
 				a.permits.Release(c.weight)
 			}
 			if c.req != nil {
 				c.req.reply <- reply{err: err}
 			}
-		default:
-			close(a.faults)
-			return
 		}
 	}
+	close(a.faults)
 }
 
 // handle runs one command. It returns false when a fence interrupted it.
 func (a *actor) handle(c *command) bool {
-	a.wakeSenders()
 	switch c.kind {
 	case cmdApply:
 		return a.apply(c) && a.journalCursor(c)
@@ -265,8 +263,7 @@ func (a *actor) apply(c *command) bool {
 }
 
 // applyOne runs one event of an Apply command. It returns false when a
-// fence interrupted it. ev does not escape (it may be the mailbox entry's
-// inline event, on the actor's stack).
+// fence interrupted it.
 func (a *actor) applyOne(epoch uint64, ev *ckf.RouterEvent) bool {
 	v, r := a.admitEpoch(epoch, ev)
 	if !v.applies() {
@@ -434,14 +431,10 @@ func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, r *epochRecord, out c
 		Category: cat, Disposition: d, Err: out.FirstError})
 }
 
-// journalAdmitted hands an applied event to the journal through the actor's
-// own copy: the journal's interface call would otherwise move every mailbox
-// entry, whose inline event ev may be, to the heap.
+// journalAdmitted hands an applied event to the journal, if any.
 func (a *actor) journalAdmitted(epoch uint64, ev *ckf.RouterEvent) {
 	if a.cfg.Journal != nil {
-		a.journalled = *ev
-		a.cfg.Journal.Admitted(epoch, &a.journalled)
-		a.journalled = ckf.RouterEvent{} // keep no reference to the event's slices
+		a.cfg.Journal.Admitted(epoch, ev)
 	}
 }
 

@@ -51,9 +51,20 @@ type sourceEpochs struct {
 	idleLen int
 	maxIdle int
 	pruned  uint64
-	// last is the record lookup returned last (nil after it was deleted):
-	// the events of one engine batch come from one member.
-	last *epochRecord
+	// recent caches records by a cheap hash of their member, in front of
+	// the map (whose hash of a Member is most of a lookup's cost): the
+	// actor looks a member up for every event. A slot is cleared when its
+	// record is deleted. Actor goroutine only.
+	recent [recentSlots]*epochRecord
+}
+
+// recentSlots is the size of sourceEpochs.recent (2 KiB of pointers).
+const recentSlots = 256
+
+// recentSlot is m's slot in sourceEpochs.recent: a multiply-shift hash of
+// both fields.
+func recentSlot(m ckf.Member) int {
+	return int((m.WorkerID*0x9E3779B97F4A7C15 ^ uint64(m.DPRank)*0xC2B2AE3D27D4EB4F) >> 56)
 }
 
 type epochRecord struct {
@@ -81,12 +92,13 @@ func (s *sourceEpochs) get(m ckf.Member) (epoch uint64, ok bool) {
 
 // lookup returns m's record, nil when it has none. Actor goroutine only.
 func (s *sourceEpochs) lookup(m ckf.Member) *epochRecord {
-	if r := s.last; r != nil && r.member == m {
+	slot := &s.recent[recentSlot(m)]
+	if r := *slot; r != nil && r.member == m {
 		return r
 	}
 	r := s.rec[m]
 	if r != nil {
-		s.last = r
+		*slot = r
 	}
 	return r
 }
@@ -129,8 +141,8 @@ func (s *sourceEpochs) forget(r *epochRecord) {
 func (s *sourceEpochs) delete(r *epochRecord) {
 	delete(s.rec, r.member)
 	r.deleted = true
-	if s.last == r {
-		s.last = nil
+	if slot := &s.recent[recentSlot(r.member)]; *slot == r {
+		*slot = nil
 	}
 }
 
