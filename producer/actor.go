@@ -3,6 +3,7 @@ package producer
 import (
 	"errors"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -76,10 +77,12 @@ func (a *actor) run() {
 		case len(batch) > 0:
 			rest, fenced = a.runBatch(batch)
 			a.pollTimer()
+			a.yieldAfterBacklog(len(batch))
 		case closed:
 			// Admission is closed and the mailbox was drained.
 			fenced = a.fenced()
 		default:
+			a.sinceYield = 0
 			fenced = !a.wait()
 		}
 		if closed {
@@ -112,6 +115,27 @@ func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
 	}
 	clear(batch) // drop the events and replies until the slice is filled again
 	return nil, false
+}
+
+// yieldEvery is how many commands the actor runs without parking before it
+// yields its thread (yieldAfterBacklog).
+const yieldEvery = 256
+
+// yieldAfterBacklog lets the goroutines waiting for a thread run after the
+// actor ran yieldEvery commands without parking. A backlogged actor never
+// blocks (the mailbox always has work), and the sender it wakes at each
+// take and the actor hand the thread to each other directly (Go runs a
+// goroutine just woken next, on the waker's time slice), so with few
+// threads the subscriber draining the deltas waited until its buffer
+// overflowed: with GOMAXPROCS=1 and the default 64-delta buffer the stream
+// ended lagged, with the channel mailbox before as well
+// (TestActor_BackloggedActorLetsTheSubscriberRun).
+func (a *actor) yieldAfterBacklog(n int) {
+	a.sinceYield += n
+	if a.sinceYield >= yieldEvery {
+		a.sinceYield = 0
+		runtime.Gosched()
+	}
 }
 
 // wait parks the actor until a command arrives, the timer fires, admission

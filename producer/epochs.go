@@ -45,7 +45,7 @@ func checkEpochRange(epoch uint64, m ckf.Member) error {
 // path looks a member up once per event ([sourceEpochs.lookup]) and then
 // works on its record.
 type sourceEpochs struct {
-	mu      sync.RWMutex // held for writes, and by load
+	mu      sync.RWMutex // held for writes to rec and to an epoch, and by load
 	rec     map[ckf.Member]*epochRecord
 	idle    epochRecord // the idle list's sentinel: idle.next is the least recently idle
 	idleLen int
@@ -150,27 +150,29 @@ func (s *sourceEpochs) delete(r *epochRecord) {
 // a member holding blocks is never pruned; one holding nothing becomes the
 // most recently idle, and the least recently idle records beyond maxIdle go.
 func (s *sourceEpochs) settle(r *epochRecord, holds bool) {
-	// The actor is the only writer, so it reads without the lock; the
+	// The idle list is the actor's alone (no other goroutine reads it), so
+	// only a pruning, which deletes from the map, takes the lock; the
 	// common case — a member that holds blocks and is not idle — changes
-	// nothing and takes no lock.
+	// nothing.
 	if r == nil || r.deleted || (holds && !r.isIdle()) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if holds {
-		s.unlinkIdle(r)
 		return
 	}
 	if r.isIdle() {
 		s.unlinkIdle(r)
 	}
+	if holds {
+		return
+	}
 	s.pushIdle(r)
-	s.pruneIdle()
+	if s.idleLen > s.maxIdle {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.pruneIdle()
+	}
 }
 
-// pushIdle appends r as the most recently idle record; s.mu is held (or
-// the actor is not running yet).
+// pushIdle appends r as the most recently idle record. Actor goroutine
+// only (or before it runs).
 func (s *sourceEpochs) pushIdle(r *epochRecord) {
 	r.prev, r.next = s.idle.prev, &s.idle
 	s.idle.prev.next = r
@@ -178,7 +180,7 @@ func (s *sourceEpochs) pushIdle(r *epochRecord) {
 	s.idleLen++
 }
 
-// unlinkIdle takes r out of the idle list; s.mu is held.
+// unlinkIdle takes r out of the idle list. Actor goroutine only.
 func (s *sourceEpochs) unlinkIdle(r *epochRecord) {
 	r.prev.next = r.next
 	r.next.prev = r.prev
