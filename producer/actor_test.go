@@ -346,6 +346,35 @@ func TestActor_FenceRefusesQueuedWork(t *testing.T) {
 	})
 }
 
+// TestActor_FenceRefusesTheRestOfATakenBatch: a fence that comes while the
+// actor runs a batch it took stops it before the next command; the
+// commands taken and not run are refused like queued ones (their callers
+// get ErrFenced, their payload permits come back), and none of them is
+// applied.
+func TestActor_FenceRefusesTheRestOfATakenBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := startActor(t, actorOpts{mutate: func(c *Config) { c.PayloadPermits = 8 }})
+		release := pauseActor(t, h)
+		// Queued behind the first pause, so taken together: a second pause,
+		// an event, a flush.
+		second := &pause{entered: make(chan struct{}), release: make(chan struct{})}
+		require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, req: &request{pause: second}}))
+		mustAdmit(t, h, 0, stored(worker1, 1, 1, 2, 3)) // weight 3 of 8
+		flushed := make(chan error, 1)
+		go func() { flushed <- h.Flush(context.Background()) }()
+		synctest.Wait()
+		require.Equal(t, 3, h.MailboxDepth())
+		release()
+		<-second.entered
+		require.Equal(t, 2, h.MailboxDepth(), "the event and the flush are taken, not run")
+		require.NoError(t, h.Fence(t.Context())) // interrupts the second pause
+		assert.ErrorIs(t, <-flushed, ErrFenced, "the flush taken with the batch")
+		assert.True(t, h.a.permits.TryAcquire(8), "the event's permits came back")
+		owners, _ := h.a.pool.Owners(1)
+		assert.Zero(t, owners, "the refused event was applied")
+	})
+}
+
 func TestActor_FenceInterruptsFullFaultChannel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, faults := startActor(t, actorOpts{})

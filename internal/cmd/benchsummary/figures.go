@@ -142,6 +142,10 @@ var figures = []figure{
 	{Name: "producer_actor_batch64_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Metric: "events/s", Unit: "events/s"},
 	{Name: "producer_actor_batch64_vs_actor", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=actor", Metric: "ns/op", Unit: "ratio"},
 	{Name: "producer_actor_batch64_vs_pool", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=pool", Metric: "ns/op", Unit: "ratio"},
+	// The same batches, each allocated and copied by the caller (the
+	// benchmark's shape before 2026-12-06: the caller's garbage, not the
+	// actor's cost).
+	{Name: "producer_actor_batch64_alloc_vs_pool", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64-alloc", Base: "BenchmarkActorAdmit/impl=pool", Metric: "ns/op", Unit: "ratio"},
 	// The same ratios in CPU per event (the whole process's: on 2 cores the
 	// caller's admission runs beside the actor, so wall time hides it while
 	// the machine is idle and shows it when it is loaded).
