@@ -77,12 +77,11 @@ func (a *actor) run() {
 		case len(batch) > 0:
 			rest, fenced = a.runBatch(batch)
 			a.pollTimer()
-			a.yieldAfterBacklog(len(batch))
 		case closed:
 			// Admission is closed and the mailbox was drained.
 			fenced = a.fenced()
 		default:
-			a.sinceYield = 0
+			a.sinceYield = 0 // parked: the others ran
 			fenced = !a.wait()
 		}
 		if closed {
@@ -90,6 +89,9 @@ func (a *actor) run() {
 		}
 		a.armTimer()
 		a.releaseApplied()
+		if !fenced {
+			a.yieldAfterBacklog(len(batch))
+		}
 	}
 	a.releaseApplied()
 	a.finish(fenced, rest)
