@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // ApplyEvents applies evs in order and appends one outcome per event to dst:
@@ -13,16 +14,27 @@ import (
 // errors (SPEC §4.3: the parallel apply is an implementation of the
 // sequential semantics, not a relaxation of it).
 //
-// With [Config.ApplyWorkers] ≥ 2 a large enough batch is spread over that
-// many goroutines in three stages (docs/RATIONALE.md "Why a three-stage
+// With [Config.ApplyWorkers] ≥ 2 a large enough batch is cut into chunks
+// that go through three stages (docs/RATIONALE.md "Why a three-stage
 // parallel apply?"):
 //
-//  1. per member, sharded by member: validation, canonicalisation and
-//     lineage, which yield each event's ownership changes in order;
-//  2. per canonical block, sharded by canonical hash: the refcounts, which
-//     decide which change takes a block's first owner or its last;
+//  1. per member: validation, canonicalisation and lineage, which yield
+//     each event's ownership changes in order. Each member of a chunk is
+//     one task, which any goroutine of the call may take, so the members
+//     are balanced by the work left, not by a fixed split;
+//  2. per chunk, in admission order, on one goroutine at a time: the owner
+//     counts, which decide which change takes a block's first owner or its
+//     last. Whichever goroutine gets to a chunk first takes it, once the
+//     previous chunk's are done;
 //  3. on the caller's goroutine, in admission order: the cuckoo table's
 //     insertions, re-offers and removals, the dirty window and the drains.
+//
+// The caller drives: it publishes each chunk's tasks, finishes the ones no
+// helper took, and takes a chunk through stages 2 and 3 while helper
+// goroutines (ApplyWorkers − 1) take the next chunk's tasks and owner
+// counts. It never waits for a helper that has not taken anything, so a
+// helper that gets no core leaves the caller applying alone, at the staged
+// work's cost, which is the sequential apply's.
 //
 // Stage 1 decides alone only when no bound can refuse an event of the batch
 // (MaxMembers, MaxTrackedBlocks, the owner-count ceiling): a batch that
@@ -71,50 +83,107 @@ func (p *Pool) parallelWorthIt(evs []RouterEvent) bool {
 	return p.cfg.MaxMembers == 0 || uint64(p.memberCount())+newMembers <= uint64(p.cfg.MaxMembers)
 }
 
-// parallel is ApplyEvents' reusable state: two chunks (one in stage 3
-// while the next goes through stages 1 and 2), one scratch per worker.
+// parallel is ApplyEvents' reusable state. Within one call the goroutines
+// coordinate through atomics: the caller publishes each chunk's stage-1 job
+// in cur, any goroutine claims its tasks, ready counts the chunks through
+// stage 1, and each chunk's owners state who takes its stage 2.
 type parallel struct {
-	chunks      [2]*chunk
-	scratch     []applyScratch
-	ready, free chan *chunk
+	chunks  []*chunk
+	gor     []applyGoroutine // one per goroutine of the call: 1 the caller, the others helpers
+	jobs    []job            // one per chunk, each used once per call
+	groupOf map[Member]int32 // the prologue's member → group index, one chunk at a time
+	cur     atomic.Pointer[job]
+	ready   atomic.Int32 // chunks through stage 1
+	// ownersWarmed is Pool.warmed for stage 2, which runs on one
+	// goroutine at a time (chunk.owners orders them).
+	ownersWarmed uint64
+	stop         atomic.Bool // the caller is done: helpers return
+	// hold, set by tests only, is called at the pause points below, so a
+	// test can force one schedule: the helper held until the call is done
+	// (the caller applies alone), or the caller held until the helper has
+	// taken a job's every task and each chunk's owner counts.
+	hold func(holdPoint)
+	// ran records, for tests, which goroutine took each stage-1 task and
+	// stage 2 of each chunk in the last call (their gor index).
+	ran  struct{ members, owners []int8 }
+	done sync.WaitGroup
+}
+
+// applyGoroutine is one goroutine's scratch; padded so that goroutines'
+// words do not share a cache line.
+type applyGoroutine struct {
+	id     int8 // index in parallel.gor
+	sc     applyScratch
+	warmed uint64 // as Pool.warmed
+	// parked is set by the goroutine before it blocks on wake, cleared by
+	// whichever of it and a waker swaps it first; a waker that clears it
+	// sends the one token the goroutine then takes.
+	parked atomic.Bool
+	wake   chan struct{}
+	_      [64]byte
+}
+
+// job is stage 1 of one chunk: one task per member group, claimed by next,
+// counted by done.
+type job struct {
+	ch   *chunk
+	n    int32
+	next atomic.Int32
+	done atomic.Int32
+	_    [64]byte
 }
 
 // chunk is a run of consecutive events of one batch on its way through the
-// stages: one record per event, one op arena per worker.
+// stages.
 type chunk struct {
-	recs    []eventRec
-	workers []applyWorker
+	recs   []eventRec
+	groups []memberGroup
+	// owners is the state of the chunk's owner counts (stage 2): ownersFree,
+	// then ownersClaimed by the goroutine that applies them, then
+	// ownersDone.
+	owners   atomic.Int32
+	ownersBy int8 // the goroutine that took them (tests)
 }
+
+const (
+	ownersFree int32 = iota
+	ownersClaimed
+	ownersDone
+)
 
 // eventRec is one event of a parallel batch as the stages pass it on.
 type eventRec struct {
-	ev     *RouterEvent
-	admit  bool  // counts toward the cadence and applies (admission)
-	err    error // admission's refusal, or stage 1's validation error
-	mshard int
-	// Stage 1: the ownership changes, workers[arena].ops[opStart:opEnd].
-	arena          int
-	opStart, opEnd int
+	ev    *RouterEvent
+	err   error // admission's refusal, or stage 1's validation error
+	admit bool  // counts toward the cadence and applies (admission)
+	group int32
+	// The event's ownership changes: its group's ops[opStart:opEnd].
+	opStart, opEnd int32
 	unknown        int
 	memberBlocks   int
 }
 
-// applyWorker is one worker's ops and stage-1 counters in one chunk; the
-// counters are merged into the pool after stage 1.
-type applyWorker struct {
+// memberGroup is one member's events in one chunk: a stage-1 task.
+type memberGroup struct {
+	m     Member
+	shard int
+	// before is the member's state when the chunk starts, ms when its
+	// task is done (nil: the member holds nothing); the caller applies
+	// the difference to the member shard.
+	before, ms      *memberState
+	ranBy           int8    // the goroutine that took the task (tests)
+	recs            []int32 // indices into the chunk's recs, in order
 	ops             []ownOp
 	unknownRemovals uint64
 	parentNotFound  uint64
 	contributions   int64
-	warmed          uint64   // as Pool.warmed
-	_               [64]byte // keep workers' counters on separate cache lines
+	_               [64]byte // groups are written by different goroutines
 }
 
 // ownOp is one ownership change of one canonical block.
 type ownOp struct {
-	c      uint64
-	kind   uint8 // opOwn, opHeld or opRelease
-	bshard uint8
+	c    uint64
+	kind uint8 // opOwn, opHeld or opRelease
 	// Stage 2's verdict: the change took the block's first owner (opOwn)
 	// or its last (opRelease).
 	edge bool
@@ -126,20 +195,21 @@ const (
 	opRelease                  // a lineage entry removed: one owner less
 )
 
-// chunkBlocks is the size (in blocks) a batch is cut into: stage 3 of one
-// chunk runs while the workers take the next through stages 1 and 2.
-const chunkBlocks = 256
+// chunkBlocks is the size (in blocks) a batch is cut into: stages 2 and 3
+// of one chunk run while a helper takes the next one through stage 1.
+// The first chunk's stage 1 and the last one's stage 3 overlap little, so
+// chunks are small; each costs a hand-off (docs/RATIONALE.md).
+const chunkBlocks = 128
+
+// keptChunks is how many chunk buffers a pool keeps between calls: an
+// engine batch of 64 events of 16 blocks is 8 chunks; a larger batch's
+// extra buffers are dropped after it, so what a pool retains does not
+// follow the largest batch it ever applied.
+const keptChunks = 16
 
 func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutcome {
-	n := len(p.members)
-	if p.par == nil {
-		par := &parallel{scratch: make([]applyScratch, n), ready: make(chan *chunk, 1), free: make(chan *chunk, 2)}
-		for i := range par.chunks {
-			par.chunks[i] = &chunk{workers: make([]applyWorker, n)}
-		}
-		p.par = par
-	}
-	par := p.par
+	workers := len(p.members)
+	par := p.parallelState()
 	var cuts []int // chunk ends
 	blocks := 0
 	for i := range evs {
@@ -148,232 +218,430 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 		}
 	}
 	cuts = append(cuts, len(evs))
-	if len(cuts) == 1 {
-		ch := par.chunks[0]
-		p.stagesOneTwo(ch, evs)
-		dst = p.stageTable(ch, dst)
-		ch.reset()
-		return dst
+	for len(par.chunks) < len(cuts) {
+		par.chunks = append(par.chunks, &chunk{})
 	}
-	// Stages 1 and 2 of chunk j+1 overlap stage 3 of chunk j: they share
-	// nothing (stage 3 reads only the chunk's ops, the omitted set and the
-	// table, which stages 1 and 2 never touch).
-	for _, ch := range par.chunks {
-		par.free <- ch
+	if cap(par.jobs) < len(cuts) {
+		par.jobs = make([]job, len(cuts))
 	}
-	go func() {
-		lo := 0
-		for _, hi := range cuts {
-			ch := <-par.free
-			p.stagesOneTwo(ch, evs[lo:hi])
-			par.ready <- ch
-			lo = hi
+	par.jobs = par.jobs[:len(cuts)]
+	for i := range par.jobs {
+		par.jobs[i].next.Store(0)
+		par.jobs[i].done.Store(0)
+	}
+	par.cur.Store(nil)
+	par.ready.Store(0)
+	par.stop.Store(false)
+	par.ran.members, par.ran.owners = par.ran.members[:0], par.ran.owners[:0]
+	par.done.Add(workers - 1)
+	for id := range workers {
+		if id != 1 {
+			go p.help(id)
 		}
-	}()
-	for range cuts {
-		ch := <-par.ready
-		dst = p.stageTable(ch, dst)
-		ch.reset()
-		par.free <- ch
 	}
-	for range par.chunks { // both are back: leave the channel empty
-		<-par.free
+	caller := &par.gor[1]
+	lo := p.publish(0, evs, cuts, 0)
+	// Chunk j's stage 1 is finished (its remaining tasks, its epilogue)
+	// and chunk j+1's published before chunk j-1 goes through stages 2
+	// and 3, so that a helper can take chunk j's owner counts and chunk
+	// j+1's tasks meanwhile.
+	for j := 0; j <= len(cuts); j++ {
+		if j < len(cuts) {
+			jb := &par.jobs[j]
+			p.until(caller, func() bool { return jb.done.Load() >= jb.n }, nil)
+			p.epilogue(par.chunks[j])
+			par.ready.Store(int32(j + 1))
+			par.wakeAll()
+			if par.hold != nil {
+				par.hold(holdReady)
+			}
+			if j+1 < len(cuts) {
+				lo = p.publish(j+1, evs, cuts, lo)
+			}
+		}
+		if j == 0 {
+			continue
+		}
+		ch := par.chunks[j-1]
+		// The owner counts of the chunks before j-1 are done (stage 3
+		// of j-2 needed them): take these unless a helper has.
+		if ch.owners.CompareAndSwap(ownersFree, ownersClaimed) {
+			p.stageOwners(caller, ch)
+		} else {
+			p.until(caller, func() bool { return ch.owners.Load() == ownersDone }, nil)
+		}
+		dst = p.stageTable(ch, dst)
+	}
+	par.stop.Store(true)
+	par.wakeAll()
+	par.done.Wait()
+	p.warmed ^= par.ownersWarmed
+	for _, ch := range par.chunks[:len(cuts)] {
+		if par.hold == nil {
+			break
+		}
+		for i := range ch.groups {
+			par.ran.members = append(par.ran.members, ch.groups[i].ranBy)
+		}
+		par.ran.owners = append(par.ran.owners, ch.ownersBy)
+	}
+	for i := range par.gor {
+		p.warmed ^= par.gor[i].warmed
+		par.gor[i].warmed = 0
+	}
+	for _, ch := range par.chunks[:len(cuts)] {
+		clear(ch.recs) // drop the references to the caller's events
+		ch.recs = ch.recs[:0]
+		ch.owners.Store(ownersFree)
+	}
+	if len(par.chunks) > keptChunks { // an outsized batch's buffers go with it
+		clear(par.chunks[keptChunks:])
+		par.chunks = par.chunks[:keptChunks]
+		par.jobs = nil
 	}
 	return dst
 }
 
-// stagesOneTwo takes evs through stages 1 and 2 in ch.
-func (p *Pool) stagesOneTwo(ch *chunk, evs []RouterEvent) {
+// parallelState returns the pool's ApplyEvents state, made on first use.
+func (p *Pool) parallelState() *parallel {
+	if p.par == nil {
+		par := &parallel{gor: make([]applyGoroutine, len(p.members)), groupOf: make(map[Member]int32)}
+		for i := range par.gor {
+			par.gor[i].id, par.gor[i].wake = int8(i), make(chan struct{}, 1)
+		}
+		p.par = par
+	}
+	return p.par
+}
+
+// publish prepares chunk j from evs[lo:cuts[j]] (admission, grouping by
+// member) and publishes its stage-1 job; it returns the chunk's end.
+func (p *Pool) publish(j int, evs []RouterEvent, cuts []int, lo int) int {
+	par := p.par
+	ch := par.chunks[j]
+	p.prologue(ch, evs[lo:cuts[j]])
+	jb := &par.jobs[j]
+	jb.ch, jb.n = ch, int32(len(ch.groups))
+	par.cur.Store(jb)
+	par.wakeAll()
+	if par.hold != nil {
+		par.hold(holdPublished)
+	}
+	return cuts[j]
+}
+
+// help is a helper goroutine of the call: until the caller is done, it
+// takes stage-1 tasks and the owner counts (stage 2) of every ready chunk
+// it can (see takeOwners).
+func (p *Pool) help(id int) {
+	defer p.par.done.Done()
+	par := p.par
+	g := &par.gor[id]
+	if par.hold != nil {
+		par.hold(holdHelper)
+	}
+	owned := 0 // the chunks below it have their owner counts claimed
+	p.until(g, par.stop.Load, func() bool {
+		if p.runTask(g) {
+			return true
+		}
+		var took bool
+		owned, took = p.takeOwners(g, owned, int(par.ready.Load()))
+		return took
+	})
+}
+
+// takeOwners runs stage 2 of the ready chunks from..to-1 in order, for as
+// long as each is free and its predecessor's is done; it returns the chunk
+// below which every stage 2 is claimed (by g or another goroutine) when it
+// stops, and whether g took any.
+func (p *Pool) takeOwners(g *applyGoroutine, from, to int) (int, bool) {
+	chunks, took := p.par.chunks, false
+	for k := from; k < to; k++ {
+		ch := chunks[k]
+		switch ch.owners.Load() {
+		case ownersDone:
+			continue
+		case ownersClaimed:
+			return k + 1, took
+		}
+		if k > 0 && chunks[k-1].owners.Load() != ownersDone {
+			return k, took
+		}
+		if !ch.owners.CompareAndSwap(ownersFree, ownersClaimed) {
+			return k + 1, took
+		}
+		p.stageOwners(g, ch)
+		took = true
+	}
+	return to, took
+}
+
+// holdPoint is where a test's parallel.hold is called.
+type holdPoint uint8
+
+const (
+	holdHelper    holdPoint = iota + 1 // a helper, before it takes anything
+	holdPublished                      // the caller, after it published a job
+	holdReady                          // the caller, after a chunk is ready
+)
+
+// parkAfterPolls is how many times a waiting goroutine with no task to take
+// polls before it blocks: a wait is usually shorter than a task (a few
+// microseconds), and a futex wake-up costs about as much; a longer one
+// (its partner lost its thread to another process) must not hold a core.
+const parkAfterPolls = 2000
+
+// until does work until cond holds, polling, then blocking when there is
+// nothing to do. work (nil: take a stage-1 task) reports whether it did
+// something. Every change a waiter may wait for (a job published, a job's
+// last task done, a chunk ready, a chunk's owner counts done, the end)
+// calls wakeAll, and a goroutine re-checks for work after it marks itself
+// parked, so none sleeps through one.
+func (p *Pool) until(g *applyGoroutine, cond func() bool, work func() bool) {
+	if work == nil {
+		work = func() bool { return p.runTask(g) }
+	}
+	for polls := 0; !cond(); {
+		if work() {
+			polls = 0
+			continue
+		}
+		if polls++; polls < parkAfterPolls {
+			continue
+		}
+		polls = 0
+		g.parked.Store(true)
+		if cond() || work() {
+			if g.parked.CompareAndSwap(true, false) {
+				polls = 0
+				continue
+			}
+		}
+		<-g.wake // a waker cleared parked: its token is sent or on the way
+	}
+}
+
+// wakeAll unblocks every parked goroutine of the call.
+func (par *parallel) wakeAll() {
+	for i := range par.gor {
+		if g := &par.gor[i]; g.parked.Load() && g.parked.CompareAndSwap(true, false) {
+			g.wake <- struct{}{}
+		}
+	}
+}
+
+// runTask runs one unclaimed task of the current job, if there is one.
+func (p *Pool) runTask(g *applyGoroutine) bool {
+	jb := p.par.cur.Load()
+	if jb == nil || jb.next.Load() >= jb.n {
+		return false
+	}
+	i := jb.next.Add(1) - 1
+	if i >= jb.n {
+		return false
+	}
+	p.stageMember(g, jb.ch, &jb.ch.groups[i])
+	jb.ch.groups[i].ranBy = g.id
+	if jb.done.Add(1) == jb.n {
+		p.par.wakeAll()
+	}
+	return true
+}
+
+// prologue fills ch with evs: admission, and one group per member in
+// order of first appearance.
+func (p *Pool) prologue(ch *chunk, evs []RouterEvent) {
+	par := p.par
+	clear(par.groupOf)
+	ch.groups = ch.groups[:0]
+	ch.recs = ch.recs[:0]
 	for i := range evs {
 		ev := &evs[i]
 		admit, err := admission(ev)
-		ch.recs = append(ch.recs, eventRec{ev: ev, admit: admit, err: err, mshard: p.memberShard(ev.Member())})
-	}
-	p.runWorkers(func(k int) { p.stageMembers(ch, k) })
-	for k := range ch.workers {
-		w := &ch.workers[k]
-		p.unknownRemovals += w.unknownRemovals
-		p.parentNotFound += w.parentNotFound
-		p.contributions = uint64(int64(p.contributions) + w.contributions)
-		w.unknownRemovals, w.parentNotFound, w.contributions = 0, 0, 0
-	}
-	p.runWorkers(func(k int) { p.stageOwners(ch, k) })
-}
-
-// reset empties ch for its next use, dropping its references to the
-// caller's events.
-func (ch *chunk) reset() {
-	for k := range ch.workers {
-		ch.workers[k].ops = ch.workers[k].ops[:0]
-	}
-	clear(ch.recs)
-	ch.recs = ch.recs[:0]
-}
-
-// runWorkers runs stage(k) for every shard k, shard 0 on the caller's
-// goroutine, and returns when all have.
-func (p *Pool) runWorkers(stage func(k int)) {
-	var wg sync.WaitGroup
-	for k := 1; k < len(p.members); k++ {
-		wg.Go(func() { stage(k) })
-	}
-	stage(0)
-	wg.Wait()
-}
-
-// stageMembers is stage 1 for member shard k: every event of a member of
-// the shard, in order, validated and applied to the lineage; its ownership
-// changes are queued for stages 2 and 3.
-func (p *Pool) stageMembers(ch *chunk, k int) {
-	w := &ch.workers[k]
-	sc := &p.par.scratch[k]
-	shard := p.members[k]
-	for i := range ch.recs {
-		r := &ch.recs[i]
-		if r.mshard != k {
-			continue
+		m := ev.Member()
+		gi, ok := par.groupOf[m]
+		if !ok {
+			gi = int32(len(ch.groups))
+			par.groupOf[m] = gi
+			sh := p.memberShard(m)
+			ms := p.members[sh][m]
+			if len(ch.groups) < cap(ch.groups) {
+				ch.groups = ch.groups[:gi+1]
+			} else {
+				ch.groups = append(ch.groups, memberGroup{})
+			}
+			grp := &ch.groups[gi]
+			grp.m, grp.shard, grp.before, grp.ms = m, sh, ms, ms
+			grp.recs, grp.ops = grp.recs[:0], grp.ops[:0]
 		}
-		m := r.ev.Member()
-		r.arena, r.opStart = k, len(w.ops)
+		ch.groups[gi].recs = append(ch.groups[gi].recs, int32(i))
+		ch.recs = append(ch.recs, eventRec{ev: ev, admit: admit, err: err, group: gi})
+	}
+}
+
+// epilogue merges stage 1's results into the pool: the member shards and
+// the counters.
+func (p *Pool) epilogue(ch *chunk) {
+	for i := range ch.groups {
+		g := &ch.groups[i]
+		p.unknownRemovals += g.unknownRemovals
+		p.parentNotFound += g.parentNotFound
+		p.contributions = uint64(int64(p.contributions) + g.contributions)
+		g.unknownRemovals, g.parentNotFound, g.contributions = 0, 0, 0
+		if g.ms != g.before {
+			if g.ms == nil {
+				delete(p.members[g.shard], g.m)
+			} else {
+				p.members[g.shard][g.m] = g.ms
+			}
+		}
+		g.before, g.ms = nil, nil
+	}
+}
+
+// stageMember is stage 1 for one member: its events of the chunk, in
+// order, validated and applied to its lineage; their ownership changes are
+// queued for stages 2 and 3.
+func (p *Pool) stageMember(g *applyGoroutine, ch *chunk, grp *memberGroup) {
+	ms := grp.ms
+	for _, ri := range grp.recs {
+		r := &ch.recs[ri]
+		r.opStart = int32(len(grp.ops))
 		if r.admit {
 			switch r.ev.Kind {
 			case EventStored:
-				r.err = p.memberStored(w, sc, shard, r.ev)
+				ms, r.err = p.memberStored(g, grp, ms, r.ev)
 			case EventRemoved:
-				r.unknown = p.memberRemoved(w, shard, r.ev)
+				ms, r.unknown = p.memberRemoved(g, grp, ms, r.ev)
 			case EventCleared:
-				p.memberCleared(w, sc, shard, m)
+				ms = p.memberCleared(g, grp, ms)
 			}
 		}
-		r.opEnd = len(w.ops)
-		if ms := shard[m]; ms != nil {
+		r.opEnd = int32(len(grp.ops))
+		if ms != nil {
 			r.memberBlocks = ms.lineage.len()
 		}
 	}
+	grp.ms = ms
 }
 
-// memberStored is applyStored's lineage part. No bound can refuse the event
-// (parallelWorthIt), so only validation can.
-func (p *Pool) memberStored(w *applyWorker, sc *applyScratch, shard map[Member]*memberState, ev *RouterEvent) error {
-	m := ev.Member()
-	ms := shard[m]
+// memberStored is applyStored's lineage part; it returns the member's state
+// after the event. No bound can refuse the event (parallelWorthIt), so only
+// validation can.
+func (p *Pool) memberStored(g *applyGoroutine, grp *memberGroup, ms *memberState, ev *RouterEvent) (*memberState, error) {
 	if ms != nil { // as applyStored: the lineage lines first
 		t := ms.lineage.touch(ev.ParentHash)
 		for i := range ev.Blocks {
 			t ^= ms.lineage.touch(ev.Blocks[i].BlockHash)
 		}
-		w.warmed ^= t
+		g.warmed ^= t
 	}
+	sc := &g.sc
 	if err := canonicalize(ev, ms, sc); err != nil {
 		if errors.Is(err, ErrParentBlockNotFound) {
-			w.parentNotFound++
+			grp.parentNotFound++
 		}
-		return err
+		return ms, err
 	}
 	if len(ev.Blocks) == 0 {
-		return nil
+		return ms, nil
 	}
 	if ms == nil {
 		ms = &memberState{lineage: newU64Map(len(ev.Blocks))}
-		shard[m] = ms
 	}
 	for i, b := range ev.Blocks {
 		c := sc.canon[i]
 		kind := opHeld
 		if !sc.owned[i] {
 			ms.lineage.put(b.BlockHash, c)
-			w.contributions++
+			grp.contributions++
 			kind = opOwn
 		}
-		w.ops = append(w.ops, ownOp{c: c, kind: kind, bshard: uint8(p.blockShard(c))})
+		grp.ops = append(grp.ops, ownOp{c: c, kind: kind})
 	}
-	return nil
+	return ms, nil
 }
 
-// memberRemoved is applyRemoved's lineage part; it returns the unknown
-// removals.
-func (p *Pool) memberRemoved(w *applyWorker, shard map[Member]*memberState, ev *RouterEvent) (unknown int) {
-	m := ev.Member()
-	ms := shard[m]
-	if ms != nil {
-		var t uint64
-		for _, h := range ev.BlockHashes {
-			t ^= ms.lineage.touch(h)
-		}
-		w.warmed ^= t
+// memberRemoved is applyRemoved's lineage part; it returns the member's
+// state after the event and the unknown removals.
+func (p *Pool) memberRemoved(g *applyGoroutine, grp *memberGroup, ms *memberState, ev *RouterEvent) (_ *memberState, unknown int) {
+	if ms == nil {
+		grp.unknownRemovals += uint64(len(ev.BlockHashes))
+		return nil, len(ev.BlockHashes)
 	}
+	var t uint64
 	for _, h := range ev.BlockHashes {
-		var c uint64
-		var ok bool
-		if ms != nil {
-			c, ok = ms.lineage.del(h)
-		}
+		t ^= ms.lineage.touch(h)
+	}
+	g.warmed ^= t
+	for _, h := range ev.BlockHashes {
+		c, ok := ms.lineage.del(h)
 		if !ok {
 			unknown++
-			w.unknownRemovals++
+			grp.unknownRemovals++
 			continue
 		}
-		w.contributions--
-		w.ops = append(w.ops, ownOp{c: c, kind: opRelease, bshard: uint8(p.blockShard(c))})
+		grp.contributions--
+		grp.ops = append(grp.ops, ownOp{c: c, kind: opRelease})
 	}
-	if ms != nil && ms.lineage.len() == 0 {
-		delete(shard, m)
+	if ms.lineage.len() == 0 {
+		return nil, unknown
 	}
-	return unknown
+	return ms, unknown
 }
 
 // memberCleared is clearMember's lineage part: releases in external-hash
 // order.
-func (p *Pool) memberCleared(w *applyWorker, sc *applyScratch, shard map[Member]*memberState, m Member) {
-	ms := shard[m]
+func (p *Pool) memberCleared(g *applyGoroutine, grp *memberGroup, ms *memberState) *memberState {
 	if ms == nil {
-		return
+		return nil
 	}
-	keys := sortedKeys(ms, sc)
+	keys := sortedKeys(ms, &g.sc)
 	for _, h := range keys {
 		c, _ := ms.lineage.get(h)
-		w.ops = append(w.ops, ownOp{c: c, kind: opRelease, bshard: uint8(p.blockShard(c))})
+		grp.ops = append(grp.ops, ownOp{c: c, kind: opRelease})
 	}
-	w.contributions -= int64(len(keys))
-	delete(shard, m)
+	grp.contributions -= int64(len(keys))
+	return nil
 }
 
-// stageOwners is stage 2 for block shard k: every ownership change of a
-// block of the shard, in admission order, applied to its refcount; the
-// changes that take a block's first or last owner are marked for stage 3.
-func (p *Pool) stageOwners(ch *chunk, k int) {
-	bs := &p.blocks[k]
-	var t uint64
+// stageOwners is stage 2 of ch, in admission order: every ownership change
+// applied to its block's owner count; the changes that take a block's first
+// or last owner are marked for stage 3. The chunk's owners must be claimed
+// and the previous chunk's done.
+func (p *Pool) stageOwners(g *applyGoroutine, ch *chunk) {
+	ch.ownersBy = g.id
 	for i := range ch.recs {
 		r := &ch.recs[i]
-		ops := ch.workers[r.arena].ops[r.opStart:r.opEnd]
-		for j := range ops {
-			if int(ops[j].bshard) == k && ops[j].kind != opHeld {
-				t ^= bs.touch(ops[j].c)
+		ops := ch.groups[r.group].ops[r.opStart:r.opEnd]
+		var t uint64
+		for _, o := range ops {
+			if o.kind != opHeld {
+				t ^= p.blocks[p.blockShard(o.c)].touch(o.c)
 			}
 		}
+		p.par.ownersWarmed ^= t
 		for j := range ops {
 			o := &ops[j]
-			if int(o.bshard) != k {
+			if o.kind == opHeld {
 				continue
 			}
-			switch o.kind {
-			case opOwn:
-				n, _ := bs.get(o.c)
+			bs := &p.blocks[p.blockShard(o.c)]
+			n, _ := bs.get(o.c)
+			if o.kind == opOwn {
 				bs.put(o.c, n+1)
 				o.edge = n == 0
-			case opRelease:
-				n, _ := bs.get(o.c)
-				if n--; n > 0 {
-					bs.put(o.c, n)
-				} else {
-					bs.del(o.c)
-					o.edge = true
-				}
+			} else if n--; n > 0 {
+				bs.put(o.c, n)
+			} else {
+				bs.del(o.c)
+				o.edge = true
 			}
 		}
 	}
-	ch.workers[k].warmed ^= t
+	ch.owners.Store(ownersDone)
+	p.par.wakeAll()
 }
 
 // stageTable is stage 3, in admission order on the caller's goroutine:
@@ -389,7 +657,7 @@ func (p *Pool) stageTable(ch *chunk, dst []ApplyOutcome) []ApplyOutcome {
 		}
 		p.pendingEvents++
 		m := r.ev.Member()
-		ops := ch.workers[r.arena].ops[r.opStart:r.opEnd]
+		ops := ch.groups[r.group].ops[r.opStart:r.opEnd]
 		var t uint64
 		for _, o := range ops {
 			if o.edge {

@@ -3,6 +3,7 @@ package ckf
 import (
 	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -135,13 +136,73 @@ func sortedLineage(p *Pool) []MemberLineage {
 	return ls
 }
 
+// schedule is a forced order of ApplyEvents' goroutines for a pool of 2
+// workers (parallel.hold): free (whatever the runtime does), solo (the
+// helper is held until the call is done: the caller applies alone) or
+// helped (the caller waits after publishing each job until the helper has
+// taken all its tasks, and after each chunk is ready until the helper has
+// taken its owner counts).
+type schedule int
+
+const (
+	free schedule = iota
+	solo
+	helped
+)
+
+// force installs s on p.
+func force(p *Pool, s schedule) {
+	par := p.parallelState()
+	switch s {
+	case solo:
+		par.hold = func(at holdPoint) {
+			if at != holdHelper {
+				return
+			}
+			for !par.stop.Load() {
+				runtime.Gosched()
+			}
+		}
+	case helped:
+		par.hold = func(at holdPoint) {
+			switch at {
+			case holdPublished:
+				for jb := par.cur.Load(); jb.done.Load() < jb.n; {
+					runtime.Gosched()
+				}
+			case holdReady:
+				for ch := par.chunks[par.ready.Load()-1]; ch.owners.Load() == ownersFree; {
+					runtime.Gosched()
+				}
+			}
+		}
+	}
+}
+
+// checkSchedule fails unless the last parallel call of p ran as s forces:
+// every stage-1 task and every chunk's owner counts taken by the caller
+// (solo) or by the helper (helped).
+func checkSchedule(t *rapid.T, step string, p *Pool, s schedule) {
+	ran := p.par.ran
+	require.NotEmpty(t, ran.owners, "%s: no record of the call's schedule", step)
+	by := map[schedule]int8{solo: 1, helped: 0}[s]
+	for _, g := range ran.members {
+		require.Equal(t, by, g, "%s: schedule %d: the goroutine of a stage-1 task", step, s)
+	}
+	for _, g := range ran.owners {
+		require.Equal(t, by, g, "%s: schedule %d: the goroutine of a chunk's owner counts", step, s)
+	}
+}
+
 // TestPool_ApplyEventsMatchesSequential: random histories — rank
 // replacements, resets, flushes and barrier snapshots between batches of
 // random size, capacity omissions on small tables, member and tracked-block
 // limits that refuse events — applied event by event to one pool and by
-// ApplyEvents with 1, 2 and 8 workers to three others (every batch through
-// the workers, however small) leave outcomes, published batches and state
-// word for word equal after every batch and every operation. Run with -race.
+// ApplyEvents with 1, 2 and 8 workers to others (every batch through the
+// workers, however small; with 2 workers also in the two forced schedules:
+// the caller alone, and the helper taking every task and owner count) leave outcomes,
+// published batches and state word for word equal after every batch and
+// every operation. Run with -race.
 func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := DefaultConfig()
@@ -154,7 +215,8 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 		seq, err := NewPool(cfg)
 		require.NoError(t, err)
 		chunk := rapid.IntRange(1, 300).Draw(t, "chunkBlocks")
-		workers := []int{1, 2, 8}
+		workers := []int{1, 2, 8, 2, 2}
+		schedules := []schedule{free, free, free, solo, helped}
 		pools := make([]*Pool, len(workers))
 		for i, w := range workers {
 			c := cfg
@@ -162,6 +224,7 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 			pools[i], err = NewPool(c)
 			require.NoError(t, err)
 			pools[i].parallelMin, pools[i].chunkBlocks = 0, chunk
+			force(pools[i], schedules[i])
 		}
 		g := &parHistory{t: t, held: map[Member][]uint64{}, stored: map[Member][]RouterEvent{}}
 		for w := range uint64(3) {
@@ -205,8 +268,12 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 					want = append(want, seq.ApplyEvent(&evs[i]))
 				}
 				for i, p := range pools {
+					forced := schedules[i] != free && p.parallelWorthIt(evs)
 					got := p.ApplyEvents(nil, evs)
 					require.Equal(t, want, got, "%s workers %d: outcomes of %d events", step, workers[i], len(evs))
+					if forced {
+						checkSchedule(t, step, p, schedules[i])
+					}
 				}
 			}
 			for i, p := range pools {
@@ -234,4 +301,36 @@ func TestPool_ApplyEventsParallelPath(t *testing.T) {
 	owners, resident := p.Owners(chain(10)[0])
 	require.Equal(t, uint32(2), owners, "owners of a block two members store in one batch")
 	require.True(t, resident)
+}
+
+// TestPool_ApplyEventsKeepsBoundedBuffers: a batch of many chunks gets a
+// buffer per chunk while it is applied, but the pool keeps at most
+// keptChunks of them afterwards (what it retains does not follow the
+// largest batch it ever saw), and the next batch still applies exactly.
+func TestPool_ApplyEventsKeepsBoundedBuffers(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ExpectedBlocks = 10000
+	cfg.ApplyWorkers = 2
+	par, err := NewPool(cfg)
+	require.NoError(t, err)
+	seq, err := NewPool(cfg)
+	require.NoError(t, err)
+	par.parallelMin, par.chunkBlocks = 0, 2
+	batch := func(from uint64, n int) []RouterEvent {
+		evs := make([]RouterEvent, n)
+		for i := range evs {
+			h := from + uint64(i)
+			evs[i] = *rootEv(Member{WorkerID: h % 5}, b(h, 1000+h), b(h+1<<32, 2000+h))
+		}
+		return evs
+	}
+	for _, evs := range [][]RouterEvent{batch(1, 4*keptChunks), batch(1000, 3)} {
+		var want []ApplyOutcome
+		for i := range evs {
+			want = append(want, seq.ApplyEvent(&evs[i]))
+		}
+		require.Equal(t, want, par.ApplyEvents(nil, evs), "outcomes of %d events", len(evs))
+		require.LessOrEqual(t, len(par.par.chunks), keptChunks, "chunk buffers kept after a batch of %d events", len(evs))
+		require.Equal(t, seq.Words(), par.Words(), "words")
+	}
 }

@@ -56,8 +56,10 @@ type Pool struct {
 
 	// members and blocks are sharded, members by member and blocks by
 	// canonical hash, one shard of each per apply worker (one when the pool
-	// applies sequentially), so that each of ApplyEvents' workers owns its
-	// shards (parallel.go). shardKey keys the shard choice.
+	// applies sequentially): smaller tables, each doubling on its own.
+	// ApplyEvents' stages do not rely on the split (parallel.go: stage 1
+	// works per member, stage 2 on one goroutine at a time). shardKey keys
+	// the shard choice.
 	members  []map[Member]*memberState
 	blocks   []u64Map // canonical → owners (lineage entries mapping to it), never 0
 	shardKey uint64

@@ -27,19 +27,38 @@ type Writer struct {
 	w     io.Writer
 	limit int
 	buf   []byte
+	held  bool // Hold: keep buf whatever its size until Release
 }
 
 // RetainedBufferBytes is the largest encoding buffer a [Writer] keeps for
 // its next frame; a larger one is released after its frame is written.
 const RetainedBufferBytes = 256 << 10
 
-// keep retains b's storage for the next frame when it is small enough.
+// keep retains b's storage for the next frame when it is small enough, or
+// while the writer holds its buffer.
 func (w *Writer) keep(b []byte) {
-	if cap(b) <= RetainedBufferBytes {
+	if w.held || cap(b) <= RetainedBufferBytes {
 		w.buf = b[:0]
 	} else {
 		w.buf = nil
 	}
+}
+
+// Hold makes buf (its capacity; it may be nil) the encoding buffer and keeps
+// it, whatever it grows to, until [Writer.Release]: a run of large frames —
+// a snapshot's chunks — then encodes into one buffer instead of allocating
+// one per frame, and the caller can hand the buffer on to the next stream
+// (a pool) instead of leaving it to the collector.
+func (w *Writer) Hold(buf []byte) {
+	w.buf, w.held = buf[:0], true
+}
+
+// Release ends [Writer.Hold] and returns the held buffer; the writer keeps
+// no buffer of its own after it.
+func (w *Writer) Release() []byte {
+	b := w.buf
+	w.buf, w.held = nil, false
+	return b
 }
 
 // NewWriter returns a Writer that refuses frames larger than maxFrameBytes

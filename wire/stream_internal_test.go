@@ -30,3 +30,28 @@ func TestWriter_ReleasesLargeBuffers(t *testing.T) {
 	c = cap(w.buf)
 	require.LessOrEqual(t, c, RetainedBufferBytes, "WriteRaw kept a %d-byte buffer", c)
 }
+
+// TestWriter_HoldKeepsOneBufferForLargeFrames: between Hold and Release a
+// run of large frames (a snapshot's chunks) encodes into one buffer — no
+// allocation per frame — and Release hands it back for the next stream,
+// leaving the writer with none.
+func TestWriter_HoldKeepsOneBufferForLargeFrames(t *testing.T) {
+	w := NewWriter(io.Discard, 0)
+	words := make([]uint64, RetainedBufferBytes/8)
+	chunk := Frame{Kind: KindSnapshotChunk, Snapshot: SnapshotChunk{Identity: ckf.ProducerIdentity{Format: ckf.NewFormat(1, 1<<20)},
+		ChunkCount: 4, Words: words}}
+	w.Hold(nil)
+	require.NoError(t, w.WriteFrame(&chunk)) // grows the held buffer once
+	allocs := testing.AllocsPerRun(10, func() { require.NoError(t, w.WriteFrame(&chunk)) })
+	require.Zero(t, allocs, "a held writer allocated per large frame")
+	b := w.Release()
+	require.Greater(t, cap(b), RetainedBufferBytes, "Release did not return the held buffer")
+	require.Zero(t, cap(w.buf), "the writer kept a buffer after Release")
+
+	// The returned buffer serves the next writer without growing.
+	w2 := NewWriter(io.Discard, 0)
+	w2.Hold(b)
+	allocs = testing.AllocsPerRun(10, func() { require.NoError(t, w2.WriteFrame(&chunk)) })
+	require.Zero(t, allocs)
+	require.Equal(t, cap(b), cap(w2.Release()))
+}

@@ -133,7 +133,9 @@ func startRelayUnder(t testing.TB, wrap []string, args ...string) *relay {
 	}()
 	t.Cleanup(func() {
 		r.kill()
-		if t.Failed() {
+		// CKFRELAY_E2E_RELAY_LOGS=1 shows every relay's log, also when the
+		// test passed (the HA tests' role changes are logged at INFO).
+		if t.Failed() || os.Getenv("CKFRELAY_E2E_RELAY_LOGS") == "1" {
 			b, _ := os.ReadFile(stderr.Name())
 			t.Logf("relay stderr:\n%s", b)
 		}

@@ -35,19 +35,6 @@ import (
 
 const haPool = "dc-a"
 
-// skipNATSFailures skips the phases that kill NATS nodes unless
-// CKFRELAY_HA_NATS_FAILURES=1: in a clean-clone CI run the standby once did
-// not converge within 30 s after a NATS node's death (applied 665, lag 495,
-// while the surviving leader went through ~40 terms) — the stall the
-// replica's own pull consumer was meant to end, not understood yet, so these
-// phases stay out of `make test` until it is (issue #34).
-func skipNATSFailures(t *testing.T) {
-	t.Helper()
-	if os.Getenv("CKFRELAY_HA_NATS_FAILURES") != "1" {
-		t.Skip("the NATS-node failure phases run with CKFRELAY_HA_NATS_FAILURES=1 (a standby's convergence after a node's death is flaky: issue #34)")
-	}
-}
-
 // haReplayBuffer is the engines' replay buffer in batches, a fifth of
 // vLLM's default (ZmqEventPublisher buffer_steps, 10,000): a new leader
 // asks the replay sockets only for what came after the last sequence the
@@ -525,7 +512,6 @@ func TestE2E_HATakeover(t *testing.T) {
 
 	var survivor *haRelay
 	t.Run("c_sigkill_nats_node", func(t *testing.T) {
-		skipNATSFailures(t)
 		// a leads, b follows. Ingest over HTTP to whichever leads; kill a
 		// NATS node midway; every acknowledged block must survive,
 		// including the next takeover.
@@ -608,7 +594,6 @@ func TestE2E_HATakeover(t *testing.T) {
 	})
 
 	t.Run("d_nats_quorum_lost", func(t *testing.T) {
-		skipNATSFailures(t)
 		// Two of three NATS nodes gone: nothing can be replicated, so the
 		// leader stops leading at its lease deadline and acknowledges
 		// nothing meanwhile.

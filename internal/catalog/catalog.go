@@ -133,6 +133,12 @@ type HA struct {
 	// DuplicateNodeID: another live relay leads the pool under this
 	// replica's node id (a misconfiguration; each replica needs its own).
 	DuplicateNodeID bool `json:"duplicate_node_id,omitempty"`
+	// Halted, when set, is why the records chain halts at the record
+	// after Applied (a record this replica cannot apply: it keeps its
+	// state and retries); Stopped, why the replica stopped for good (its
+	// records were lost). Either makes /readyz answer 503.
+	Halted  string `json:"halted,omitempty"`
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // Identity is the pool's current producer identity (SPEC §2): with DCID it

@@ -168,6 +168,11 @@ func (ps *poolStream) run() error {
 		select {
 		case <-wake:
 		case <-hb.C:
+			// A deposed leader whose loop has not retired the pool yet
+			// must not say by a heartbeat that its state is live.
+			if hint, standby := ps.pool.Leader(); standby {
+				return notLeader(ps.ctx, hint, "pool "+ps.pool.Spec().Name)
+			}
 			if err := ps.send(kvrelaypb.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, ps.last, ps.last, nil); err != nil {
 				return err
 			}

@@ -60,13 +60,24 @@ type Leases struct {
 	cfg LeaseConfig
 }
 
-// OpenLeases creates or updates the lease bucket.
+// OpenLeases creates the lease bucket, or opens the one that exists.
+//
+// An existing bucket's TTL is the lease: the server expires keys by it,
+// whatever this replica was configured with. A replica started with a
+// shorter ha.lease_ttl used to rewrite it, so the running leader's key
+// expired at once while the leader, counting its own longer TTL, went on
+// serving — two leaders until its next renewal (red-team HA F0). So an
+// existing bucket's TTL wins: Leases counts with it (TTL reports it) and
+// the margin scales with it when it was not set. The replica count is
+// raised to the configured one, never lowered (one replica started with
+// ha.stream_replicas 1 downgraded the whole group's bucket).
 func OpenLeases(ctx context.Context, js jetstream.JetStream, cfg LeaseConfig) (*Leases, error) {
+	marginSet := cfg.Margin != 0
 	cfg = cfg.withDefaults()
 	if cfg.TTL < 100*time.Millisecond || cfg.Margin < 0 || cfg.Margin >= cfg.TTL {
 		return nil, fmt.Errorf("replica: lease ttl %v must be ≥ 100ms and margin %v within [0, ttl)", cfg.TTL, cfg.Margin)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	want := jetstream.KeyValueConfig{
 		Bucket:   cfg.Bucket,
 		History:  1,
 		TTL:      cfg.TTL,
@@ -75,12 +86,44 @@ func OpenLeases(ctx context.Context, js jetstream.JetStream, cfg LeaseConfig) (*
 		// The server keeps markers ≥ 1s (server/stream.go: "subject delete
 		// marker TTL must be at least 1 second").
 		LimitMarkerTTL: max(time.Second, cfg.TTL),
-	})
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, want)
+		if errors.Is(err, jetstream.ErrBucketExists) { // another replica created it first
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: lease bucket %s: %w", cfg.Bucket, err)
 	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("replica: lease bucket %s: %w", cfg.Bucket, err)
+	}
+	have := st.Config()
+	if have.TTL < 100*time.Millisecond || have.LimitMarkerTTL == 0 {
+		return nil, fmt.Errorf("replica: lease bucket %s has ttl %v and marker ttl %v: a lease needs a ttl ≥ 100ms and expiry markers; delete the bucket and let the relay create it",
+			cfg.Bucket, have.TTL, have.LimitMarkerTTL)
+	}
+	if have.TTL != cfg.TTL {
+		cfg.TTL = have.TTL
+		if !marginSet || cfg.Margin >= cfg.TTL {
+			cfg.Margin = cfg.TTL / 5
+		}
+	}
+	if have.Replicas < cfg.Replicas {
+		have.Replicas = cfg.Replicas
+		if kv, err = js.UpdateKeyValue(ctx, have); err != nil {
+			return nil, fmt.Errorf("replica: lease bucket %s: raising its replicas to %d: %w", cfg.Bucket, cfg.Replicas, err)
+		}
+	}
 	return &Leases{kv: kv, cfg: cfg}, nil
 }
+
+// TTL is the lease's time to live: the bucket's, which may differ from the
+// one configured (OpenLeases).
+func (ls *Leases) TTL() time.Duration { return ls.cfg.TTL }
 
 // Holder is a lease's value: who holds it and where it serves.
 type Holder struct {

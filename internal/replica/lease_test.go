@@ -131,3 +131,29 @@ func TestLeaseExpiryFencesByTime(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, c.Term(), b.Term())
 }
+
+// TestOpenLeases_KeepsTheGroupsTTL: a replica started with a shorter
+// ha.lease_ttl than the group's does not rewrite the bucket's TTL — that
+// expired the running leader's key at once while the leader, counting its
+// own TTL, went on serving: two leaders (red-team HA F0). It leases with
+// the bucket's TTL instead.
+func TestOpenLeases_KeepsTheGroupsTTL(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	long, err := OpenLeases(ctx, js, LeaseConfig{TTL: 30 * time.Second, Replicas: 1})
+	require.NoError(t, err)
+	held, err := long.Acquire(ctx, "pool", "leader", "")
+	require.NoError(t, err)
+
+	short, err := OpenLeases(ctx, js, LeaseConfig{TTL: time.Second, Replicas: 1})
+	require.NoError(t, err)
+	require.Equal(t, 30*time.Second, short.TTL(), "the newcomer does not lease with the group's TTL")
+	require.Equal(t, 6*time.Second, short.cfg.Margin)
+	// Past the newcomer's TTL the leader's key still stands.
+	require.Never(t, func() bool {
+		_, err := short.Acquire(ctx, "pool", "newcomer", "")
+		return err == nil
+	}, 2*time.Second, 100*time.Millisecond, "a second replica took a lease the first one still holds")
+	require.True(t, held.Valid())
+}

@@ -2,9 +2,12 @@ package replica
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -74,20 +77,29 @@ func (c StreamConfig) withDefaults() StreamConfig {
 	return c
 }
 
-// EnsureStream creates or updates the records stream. It is never bounded
-// by age, count or DiscardOld: if the last record of a pool could expire,
-// the expected sequence of its subject would fall back to 0 and an empty
-// replica's term record would succeed — total state loss. A pool's subject
-// is purged only below a checkpoint.
+// EnsureStream creates the records stream, or checks the one that exists.
+// It is never bounded by age, count or DiscardOld: if the last record of a
+// pool could expire, the expected sequence of its subject would fall back
+// to 0 and an empty replica's term record would succeed — total state
+// loss. A pool's subject is purged only below a checkpoint.
+//
+// An existing stream is not rewritten: an operator's cap (MaxBytes, with
+// DiscardNew) and deny flags (DenyPurge, which NATS never lets anyone
+// lift) are theirs to set — every replica start used to overwrite them, and
+// with DenyPurge set no replica could start at all. Only what the records
+// rely on is checked, and a stream that breaks it is refused with the
+// setting to change (ErrStreamConfig); a replica count below the
+// configured one is raised, never lowered.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (jetstream.Stream, error) {
 	c = c.withDefaults()
 	maxBytes := c.MaxBytes
 	if maxBytes == 0 {
 		maxBytes = -1
 	}
+	subjects := c.SubjectPrefix + ".>"
 	cfg := jetstream.StreamConfig{
 		Name:              c.Name,
-		Subjects:          []string{c.SubjectPrefix + ".>"},
+		Subjects:          []string{subjects},
 		Storage:           jetstream.FileStorage,
 		Replicas:          c.Replicas,
 		Retention:         jetstream.LimitsPolicy,
@@ -101,11 +113,55 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 		AllowDirect:       true,
 		DenyDelete:        true,
 	}
-	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	s, err := js.Stream(ctx, c.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another replica created it first
+			s, err = js.Stream(ctx, c.Name)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: records stream %s: %w", c.Name, err)
 	}
+	have := s.CachedInfo().Config
+	if err := checkStream(have, subjects); err != nil {
+		return nil, err
+	}
+	if have.Replicas < c.Replicas {
+		have.Replicas = c.Replicas
+		if s, err = js.UpdateStream(ctx, have); err != nil {
+			return nil, fmt.Errorf("replica: records stream %s: raising its replicas to %d: %w", c.Name, c.Replicas, err)
+		}
+	}
 	return s, nil
+}
+
+// ErrStreamConfig: an existing records stream is configured in a way the
+// records cannot live with.
+var ErrStreamConfig = errors.New("replica: the records stream's configuration loses records")
+
+// checkStream checks an existing records stream against what the records
+// rely on: every record of every pool kept until a checkpoint's purge, and
+// duplicates detected across an append's retries.
+func checkStream(have jetstream.StreamConfig, subjects string) error {
+	bad := func(what string) error {
+		return fmt.Errorf("%w: stream %s %s; change it (nats stream edit) or let the relay create the stream", ErrStreamConfig, have.Name, what)
+	}
+	switch {
+	case !slices.Contains(have.Subjects, subjects):
+		return bad(fmt.Sprintf("does not capture %q (subjects %v)", subjects, have.Subjects))
+	case have.Retention != jetstream.LimitsPolicy:
+		return bad("has retention " + have.Retention.String() + ", not limits")
+	case have.MaxAge != 0:
+		return bad(fmt.Sprintf("has max age %v: a pool's last record could expire", have.MaxAge))
+	case have.MaxMsgs > 0 || have.MaxMsgsPerSubject > 0:
+		return bad(fmt.Sprintf("has message limits (%d, %d per subject): a pool's records could be dropped", have.MaxMsgs, have.MaxMsgsPerSubject))
+	case have.MaxBytes > 0 && have.Discard != jetstream.DiscardNew:
+		return bad("caps its bytes with discard old: a pool's records could be dropped")
+	case have.Duplicates < time.Second:
+		return bad(fmt.Sprintf("has a duplicates window of %v: a retried append could be stored twice", have.Duplicates))
+	}
+	return nil
 }
 
 // ErrRefused: the stream refused an append's expected predecessor — another
@@ -131,6 +187,12 @@ type Appender struct {
 	last       uint64 // stream sequence of the last message on the subject
 	maxMessage int
 	buf        []byte
+	// nonce makes this appender's message ids its own: the stream
+	// deduplicates ids across all its subjects, so an id that anyone can
+	// predict (term and position alone) let a foreign message published
+	// under it first turn the leader's append into a "duplicate" that was
+	// never stored — and its 202 into a lie.
+	nonce string
 }
 
 // NewAppender returns the appender of term on subject of stream s, whose
@@ -140,7 +202,10 @@ func NewAppender(js jetstream.JetStream, s jetstream.Stream, subject string, ter
 	if maxMessage <= 0 {
 		maxMessage = DefaultMaxMessage
 	}
-	return &Appender{js: js, stream: s, subject: subject, term: term, last: last, maxMessage: maxMessage}
+	var n [8]byte
+	_, _ = rand.Read(n[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return &Appender{js: js, stream: s, subject: subject, term: term, last: last, maxMessage: maxMessage,
+		nonce: hex.EncodeToString(n[:])}
 }
 
 // Last is the stream sequence of the last message appended (or expected).
@@ -149,17 +214,21 @@ func (a *Appender) Last() uint64 { return a.last }
 // Term appends the term record: the appender's term leads only once it
 // succeeded.
 func (a *Appender) Term(ctx context.Context, t TermRecord) error {
+	if len(t.Node) > MaxTermName || len(t.Address) > MaxTermName {
+		return fmt.Errorf("replica: a term record's node id (%d bytes) and address (%d bytes) must fit %d bytes each: no standby could read it",
+			len(t.Node), len(t.Address), MaxTermName)
+	}
 	b := AppendHeader(a.buf[:0], Header{Type: TypeTerm, Term: a.term, Prev: a.last})
 	b = AppendTerm(b, t)
 	a.buf = b
-	return a.publish(ctx, a.subject+".t"+strconv.FormatUint(a.term, 10), b)
+	return a.publish(ctx, a.subject+".t"+strconv.FormatUint(a.term, 10)+"."+a.nonce, b)
 }
 
 // Append appends one batch: cmds after journal position, split into
 // fragments that each fit a message. Its message ids name the subject (the
-// stream deduplicates across all its subjects), the term, the position and
-// the fragment, so a retry after a timeout is a duplicate and nothing else
-// is.
+// stream deduplicates across all its subjects), the term, the appender's
+// random nonce, the position and the fragment, so a retry after a timeout
+// is a duplicate and nothing else is.
 func (a *Appender) Append(ctx context.Context, position uint64, cmds []Command) error {
 	body, err := AppendBatch(nil, position, cmds)
 	if err != nil {
@@ -172,7 +241,7 @@ func (a *Appender) Append(ctx context.Context, position uint64, cmds []Command) 
 		b := AppendHeader(a.buf[:0], Header{Type: TypeBatch, More: more, Term: a.term, Prev: a.last})
 		b = append(b, body[:n]...)
 		a.buf = b
-		id := a.subject + ".b" + strconv.FormatUint(a.term, 10) + "." + strconv.FormatUint(position, 10) + "." + strconv.Itoa(frag)
+		id := a.subject + ".b" + strconv.FormatUint(a.term, 10) + "." + a.nonce + "." + strconv.FormatUint(position, 10) + "." + strconv.Itoa(frag)
 		if err := a.publish(ctx, id, b); err != nil {
 			return err
 		}
@@ -190,28 +259,52 @@ func (a *Appender) Append(ctx context.Context, position uint64, cmds []Command) 
 // first), or is refused by its expectation (a standalone server checks
 // that first, server/stream.go processJetStreamMsgWithBatch): then the tail
 // is re-read, and if it is this very message, it was stored.
+//
+// A refusal deposes this leader only when the tail shows another message
+// after a.last. A refusal while the subject has not visibly moved is not
+// one: a replicated stream answers 10164 while any message on the subject
+// is still being proposed (nats-server v2.15.2 server/jetstream_batching.go
+// checkMsgHeadersPreClusteredProposal: expectedPerSubjectInProcess,
+// inflight) — this very message, retried after its ack was lost in an
+// election, or a rival's — and the tail may be read from a replica that has
+// not applied the newest message yet. Retrying the same id settles it: it
+// is stored (a duplicate), or the rival's message shows in the tail. The
+// stream leader still checks every expectation, so a retry can never
+// extend a moved subject; treating the transient answer as final made a
+// healthy leader step down and rebuild whenever NATS re-elected.
 func (a *Appender) publish(ctx context.Context, id string, data []byte) error {
 	backoff := 10 * time.Millisecond
 	for {
 		msg := &nats.Msg{Subject: a.subject, Data: data, Header: nats.Header{}}
 		ack, err := a.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(a.last), jetstream.WithMsgID(id))
+		if err == nil && ack.Duplicate {
+			err = a.checkDuplicate(ctx, id, ack.Sequence)
+		}
 		if err == nil {
 			a.last = ack.Sequence
 			return nil
 		}
+		if errors.Is(err, ErrForeignDuplicate) {
+			return err
+		}
 		if wrongLastSequence(err) {
-			if tail, terr := a.stream.GetLastMsgForSubject(ctx, a.subject); terr == nil &&
-				tail.Sequence > a.last && tail.Header.Get(jetstream.MsgIDHeader) == id {
+			tail, terr := a.stream.GetLastMsgForSubject(ctx, a.subject)
+			switch {
+			case terr == nil && tail.Sequence > a.last && tail.Header.Get(jetstream.MsgIDHeader) == id:
 				a.last = tail.Sequence
 				return nil
+			case terr == nil && tail.Sequence > a.last:
+				return fmt.Errorf("%w (expected %d, the subject's last is %d): %v", ErrRefused, a.last, tail.Sequence, err)
 			}
-			return fmt.Errorf("%w (expected %d): %v", ErrRefused, a.last, err)
+			// The subject has not visibly moved, or the tail read came from
+			// a replica behind the stream leader, or failed: retry below
+			// (a subject that really moved shows in a later read; one that
+			// lost records keeps refusing until ctx ends).
+		} else if !retryable(err) {
+			return fmt.Errorf("replica: append %s: %w", id, err)
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("replica: append %s: %w", id, ctx.Err())
-		}
-		if !retryable(err) {
-			return fmt.Errorf("replica: append %s: %w", id, err)
+			return fmt.Errorf("replica: append %s: %w (last answer: %v)", id, ctx.Err(), err)
 		}
 		select {
 		case <-time.After(backoff):
@@ -220,6 +313,24 @@ func (a *Appender) publish(ctx context.Context, id string, data []byte) error {
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
+}
+
+// ErrForeignDuplicate: the stream answered an append as a duplicate of a
+// message that is not this append's on this subject — a message published
+// under the same id by something else. The append is not stored.
+var ErrForeignDuplicate = errors.New("replica: append answered as a duplicate of a message that is not it")
+
+// checkDuplicate checks that the message a duplicate answer names is this
+// append's: on this subject, after the expected one, with this id.
+func (a *Appender) checkDuplicate(ctx context.Context, id string, seq uint64) error {
+	m, err := a.stream.GetMsg(ctx, seq)
+	if err != nil {
+		return fmt.Errorf("replica: append %s: reading the message a duplicate answer names (%d): %w", id, seq, err)
+	}
+	if m.Subject != a.subject || seq <= a.last || m.Header.Get(jetstream.MsgIDHeader) != id {
+		return fmt.Errorf("%w: id %s names stream sequence %d on %s", ErrForeignDuplicate, id, seq, m.Subject)
+	}
+	return nil
 }
 
 const errCodeDuplicateInProcess = 10158

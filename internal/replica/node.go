@@ -115,6 +115,11 @@ type Status struct {
 	// Checkpoint is the stream sequence of the last checkpoint this
 	// replica stored (0: none yet).
 	Checkpoint uint64
+	// Halted, when not empty, is why the chain halts at the record after
+	// Applied (errChainHalted): the replica keeps its state and retries;
+	// Halts counts the halts.
+	Halted string
+	Halts  uint64
 }
 
 // Defaults of the checkpoint cadence: a standby checkpoints after this many
@@ -175,6 +180,24 @@ type Node struct {
 	// deadline is the held lease's deadline (boottime ns) while leading, 0
 	// otherwise: Leads reads it from other goroutines.
 	deadline atomic.Int64
+
+	// highest is the highest stream sequence of the subject this node ever
+	// applied or appended, across rebuilds (guarded by mu): a subject whose
+	// tail falls below it lost records — purged, or the stream made anew —
+	// and this replica must not lead what is left.
+	highest uint64
+
+	// token is the holder token of the last lease this node acquired.
+	token atomic.Pointer[string]
+}
+
+// Acquired reports whether token is the holder token of the last lease
+// this node acquired — whether it leads with it or failed to take over
+// with it. A lease under this node's id with another token was taken by
+// another relay that uses the same node id.
+func (n *Node) Acquired(token string) bool {
+	t := n.token.Load()
+	return t != nil && *t == token
 }
 
 // Leads reports whether the node leads now by its own clock: it holds the
@@ -300,6 +323,34 @@ const (
 	maxRebuildBackoff = 30 * time.Second
 )
 
+// healthyStandby: a standby that ran this long before failing rebuilds
+// after the shortest back-off, whatever failed before.
+const healthyStandby = 10 * time.Second
+
+// maxFollowBackoff bounds the wait between attempts to start following
+// again: the pool is intact, and a standby that waits long after NATS
+// recovered is a standby that cannot take over.
+const maxFollowBackoff = 2 * time.Second
+
+// errChainHalted: the next record on the subject cannot be applied — it
+// does not decode, or its term is not the chain's — and nothing of it was
+// applied. Rebuilding would replay the subject to the same record and meet
+// it again with an empty pool (a foreign writer's garbage on the records
+// subject emptied every replica that way), so the standby keeps its state
+// up to the record before, says so loudly and tries again after a back-off.
+var errChainHalted = errors.New("replica: the records chain halts at a record this replica cannot apply")
+
+// ErrForeignTerm: the records chain is at a term the lease never issued to
+// this replica's candidacy — a term record beyond the lease's revision,
+// written by something that is not a replica of this group. A replica does
+// not lead below the chain's term (a standby could never apply its records).
+var ErrForeignTerm = errors.New("replica: the records chain is at a term beyond the lease's")
+
+// errNotFollowing: a standby could not start following its records (the
+// consumer or the lease watch was not created). Nothing was applied by the
+// attempt, so the pool is kept and the standby tries again.
+var errNotFollowing = errors.New("replica: not following the records")
+
 // Run runs the replica until ctx ends. It does not release a held lease
 // then (the lease expires after its TTL, as if the process had died).
 func (n *Node) Run(ctx context.Context) error {
@@ -337,11 +388,36 @@ func (n *Node) Run(ctx context.Context) error {
 		for _, c := range from.cursors {
 			n.cursors[c.Source] = c.Seq
 		}
-		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint,
+		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint, Halts: n.status.Halts,
 			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
+		started := time.Now()
 		lease, app, err := n.standby(ctx, p, from)
+		for retry, halted := minRebuildBackoff, minRebuildBackoff; (errors.Is(err, errNotFollowing) || errors.Is(err, errChainHalted)) && ctx.Err() == nil; {
+			// NATS did not let the standby start following (a consumer or
+			// a watch that could not be created while a node was dead or
+			// a stream re-elected its leader), or the next record cannot
+			// be applied. Its pool is intact up to the last record
+			// applied: follow again from there instead of replaying the
+			// subject.
+			wait := retry
+			if errors.Is(err, errChainHalted) {
+				wait, halted = halted, min(2*halted, maxRebuildBackoff)
+				n.update(func(s *Status) { s.Halted, s.Halts = err.Error(), s.Halts+1 })
+				n.log.Error("replica: the records chain halts; keeping the state applied so far", "err", err, "applied", n.Status().Applied, "retry after", wait)
+			} else {
+				retry = min(2*retry, maxFollowBackoff)
+				n.log.Warn("replica: following the records again", "err", err, "after", wait)
+			}
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+			}
+			st := n.Status()
+			from = origin{seq: st.Applied, term: st.Term, leader: TermRecord{Node: st.Leader, Address: st.Address}}
+			lease, app, err = n.standby(ctx, p, from)
+		}
 		led := err == nil
 		if led {
 			err = n.lead(ctx, p, lease, app)
@@ -349,6 +425,18 @@ func (n *Node) Run(ctx context.Context) error {
 		p.Recorder.SetRecording(false)
 		if p.Close != nil {
 			p.Close()
+		}
+		if led && ctx.Err() == nil && !errors.Is(err, errResigned) {
+			// Say so now, not once the rebuild's NATS reads succeed: a
+			// leader cut off from NATS kept reporting itself the leader
+			// for as long as the partition lasted. No leader is known
+			// until a term record names the next one.
+			n.update(func(s *Status) { s.Leader, s.Address = "", "" })
+			n.change(RoleStandby, "stopped leading: "+err.Error())
+		}
+		if errors.Is(err, ErrStateLost) {
+			n.log.Error("replica: the pool's records were lost; not following or leading them", "err", err)
+			return err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -360,9 +448,15 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		reason = err.Error()
 		n.update(func(s *Status) { s.Rebuilds++ })
-		if led {
+		switch {
+		case led:
 			backoff = 0
-		} else {
+		case time.Since(started) >= healthyStandby:
+			// A standby that followed for a while and then failed starts
+			// its back-off anew: the doubling is for a chain that breaks
+			// again at once, not for failures hours apart.
+			backoff = minRebuildBackoff
+		default:
 			backoff = min(max(2*backoff, minRebuildBackoff), maxRebuildBackoff)
 		}
 		n.log.Warn("replica: rebuilding the pool from the stream", "err", err, "after", backoff)
@@ -374,12 +468,12 @@ func (n *Node) Run(ctx context.Context) error {
 func (n *Node) standby(ctx context.Context, p Pool, from origin) (*Lease, *Appender, error) {
 	f, err := Follow(ctx, n.cfg.JS, n.cfg.Stream.CachedInfo().Config.Name, n.subject, from.seq, from.term, 0)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %w", errNotFollowing, err)
 	}
 	defer f.Stop()
 	free, stopWatch, err := n.cfg.Leases.WatchFree(ctx, n.cfg.Pool)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %w", errNotFollowing, err)
 	}
 	defer stopWatch()
 	// The watch is the fast path; a check every TTL is the fallback for a
@@ -394,6 +488,9 @@ func (n *Node) standby(ctx context.Context, p Pool, from origin) (*Lease, *Appen
 		go func() { done <- n.follow(fctx, ctx, f, p) }()
 		select {
 		case <-free:
+			// The lease expired or was released: the last term's leader
+			// no longer leads, so clients are not sent to it.
+			n.update(func(s *Status) { s.Leader, s.Address = "", "" })
 		case <-poll.C:
 		case <-n.resign:
 			cancel()
@@ -411,6 +508,10 @@ func (n *Node) standby(ctx context.Context, p Pool, from origin) (*Lease, *Appen
 			return nil, nil, ctx.Err()
 		}
 		lease, err := n.cfg.Leases.Acquire(ctx, n.cfg.Pool, n.cfg.Node, n.cfg.Address)
+		if err == nil {
+			tok := lease.Token()
+			n.token.Store(&tok)
+		}
 		var held *HeldError
 		if errors.As(err, &held) {
 			continue
@@ -422,6 +523,12 @@ func (n *Node) standby(ctx context.Context, p Pool, from origin) (*Lease, *Appen
 		app, err := n.takeOver(ctx, f, p, lease)
 		if err == nil {
 			return lease, app, nil
+		}
+		if errors.Is(err, ErrForeignTerm) {
+			// Not leading below the chain's term; the lease runs out
+			// and the next candidate meets the same chain.
+			n.log.Error("replica: not taking over: a term record on the subject did not come from this group's lease", "err", err)
+			continue
 		}
 		n.log.Warn("replica: takeover failed", "term", lease.Term(), "err", err)
 		if errors.Is(err, ErrRefused) || !lease.Valid() {
@@ -438,7 +545,7 @@ func (n *Node) follow(waitCtx, applyCtx context.Context, f *Follower, p Pool) er
 	for {
 		rec, err := f.Next(waitCtx)
 		if err != nil {
-			return err
+			return chainError(err)
 		}
 		if err := n.apply(applyCtx, rec, p); err != nil {
 			return err
@@ -456,6 +563,24 @@ func (n *Node) follow(waitCtx, applyCtx context.Context, f *Follower, p Pool) er
 	}
 }
 
+// chainError classifies a Follower's error: a record that cannot be
+// applied halts the chain (errChainHalted, the state is kept); a record
+// that names a predecessor before the last one applied means the subject
+// was purged or made anew under this replica (ErrStateLost); records
+// missing ahead (a purge below a checkpoint while this replica was behind)
+// need a rebuild from the checkpoint, as does anything else.
+func chainError(err error) error {
+	var gap *GapError
+	var term *TermError
+	switch {
+	case errors.As(err, &gap) && gap.Prev < gap.Applied:
+		return fmt.Errorf("%w: %w", ErrStateLost, err)
+	case errors.Is(err, ErrCorrupt), errors.As(err, &term):
+		return fmt.Errorf("%w: %w", errChainHalted, err)
+	}
+	return err
+}
+
 func (n *Node) apply(ctx context.Context, rec Record, p Pool) error {
 	if rec.Batch != nil {
 		if err := Apply(ctx, p.Handle, rec.Batch.Commands); err != nil {
@@ -466,8 +591,9 @@ func (n *Node) apply(ctx context.Context, rec Record, p Pool) error {
 		n.noteCursors(rec.Batch.Commands)
 	}
 	n.update(func(s *Status) {
-		s.Applied, s.Term = rec.Seq, rec.Term
+		s.Applied, s.Term, s.Halted = rec.Seq, rec.Term, ""
 		s.Tail = max(s.Tail, rec.Seq)
+		n.highest = max(n.highest, rec.Seq)
 		if rec.Leader != nil {
 			s.Leader, s.Address = rec.Leader.Node, rec.Leader.Address
 		}
@@ -487,14 +613,23 @@ func (n *Node) takeOver(ctx context.Context, f *Follower, p Pool, lease *Lease) 
 			return nil, err
 		}
 		n.update(func(s *Status) { s.Tail = tail })
+		n.mu.Lock()
+		highest := n.highest
+		n.mu.Unlock()
+		if tail < highest {
+			return nil, fmt.Errorf("%w: the subject %s ends at stream sequence %d, but this replica applied up to %d", ErrStateLost, n.subject, tail, highest)
+		}
 		for f.Applied() < tail {
 			rec, err := f.Next(lctx)
 			if err != nil {
-				return nil, err
+				return nil, chainError(err)
 			}
 			if err := n.apply(lctx, rec, p); err != nil {
 				return nil, err
 			}
+		}
+		if lease.Term() <= f.Term() {
+			return nil, fmt.Errorf("%w: chain term %d, lease term %d", ErrForeignTerm, f.Term(), lease.Term())
 		}
 		app := NewAppender(n.cfg.JS, n.cfg.Stream, n.subject, lease.Term(), f.Applied(), n.cfg.MaxMessage)
 		err = app.Term(lctx, TermRecord{Node: n.cfg.Node, Address: n.cfg.Address})
@@ -524,6 +659,7 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 	defer n.setAcked(0, false)
 	n.update(func(s *Status) {
 		s.Term, s.Leader, s.Address, s.Applied, s.Tail = lease.Term(), n.cfg.Node, n.cfg.Address, app.Last(), app.Last()
+		n.highest = max(n.highest, app.Last())
 	})
 	n.change(RoleLeader, "took the lease and appended the term record")
 	valid := func() bool { return lease.Valid() || (n.cfg.clockBroken != nil && n.cfg.clockBroken()) }
@@ -534,6 +670,17 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 		return lease.Remaining()
 	}
 	ttl := n.cfg.Leases.cfg.TTL
+	// The lease key deleted or expired under this leader (a foreign
+	// delete, a bucket whose TTL changed, a renewal that came too late):
+	// learnt from the watch at once, not at the next renewal a third of
+	// the TTL later, meanwhile another replica may lead. Without the
+	// watch (it could not be created) the renewals still find out.
+	lost, stopWatch, werr := n.cfg.Leases.WatchFree(ctx, n.cfg.Pool)
+	if werr != nil {
+		n.log.Warn("replica: watching the held lease; relying on renewals", "err", werr)
+		lost, stopWatch = nil, func() {}
+	}
+	defer stopWatch()
 	renew := time.NewTicker(ttl / 3)
 	defer renew.Stop()
 	expiry := time.NewTimer(lease.Remaining())
@@ -553,6 +700,10 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 				n.log.Warn("replica: releasing the lease (it expires after its TTL)", "err", err)
 			}
 			return errResigned
+		case <-lost:
+			if n.cfg.clockBroken == nil || !n.cfg.clockBroken() {
+				return fmt.Errorf("%w: the lease key was deleted or expired", ErrLost)
+			}
 		case <-expiry.C:
 			if !valid() {
 				return errors.New("the lease deadline passed without a stored renewal")
@@ -589,7 +740,10 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 			}
 			n.noteCursors(cmds)
 			n.setAcked(pos+uint64(len(cmds)), true)
-			n.update(func(s *Status) { s.Applied, s.Tail = app.Last(), app.Last() })
+			n.update(func(s *Status) {
+				s.Applied, s.Tail = app.Last(), app.Last()
+				n.highest = max(n.highest, app.Last())
+			})
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -56,13 +57,31 @@ func (tn *testNode) waitRole(t *testing.T, role Role, within time.Duration) chan
 	}
 }
 
+// waitRebuilt waits until the node stands by with a pool it rebuilt after
+// it had rebuilt before times (a leader first says it stands by when it
+// stops leading, then again once its new pool is built).
+func (tn *testNode) waitRebuilt(t *testing.T, before uint64, within time.Duration) change {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case c := <-tn.changes:
+			if c.Role == RoleStandby && c.Rebuilds > before {
+				return c
+			}
+		case <-timeout:
+			require.Failf(t, "no rebuild", "node %s did not rebuild within %v", tn.n.cfg.Node, within)
+		}
+	}
+}
+
 func startNode(t *testing.T, srv *natstest.Server, ls *Leases, id string) *testNode {
 	return startNodeWith(t, srv, ls, id, nil, 0)
 }
 
 // startNodeWith starts a node that loads and stores checkpoints in cs (nil:
 // none), a standby every checkpointRecords records.
-func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs *Checkpoints, checkpointRecords int) *testNode {
+func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs *Checkpoints, checkpointRecords int, opts ...func(*NodeConfig)) *testNode {
 	t.Helper()
 	_, js := srv.JetStream(t)
 	s, err := EnsureStream(t.Context(), js, StreamConfig{Replicas: 1})
@@ -78,7 +97,7 @@ func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs
 		tn.mu.Unlock()
 		return Pool{Handle: r.h, Recorder: r.rec, Close: stop}, nil
 	}
-	n, err := NewNode(NodeConfig{
+	cfg := NodeConfig{
 		Pool: "pool", Node: id, Address: "http://" + id, JS: js, Stream: s, Leases: ls,
 		MaxMessage:        300, // fragments
 		NewPool:           func() (Pool, error) { return start(nil) },
@@ -88,7 +107,11 @@ func startNodeWith(t *testing.T, srv *natstest.Server, ls *Leases, id string, cs
 		OnChange:          func(st Status, _ Pool, _ string) { tn.changes <- change{st, time.Now()} },
 		renewPaused:       tn.paused.Load,
 		clockBroken:       tn.broken.Load,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := NewNode(cfg)
 	require.NoError(t, err)
 	tn.n = n
 	ctx, cancel := context.WithCancel(context.Background())
@@ -212,6 +235,7 @@ func TestNodeTakeover(t *testing.T) {
 	// over; what the old leader admits now is appended expecting its own
 	// last record, refused, never acknowledged; it steps down, discards
 	// that pool and converges.
+	rebuilds := leader.n.Status().Rebuilds
 	leader.paused.Store(true)
 	leader.broken.Store(true)
 	standby.waitRole(t, RoleLeader, 5*time.Second)
@@ -223,7 +247,7 @@ func TestNodeTakeover(t *testing.T) {
 	wctx, wcancel = context.WithTimeout(t.Context(), 5*time.Second)
 	require.ErrorIs(t, leader.n.WaitAcked(wctx, specPos), ErrNotLeader)
 	wcancel()
-	leader.waitRole(t, RoleStandby, 5*time.Second)
+	leader.waitRebuilt(t, rebuilds, 5*time.Second)
 	leader.paused.Store(false)
 	leader.broken.Store(false)
 	require.NotSame(t, speculative, leader.replica(), "the deposed leader kept its speculative pool")
@@ -255,11 +279,13 @@ func waitLeader(t *testing.T, within time.Duration, x, y *testNode) (*testNode, 
 	}
 }
 
-// TestNodeCorruptRecordBacksOff: a record that does not decode (a peer
-// with write access to the stream, or a bug) breaks the chain for every
-// standby; each rebuilds from the stream and meets it again. The rebuilds
-// back off instead of spinning (and flooding the log).
-func TestNodeCorruptRecordBacksOff(t *testing.T) {
+// TestNodeCorruptRecordHaltsKeepingTheState: a record that does not decode
+// (a foreign writer on the records subject, or a bug) halts the chain for
+// every standby. A standby keeps the state it applied up to the record
+// before — rebuilding would replay the subject to the same record with an
+// empty pool, and a foreign message emptied every replica that way — says
+// why in its status, and retries with a back-off instead of spinning.
+func TestNodeCorruptRecordHaltsKeepingTheState(t *testing.T) {
 	srv := natstest.Start(t, natstest.Options{})
 	_, js := srv.JetStream(t)
 	ctx := t.Context()
@@ -268,24 +294,34 @@ func TestNodeCorruptRecordBacksOff(t *testing.T) {
 	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
 	require.NoError(t, err)
 	// Another replica leads (its lease outlives the test) and its chain
-	// holds a term record, then garbage that names the right predecessor.
+	// holds a term record and a batch, then garbage that names the right
+	// predecessor.
 	_, err = ls.Acquire(ctx, "pool", "other", "")
 	require.NoError(t, err)
 	subject, _ := Subject("", "pool")
 	app := NewAppender(js, s, subject, 1, 0, 0)
 	require.NoError(t, app.Term(ctx, TermRecord{Node: "other"}))
-	garbage := AppendHeader(nil, Header{Type: TypeBatch, Term: 1, Prev: app.Last()})
+	require.NoError(t, app.Append(ctx, 0, []Command{{Kind: KindReset, SourceEpoch: 1, Member: ckf.Member{WorkerID: 7}}}))
+	good := app.Last()
+	garbage := AppendHeader(nil, Header{Type: TypeBatch, Term: 1, Prev: good})
 	garbage = append(garbage, 0, 9, 'z')
 	require.NoError(t, app.publish(ctx, "garbage", garbage))
 
 	tn := startNode(t, srv, ls, "victim")
 	tn.waitRole(t, RoleStandby, 5*time.Second)
-	require.Eventually(t, func() bool { return tn.n.Status().Rebuilds >= 2 }, 5*time.Second, 10*time.Millisecond)
-	start, first := time.Now(), tn.n.Status().Rebuilds
+	require.Eventually(t, func() bool { return tn.n.Status().Halts >= 2 }, 5*time.Second, 10*time.Millisecond)
+	start, first := time.Now(), tn.n.Status().Halts
 	// Poll for a while through the API: the count must grow slowly.
-	require.Never(t, func() bool { return tn.n.Status().Rebuilds > first+4 }, 1500*time.Millisecond, 50*time.Millisecond)
-	t.Logf("%d rebuilds in %v after the first %d", tn.n.Status().Rebuilds-first, time.Since(start), first)
-	assert.Equal(t, RoleStandby, tn.n.Status().Role)
+	require.Never(t, func() bool { return tn.n.Status().Halts > first+4 }, 1500*time.Millisecond, 50*time.Millisecond)
+	st := tn.n.Status()
+	t.Logf("%d halts in %v after the first %d: %s", st.Halts-first, time.Since(start), first, st.Halted)
+	assert.Equal(t, RoleStandby, st.Role)
+	assert.Zero(t, st.Rebuilds, "the standby threw its state away")
+	assert.Equal(t, good, st.Applied, "the standby did not keep what it applied before the bad record")
+	assert.Contains(t, st.Halted, "corrupt record")
+	img, err := tn.replica().h.ExportState(ctx)
+	require.NoError(t, err)
+	assert.Len(t, img.Members, 1, "the batch before the bad record is not in the state")
 }
 
 // BenchmarkReplication admits 16-block events to a leader as fast as its
@@ -367,4 +403,48 @@ func TestNodeResign(t *testing.T) {
 	b.waitRole(t, RoleLeader, ttl/2)
 	t.Logf("handover after Resign: %v (lease ttl %v)", time.Since(start), ttl)
 	require.Equal(t, want, b.replica().at(t, t.Context()))
+}
+
+// refusingConsumers is a real JetStream context whose first consumer
+// creations fail, as they do while the NATS node that would hold the
+// consumer is dead or the stream re-elects its leader.
+type refusingConsumers struct {
+	jetstream.JetStream
+	fails atomic.Int32
+}
+
+func (j *refusingConsumers) CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if j.fails.Add(-1) >= 0 {
+		return nil, jetstream.ErrNoStreamResponse
+	}
+	return j.JetStream.CreateOrUpdateConsumer(ctx, stream, cfg)
+}
+
+// TestNodeStandbyKeepsItsPoolWhenFollowingCannotStart: a standby that
+// cannot create its records consumer has applied nothing by the attempt,
+// so it keeps its pool and tries again — it does not discard the pool and
+// replay the subject (with rebuild back-offs growing to 30 s, a standby
+// after a NATS node's death could not take over for that long).
+func TestNodeStandbyKeepsItsPoolWhenFollowingCannotStart(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ls, err := OpenLeases(t.Context(), js, LeaseConfig{TTL: time.Second, Replicas: 1})
+	require.NoError(t, err)
+	a := startNode(t, srv, ls, "a")
+	a.waitRole(t, RoleLeader, 10*time.Second)
+	admit(t, a.replica(), 1, 0, 20)
+
+	refusing := &refusingConsumers{}
+	refusing.fails.Store(3)
+	b := startNodeWith(t, srv, ls, "b", nil, 0, func(c *NodeConfig) {
+		refusing.JetStream = c.JS
+		c.JS = refusing
+	})
+	b.waitRole(t, RoleStandby, 10*time.Second)
+	first := b.replica()
+	want, got := converged(t, a, b)
+	require.Equal(t, want, got)
+	require.LessOrEqual(t, refusing.fails.Load(), int32(0), "the consumer creations never failed")
+	assert.Zero(t, b.n.Status().Rebuilds, "the standby rebuilt its pool")
+	assert.Same(t, first, b.replica(), "the standby started a new pool")
 }

@@ -100,8 +100,9 @@ type TermRecord struct {
 	Address string
 }
 
-// maxName bounds a term record's node id and address.
-const maxName = 1024
+// MaxTermName bounds a term record's node id and address, in bytes: a
+// replica refuses to write a longer one (a standby could not read it).
+const MaxTermName = 1024
 
 // AppendHeader appends h's encoding to b.
 func AppendHeader(b []byte, h Header) []byte {
@@ -347,7 +348,7 @@ func (d *decoder) u64() uint64 {
 
 func (d *decoder) str() string {
 	n := d.uvarint()
-	if d.err == nil && (n > maxName || n > uint64(len(d.b))) {
+	if d.err == nil && (n > MaxTermName || n > uint64(len(d.b))) {
 		d.fail("string of %d bytes", n)
 	}
 	if d.err != nil {

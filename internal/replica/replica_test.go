@@ -360,6 +360,7 @@ func TestAppendFencing(t *testing.T) {
 	// A retry of the same batch (its ack lost) is deduplicated: same
 	// sequence, nothing appended.
 	retry := NewAppender(js, s, subject, 5, old.Last()-1, 0)
+	retry.nonce = old.nonce // the same appender's retry
 	require.NoError(t, retry.Append(ctx, 0, cmds))
 	require.Equal(t, old.Last(), retry.Last())
 

@@ -112,6 +112,11 @@ func (h HAConfig) validate(c Config) error {
 			return invalid("ha: advertise_grpc %q: want host:port", h.AdvertiseGRPC)
 		}
 	}
+	if n := len(advertisement(h.Advertise, h.AdvertiseGRPC)); n > replica.MaxTermName {
+		// The pair goes into the term record, which standbys refuse
+		// beyond this: such a leader could never be followed.
+		return invalid("ha: advertise and advertise_grpc make a %d-byte address; at most %d", n, replica.MaxTermName)
+	}
 	return nil
 }
 
@@ -234,6 +239,38 @@ type haPool struct {
 	dupRev   uint64    // its revision then
 	// duplicate: another live relay leads under this relay's node id.
 	duplicate atomic.Bool
+
+	// leads is the node's Leads (tests replace it): whether the lease's
+	// deadline, on CLOCK_BOOTTIME, has not passed.
+	leads func() bool
+
+	// stopped is why the node's Run returned for good (nil while it runs).
+	stopped atomic.Pointer[string]
+}
+
+// failure says why the replica cannot do its job — its node stopped, or
+// its records chain halts — or "" when it can.
+func (h *haPool) failure() string {
+	if s := h.stopped.Load(); s != nil {
+		return "stopped: " + *s
+	}
+	if h.node != nil {
+		if st := h.node.Status(); st.Halted != "" {
+			return "halted: " + st.Halted
+		}
+	}
+	return ""
+}
+
+// leadsNow reports whether this replica leads its pool by its own clock. A
+// generation marked leading outlives its lease by the moments the node's
+// loop needs to notice a passed deadline — a relay resumed after SIGSTOP or
+// a suspended VM runs its HTTP and gRPC handlers at once, beside that
+// loop — so what only a leader serves checks the deadline itself: a
+// deposed leader must not hand a router a snapshot that lacks what the new
+// leader admitted, nor keep its stream alive with heartbeats.
+func (h *haPool) leadsNow() bool {
+	return h.leads != nil && h.leads()
 }
 
 // leadership is what one term of leadership runs besides the hub: the
@@ -300,11 +337,16 @@ func (s *Server) startHA(httpURL, grpcTarget string) error {
 			return fmt.Errorf("server: ha: pool %q: %w", p.spec.Name, err)
 		}
 		h.node = node
+		if h.leads == nil {
+			h.leads = node.Leads
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		h.cancel = cancel
 		go func() {
 			defer close(h.done)
 			if err := node.Run(ctx); err != nil && ctx.Err() == nil {
+				msg := err.Error()
+				h.stopped.Store(&msg)
 				p.log.Error("replica stopped", "err", err)
 			}
 		}()
@@ -493,7 +535,7 @@ func (h *haPool) notLeader() *apiError {
 // without HA), else a standby's not_leader error.
 func (p *hostedPool) serving() (*poolGen, error) {
 	g := p.gen()
-	if g.leading {
+	if g.leading && (p.ha == nil || p.ha.leadsNow()) {
 		return g, nil
 	}
 	if p.ha == nil || p.ha.node == nil {
@@ -543,7 +585,10 @@ func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 	st := p.ha.node.Status()
 	out := &catalog.HA{Role: st.Role.String(), Leader: st.Leader, LeaderAddress: parseAdvertisement(st.Leader, st.Address).URL,
 		Term: catalog.U64(st.Term), Applied: catalog.U64(st.Applied), Takeovers: catalog.U64(p.ha.takeovers.Load()),
-		Rebuilds: catalog.U64(st.Rebuilds)}
+		Rebuilds: catalog.U64(st.Rebuilds), Halted: st.Halted}
+	if s := p.ha.stopped.Load(); s != nil {
+		out.Stopped = *s
+	}
 	if st.Role == replica.RoleStandby {
 		tail := max(st.Tail, p.ha.tail(ctx))
 		out.Lag = catalog.U64(tail - min(tail, st.Applied))
@@ -589,12 +634,14 @@ func (h *haPool) tail(ctx context.Context) uint64 {
 func (h *haPool) checkDuplicate(ctx context.Context) {
 	holder, rev, err := h.s.ha.leases.Holder(ctx, h.p.spec.Name)
 	switch {
-	case err != nil || holder.Node != h.s.cfg.HA.NodeID:
+	case err != nil || holder.Node != h.s.cfg.HA.NodeID || h.node.Acquired(holder.Token):
+		// This relay's own lease (a takeover it is failing) is no
+		// duplicate: only a token it never held is.
 		h.dupSince, h.dupRev = time.Time{}, 0
 		h.duplicate.Store(false)
 	case h.dupSince.IsZero():
 		h.dupSince, h.dupRev = time.Now(), rev
-	case rev != h.dupRev && time.Since(h.dupSince) > 2*time.Duration(h.s.cfg.HA.LeaseTTL):
+	case rev != h.dupRev && time.Since(h.dupSince) > 2*h.s.ha.leases.TTL():
 		if !h.duplicate.Swap(true) {
 			h.p.log.Error("replica: another relay leads this pool under this relay's node id: give every replica its own --node-id",
 				"node_id", h.s.cfg.HA.NodeID, "holder_address", holder.Address)
@@ -700,7 +747,8 @@ func (s *Server) runSources(ctx context.Context, p *hostedPool) []*runningSource
 }
 
 // resumer is a source that can start after the cursors the records carry
-// (the ZMQ source: each engine rank after its last admitted sequence).
+// (the ZMQ source: each engine rank after its last admitted sequence; the
+// Dynamo source: each member after its publisher's last admitted envelope).
 type resumer interface{ Resume([]producer.Cursor) }
 
 // StandbyLeader reports, for a relay with HA that leads none of its pools,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -298,6 +300,7 @@ func TestHAConfig_Validate(t *testing.T) {
 		"advertise not a url":  {func(c *Config) { c.HA.Advertise = "10.0.0.1:7878" }, "advertise"},
 		"advertise with query": {func(c *Config) { c.HA.Advertise = "http://h:1/?x=1" }, "advertise"},
 		"grpc not host:port":   {func(c *Config) { c.HA.AdvertiseGRPC = "h" }, "advertise_grpc"},
+		"address too long":     {func(c *Config) { c.HA.AdvertiseGRPC = strings.Repeat("h", 1100) + ":1" }, "1024"},
 		"ha fields without url": {func(c *Config) {
 			c.HA.NATSURL = ""
 		}, "need ha.nats_url"},
@@ -448,4 +451,113 @@ func TestHA_DuplicateNodeIDIsReported(t *testing.T) {
 		"the standby never noticed the other relay under its node id")
 	assert.Contains(t, scrape(t, standby), `ckfrelay_ha_duplicate_node_id{pool="dc-a"} 1`)
 	assert.Contains(t, scrape(t, leader), `ckfrelay_ha_duplicate_node_id{pool="dc-a"} 0`)
+}
+
+// TestHA_LeaderPastItsDeadlineServesNothing: a relay resumed after a pause
+// past its lease (SIGSTOP, a suspended VM) runs its handlers before its
+// node's loop retires the leading generation. From the moment its own
+// clock says the lease's deadline passed it opens no stream (HTTP 503
+// not_leader, the gRPC side's Leader check) and ends the streams it has at
+// their next heartbeat instead of saying its state is live. The node's
+// clock is the only thing replaced: its loop still believes it leads.
+func TestHA_LeaderPastItsDeadlineServesNothing(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	var expired atomic.Bool
+	a := startHARelay(t, haConfig(srv.URL(), "node-a"), func(s *Server) {
+		h := s.pools["dc-a"].ha
+		h.leads = func() bool { return !expired.Load() && h.node.Leads() }
+	})
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	streamURL := func(epoch int) string {
+		return fmt.Sprintf("%s/v1/pools/dc-a/stream?consumer=5&lane=0&epoch=%d", a.ts.URL, epoch)
+	}
+	open, err := http.Get(streamURL(1))
+	require.NoError(t, err)
+	defer open.Body.Close()
+	require.Equal(t, http.StatusOK, open.StatusCode)
+	_, standby := KvPool{s: a.s, p: a.s.pools["dc-a"]}.Leader()
+	require.False(t, standby)
+
+	expired.Store(true)
+	require.True(t, a.leading("dc-a"), "the node's loop still marks the generation leading")
+	resp, err := http.Get(streamURL(2))
+	require.NoError(t, err)
+	if resp.StatusCode == http.StatusOK {
+		resp.Body.Close()
+		require.Fail(t, "a leader past its deadline opened a stream")
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), CodeNotLeader)
+	_, standby = KvPool{s: a.s, p: a.s.pools["dc-a"]}.Leader()
+	require.True(t, standby, "gRPC would still serve the pool")
+
+	// The open stream ends at its next heartbeat (20 ms): reading it to
+	// the end returns.
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, open.Body); done <- err }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		require.Fail(t, "the open stream went on after the deadline")
+	}
+}
+
+// TestHA_ReplicaThatLostItsRecordsIsNotReady: the pool's records subject
+// is purged under a running leader (a JetStream API request). The replica
+// stops with the records lost instead of leading what is left; it says so
+// in the catalog's ha block and /readyz answers 503, so a supervisor sees
+// it (it used to answer 200 and look like a healthy standby).
+func TestHA_ReplicaThatLostItsRecordsIsNotReady(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	cfg := haConfig(srv.URL(), "node-a")
+	cfg.HA.LeaseTTL = Duration(time.Second)
+	a := startHARelay(t, cfg, nil)
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	ev, _ := chainJSON(1, 1, 3)
+	resp, body := postEvents(t, a.ts.URL, "dc-a", "["+ev+"]")
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, "%v", body)
+	ready := func() int {
+		r, err := http.Get(a.ts.URL + "/readyz")
+		require.NoError(t, err)
+		r.Body.Close()
+		return r.StatusCode
+	}
+	require.Equal(t, http.StatusOK, ready())
+
+	subject, err := replica.Subject("", "dc-a")
+	require.NoError(t, err)
+	require.NoError(t, a.s.ha.stream.Purge(t.Context(), jetstream.WithPurgeSubject(subject)))
+	ev, _ = chainJSON(2, 1, 3)
+	resp, body = postEvents(t, a.ts.URL, "dc-a", "["+ev+"]")
+	require.NotEqual(t, http.StatusAccepted, resp.StatusCode, "%v", body)
+
+	require.Eventually(t, func() bool { return ready() == http.StatusServiceUnavailable }, 15*time.Second, 20*time.Millisecond,
+		"a replica whose records were purged is still ready")
+	h := a.ha(t, "dc-a")
+	require.NotNil(t, h.HA)
+	assert.Contains(t, h.HA.Stopped, "state lost")
+	assert.Equal(t, "standby", h.HA.Role)
+}
+
+// TestHA_OwnLeaseIsNoDuplicateNodeID: the lease under this relay's node id
+// with a token this relay acquired — a takeover it keeps failing, as in a
+// halted chain — is not "another relay under this node id" (the red team
+// saw that false alarm); only a token it never held is.
+func TestHA_OwnLeaseIsNoDuplicateNodeID(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	cfg := haConfig(srv.URL(), "node-a")
+	cfg.HA.LeaseTTL = Duration(time.Second)
+	a := startHARelay(t, cfg, nil)
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	h := a.s.pools["dc-a"].ha
+	deadline := time.Now().Add(3 * time.Second) // past two TTLs of renewals
+	for time.Now().Before(deadline) {
+		h.tailMu.Lock()
+		h.checkDuplicate(t.Context())
+		h.tailMu.Unlock()
+		require.False(t, h.duplicate.Load(), "the relay's own lease was reported as another relay's")
+		time.Sleep(100 * time.Millisecond) // renewals happen every TTL/3; polling them
+	}
 }

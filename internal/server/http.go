@@ -170,7 +170,14 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusServiceUnavailable, CodeShuttingDown, "relay is shutting down")
 	}
 	for _, p := range s.order {
-		// A standby is ready for what it does: name the leader.
+		// A standby is ready for what it does: name the leader, hold the
+		// state and take over. One that cannot — its replica stopped, or
+		// its records chain halts — is not.
+		if p.ha != nil {
+			if why := p.ha.failure(); why != "" {
+				return apiErr(http.StatusServiceUnavailable, CodeNotReady, "pool "+p.spec.Name+"'s replica "+why)
+			}
+		}
 		if g := p.gen(); g.leading && !g.hub.Stats().Ready {
 			return apiErr(http.StatusServiceUnavailable, CodeNotReady, "pool "+p.spec.Name+" has no snapshot yet")
 		}

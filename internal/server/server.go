@@ -78,6 +78,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		if s.ha, err = openHA(cfg.HA); err != nil {
 			return nil, err
 		}
+		if ttl := s.ha.leases.TTL(); ttl != time.Duration(cfg.HA.LeaseTTL) {
+			// The group's lease bucket was made with another TTL: it is
+			// the one NATS expires keys by, so it is the lease.
+			s.log.Warn("ha: the lease bucket's ttl differs from ha.lease_ttl; leasing with the bucket's (all replicas of a group share one)",
+				"bucket_ttl", ttl, "ha.lease_ttl", time.Duration(cfg.HA.LeaseTTL))
+		}
 	}
 	for _, spec := range cfg.Pools {
 		var p *hostedPool

@@ -56,8 +56,16 @@ type Source struct {
 
 	// Run's goroutine only.
 	members map[ckf.Member]*memberState
+	// resume: by member and publisher, the next envelope sequence the
+	// group's records hold up to (Resume); taken at first contact.
+	resume  map[resumeKey]uint64
 	evs     []ckf.RouterEvent
 	decided map[ckf.Member]decision // per message
+}
+
+type resumeKey struct {
+	m         ckf.Member
+	publisher uint64
 }
 
 // decision is what one message means for one member.
@@ -413,8 +421,16 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) erro
 		if !d.admit {
 			continue
 		}
-		// One event per call: s.evs is reused by the next message.
-		if err := sink.AdmitEvents(ctx, d.epoch, []ckf.RouterEvent{*ev}); err != nil {
+		// One event per call: s.evs is reused by the next message. A
+		// replicated pool's records carry how far the member's publisher
+		// was admitted (Resume).
+		var err error
+		if cs, ok := sink.(source.CursorSink); ok {
+			err = cs.AdmitEventsAt(ctx, d.epoch, []ckf.RouterEvent{*ev}, producer.Cursor{Source: cursorSource(ev.Member(), env.PublisherID), Seq: env.Sequence})
+		} else {
+			err = sink.AdmitEvents(ctx, d.epoch, []ckf.RouterEvent{*ev})
+		}
+		if err != nil {
 			return err
 		}
 		admitted++
@@ -429,6 +445,20 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) erro
 func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member, env Envelope, now time.Time) (uint64, bool, error) {
 	st := s.members[m]
 	switch {
+	case st == nil && s.resumed(sink, m, env, now):
+		st = s.members[m]
+		if env.Enveloped && seqOrder(st, env.Sequence) < 0 {
+			s.update(func(st *source.Status) { st.Dropped++ })
+			return 0, false, nil
+		}
+		if env.Enveloped && seqOrder(st, env.Sequence) > 0 {
+			epoch, err := s.reset(ctx, sink, max(uint64(now.UnixNano()), st.epoch+1), m, true)
+			if err != nil {
+				return 0, false, err
+			}
+			s.update(func(s *source.Status) { s.Gaps++; s.Resets++ })
+			st.epoch = epoch
+		}
 	case st == nil || st.publisher != env.PublisherID:
 		epoch := uint64(now.UnixNano())
 		if st != nil {
