@@ -3,6 +3,7 @@ package producer
 import (
 	"errors"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -24,20 +25,29 @@ const (
 	cmdPause       // test only: see pause_test.go
 )
 
-// command is one mailbox entry. Apply commands carry no reply channel, so
-// admission allocates nothing beyond the event the caller built.
+// command is one mailbox entry. An Apply command carries its events (one
+// inline for AdmitEvent, so admitting one event allocates nothing) and no
+// reply channel; the other kinds, rare, carry their arguments and reply in
+// req, which keeps the entry the mailbox copies twice per command small.
 type command struct {
-	kind     commandKind
-	epoch    uint64
-	evs      []ckf.RouterEvent // cmdApply: applied in order
-	weight   int64             // payload permits held, returned after the command
+	kind   commandKind
+	single bool // cmdApply: the event is one, not evs
+	epoch  uint64
+	weight int64             // payload permits held, returned after the command
+	evs    []ckf.RouterEvent // cmdApply: applied in order
+	cursor *Cursor           // cmdApply: journalled after the events (cursor.go)
+	req    *request          // every other kind
+	one    ckf.RouterEvent   // cmdApply with single
+}
+
+// request is the arguments and the reply of a command other than Apply.
+type request struct {
 	member   ckf.Member
 	degraded bool
 	reps     []RankReplacement
 	lease    ckf.LaneLease
-	reply    chan reply // buffered 1; nil for Apply
+	reply    chan reply // buffered 1
 	pause    *pause
-	cursor   *Cursor // cmdApply: journalled after the events (cursor.go)
 }
 
 type reply struct {
@@ -55,51 +65,108 @@ type pause struct {
 }
 
 // run is the actor goroutine: it alone touches the pool and the publisher.
+// Each wake-up takes every queued command and runs them in order.
 func (a *actor) run() {
 	defer close(a.stopped)
+	var batch, rest []command
 	fenced := false
-loop:
-	for {
-		// A fence wins over queued work: select alone would pick at random.
-		if a.fenced() {
-			fenced = true
-			break
+	for !fenced {
+		var closed bool
+		batch, closed = a.mb.take(batch)
+		switch {
+		case len(batch) > 0:
+			rest, fenced = a.runBatch(batch)
+			a.pollTimer()
+		case closed:
+			// Admission is closed and the mailbox was drained.
+			fenced = a.fenced()
+		default:
+			a.sinceYield = 0 // parked: the others ran
+			fenced = !a.wait()
 		}
-		select {
-		case <-a.fence:
-			fenced = true
-			break loop
-		case c := <-a.mailbox:
-			if !a.handle(&c) || !a.burst() {
-				fenced = true
-				break loop
-			}
-		case <-a.timer.C:
-			a.timerArmed = false
-			a.publishPending()
-		case <-a.sealed:
-			// Admission is closed and the mailbox content is final: apply it.
-			for {
-				if a.fenced() {
-					fenced = true
-					break loop
-				}
-				select {
-				case c := <-a.mailbox:
-					if !a.handle(&c) {
-						fenced = true
-						break loop
-					}
-				default:
-					break loop
-				}
-			}
+		if closed {
+			break
 		}
 		a.armTimer()
 		a.releaseApplied()
+		if !fenced {
+			a.yieldAfterBacklog(len(batch))
+		}
 	}
 	a.releaseApplied()
-	a.finish(fenced)
+	a.finish(fenced, rest)
+}
+
+// runBatch runs the commands the actor took, in order, and clears them. A
+// fence wins over the rest: it stops the batch before the next command (or
+// interrupts one), and the commands not run are returned for finish to
+// refuse.
+func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
+	if a.diag != nil {
+		a.diag.takes.Add(1)
+		a.diag.taken.Add(uint64(len(batch)))
+	}
+	for i := range batch {
+		if a.fenced() {
+			return batch[i:], true
+		}
+		a.mb.unrun.Store(int64(len(batch) - i - 1))
+		if !a.handle(&batch[i]) {
+			return batch[i+1:], true
+		}
+	}
+	clear(batch) // drop the events and replies until the slice is filled again
+	return nil, false
+}
+
+// yieldEvery is how many commands the actor runs without parking before it
+// yields its thread (yieldAfterBacklog).
+const yieldEvery = 256
+
+// yieldAfterBacklog lets the goroutines waiting for a thread run after the
+// actor ran yieldEvery commands without parking. A backlogged actor never
+// blocks (the mailbox always has work), and the sender it wakes at each
+// take and the actor hand the thread to each other directly (Go runs a
+// goroutine just woken next, on the waker's time slice), so with few
+// threads the subscriber draining the deltas waited until its buffer
+// overflowed: with GOMAXPROCS=1 and the default 64-delta buffer the stream
+// ended lagged, with the channel mailbox before as well
+// (TestActor_BackloggedActorLetsTheSubscriberRun).
+func (a *actor) yieldAfterBacklog(n int) {
+	a.sinceYield += n
+	if a.sinceYield >= yieldEvery {
+		a.sinceYield = 0
+		runtime.Gosched()
+	}
+}
+
+// wait parks the actor until a command arrives, the timer fires, admission
+// closes or a fence. It returns false on a fence.
+func (a *actor) wait() bool {
+	select {
+	case <-a.fence:
+		return false
+	case <-a.mb.ready:
+	case <-a.timer.C:
+		a.timerArmed = false
+		a.publishPending()
+	case <-a.sealed:
+	}
+	return true
+}
+
+// pollTimer publishes the pending tail if the timer fired while the actor
+// was busy: a mailbox that never runs empty never parks the actor in wait.
+func (a *actor) pollTimer() {
+	if !a.timerArmed {
+		return
+	}
+	select {
+	case <-a.timer.C:
+		a.timerArmed = false
+		a.publishPending()
+	default:
+	}
 }
 
 // releaseApplied returns the permits of the Apply commands run since the
@@ -110,39 +177,6 @@ func (a *actor) releaseApplied() {
 		a.permits.Release(a.unreleased)
 		a.unreleased = 0
 	}
-}
-
-// wakeSenders lets every sender waiting for mailbox space go once the
-// mailbox is at most half full: they wake once per half a mailbox of
-// commands, not once per command (see send).
-func (a *actor) wakeSenders() {
-	if a.spaceWaiters.Load() > 0 && len(a.mailbox) <= cap(a.mailbox)/2 {
-		next := make(chan struct{})
-		close(*a.space.Swap(&next))
-	}
-}
-
-// burstSize bounds the commands run per wake-up without going back to the
-// multi-way select, which locks every channel it waits on.
-const burstSize = 64
-
-// burst runs up to burstSize-1 further queued commands with cheap
-// single-channel receives. It returns false when a fence interrupted one.
-func (a *actor) burst() bool {
-	for range burstSize - 1 {
-		if a.fenced() {
-			return false
-		}
-		select {
-		case c := <-a.mailbox:
-			if !a.handle(&c) {
-				return false
-			}
-		default:
-			return true
-		}
-	}
-	return true
 }
 
 // armTimer keeps the publication timer armed exactly while a dirty tail is
@@ -160,9 +194,10 @@ func (a *actor) armTimer() {
 	}
 }
 
-// finish publishes the tail (unless fenced), ends the stream, refuses what
-// is left in the mailbox and closes the fault channel.
-func (a *actor) finish(fenced bool) {
+// finish publishes the tail (unless fenced), ends the stream, refuses rest
+// (the commands of the last batch a fence kept from running) and what is
+// left in the mailbox, and closes the fault channel.
+func (a *actor) finish(fenced bool, rest []command) {
 	a.timer.Stop()
 	if fenced {
 		a.sink.endCurrent(errFenced, nil)
@@ -178,55 +213,53 @@ func (a *actor) finish(fenced bool) {
 	// Fence and Shutdown both seal; after that the mailbox content is final.
 	<-a.sealed
 	err := a.stopErr()
-	for {
-		select {
-		case c := <-a.mailbox:
+	left, _ := a.mb.take(nil)
+	for _, cs := range [][]command{rest, left} {
+		for i := range cs {
+			c := &cs[i]
 			if c.weight > 0 {
 				a.permits.Release(c.weight)
 			}
-			if c.reply != nil {
-				c.reply <- reply{err: err}
+			if c.req != nil {
+				c.req.reply <- reply{err: err}
 			}
-		default:
-			close(a.faults)
-			return
 		}
 	}
+	close(a.faults)
 }
 
 // handle runs one command. It returns false when a fence interrupted it.
 func (a *actor) handle(c *command) bool {
-	a.wakeSenders()
 	switch c.kind {
 	case cmdApply:
 		return a.apply(c) && a.journalCursor(c)
 	case cmdReplace:
-		c.reply <- reply{err: a.replace(c)}
+		c.req.reply <- reply{err: a.replace(c)}
 		a.permits.Release(c.weight)
 	case cmdReset:
 		ok, err := a.reset(c)
-		c.reply <- reply{err: err}
+		c.req.reply <- reply{err: err}
 		return ok
 	case cmdFlush:
-		c.reply <- reply{err: a.publishPending()}
+		c.req.reply <- reply{err: a.publishPending()}
 	case cmdSubscribe:
-		sub, err := a.subscribe(c.lease)
-		c.reply <- reply{sub: sub, err: err}
+		sub, err := a.subscribe(c.req.lease)
+		c.req.reply <- reply{sub: sub, err: err}
 	case cmdStats:
-		c.reply <- reply{stats: a.statsNow()}
+		c.req.reply <- reply{stats: a.statsNow()}
 	case cmdBarrier:
-		c.reply <- reply{}
+		c.req.reply <- reply{}
 	case cmdExport:
-		c.reply <- reply{state: a.exportState()}
+		c.req.reply <- reply{state: a.exportState()}
 	case cmdImage:
-		c.reply <- reply{image: a.image()}
+		c.req.reply <- reply{image: a.image()}
 	case cmdReincarnate:
 		a.reincarnate(c.epoch)
-		c.reply <- reply{}
+		c.req.reply <- reply{}
 	case cmdPause:
-		close(c.pause.entered)
+		close(c.req.pause.entered)
 		select {
-		case <-c.pause.release:
+		case <-c.req.pause.release:
 		case <-a.fence:
 			return false
 		}
@@ -241,23 +274,28 @@ func (a *actor) apply(c *command) bool {
 	// whether every event applied or a fence stopped it part way, with the
 	// rest of the wake-up's (releaseApplied).
 	a.unreleased += c.weight
+	if c.single {
+		return a.applyOne(c.epoch, &c.one)
+	}
 	if len(c.evs) > 1 && a.pool.Config().ApplyWorkers > 1 && a.epochs.noPruneWithin(len(c.evs)) {
 		return a.applyBatch(c)
 	}
 	for i := range c.evs {
-		ev := &c.evs[i]
-		switch v := a.admitEpoch(c.epoch, ev); v {
-		case epochApply, epochApplyFirst:
-			if !a.applied(c.epoch, ev, a.pool.ApplyEvent(ev), v == epochApplyFirst) {
-				return false
-			}
-		default:
-			if !a.refused(v, c.epoch, ev) {
-				return false
-			}
+		if !a.applyOne(c.epoch, &c.evs[i]) {
+			return false
 		}
 	}
 	return true
+}
+
+// applyOne runs one event of an Apply command. It returns false when a
+// fence interrupted it.
+func (a *actor) applyOne(epoch uint64, ev *ckf.RouterEvent) bool {
+	v, r := a.admitEpoch(epoch, ev)
+	if !v.applies() {
+		return a.refused(v, epoch, ev)
+	}
+	return a.applied(epoch, ev, r, a.pool.ApplyEvent(ev), v == epochApplyFirst)
 }
 
 // applyBatch is apply with the command's events handed to the pool as one
@@ -272,12 +310,13 @@ func (a *actor) apply(c *command) bool {
 // one by one (the pool, which a fenced actor discards, has applied the
 // rest).
 func (a *actor) applyBatch(c *command) bool {
-	verdicts := a.batch.verdicts[:0]
+	verdicts, recs := a.batch.verdicts[:0], a.batch.recs[:0]
 	evs := c.evs
 	all := true
 	for i := range c.evs {
-		v := a.admitEpoch(c.epoch, &c.evs[i])
+		v, r := a.admitEpoch(c.epoch, &c.evs[i])
 		verdicts = append(verdicts, v)
+		recs = append(recs, r)
 		all = all && v.applies()
 	}
 	if !all {
@@ -299,12 +338,14 @@ func (a *actor) applyBatch(c *command) bool {
 			}
 			continue
 		}
-		if ok = a.applied(c.epoch, ev, outs[j], v == epochApplyFirst); !ok {
+		if ok = a.applied(c.epoch, ev, recs[i], outs[j], v == epochApplyFirst); !ok {
 			break
 		}
 		j++
 	}
 	a.batch.verdicts = verdicts
+	clear(recs)
+	a.batch.recs = recs[:0]
 	clear(outs) // drop the batches
 	a.batch.outs = outs[:0]
 	if !all {
@@ -328,20 +369,20 @@ const (
 func (v epochVerdict) applies() bool { return v == epochApply || v == epochApplyFirst }
 
 // admitEpoch checks ev's source epoch against its member's, recording it
-// for a member that has none.
-func (a *actor) admitEpoch(epoch uint64, ev *ckf.RouterEvent) epochVerdict {
+// for a member that has none. It returns the member's record (nil when the
+// event does not apply), which applied settles without a second lookup.
+func (a *actor) admitEpoch(epoch uint64, ev *ckf.RouterEvent) (epochVerdict, *epochRecord) {
 	m := ev.Member()
-	cur, known := a.epochs.get(m)
+	r := a.epochs.lookup(m)
 	switch {
-	case known && epoch < cur:
-		return epochStale
-	case known && epoch > cur:
-		return epochUnannounced
-	case !known:
-		a.epochs.set(m, epoch)
-		return epochApplyFirst
+	case r == nil:
+		return epochApplyFirst, a.epochs.set(m, epoch)
+	case epoch < r.epoch:
+		return epochStale, nil
+	case epoch > r.epoch:
+		return epochUnannounced, nil
 	}
-	return epochApply
+	return epochApply, r
 }
 
 // refused handles an event its epoch keeps from the pool. It returns false
@@ -359,17 +400,20 @@ func (a *actor) refused(v epochVerdict, epoch uint64, ev *ckf.RouterEvent) bool 
 		Category: FaultSourceProtocol, Disposition: d, Err: ErrUnannouncedSourceEpoch})
 }
 
-// applied settles one event the pool applied: its member's epoch record,
-// logs, publication, journal and fault. first says the event found its
-// member without a record (admitEpoch set it). It returns false when a
-// fence interrupted the delivery of its fault.
-func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, out ckf.ApplyOutcome, first bool) bool {
+// applied settles one event the pool applied: its member's epoch record
+// (r, the one admitEpoch returned), logs, publication, journal and fault.
+// first says the event found its member without a record (admitEpoch set
+// it). It returns false when a fence interrupted the delivery of its fault.
+func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, r *epochRecord, out ckf.ApplyOutcome, first bool) bool {
 	m := ev.Member()
-	if _, known := a.epochs.get(m); !known {
+	if r.deleted {
 		// In a batch an earlier event of this member faulted and forgot
-		// the record; one by one this event would have set it again.
-		a.epochs.set(m, epoch)
-		first = true
+		// the record; one by one this event would have found the record a
+		// later event set since, or set it again.
+		if r = a.epochs.lookup(m); r == nil {
+			r = a.epochs.set(m, epoch)
+			first = true
+		}
 	}
 	var d ckf.Disposition
 	var cat FaultCategory
@@ -382,9 +426,9 @@ func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, out ckf.ApplyOutcome,
 		// A faulted event is not journalled, so it must leave no trace in
 		// the epochs either: a replica or a restart replaying the journal
 		// would not have the record (or its idle position).
-		a.epochs.forget(m)
+		a.epochs.forget(r)
 	} else if !isFault {
-		a.epochs.settle(m, out.MemberBlocks > 0)
+		a.epochs.settle(r, out.MemberBlocks > 0)
 	}
 	if out.UnknownRemovals > 0 {
 		a.stats.UnknownRemovalEvents++
@@ -397,15 +441,11 @@ func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, out ckf.ApplyOutcome,
 		a.diag.unchanged.Add(1)
 	}
 	if out.FirstError == nil {
-		if a.cfg.Journal != nil {
-			a.cfg.Journal.Admitted(epoch, ev)
-		}
+		a.journalAdmitted(epoch, ev)
 		return true
 	}
 	if !isFault {
-		if a.cfg.Journal != nil {
-			a.cfg.Journal.Admitted(epoch, ev)
-		}
+		a.journalAdmitted(epoch, ev)
 		// A capacity omission is a pre-commit, lossy-index omission: exact
 		// state is kept and a later store re-offers the block. Never a fault.
 		a.stats.CapacityOmissionEvents++
@@ -415,6 +455,13 @@ func (a *actor) applied(epoch uint64, ev *ckf.RouterEvent, out ckf.ApplyOutcome,
 	}
 	return a.fault(Fault{Member: m, SourceEpoch: epoch, EventID: ev.EventID,
 		Category: cat, Disposition: d, Err: out.FirstError})
+}
+
+// journalAdmitted hands an applied event to the journal, if any.
+func (a *actor) journalAdmitted(epoch uint64, ev *ckf.RouterEvent) {
+	if a.cfg.Journal != nil {
+		a.cfg.Journal.Admitted(epoch, ev)
+	}
 }
 
 // fault delivers f, blocking while the channel is full; a fence interrupts
@@ -472,7 +519,7 @@ func (a *actor) staleEpoch(m ckf.Member, epoch uint64) error {
 }
 
 func (a *actor) replace(c *command) error {
-	for _, r := range c.reps {
+	for _, r := range c.req.reps {
 		if err := a.staleEpoch(r.Member, r.SourceEpoch); err != nil {
 			return err
 		}
@@ -481,8 +528,8 @@ func (a *actor) replace(c *command) error {
 	if a.diag != nil {
 		start = time.Now()
 	}
-	reps := make([]ckf.RankReplacement, len(c.reps))
-	for i, r := range c.reps {
+	reps := make([]ckf.RankReplacement, len(c.req.reps))
+	for i, r := range c.req.reps {
 		reps[i] = ckf.RankReplacement{Member: r.Member, Events: r.Events}
 	}
 	b, err := a.pool.ReplaceRanks(reps)
@@ -492,12 +539,11 @@ func (a *actor) replace(c *command) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range c.reps {
-		a.epochs.set(r.Member, r.SourceEpoch)
-		a.epochs.settle(r.Member, a.pool.MemberBlocks(r.Member) > 0)
+	for _, r := range c.req.reps {
+		a.epochs.settle(a.epochs.set(r.Member, r.SourceEpoch), a.pool.MemberBlocks(r.Member) > 0)
 	}
 	if a.cfg.Journal != nil {
-		a.cfg.Journal.Replaced(c.reps)
+		a.cfg.Journal.Replaced(c.req.reps)
 	}
 	// The swap committed: a publication problem is the stream's (the
 	// publisher fences and the next subscriber's snapshot covers it), not
@@ -519,21 +565,20 @@ func (a *actor) replace(c *command) error {
 // batch is published, the epoch recorded, a ProducerInvariant fault is
 // delivered and the caller gets the error: a failed acknowledgement.
 func (a *actor) reset(c *command) (ok bool, err error) {
-	if err := a.staleEpoch(c.member, c.epoch); err != nil {
+	if err := a.staleEpoch(c.req.member, c.epoch); err != nil {
 		return true, err
 	}
-	b, err := a.pool.RemoveRank(c.member)
+	b, err := a.pool.RemoveRank(c.req.member)
 	if b != nil {
 		a.publish(b)
 	} else if a.diag != nil {
 		a.diag.unchanged.Add(1)
 	}
-	a.epochs.set(c.member, c.epoch)
-	a.epochs.settle(c.member, false)
+	a.epochs.settle(a.epochs.set(c.req.member, c.epoch), false)
 	if a.cfg.Journal != nil {
-		a.cfg.Journal.Reset(c.epoch, c.member, c.degraded)
+		a.cfg.Journal.Reset(c.epoch, c.req.member, c.req.degraded)
 	}
-	if c.degraded {
+	if c.req.degraded {
 		a.stats.DegradedResets++
 		if a.diag != nil {
 			a.diag.degradedResets.Add(1)
@@ -544,7 +589,7 @@ func (a *actor) reset(c *command) (ok bool, err error) {
 	}
 	d, _ := ckf.DispositionOf(ckf.FailurePointOf(err))
 	if cat, isFault := CategoryOf(d.Action); isFault {
-		return a.fault(Fault{Member: c.member, SourceEpoch: c.epoch, Category: cat, Disposition: d, Err: err}), err
+		return a.fault(Fault{Member: c.req.member, SourceEpoch: c.epoch, Category: cat, Disposition: d, Err: err}), err
 	}
 	return true, err
 }
@@ -577,7 +622,7 @@ func (a *actor) statsNow() ActorStats {
 	s.Lease, s.HasLease = a.pub.Lease()
 	s.Fence = a.pub.FenceReason()
 	s.SourceEpochRecords = len(a.epochs.rec)
-	s.IdleSourceEpochRecords = a.epochs.idle.Len()
+	s.IdleSourceEpochRecords = a.epochs.idleLen
 	s.SourceEpochsPruned = a.epochs.pruned
 	return s
 }

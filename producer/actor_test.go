@@ -18,7 +18,7 @@ import (
 func pauseActor(t *testing.T, h Handle) (release func()) {
 	t.Helper()
 	p := &pause{entered: make(chan struct{}), release: make(chan struct{})}
-	require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, pause: p}), "pause")
+	require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, req: &request{pause: p}}), "pause")
 	<-p.entered
 	return func() { close(p.release) }
 }
@@ -143,40 +143,86 @@ func TestActor_BoundedMailboxBackPressuresWithoutDropping(t *testing.T) {
 	})
 }
 
-// TestActor_FullMailboxWakesSendersAtHalf: senders blocked on a full
-// mailbox are not woken by every command the actor takes (a goroutine
-// hand-over per command) but once the mailbox is down to half; then both
-// admit, and nothing is lost.
-func TestActor_FullMailboxWakesSendersAtHalf(t *testing.T) {
+// TestActor_WakeUpTakesTheWholeMailbox: the actor takes every queued
+// command at one wake-up (one swap, not one receive per command), and the
+// senders blocked on the full mailbox wake at that take, together, while
+// the commands taken have not run yet (not once per command the actor
+// runs); nothing is lost.
+func TestActor_WakeUpTakesTheWholeMailbox(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h, _ := startActor(t, actorOpts{mutate: func(c *Config) { c.MailboxCapacity = 4 }})
+		h, _ := startActor(t, actorOpts{mutate: func(c *Config) { c.MailboxCapacity = 4; c.Diagnostics = true }})
 		release := pauseActor(t, h)
 		// The mailbox: a second pause, then three events: full.
 		second := &pause{entered: make(chan struct{}), release: make(chan struct{})}
-		require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, pause: second}))
+		require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, req: &request{pause: second}}))
 		for i := range uint64(3) {
 			mustAdmit(t, h, 0, stored(worker1, i+1, i+1))
 		}
+		assert.Equal(t, 4, h.MailboxDepth())
 		blocked := make(chan error, 2)
 		for _, b := range []uint64{9, 10} {
 			go func() { blocked <- h.AdmitEvent(context.Background(), 0, stored(worker1, b, b)) }()
 		}
 		synctest.Wait()
-		release()
-		<-second.entered // the actor took one command: three of four slots are still taken
-		synctest.Wait()
 		select {
 		case err := <-blocked:
-			require.FailNow(t, "the sender was woken by one command taken from a full mailbox", "err %v", err)
+			require.FailNow(t, "a sender admitted into a full mailbox", "err %v", err)
 		default:
 		}
-		assert.Equal(t, 3, h.MailboxDepth())
+		before, ok := h.Diagnostics()
+		require.True(t, ok)
+		release()
+		<-second.entered // the actor took the pause and the three events behind it
+		synctest.Wait()
+		for range 2 {
+			select {
+			case err := <-blocked:
+				require.NoError(t, err, "a blocked admission")
+			default:
+				require.FailNow(t, "a blocked sender still waits after the actor took the whole mailbox")
+			}
+		}
+		after, _ := h.Diagnostics()
+		assert.Equal(t, uint64(1), after.MailboxTakes-before.MailboxTakes, "wake-ups that took commands")
+		assert.Equal(t, uint64(4), after.MailboxTaken-before.MailboxTaken, "commands they took")
+		assert.Equal(t, 3+2, h.MailboxDepth(), "three taken and not run, two queued")
 		close(second.release)
-		require.NoError(t, <-blocked, "a blocked admission")
-		require.NoError(t, <-blocked, "the other blocked admission")
 		mustFlush(t, h)
 		assert.Equal(t, 5, mustStats(t, h).Pool.UniqueBlocks)
 	})
+}
+
+// TestActor_AdmitEventAllocatesNothingPerEvent: admitting one event and
+// applying it allocates nothing beyond what the pool's own apply of the
+// same events does — no slice around the event, no mailbox wake-up
+// channel, no epoch-record list element when a member empties and refills
+// — so the actor adds no garbage per command to the apply's.
+func TestActor_AdmitEventAllocatesNothingPerEvent(t *testing.T) {
+	const perRun = 64
+	var evs []ckf.RouterEvent // built once: the run admits copies (the slices are shared, never changed)
+	for i := range uint64(perRun / 2) {
+		evs = append(evs, stored(worker1, 2*i, 7), removed(worker1, 2*i+1, 7))
+	}
+	pool := newTestPool(t, 1<<10, 1<<30)
+	direct := testing.AllocsPerRun(20, func() {
+		for i := range evs {
+			ev := evs[i]
+			pool.ApplyEvent(&ev)
+		}
+	})
+	h, _ := startActor(t, actorOpts{expected: 1 << 10, cadence: 1 << 30})
+	ctx := t.Context()
+	admit := func() {
+		for _, ev := range evs {
+			require.NoError(t, h.AdmitEvent(ctx, 0, ev))
+		}
+		require.NoError(t, h.Barrier(ctx)) // everything admitted has run
+	}
+	admit() // the actor's buffers grow once
+	actor := testing.AllocsPerRun(20, admit)
+	barrier := testing.AllocsPerRun(20, func() { require.NoError(t, h.Barrier(ctx)) })
+	assert.LessOrEqual(t, actor, direct+barrier,
+		"allocations per %d admitted events and a barrier: actor %v, the pool alone %v, a barrier alone %v", perRun, actor, direct, barrier)
 }
 
 func TestActor_PayloadPermitsBackPressureByBlockCount(t *testing.T) {
@@ -297,6 +343,35 @@ func TestActor_FenceRefusesQueuedWork(t *testing.T) {
 		release()
 		require.NoError(t, <-fenced)
 		assert.ErrorIs(t, <-flushed, ErrFenced, "queued Flush")
+	})
+}
+
+// TestActor_FenceRefusesTheRestOfATakenBatch: a fence that comes while the
+// actor runs a batch it took stops it before the next command; the
+// commands taken and not run are refused like queued ones (their callers
+// get ErrFenced, their payload permits come back), and none of them is
+// applied.
+func TestActor_FenceRefusesTheRestOfATakenBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := startActor(t, actorOpts{mutate: func(c *Config) { c.PayloadPermits = 8 }})
+		release := pauseActor(t, h)
+		// Queued behind the first pause, so taken together: a second pause,
+		// an event, a flush.
+		second := &pause{entered: make(chan struct{}), release: make(chan struct{})}
+		require.NoError(t, h.a.send(t.Context(), &command{kind: cmdPause, req: &request{pause: second}}))
+		mustAdmit(t, h, 0, stored(worker1, 1, 1, 2, 3)) // weight 3 of 8
+		flushed := make(chan error, 1)
+		go func() { flushed <- h.Flush(context.Background()) }()
+		synctest.Wait()
+		require.Equal(t, 3, h.MailboxDepth())
+		release()
+		<-second.entered
+		require.Equal(t, 2, h.MailboxDepth(), "the event and the flush are taken, not run")
+		require.NoError(t, h.Fence(t.Context())) // interrupts the second pause
+		assert.ErrorIs(t, <-flushed, ErrFenced, "the flush taken with the batch")
+		assert.True(t, h.a.permits.TryAcquire(8), "the event's permits came back")
+		owners, _ := h.a.pool.Owners(1)
+		assert.Zero(t, owners, "the refused event was applied")
 	})
 }
 

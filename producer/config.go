@@ -24,7 +24,9 @@ const (
 // valid; start from [DefaultConfig].
 type Config struct {
 	// MailboxCapacity bounds the commands queued for the actor, > 0. A full
-	// mailbox back-pressures callers; nothing is dropped.
+	// mailbox back-pressures callers; nothing is dropped. The actor takes
+	// the whole queue at a wake-up, so up to twice as many commands can be
+	// admitted and not yet run (the payload permits bound their blocks).
 	MailboxCapacity int
 	// PayloadPermits bounds the blocks admitted but not yet applied, > 0. An
 	// event weighs its block count (min 1, capped at PayloadPermits).

@@ -24,6 +24,11 @@ type Diagnostics struct {
 	Rebuilds        uint64
 	RebuildNanos    uint64
 	RebuildMaxNanos uint64
+	// MailboxTakes counts the actor's wake-ups that took queued commands;
+	// MailboxTaken counts the commands they took (taken / takes is the
+	// batch a wake-up runs).
+	MailboxTakes uint64
+	MailboxTaken uint64
 }
 
 // diagnostics holds the live counters. A nil *diagnostics is the disabled
@@ -35,6 +40,7 @@ type diagnostics struct {
 	degradedResets              atomic.Uint64
 	rebuilds, rebuildNanos      atomic.Uint64
 	rebuildMax                  atomic.Uint64
+	takes, taken                atomic.Uint64
 }
 
 func storeMax(a *atomic.Uint64, v uint64) {
@@ -71,5 +77,7 @@ func (d *diagnostics) snapshot() Diagnostics {
 		Rebuilds:              d.rebuilds.Load(),
 		RebuildNanos:          d.rebuildNanos.Load(),
 		RebuildMaxNanos:       d.rebuildMax.Load(),
+		MailboxTakes:          d.takes.Load(),
+		MailboxTaken:          d.taken.Load(),
 	}
 }

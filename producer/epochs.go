@@ -1,7 +1,6 @@
 package producer
 
 import (
-	"container/list"
 	"fmt"
 	"sync"
 
@@ -40,22 +39,47 @@ func checkEpochRange(epoch uint64, m ckf.Member) error {
 // pool start (SPEC §7, decision on pruned epochs). Written only by the actor
 // goroutine, which reads without locking; other goroutines (a Handle checking
 // a batch before admission) read through [sourceEpochs.load].
+//
+// The idle records form a list threaded through the records themselves, so
+// a member emptying and refilling allocates nothing, and the actor's hot
+// path looks a member up once per event ([sourceEpochs.lookup]) and then
+// works on its record.
 type sourceEpochs struct {
-	mu      sync.RWMutex // held for writes, and by load
+	mu      sync.RWMutex // held for writes to rec and to an epoch, and by load
 	rec     map[ckf.Member]*epochRecord
-	idle    list.List // of *epochRecord, least recently idle first
+	idle    epochRecord // the idle list's sentinel: idle.next is the least recently idle
+	idleLen int
 	maxIdle int
 	pruned  uint64
+	// recent caches records by a cheap hash of their member, in front of
+	// the map (whose hash of a Member is most of a lookup's cost): the
+	// actor looks a member up for every event. A slot is cleared when its
+	// record is deleted. Actor goroutine only.
+	recent [recentSlots]*epochRecord
+}
+
+// recentSlots is the size of sourceEpochs.recent (2 KiB of pointers).
+const recentSlots = 256
+
+// recentSlot is m's slot in sourceEpochs.recent: a multiply-shift hash of
+// both fields.
+func recentSlot(m ckf.Member) int {
+	return int((m.WorkerID*0x9E3779B97F4A7C15 ^ uint64(m.DPRank)*0xC2B2AE3D27D4EB4F) >> 56)
 }
 
 type epochRecord struct {
-	member ckf.Member
-	epoch  uint64
-	idle   *list.Element // nil while the member holds blocks
+	member     ckf.Member
+	epoch      uint64
+	prev, next *epochRecord // in the idle list; nil while the member holds blocks
+	deleted    bool         // forgotten or pruned: no longer in rec
 }
 
+func (r *epochRecord) isIdle() bool { return r.next != nil }
+
 func newSourceEpochs(maxIdle int) *sourceEpochs {
-	return &sourceEpochs{rec: make(map[ckf.Member]*epochRecord), maxIdle: maxIdle}
+	s := &sourceEpochs{rec: make(map[ckf.Member]*epochRecord), maxIdle: maxIdle}
+	s.idle.prev, s.idle.next = &s.idle, &s.idle
+	return s
 }
 
 // get returns m's epoch; ok is false when m has no record.
@@ -66,6 +90,19 @@ func (s *sourceEpochs) get(m ckf.Member) (epoch uint64, ok bool) {
 	return 0, false
 }
 
+// lookup returns m's record, nil when it has none. Actor goroutine only.
+func (s *sourceEpochs) lookup(m ckf.Member) *epochRecord {
+	slot := &s.recent[recentSlot(m)]
+	if r := *slot; r != nil && r.member == m {
+		return r
+	}
+	r := s.rec[m]
+	if r != nil {
+		*slot = r
+	}
+	return r
+}
+
 // load is get for goroutines other than the actor's.
 func (s *sourceEpochs) load(m ckf.Member) (epoch uint64, ok bool) {
 	s.mu.RLock()
@@ -73,61 +110,102 @@ func (s *sourceEpochs) load(m ckf.Member) (epoch uint64, ok bool) {
 	return s.get(m)
 }
 
-// set records epoch for m. A new record is not idle until [settle] says so.
-func (s *sourceEpochs) set(m ckf.Member, epoch uint64) {
+// set records epoch for m and returns its record. A new record is not idle
+// until [sourceEpochs.settle] says so.
+func (s *sourceEpochs) set(m ckf.Member, epoch uint64) *epochRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r := s.rec[m]; r != nil {
 		r.epoch = epoch
+		return r
+	}
+	r := &epochRecord{member: m, epoch: epoch}
+	s.rec[m] = r
+	return r
+}
+
+// forget removes r's record (one set by an event that then faulted).
+func (s *sourceEpochs) forget(r *epochRecord) {
+	if r.deleted {
 		return
 	}
-	s.rec[m] = &epochRecord{member: m, epoch: epoch}
-}
-
-// forget removes m's record (one set by an event that then faulted).
-func (s *sourceEpochs) forget(m ckf.Member) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.rec[m]; r != nil {
-		if r.idle != nil {
-			s.idle.Remove(r.idle)
-		}
-		delete(s.rec, m)
+	if r.isIdle() {
+		s.unlinkIdle(r)
+	}
+	s.delete(r)
+}
+
+// delete drops r from the map; s.mu is held.
+func (s *sourceEpochs) delete(r *epochRecord) {
+	delete(s.rec, r.member)
+	r.deleted = true
+	if slot := &s.recent[recentSlot(r.member)]; *slot == r {
+		*slot = nil
 	}
 }
 
-// settle updates m's record after a command changed what m holds: a member
-// holding blocks is never pruned; one holding nothing becomes the most
-// recently idle, and the least recently idle records beyond maxIdle go.
-func (s *sourceEpochs) settle(m ckf.Member, holds bool) {
-	// The actor is the only writer, so it reads without the lock; the
+// settle updates r's record after a command changed what its member holds:
+// a member holding blocks is never pruned; one holding nothing becomes the
+// most recently idle, and the least recently idle records beyond maxIdle go.
+func (s *sourceEpochs) settle(r *epochRecord, holds bool) {
+	// The idle list is the actor's alone (no other goroutine reads it), so
+	// only a pruning, which deletes from the map, takes the lock; the
 	// common case — a member that holds blocks and is not idle — changes
-	// nothing and takes no lock.
-	r := s.rec[m]
-	if r == nil || (holds && r.idle == nil) {
+	// nothing.
+	if r == nil || r.deleted || (holds && !r.isIdle()) {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if r.isIdle() {
+		s.unlinkIdle(r)
+	}
 	if holds {
-		if r.idle != nil {
-			s.idle.Remove(r.idle)
-			r.idle = nil
-		}
 		return
 	}
-	if r.idle != nil {
-		s.idle.MoveToBack(r.idle)
-		return
+	s.pushIdle(r)
+	if s.idleLen > s.maxIdle {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.pruneIdle()
 	}
-	r.idle = s.idle.PushBack(r)
-	for s.idle.Len() > s.maxIdle {
-		old := s.idle.Remove(s.idle.Front()).(*epochRecord)
-		delete(s.rec, old.member)
+}
+
+// pushIdle appends r as the most recently idle record. Actor goroutine
+// only (or before it runs).
+func (s *sourceEpochs) pushIdle(r *epochRecord) {
+	r.prev, r.next = s.idle.prev, &s.idle
+	s.idle.prev.next = r
+	s.idle.prev = r
+	s.idleLen++
+}
+
+// unlinkIdle takes r out of the idle list. Actor goroutine only.
+func (s *sourceEpochs) unlinkIdle(r *epochRecord) {
+	r.prev.next = r.next
+	r.next.prev = r.prev
+	r.prev, r.next = nil, nil
+	s.idleLen--
+}
+
+// pruneIdle deletes the least recently idle records beyond maxIdle; s.mu is
+// held (or the actor is not running yet).
+func (s *sourceEpochs) pruneIdle() {
+	for s.idleLen > s.maxIdle {
+		old := s.idle.next
+		s.unlinkIdle(old)
+		s.delete(old)
 		s.pruned++
+	}
+}
+
+// idleRecords calls f on each idle record, least recently idle first.
+func (s *sourceEpochs) idleRecords(f func(r *epochRecord)) {
+	for r := s.idle.next; r != &s.idle; r = r.next {
+		f(r)
 	}
 }
 
 // noPruneWithin reports whether n more settles cannot prune a record: each
 // adds at most one idle record. Actor goroutine only.
-func (s *sourceEpochs) noPruneWithin(n int) bool { return s.idle.Len()+n <= s.maxIdle }
+func (s *sourceEpochs) noPruneWithin(n int) bool { return s.idleLen+n <= s.maxIdle }

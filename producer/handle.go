@@ -84,7 +84,7 @@ func newActor(pool *ckf.Pool, scope Scope, cfg Config, sequence uint64) (*actor,
 	a := &actor{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		mailbox: make(chan command, cfg.MailboxCapacity),
+		mb:      newMailbox(cfg.MailboxCapacity),
 		permits: semaphore.NewWeighted(cfg.PayloadPermits),
 		faults:  make(chan Fault, cfg.FaultCapacity),
 		closing: make(chan struct{}),
@@ -98,8 +98,6 @@ func newActor(pool *ckf.Pool, scope Scope, cfg Config, sequence uint64) (*actor,
 	a.timer.Stop()
 	id := scope.Identity(pool.Format())
 	a.identity.Store(&id)
-	space := make(chan struct{})
-	a.space.Store(&space)
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -119,12 +117,13 @@ func (h Handle) Identity() ckf.ProducerIdentity {
 	return *h.a.identity.Load()
 }
 
-// MailboxDepth returns the number of queued commands (a racy gauge).
+// MailboxDepth returns the number of commands admitted and not yet started
+// (a racy gauge).
 func (h Handle) MailboxDepth() int {
 	if h.a == nil {
 		return 0
 	}
-	return len(h.a.mailbox)
+	return h.a.mb.depth()
 }
 
 // Done is closed when the actor goroutine has stopped.
@@ -147,7 +146,13 @@ func (h Handle) Diagnostics() (d Diagnostics, ok bool) {
 // AdmitEvent admits one event of the member ev.Member() at sourceEpoch: it
 // is [Handle.AdmitEvents] with that one event.
 func (h Handle) AdmitEvent(ctx context.Context, sourceEpoch uint64, ev ckf.RouterEvent) error {
-	return h.AdmitEvents(ctx, sourceEpoch, []ckf.RouterEvent{ev})
+	a := h.a
+	if a == nil {
+		return ErrNotStarted
+	}
+	// The event travels inline in the mailbox entry: no slice to allocate.
+	c := command{kind: cmdApply, single: true, epoch: sourceEpoch, one: ev}
+	return a.admitCommand(ctx, &c)
 }
 
 // AdmitEvents admits evs, in order, at sourceEpoch, as one command: a source
@@ -181,20 +186,30 @@ func (h Handle) admit(ctx context.Context, sourceEpoch uint64, evs []ckf.RouterE
 	if len(evs) == 0 && cursor == nil {
 		return nil
 	}
+	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, cursor: cursor}
+	return a.admitCommand(ctx, &c)
+}
+
+// admitCommand weighs the Apply command c, acquires its permits and queues
+// it.
+func (a *actor) admitCommand(ctx context.Context, c *command) error {
 	var start time.Time
 	if a.diag != nil {
 		start = time.Now()
 	}
 	var w int64
-	for i := range evs {
-		w += int64(evs[i].BlockCount())
+	if c.single {
+		w = int64(c.one.BlockCount())
+	}
+	for i := range c.evs {
+		w += int64(c.evs[i].BlockCount())
 	}
 	w = min(w, a.cfg.PayloadPermits)
 	if err := a.acquire(ctx, w); err != nil {
 		return err
 	}
-	c := command{kind: cmdApply, epoch: sourceEpoch, evs: evs, weight: w, cursor: cursor}
-	if err := a.send(ctx, &c); err != nil {
+	c.weight = w
+	if err := a.send(ctx, c); err != nil {
 		a.permits.Release(w)
 		return err
 	}
@@ -232,7 +247,7 @@ func (h Handle) ReplaceRanks(ctx context.Context, reps []RankReplacement) error 
 	if err := a.acquire(ctx, w); err != nil {
 		return err
 	}
-	r, err := a.request(ctx, command{kind: cmdReplace, reps: reps, weight: w}, true)
+	r, err := a.request(ctx, command{kind: cmdReplace, weight: w, req: &request{reps: reps}}, true)
 	if err != nil {
 		return err
 	}
@@ -251,7 +266,7 @@ func (h Handle) ResetRank(ctx context.Context, sourceEpoch uint64, m ckf.Member,
 	if err := checkEpochRange(sourceEpoch, m); err != nil {
 		return err
 	}
-	r, err := h.a.request(ctx, command{kind: cmdReset, epoch: sourceEpoch, member: m, degraded: degraded}, false)
+	r, err := h.a.request(ctx, command{kind: cmdReset, epoch: sourceEpoch, req: &request{member: m, degraded: degraded}}, false)
 	if err != nil {
 		return err
 	}
@@ -354,7 +369,7 @@ func (h Handle) Flush(ctx context.Context) error {
 // [ErrSuperseded]; then the new subscription's snapshot and stream start
 // exactly at the publisher's last sequence.
 func (h Handle) Subscribe(ctx context.Context, lease ckf.LaneLease) (*Subscription, error) {
-	r, err := h.a.request(ctx, command{kind: cmdSubscribe, lease: lease}, false)
+	r, err := h.a.request(ctx, command{kind: cmdSubscribe, req: &request{lease: lease}}, false)
 	if err != nil {
 		return nil, err
 	}
@@ -437,24 +452,14 @@ type actor struct {
 	cfg Config
 	// identity is the publisher's; Reincarnate replaces it (the actor
 	// stores, handles load).
-	identity atomic.Pointer[ckf.ProducerIdentity]
-	log      *slog.Logger
-	mailbox  chan command
-	// space is closed, and replaced, when the mailbox has drained to half
-	// while senders wait for room; spaceWaiters counts them (send,
-	// wakeSenders).
-	space        atomic.Pointer[chan struct{}]
-	spaceWaiters atomic.Int32
+	identity     atomic.Pointer[ckf.ProducerIdentity]
+	log          *slog.Logger
+	mb           *mailbox
 	permits      *semaphore.Weighted
 	faults       chan Fault
 	takesCursors bool // cfg.Journal is a CursorJournal
 	diag         *diagnostics
 
-	// gate orders senders against stopAdmission: senders hold it shared
-	// while they enqueue; stopAdmission takes it exclusively, so once sealed
-	// is closed no command can still enter the mailbox.
-	gate         sync.RWMutex
-	closed       bool          // guarded by gate
 	closing      chan struct{} // closed when admission stops (wakes blocked senders)
 	sealed       chan struct{} // closed when no sender can still enqueue
 	stopOnce     sync.Once
@@ -472,9 +477,11 @@ type actor struct {
 	timer      *time.Timer
 	timerArmed bool
 	unreleased int64      // permits of commands run, not yet released (releaseApplied)
+	sinceYield int        // commands run since the actor last parked or yielded
 	stats      ActorStats // counters only; the rest is filled by statsNow
 	batch      struct {   // applyBatch's reusable buffers
 		verdicts []epochVerdict
+		recs     []*epochRecord
 		evs      []ckf.RouterEvent
 		outs     []ckf.ApplyOutcome
 	}
@@ -493,14 +500,12 @@ func (a *actor) stopErr() error {
 }
 
 // stopAdmission closes admission once: blocked senders wake and fail, and
-// after the exclusive gate no sender can enqueue, so the mailbox content is
-// final when sealed closes.
+// once the mailbox is closed no sender can enqueue, so its content is final
+// when sealed closes.
 func (a *actor) stopAdmission() {
 	a.stopOnce.Do(func() {
 		close(a.closing)
-		a.gate.Lock()
-		a.closed = true
-		a.gate.Unlock()
+		a.mb.close()
 		close(a.sealed)
 	})
 }
@@ -533,48 +538,14 @@ func (a *actor) acquire(ctx context.Context, w int64) error {
 
 // send enqueues c, waiting for mailbox space (back-pressure) unless ctx ends
 // or admission stops.
-//
-// A sender that finds the mailbox full does not wait on the channel, where
-// every command the actor takes would wake it for one more (a goroutine
-// hand-over per command, the cost that made the actor twice a direct
-// apply): it waits until the actor has drained the mailbox to half
-// (wakeSenders), then refills it in one go. All waiting senders wake
-// together, so none waits behind senders that keep finding room.
 func (a *actor) send(ctx context.Context, c *command) error {
-	a.gate.RLock()
-	defer a.gate.RUnlock()
-	if a.closed {
-		return a.stopErr()
-	}
-	for {
-		select {
-		case a.mailbox <- *c:
-			return nil
-		default:
-		}
-		// Count this sender and take the wake-up channel before the second
-		// try: if that also finds the mailbox full, the actor has commands
-		// left to take and sees the count after taking one, so the wake-up
-		// cannot be missed.
-		a.spaceWaiters.Add(1)
-		space := *a.space.Load()
-		select {
-		case a.mailbox <- *c:
-			a.spaceWaiters.Add(-1)
-			return nil
-		default:
-		}
-		select {
-		case <-space:
-			a.spaceWaiters.Add(-1)
-		case <-a.closing:
-			a.spaceWaiters.Add(-1)
+	if err := a.mb.put(ctx, c, a.closing); err != nil {
+		if err == errMailboxClosed {
 			return a.stopErr()
-		case <-ctx.Done():
-			a.spaceWaiters.Add(-1)
-			return ctx.Err()
 		}
+		return err
 	}
+	return nil
 }
 
 // request sends a command that expects a reply and waits for it. Every
@@ -585,7 +556,10 @@ func (a *actor) request(ctx context.Context, c command, permitsHeld bool) (reply
 	if a == nil {
 		return reply{}, ErrNotStarted
 	}
-	c.reply = make(chan reply, 1)
+	if c.req == nil {
+		c.req = &request{}
+	}
+	c.req.reply = make(chan reply, 1)
 	if err := a.send(ctx, &c); err != nil {
 		if permitsHeld {
 			a.permits.Release(c.weight)
@@ -593,7 +567,7 @@ func (a *actor) request(ctx context.Context, c command, permitsHeld bool) (reply
 		return reply{}, err
 	}
 	select {
-	case r := <-c.reply:
+	case r := <-c.req.reply:
 		return r, nil
 	case <-ctx.Done():
 		return reply{}, ctx.Err()

@@ -56,15 +56,14 @@ func (a *actor) image() *Image {
 		img.JournalPosition = a.cfg.Journal.Position()
 	}
 	for m, r := range a.epochs.rec {
-		if r.idle == nil {
+		if !r.isIdle() {
 			img.Epochs = append(img.Epochs, EpochImage{Member: m, Epoch: r.epoch})
 		}
 	}
 	slices.SortFunc(img.Epochs, func(x, y EpochImage) int { return x.Member.Compare(y.Member) })
-	for e := a.epochs.idle.Front(); e != nil; e = e.Next() {
-		r := e.Value.(*epochRecord)
+	a.epochs.idleRecords(func(r *epochRecord) {
 		img.Epochs = append(img.Epochs, EpochImage{Member: r.member, Epoch: r.epoch, Idle: true})
-	}
+	})
 	return img
 }
 
@@ -98,15 +97,11 @@ func StartImage(poolCfg ckf.Config, img *Image, scope Scope, cfg Config) (Handle
 		r := &epochRecord{member: e.Member, epoch: e.Epoch}
 		s.rec[e.Member] = r
 		if e.Idle {
-			r.idle = s.idle.PushBack(r)
+			s.pushIdle(r)
 		}
 	}
 	s.pruned = img.EpochsPruned
-	for s.idle.Len() > s.maxIdle {
-		old := s.idle.Remove(s.idle.Front()).(*epochRecord)
-		delete(s.rec, old.member)
-		s.pruned++
-	}
+	s.pruneIdle()
 	go a.run()
 	return Handle{a: a}, a.faults, nil
 }

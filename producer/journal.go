@@ -14,9 +14,11 @@ import (
 // committed rank replacements and resets — so a store can replay them after
 // a crash. Its methods run on the actor goroutine between two commands: they
 // must be quick (queue, do not write), and may block only to apply
-// back-pressure. The arguments are the actor's: they must not be modified,
-// and they stay valid after the call (the actor never changes an admitted
-// event).
+// back-pressure. The arguments are the actor's: they must not be modified.
+// Admitted's ev points into the actor's mailbox, which is reused after the
+// call: copy the event (the struct; its Blocks and BlockHashes stay valid
+// and unchanged after the call, as do Replaced's reps: the actor never
+// changes an admitted event).
 type Journal interface {
 	Admitted(sourceEpoch uint64, ev *ckf.RouterEvent)
 	Replaced(reps []RankReplacement)

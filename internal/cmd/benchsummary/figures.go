@@ -148,6 +148,15 @@ var figures = []figure{
 	{Name: "producer_actor_batch64_events_per_s", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Metric: "events/s", Unit: "events/s"},
 	{Name: "producer_actor_batch64_vs_actor", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=actor", Metric: "ns/op", Unit: "ratio"},
 	{Name: "producer_actor_batch64_vs_pool", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=pool", Metric: "ns/op", Unit: "ratio"},
+	// The same batches, each allocated and copied by the caller (the
+	// benchmark's shape before 2026-12-06: the caller's garbage, not the
+	// actor's cost).
+	{Name: "producer_actor_batch64_alloc_vs_pool", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64-alloc", Base: "BenchmarkActorAdmit/impl=pool", Metric: "ns/op", Unit: "ratio"},
+	// The same ratios in CPU per event (the whole process's: on 2 cores the
+	// caller's admission runs beside the actor, so wall time hides it while
+	// the machine is idle and shows it when it is loaded).
+	{Name: "producer_actor_vs_pool_cpu", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor", Base: "BenchmarkActorAdmit/impl=pool", Metric: "cpu-ns/op", Unit: "ratio"},
+	{Name: "producer_actor_batch64_vs_pool_cpu", Pkg: "./producer", Bench: "BenchmarkActorAdmit/impl=actor-batch64", Base: "BenchmarkActorAdmit/impl=pool", Metric: "cpu-ns/op", Unit: "ratio"},
 	{Name: "producer_admit_p50_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p50-ns", Unit: "ns"},
 	{Name: "producer_admit_p99_ns", Pkg: "./producer", Bench: "BenchmarkActorLatency/rate=50pct", Metric: "p99-ns", Unit: "ns"},
 
