@@ -139,6 +139,12 @@ type HA struct {
 	// records were lost). Either makes /readyz answer 503.
 	Halted  string `json:"halted,omitempty"`
 	Stopped string `json:"stopped,omitempty"`
+	// LastError is why the replica last stopped leading or rebuilt its
+	// pool (a refused or timed-out append: a full JetStream, no NATS
+	// majority). LagUnknown: a standby could not read the pool's tail for
+	// a while, so Lag is the last one it could read.
+	LastError  string `json:"last_error,omitempty"`
+	LagUnknown bool   `json:"lag_unknown,omitempty"`
 	// Checkpoint is present while the replicas checkpoint (issue #34).
 	Checkpoint *HACheckpoint `json:"checkpoint,omitempty"`
 }

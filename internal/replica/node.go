@@ -123,6 +123,10 @@ type Status struct {
 	// Halts counts the halts.
 	Halted string
 	Halts  uint64
+	// LastError is why the replica last stopped leading or rebuilt its
+	// pool ("" until it did): a leader whose appends a full JetStream
+	// refuses says so here, not only in its log.
+	LastError string
 }
 
 // Defaults of the checkpoint cadence: a standby checkpoints after this many
@@ -391,7 +395,7 @@ func (n *Node) Run(ctx context.Context) error {
 		for _, c := range from.cursors {
 			n.cursors[c.Source] = c.Seq
 		}
-		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint, PurgedBelow: n.status.PurgedBelow, Halts: n.status.Halts,
+		n.status = Status{Role: RoleStandby, Rebuilds: n.status.Rebuilds, Checkpoint: n.status.Checkpoint, PurgedBelow: n.status.PurgedBelow, Halts: n.status.Halts, LastError: n.status.LastError,
 			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
@@ -456,7 +460,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return nil
 		}
 		reason = err.Error()
-		n.update(func(s *Status) { s.Rebuilds++ })
+		n.update(func(s *Status) { s.Rebuilds++; s.LastError = reason })
 		switch {
 		case led:
 			backoff = 0

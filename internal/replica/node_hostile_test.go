@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,6 +141,10 @@ func TestNodeSaysItStoppedLeadingAtItsDeadline(t *testing.T) {
 	assert.Empty(t, c.Leader, "a replica that stopped leading still names a leader")
 	assert.Equal(t, RoleStandby, a.n.Status().Role)
 	assert.False(t, a.n.Leads())
+	// Why is in its status, not only in its log (a full JetStream's
+	// refusals looked like nothing on the catalog: red-team HA F6).
+	require.Eventually(t, func() bool { return strings.Contains(a.n.Status().LastError, "deadline") }, 3*time.Second, 5*time.Millisecond,
+		"last error %q", a.n.Status().LastError)
 }
 
 // TestNodeLeaderStepsDownWhenItsLeaseKeyGoes: the lease key is deleted

@@ -260,11 +260,13 @@ type haPool struct {
 	mu   sync.Mutex
 	lead *leadership // what the current term runs; nil while a standby
 
-	tailMu   sync.Mutex
-	tailSeq  uint64
-	tailAt   time.Time
-	dupSince time.Time // when a lease under our node id was first seen while standing by
-	dupRev   uint64    // its revision then
+	tailMu  sync.Mutex
+	tailSeq uint64
+	tailAt  time.Time // last read attempt
+	// tailReadAt: the last successful read.
+	tailReadAt time.Time
+	dupSince   time.Time // when a lease under our node id was first seen while standing by
+	dupRev     uint64    // its revision then
 	// duplicate: another live relay leads under this relay's node id.
 	duplicate atomic.Bool
 
@@ -620,7 +622,7 @@ func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 	st := p.ha.node.Status()
 	out := &catalog.HA{Role: st.Role.String(), Leader: st.Leader, LeaderAddress: parseAdvertisement(st.Leader, st.Address).URL,
 		Term: catalog.U64(st.Term), Applied: catalog.U64(st.Applied), Takeovers: catalog.U64(p.ha.takeovers.Load()),
-		Rebuilds: catalog.U64(st.Rebuilds), Halted: st.Halted}
+		Rebuilds: catalog.U64(st.Rebuilds), Halted: st.Halted, LastError: st.LastError}
 	if s := p.ha.stopped.Load(); s != nil {
 		out.Stopped = *s
 	}
@@ -629,8 +631,10 @@ func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 			PurgedBelow: catalog.U64(st.PurgedBelow)}
 	}
 	if st.Role == replica.RoleStandby {
-		tail := max(st.Tail, p.ha.tail(ctx))
+		read, fresh := p.ha.tail(ctx)
+		tail := max(st.Tail, read)
 		out.Lag = catalog.U64(tail - min(tail, st.Applied))
+		out.LagUnknown = !fresh
 		out.DuplicateNodeID = p.ha.duplicate.Load()
 	} else {
 		p.ha.duplicate.Store(false)
@@ -644,25 +648,27 @@ func (p *hostedPool) haStatus(ctx context.Context) (*catalog.HA, bool) {
 const tailTTL = time.Second
 
 // tail returns the pool's last record's stream sequence, read at most once
-// per tailTTL (0 when it cannot be read). The same read checks the lease
-// for a duplicate node id (see duplicate).
-func (h *haPool) tail(ctx context.Context) uint64 {
+// per tailTTL (0 when it was never read), and whether a read succeeded
+// within the last tailStale: a standby cut off from NATS otherwise reported
+// the lag of its last good read — 0 — while it fell behind. The same read
+// checks the lease for a duplicate node id (see duplicate).
+func (h *haPool) tail(ctx context.Context) (uint64, bool) {
 	h.tailMu.Lock()
 	defer h.tailMu.Unlock()
-	if time.Since(h.tailAt) < tailTTL {
-		return h.tailSeq
+	if time.Since(h.tailAt) >= tailTTL {
+		h.tailAt = time.Now()
+		if subject, err := replica.Subject("", h.p.spec.Name); err == nil {
+			if t, err := replica.Tail(ctx, h.s.ha.stream, subject); err == nil {
+				h.tailSeq, h.tailReadAt = t, time.Now()
+			}
+		}
+		h.checkDuplicate(ctx)
 	}
-	h.tailAt = time.Now()
-	subject, err := replica.Subject("", h.p.spec.Name)
-	if err != nil {
-		return h.tailSeq
-	}
-	if t, err := replica.Tail(ctx, h.s.ha.stream, subject); err == nil {
-		h.tailSeq = t
-	}
-	h.checkDuplicate(ctx)
-	return h.tailSeq
+	return h.tailSeq, !h.tailReadAt.IsZero() && time.Since(h.tailReadAt) < tailStale
 }
+
+// tailStale: a tail read older than this makes a standby's lag unknown.
+const tailStale = 3 * tailTTL
 
 // checkDuplicate (under tailMu, while standing by): a lease held under this
 // replica's own node id is either its own crashed predecessor's, which

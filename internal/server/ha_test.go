@@ -570,3 +570,38 @@ func TestHA_OwnLeaseIsNoDuplicateNodeID(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // renewals happen every TTL/3; polling them
 	}
 }
+
+// failingTail is the records stream with its tail reads failing while fail
+// is set, as for a standby cut off from NATS.
+type failingTail struct {
+	jetstream.Stream
+	fail *atomic.Bool
+}
+
+func (s failingTail) GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error) {
+	if s.fail.Load() {
+		return nil, context.DeadlineExceeded
+	}
+	return s.Stream.GetLastMsgForSubject(ctx, subject)
+}
+
+// TestHA_StandbyThatCannotReadTheTailSaysItsLagIsUnknown: a standby whose
+// tail reads fail (cut off from NATS) reported lag 0 — its last good read —
+// while it fell behind (red-team HA F7). It says lag_unknown instead.
+func TestHA_StandbyThatCannotReadTheTailSaysItsLagIsUnknown(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	a := startHARelay(t, haConfig(srv.URL(), "node-a"), nil)
+	require.Eventually(t, func() bool { return a.leading("dc-a") }, 10*time.Second, 5*time.Millisecond)
+	var cut atomic.Bool
+	b := startHARelay(t, haConfig(srv.URL(), "node-b"), func(s *Server) { s.ha.stream = failingTail{Stream: s.ha.stream, fail: &cut} })
+	waitLeader(t, "dc-a", a, b)
+	h := b.ha(t, "dc-a").HA
+	require.NotNil(t, h)
+	assert.False(t, h.LagUnknown, "%+v", h)
+
+	cut.Store(true)
+	require.Eventually(t, func() bool { return b.ha(t, "dc-a").HA.LagUnknown }, 10*time.Second, 50*time.Millisecond,
+		"a standby that cannot read the tail still reports a known lag")
+	cut.Store(false)
+	require.Eventually(t, func() bool { return !b.ha(t, "dc-a").HA.LagUnknown }, 10*time.Second, 50*time.Millisecond)
+}
