@@ -444,21 +444,12 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) erro
 // gap resets it degraded; an old or repeated sequence is dropped.
 func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member, env Envelope, now time.Time) (uint64, bool, error) {
 	st := s.members[m]
-	switch {
-	case st == nil && s.resumed(sink, m, env, now):
+	if st == nil && s.resumed(sink, m, env, now) {
+		// Taken up where the group's records end: a running member from
+		// here on (its seen, next and gap cases below).
 		st = s.members[m]
-		if env.Enveloped && seqOrder(st, env.Sequence) < 0 {
-			s.update(func(st *source.Status) { st.Dropped++ })
-			return 0, false, nil
-		}
-		if env.Enveloped && seqOrder(st, env.Sequence) > 0 {
-			epoch, err := s.reset(ctx, sink, max(uint64(now.UnixNano()), st.epoch+1), m, true)
-			if err != nil {
-				return 0, false, err
-			}
-			s.update(func(s *source.Status) { s.Gaps++; s.Resets++ })
-			st.epoch = epoch
-		}
+	}
+	switch {
 	case st == nil || st.publisher != env.PublisherID:
 		epoch := uint64(now.UnixNano())
 		if st != nil {
