@@ -440,11 +440,9 @@ func (n *Node) Run(ctx context.Context) error {
 			p.Close()
 		}
 		if led && ctx.Err() == nil && !errors.Is(err, errResigned) {
-			// Say so now, not once the rebuild's NATS reads succeed: a
+			// Announced now, not once the rebuild's NATS reads succeed: a
 			// leader cut off from NATS kept reporting itself the leader
-			// for as long as the partition lasted. No leader is known
-			// until a term record names the next one.
-			n.update(func(s *Status) { s.Leader, s.Address = "", "" })
+			// for as long as the partition lasted.
 			n.change(RoleStandby, "stopped leading: "+err.Error())
 		}
 		if errors.Is(err, ErrStateLost) {
