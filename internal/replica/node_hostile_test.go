@@ -22,15 +22,14 @@ import (
 // a chain no standby can follow, or lead what is left of a purged subject
 // as if it were the pool.
 
-// TestNodeDoesNotLeadBelowAForeignTerm: a forged term record far beyond
-// any lease revision is on the chain. No replica appends a term record
-// below it (a standby could never apply it: the group would look led and
-// have no hot standby); both keep their state and say why in the log.
-func TestNodeDoesNotLeadBelowAForeignTerm(t *testing.T) {
+// startLedGroup starts a group on a fresh server — a leads with ten
+// admitted events, b stands by converged on them — with a 1 s lease, and
+// returns the records stream and the pool's subject.
+func startLedGroup(t *testing.T) (jetstream.JetStream, jetstream.Stream, string, *testNode, *testNode) {
+	t.Helper()
 	srv := natstest.Start(t, natstest.Options{})
 	_, js := srv.JetStream(t)
-	ctx := t.Context()
-	ls, err := OpenLeases(ctx, js, LeaseConfig{TTL: time.Second, Replicas: 1})
+	ls, err := OpenLeases(t.Context(), js, LeaseConfig{TTL: time.Second, Replicas: 1})
 	require.NoError(t, err)
 	a := startNode(t, srv, ls, "a")
 	a.waitRole(t, RoleLeader, 10*time.Second)
@@ -38,10 +37,19 @@ func TestNodeDoesNotLeadBelowAForeignTerm(t *testing.T) {
 	b.waitRole(t, RoleStandby, 10*time.Second)
 	admit(t, a.replica(), 1, 0, 10)
 	converged(t, a, b)
-
-	s, err := js.Stream(ctx, DefaultStream)
+	s, err := js.Stream(t.Context(), DefaultStream)
 	require.NoError(t, err)
 	subject, _ := Subject("", "pool")
+	return js, s, subject, a, b
+}
+
+// TestNodeDoesNotLeadBelowAForeignTerm: a forged term record far beyond
+// any lease revision is on the chain. No replica appends a term record
+// below it (a standby could never apply it: the group would look led and
+// have no hot standby); both keep their state and say why in the log.
+func TestNodeDoesNotLeadBelowAForeignTerm(t *testing.T) {
+	ctx := t.Context()
+	js, s, subject, a, b := startLedGroup(t)
 	tail, err := Tail(ctx, s, subject)
 	require.NoError(t, err)
 	forger := NewAppender(js, s, subject, math.MaxInt64, tail, 0)
@@ -69,21 +77,8 @@ func TestNodeDoesNotLeadBelowAForeignTerm(t *testing.T) {
 // the subject no longer has, so each stops with ErrStateLost — loud, never
 // an empty pool under a healthy-looking leader.
 func TestNodeDoesNotLeadAPurgedSubject(t *testing.T) {
-	srv := natstest.Start(t, natstest.Options{})
-	_, js := srv.JetStream(t)
 	ctx := t.Context()
-	ls, err := OpenLeases(ctx, js, LeaseConfig{TTL: time.Second, Replicas: 1})
-	require.NoError(t, err)
-	a := startNode(t, srv, ls, "a")
-	a.waitRole(t, RoleLeader, 10*time.Second)
-	b := startNode(t, srv, ls, "b")
-	b.waitRole(t, RoleStandby, 10*time.Second)
-	admit(t, a.replica(), 1, 0, 10)
-	converged(t, a, b)
-
-	s, err := js.Stream(ctx, DefaultStream)
-	require.NoError(t, err)
-	subject, _ := Subject("", "pool")
+	_, s, subject, a, b := startLedGroup(t)
 	require.NoError(t, s.Purge(ctx, jetstream.WithPurgeSubject(subject)))
 	admit(t, a.replica(), 2, 0, 1) // the leader's next append meets the purge
 
@@ -96,7 +91,7 @@ func TestNodeDoesNotLeadAPurgedSubject(t *testing.T) {
 			require.Failf(t, "still running", "node %s did not stop on a purged subject: %+v", tn.n.cfg.Node, tn.n.Status())
 		}
 	}
-	_, err = s.GetLastMsgForSubject(ctx, subject)
+	_, err := s.GetLastMsgForSubject(ctx, subject)
 	require.ErrorIs(t, err, jetstream.ErrMsgNotFound, "a replica appended to the purged subject")
 }
 
