@@ -106,12 +106,22 @@ func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
 		a.diag.takes.Add(1)
 		a.diag.taken.Add(uint64(len(batch)))
 	}
+	// Apply commands' deltas are held and handed over together (streamSink);
+	// any other command first hands over what is held, as its reply may
+	// be awaited by the subscriber's owner.
+	defer a.sink.release()
 	for i := range batch {
 		if a.fenced() {
 			return batch[i:], true
 		}
 		a.mb.unrun.Store(int64(len(batch) - i - 1))
-		if !a.handle(&batch[i]) {
+		c := &batch[i]
+		if c.kind == cmdApply {
+			a.sink.hold()
+		} else {
+			a.sink.release()
+		}
+		if !a.handle(c) {
 			return batch[i+1:], true
 		}
 	}
@@ -467,6 +477,9 @@ func (a *actor) journalAdmitted(epoch uint64, ev *ckf.RouterEvent) {
 // fault delivers f, blocking while the channel is full; a fence interrupts
 // the wait (it returns false then).
 func (a *actor) fault(f Fault) bool {
+	// The owner may read the stream before the faults: hand it what is
+	// held before waiting, as the deltas were handed over one by one.
+	a.sink.handOver()
 	select {
 	case a.faults <- f:
 		a.stats.Faults++
