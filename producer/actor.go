@@ -81,7 +81,7 @@ func (a *actor) run() {
 			// Admission is closed and the mailbox was drained.
 			fenced = a.fenced()
 		default:
-			a.sinceYield = 0 // parked: the others ran
+			a.sink.handed = 0 // parked: the others ran
 			fenced = !a.wait()
 		}
 		if closed {
@@ -89,9 +89,6 @@ func (a *actor) run() {
 		}
 		a.armTimer()
 		a.releaseApplied()
-		if !fenced {
-			a.yieldAfterBacklog(len(batch))
-		}
 	}
 	a.releaseApplied()
 	a.finish(fenced, rest)
@@ -124,28 +121,30 @@ func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
 		if !a.handle(c) {
 			return batch[i+1:], true
 		}
+		a.yieldToTheSubscriber()
 	}
 	clear(batch) // drop the events and replies until the slice is filled again
 	return nil, false
 }
 
-// yieldEvery is how many commands the actor runs without parking before it
-// yields its thread (yieldAfterBacklog).
-const yieldEvery = 256
-
-// yieldAfterBacklog lets the goroutines waiting for a thread run after the
-// actor ran yieldEvery commands without parking. A backlogged actor never
-// blocks (the mailbox always has work), and the sender it wakes at each
-// take and the actor hand the thread to each other directly (Go runs a
-// goroutine just woken next, on the waker's time slice), so with few
-// threads the subscriber draining the deltas waited until its buffer
-// overflowed: with GOMAXPROCS=1 and the default 64-delta buffer the stream
-// ended lagged, with the channel mailbox before as well
-// (TestActor_BackloggedActorLetsTheSubscriberRun).
-func (a *actor) yieldAfterBacklog(n int) {
-	a.sinceYield += n
-	if a.sinceYield >= yieldEvery {
-		a.sinceYield = 0
+// yieldToTheSubscriber lets the goroutines waiting for a thread run once
+// the actor has handed the subscriber a quarter of its buffer without
+// parking. A backlogged actor never blocks (the mailbox always has work),
+// and the sender it wakes at each take and the actor hand the thread to
+// each other directly (Go runs a goroutine just woken next, on the
+// waker's time slice), so with few threads the subscriber draining the
+// deltas waited until its buffer overflowed: with GOMAXPROCS=1 and a
+// 64-delta buffer the stream ended lagged, with the channel mailbox before
+// as well (TestActor_BackloggedActorLetsTheSubscriberRun). The yield is
+// counted in deltas, not commands, because the buffer is: at a cadence of
+// one event a yield every 256 commands still overflowed it
+// (TestActor_BackloggedActorLetsASubscriberOfEveryEventRun), and with the
+// relay's 4,096-delta buffer the actor rarely gives its thread away: a
+// yield puts the actor behind whatever its thread runs next, often on the
+// other core, whose caches do not hold the pool.
+func (a *actor) yieldToTheSubscriber() {
+	if k := &a.sink; k.cur != nil && k.handed >= max(1, cap(k.cur.ch)/4) {
+		k.handed = 0
 		runtime.Gosched()
 	}
 }

@@ -88,6 +88,7 @@ type streamSink struct {
 	cur     *stream
 	held    []ckf.Delta // accepted, not yet in cur's channel, in order
 	holding bool
+	handed  int // deltas handed over since the actor last parked or yielded
 }
 
 // maxHeldDeltas bounds the deltas the sink holds: a subscriber waits for at
@@ -132,6 +133,7 @@ func (k *streamSink) handOver() {
 	for _, d := range k.held {
 		k.cur.ch <- d
 	}
+	k.handed += len(k.held)
 	clear(k.held) // drop the images
 	k.held = k.held[:0]
 }
