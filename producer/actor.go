@@ -143,8 +143,10 @@ func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
 // yield puts the actor behind whatever its thread runs next, often on the
 // other core, whose caches do not hold the pool.
 func (a *actor) yieldToTheSubscriber() {
-	if k := &a.sink; k.cur != nil && k.handed >= max(1, cap(k.cur.ch)/4) {
-		k.handed = 0
+	// The buffer's size from the configuration, not the channel's
+	// capacity: the channel's header is on the subscriber's cache line.
+	if a.sink.handed >= max(1, a.cfg.SubscriberBuffer/4) {
+		a.sink.handed = 0
 		runtime.Gosched()
 	}
 }
