@@ -81,7 +81,7 @@ func (a *actor) run() {
 			// Admission is closed and the mailbox was drained.
 			fenced = a.fenced()
 		default:
-			a.sink.handed = 0 // parked: the others ran
+			a.sinceYield, a.sink.handed = 0, 0 // parked: the others ran
 			fenced = !a.wait()
 		}
 		if closed {
@@ -89,6 +89,9 @@ func (a *actor) run() {
 		}
 		a.armTimer()
 		a.releaseApplied()
+		if !fenced {
+			a.yieldAfterBacklog(len(batch))
+		}
 	}
 	a.releaseApplied()
 	a.finish(fenced, rest)
@@ -127,28 +130,47 @@ func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
 	return nil, false
 }
 
-// yieldToTheSubscriber lets the goroutines waiting for a thread run once
-// the actor has handed the subscriber a quarter of its buffer without
-// parking. A backlogged actor never blocks (the mailbox always has work),
-// and the sender it wakes at each take and the actor hand the thread to
-// each other directly (Go runs a goroutine just woken next, on the
-// waker's time slice), so with few threads the subscriber draining the
-// deltas waited until its buffer overflowed: with GOMAXPROCS=1 and a
-// 64-delta buffer the stream ended lagged, with the channel mailbox before
-// as well (TestActor_BackloggedActorLetsTheSubscriberRun). The yield is
-// counted in deltas, not commands, because the buffer is: at a cadence of
-// one event a yield every 256 commands still overflowed it
-// (TestActor_BackloggedActorLetsASubscriberOfEveryEventRun), and with the
-// relay's 4,096-delta buffer the actor rarely gives its thread away: a
-// yield puts the actor behind whatever its thread runs next, often on the
-// other core, whose caches do not hold the pool.
+// yieldEvery is how many commands the actor runs without parking before it
+// yields its thread (yieldAfterBacklog).
+const yieldEvery = 256
+
+// A backlogged actor never blocks (the mailbox always has work), and the
+// sender it wakes at each take and the actor hand the thread to each other
+// directly (Go runs a goroutine just woken next, on the waker's time
+// slice), so with few threads the subscriber draining the deltas waited
+// until its buffer overflowed: with GOMAXPROCS=1 and a 64-delta buffer the
+// stream ended lagged, with the channel mailbox before as well
+// (TestActor_BackloggedActorLetsTheSubscriberRun). So the actor yields its
+// thread after yieldEvery commands run without parking, between two takes,
+// and once it has handed the subscriber a quarter of its buffer, after any
+// command.
+
+// yieldAfterBacklog yields after yieldEvery commands run without parking.
+// It comes after the batch's permits are released, so the sender that runs
+// in the actor's place can admit again.
+func (a *actor) yieldAfterBacklog(n int) {
+	a.sinceYield += n
+	if a.sinceYield >= yieldEvery {
+		a.yield()
+	}
+}
+
+// yieldToTheSubscriber yields once the deltas handed over since the actor
+// last parked or yielded fill a quarter of the subscriber's buffer: a yield
+// per yieldEvery commands is not enough when every command publishes
+// (TestActor_BackloggedActorLetsASubscriberOfEveryEventRun), nor when one
+// take holds yieldEvery commands of many events each.
 func (a *actor) yieldToTheSubscriber() {
 	// The buffer's size from the configuration, not the channel's
 	// capacity: the channel's header is on the subscriber's cache line.
 	if a.sink.handed >= max(1, a.cfg.SubscriberBuffer/4) {
-		a.sink.handed = 0
-		runtime.Gosched()
+		a.yield()
 	}
+}
+
+func (a *actor) yield() {
+	a.sinceYield, a.sink.handed = 0, 0
+	runtime.Gosched()
 }
 
 // wait parks the actor until a command arrives, the timer fires, admission

@@ -477,6 +477,7 @@ type actor struct {
 	timer      *time.Timer
 	timerArmed bool
 	unreleased int64      // permits of commands run, not yet released (releaseApplied)
+	sinceYield int        // commands run since the actor last parked or yielded
 	stats      ActorStats // counters only; the rest is filled by statsNow
 	batch      struct {   // applyBatch's reusable buffers
 		verdicts []epochVerdict
