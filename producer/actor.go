@@ -106,9 +106,12 @@ func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
 		a.diag.takes.Add(1)
 		a.diag.taken.Add(uint64(len(batch)))
 	}
-	// Apply commands' deltas are held and handed over together (streamSink);
-	// any other command first hands over what is held, as its reply may
-	// be awaited by the subscriber's owner.
+	// The deltas of Apply commands of several events are held and handed
+	// over together (streamSink). Any other command first hands over what
+	// is held: a reply may be what the subscriber's owner waits for. A
+	// command of one event hands its delta over at once, as before:
+	// holding those made one event per command no faster where measured
+	// (docs/RATIONALE.md "Why does the actor hand deltas over in groups?").
 	defer a.sink.release()
 	for i := range batch {
 		if a.fenced() {
@@ -116,7 +119,7 @@ func (a *actor) runBatch(batch []command) (rest []command, fenced bool) {
 		}
 		a.mb.unrun.Store(int64(len(batch) - i - 1))
 		c := &batch[i]
-		if c.kind == cmdApply {
+		if c.kind == cmdApply && !c.single {
 			a.sink.hold()
 		} else {
 			a.sink.release()

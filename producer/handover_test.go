@@ -63,6 +63,31 @@ func TestActor_DeltasOfAWakeUpAreHandedOverTogether(t *testing.T) {
 	})
 }
 
+// TestActor_DeltasOfSingleEventCommandsAreHandedOverAtOnce: commands of one
+// event (AdmitEvent) hand each delta over as it is published, even when
+// the actor takes many of them in one wake-up, and a single-event command
+// hands over what a batch before it held.
+func TestActor_DeltasOfSingleEventCommandsAreHandedOverAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		j := &streamWatchJournal{}
+		h, _ := startActor(t, actorOpts{cadence: 1, mutate: func(c *Config) { c.Journal = j }})
+		sub := mustSubscribe(t, h, 1)
+		j.ch = sub.Deltas()
+		evs := distinctStored(6)
+		release := pauseActor(t, h)
+		require.NoError(t, h.AdmitEvents(t.Context(), 0, evs[:2])) // held
+		for _, ev := range evs[2:] {
+			mustAdmit(t, h, 0, ev)
+		}
+		release()
+		require.NoError(t, h.Barrier(t.Context()))
+		assert.Equal(t, []int{0, 0, 3, 4, 5, 6}, j.queued, "deltas in the channel as each event was journalled")
+		for i := range evs {
+			assert.Equal(t, sub.Snapshot.Sequence+uint64(i)+1, recvDelta(t, sub).Sequence, "delta %d", i)
+		}
+	})
+}
+
 // TestActor_HeldDeltasCountAgainstTheSubscriberBuffer: a stream lags at the
 // same count of undelivered deltas whether the actor holds them or the
 // channel does: the buffer's deltas are delivered, then the stream ends
