@@ -39,7 +39,7 @@ type Config struct {
 	FaultCapacity int
 	// SubscriberBuffer bounds the deltas buffered for a subscriber, > 0,
 	// counting those the actor holds for its next hand-over (it hands the
-	// deltas of a wake-up over in groups of up to 16). A subscriber that
+	// deltas of batch admissions over in groups of up to 16). A subscriber that
 	// overflows it is closed with [ErrLagged].
 	SubscriberBuffer int
 	// RecoveryQuietWindow coalesces rank replacements arriving within it

@@ -73,10 +73,11 @@ func (s *stream) end(err error, marker *ckf.DrainMarker) {
 // subscriber without blocking. A full buffer ends the stream with ErrLagged
 // and fails the enqueue, so the publisher fences instead of skipping.
 //
-// While holding (the actor running Apply commands), the sink keeps the
-// deltas back and hands them over together: when maxHeldDeltas are held,
-// and when the actor stops holding (at the end of its wake-up, before any
-// other command and before it waits on the fault channel). A parked
+// While holding (the actor running Apply commands of several events), the
+// sink keeps the deltas back and hands them over together: when
+// maxHeldDeltas are held, and when the actor stops holding (at the end of
+// its wake-up, before any other command and before it waits on the fault
+// channel). A parked
 // subscriber is woken once per hand-over instead of once per delta
 // (docs/RATIONALE.md "Why does the actor hand deltas over in groups?"). A
 // held delta counts against the subscriber's buffer exactly as if it were
