@@ -42,7 +42,26 @@ type Config struct {
 	// The relay sets the pool's max_members; zero means
 	// ckf.DefaultMaxMembers.
 	MaxMembers int
+	// AckWait is the JetStream consumer's acknowledgement wait (zero:
+	// DefaultAckWait): a message another consumer instance received and
+	// did not settle within it is redelivered.
+	AckWait time.Duration
+	// GapWait is how long, on JetStream, a hole in a publisher's sequence
+	// is held open for the redelivery that fills it before it counts as a
+	// gap (zero: 2 × AckWait: a message another consumer instance took
+	// comes back after AckWait, plus at most pullExpiry while that one's
+	// pull request lived). Core NATS never redelivers: there a hole is a
+	// gap at once.
+	GapWait time.Duration
 }
+
+// DefaultAckWait is the durable consumer's AckWait when Config.AckWait is
+// zero. A message handed to the pull request of a source that just stopped
+// (a relay restart, a replica deposed while frozen) waits AckWait before
+// redelivery; duplicates are dropped by envelope sequence, so a short wait
+// costs little and a restarted relay resumes within seconds instead of
+// JetStream's default 30 s.
+const DefaultAckWait = 5 * time.Second
 
 // Source is a running Dynamo NATS source.
 type Source struct {
@@ -61,6 +80,13 @@ type Source struct {
 	resume  map[resumeKey]uint64
 	evs     []ckf.RouterEvent
 	decided map[ckf.Member]decision // per message
+	// JetStream only: messages handled but not yet acknowledged, and
+	// messages held ahead of a hole (reorder.go).
+	acks []func(settlement)
+	hold *holdBuffer
+	// holdBounds are the hold buffer's bounds (maxHeldMessages,
+	// maxHeldBytes; tests lower them).
+	holdBounds [2]int
 }
 
 type resumeKey struct {
@@ -85,9 +111,10 @@ type incoming struct {
 type settlement uint8
 
 const (
-	ack  settlement = iota // handled (admitted, dropped as old, or malformed)
-	nak                    // not handled yet: redeliver (the sink was busy or stopping)
-	term                   // never handleable: do not redeliver (a refused reset)
+	ack      settlement = iota // handled (admitted, dropped as old, or malformed)
+	nak                        // not handled yet: redeliver (the sink was busy or stopping)
+	term                       // never handleable: do not redeliver (a refused reset)
+	progress                   // held: reset the redelivery timer (InProgress)
 )
 
 // errTerminal marks a message the sink refused for good: redelivering it
@@ -118,12 +145,19 @@ func New(cfg Config) (*Source, error) {
 	if cfg.MaxMembers <= 0 {
 		cfg.MaxMembers = ckf.DefaultMaxMembers
 	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = DefaultAckWait
+	}
+	if cfg.GapWait <= 0 {
+		cfg.GapWait = 2 * cfg.AckWait
+	}
 	name := "dynamo@" + cfg.Subject
 	if cfg.Stream != "" {
 		name += " (" + cfg.Stream + "/" + cfg.Durable + ")"
 	}
 	return &Source{cfg: cfg, members: map[ckf.Member]*memberState{}, decided: map[ckf.Member]decision{}, refused: map[ckf.Member]struct{}{},
-		status: source.Status{Name: name, Engine: "dynamo", State: "connecting"}}, nil
+		status:     source.Status{Name: name, Engine: "dynamo", State: "connecting"},
+		holdBounds: [2]int{maxHeldMessages, maxHeldBytes}}, nil
 }
 
 var _ source.Source = (*Source)(nil)
@@ -222,21 +256,38 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 	var stopOnce sync.Once
 	defer stopOnce.Do(stop)
 	s.update(func(st *source.Status) { st.State = s.connectedState() })
-	var tick <-chan time.Time
+	var tick, holdTick <-chan time.Time
 	if s.cfg.SourceTimeout > 0 {
 		t := time.NewTicker(s.cfg.SourceTimeout / 4)
 		defer t.Stop()
 		tick = t.C
 	}
-	// JetStream messages handled but not yet acknowledged: they are
-	// acknowledged together once what they admitted is durable.
-	var acks []func(settlement)
+	if s.cfg.Stream != "" {
+		// Held messages are told in progress every AckWait/2 at the latest,
+		// and a hole is forced at most AckWait/4 past GapWait.
+		s.hold = newHoldBuffer(s.holdBounds[0], s.holdBounds[1])
+		t := time.NewTicker(s.cfg.AckWait / 4)
+		defer t.Stop()
+		holdTick = t.C
+	}
+	// What is neither acknowledged nor terminated when Run ends goes back
+	// to the stream at once, once this consumer stopped pulling (a nak
+	// before would redeliver it to this very consumer).
 	defer func() {
-		if len(acks) == 0 {
+		var back []func(settlement)
+		if s.hold != nil {
+			for _, hm := range s.hold.drain() {
+				back = append(back, hm.settles...)
+			}
+			s.update(func(st *source.Status) { st.Held = 0 })
+		}
+		back = append(back, s.acks...)
+		s.acks = nil
+		if len(back) == 0 {
 			return
 		}
 		stopOnce.Do(stop)
-		for _, a := range acks {
+		for _, a := range back {
 			a(nak)
 		}
 		_ = nc.FlushTimeout(time.Second)
@@ -244,29 +295,19 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 	for {
 		select {
 		case m := <-msgs:
-			err := s.handle(ctx, sink, m.data)
+			var settles []func(settlement)
 			if m.settle != nil {
-				switch {
-				case err == nil:
-					acks = append(acks, m.settle)
-				case errors.Is(err, errTerminal):
-					m.settle(term) // redelivering it would be refused again
-				default:
-					m.settle(nak) // not admitted: JetStream redelivers it
-				}
+				settles = []func(settlement){m.settle}
 			}
-			if len(acks) > 0 && (len(msgs) == 0 || len(acks) >= maxAckBatch) {
-				acks = s.ackDurable(ctx, sink, acks)
+			if err := s.deliver(ctx, sink, m.data, settles, false); err != nil {
+				return err
 			}
-			if errors.Is(err, errTerminal) {
-				s.update(func(st *source.Status) { st.Dropped++; st.LastError = err.Error() })
-				continue
+			if len(s.acks) > 0 && (len(msgs) == 0 || len(s.acks) >= maxAckBatch) {
+				s.acks = s.ackDurable(ctx, sink, s.acks)
 			}
-			if err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				s.update(func(st *source.Status) { st.LastError = err.Error() })
+		case now := <-holdTick:
+			if err := s.holdTimers(ctx, sink, now); err != nil {
+				return err
 			}
 		case now := <-tick:
 			if err := s.expire(ctx, sink, now); err != nil && ctx.Err() != nil {
@@ -278,10 +319,110 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 	}
 }
 
+// deliver handles one message and settles it, then every held message
+// its admission made next, in sequence order. On JetStream a message ahead
+// of a hole is held instead (unless force: a hole that waited GapWait, or
+// the buffer's bounds, make it a gap). It returns an error only when the
+// source is stopping.
+func (s *Source) deliver(ctx context.Context, sink source.Sink, data []byte, settles []func(settlement), force bool) error {
+	for data != nil {
+		env, err := s.handle(ctx, sink, data, s.hold != nil && !force)
+		force = false
+		if ahead, ok := err.(*aheadError); ok {
+			s.hold.add(ahead.key, ahead.member, data, settles, time.Now(), s.cfg.GapWait)
+			s.update(func(st *source.Status) { st.Held = s.hold.len() })
+			for s.hold.over() {
+				if err := s.forceGap(ctx, sink, s.hold.oldest(time.Time{}, false)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := s.settle(ctx, err, settles); err != nil {
+			return err
+		}
+		data, settles = nil, nil
+		if err == nil && env.Enveloped && s.hold != nil && s.hold.len() > 0 {
+			if hm := s.hold.take(holdKey{env.PublisherID, env.Sequence + 1}); hm != nil {
+				data, settles = hm.data, hm.settles
+				s.update(func(st *source.Status) { st.Reordered++; st.Held = s.hold.len() })
+			}
+		}
+	}
+	return nil
+}
+
+// settle settles the deliveries of a message handle returned err for and
+// records the outcome; it returns ctx's error when the source is stopping.
+func (s *Source) settle(ctx context.Context, err error, settles []func(settlement)) error {
+	for _, a := range settles {
+		switch {
+		case err == nil:
+			s.acks = append(s.acks, a) // acknowledged once durable (ackDurable)
+		case errors.Is(err, errTerminal):
+			a(term) // redelivering it would be refused again
+		default:
+			a(nak) // not admitted: JetStream redelivers it
+		}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, errTerminal):
+		s.update(func(st *source.Status) { st.Dropped++; st.LastError = err.Error() })
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		s.update(func(st *source.Status) { st.LastError = err.Error() })
+	}
+	return nil
+}
+
+// forceGap makes the hole before held message hm's a gap: the message of
+// hm's member and publisher least ahead is admitted after a degraded
+// reset, and the held messages after it follow.
+func (s *Source) forceGap(ctx context.Context, sink source.Sink, hm *heldMsg) error {
+	if next, ok := s.expectedNext(sink, hm.member, hm.key.publisher); ok {
+		if low := s.hold.lowest(hm.key.publisher, hm.member, next); low != nil {
+			hm = low
+		}
+	}
+	s.hold.take(hm.key)
+	s.update(func(st *source.Status) { st.Held = s.hold.len() })
+	return s.deliver(ctx, sink, hm.data, hm.settles, true)
+}
+
+// holdTimers keeps held messages from being redelivered while they wait
+// (InProgress every AckWait/2) and forces every hole open past GapWait.
+func (s *Source) holdTimers(ctx context.Context, sink source.Sink, now time.Time) error {
+	for _, hm := range s.hold.stale(now.Add(-s.cfg.AckWait/2), now) {
+		for _, a := range hm.settles {
+			a(progress)
+		}
+	}
+	for {
+		hm := s.hold.oldest(now, true)
+		if hm == nil {
+			return nil
+		}
+		if err := s.forceGap(ctx, sink, hm); err != nil {
+			return err
+		}
+	}
+}
+
 // maxAckBatch bounds the messages acknowledged after one wait for
-// durability: a busy consumer still acknowledges steadily (MaxAckPending is
-// 4,096).
+// durability: a busy consumer still acknowledges steadily.
 const maxAckBatch = 256
+
+// maxAckPending is the durable consumer's MaxAckPending: the messages
+// delivered and not yet acknowledged, held ones included. It also bounds
+// how far a redelivery can be behind the newest message delivered, so how
+// far ahead of a hole a message is held (aheadOf).
+const maxAckPending = 4096
+
+// pullExpiry is how long one pull request of the durable consumer lives
+// (nats.go's least).
+const pullExpiry = time.Second
 
 // DurableSink is a Sink that tells when what it admitted is durable: the
 // relay gives its sources one when the pool has a data dir, and Durable
@@ -333,13 +474,8 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		cons, err = js.CreateOrUpdateConsumer(cctx, s.cfg.Stream, jetstream.ConsumerConfig{
 			Durable: s.cfg.Durable, FilterSubject: s.cfg.Subject, AckPolicy: jetstream.AckExplicitPolicy,
-			DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: 4096,
-			// A message handed to a pull request of a source that just
-			// stopped (a relay restart) waits AckWait before redelivery;
-			// duplicates are dropped by envelope sequence, so a short wait
-			// costs little and a restarted relay resumes within seconds
-			// instead of JetStream's default 30 s.
-			AckWait: 5 * time.Second,
+			DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: maxAckPending,
+			AckWait: s.cfg.AckWait,
 		})
 		cancel()
 		if err == nil {
@@ -352,6 +488,12 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 			return nil, ctx.Err()
 		}
 	}
+	// Each pull request lives pullExpiry: the server hands messages to
+	// the open pull requests in turn, so a relay frozen with one open
+	// (SIGSTOP, a paused VM: a deposed leader) would take every other
+	// message for up to nats.go's default 30 s, each back only after
+	// AckWait — holes the next leader's source cannot wait out. With it a
+	// frozen consumer takes messages for at most this long.
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		// Redeliveries and duplicates are filtered by envelope sequence.
 		in := incoming{data: m.Data(), settle: func(st settlement) {
@@ -362,6 +504,8 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 				_ = m.Nak()
 			case term:
 				_ = m.Term()
+			case progress:
+				_ = m.InProgress()
 			}
 		}}
 		select {
@@ -371,7 +515,7 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 			// the pull request still open would otherwise wait AckWait).
 			_ = m.Nak()
 		}
-	})
+	}, jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return nil, fmt.Errorf("dynamonats: consume %s/%s: %w", s.cfg.Stream, s.cfg.Durable, err)
 	}
@@ -386,14 +530,32 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 	}, nil
 }
 
-// handle admits one message.
-func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) error {
+// aheadError is handle's answer for a message held ahead of a hole.
+type aheadError struct {
+	key    holdKey
+	member ckf.Member
+}
+
+func (e *aheadError) Error() string {
+	return fmt.Sprintf("dynamonats: publisher %d sequence %d is ahead of worker %d rank %d's next", e.key.publisher, e.key.seq,
+		e.member.WorkerID, e.member.DPRank)
+}
+
+// handle admits one message and returns its envelope. With hold, a message
+// ahead of a hole in some member's sequence admits nothing and returns an
+// *aheadError.
+func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte, hold bool) (Envelope, error) {
 	env, evs, err := DecodeLimited(data, s.evs[:0], s.cfg.Limits)
 	s.evs = evs[:0]
 	now := time.Now()
 	if err != nil {
 		s.update(func(st *source.Status) { st.Rejected++; st.LastError = err.Error(); st.LastEvent = now })
-		return nil // a malformed message is dropped, never retried
+		return env, nil // a malformed message is dropped, never retried
+	}
+	if hold {
+		if m, ok := s.aheadOf(sink, env, evs); ok {
+			return env, &aheadError{key: holdKey{env.PublisherID, env.Sequence}, member: m}
+		}
 	}
 	var admitted uint64
 	clear(s.decided)
@@ -414,7 +576,7 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) erro
 			}
 			var err error
 			if d.epoch, d.admit, err = s.admitOrder(ctx, sink, ev.Member(), env, now); err != nil {
-				return err
+				return env, err
 			}
 			s.decided[ev.Member()] = d
 		}
@@ -431,12 +593,12 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte) erro
 			err = sink.AdmitEvents(ctx, d.epoch, []ckf.RouterEvent{*ev})
 		}
 		if err != nil {
-			return err
+			return env, err
 		}
 		admitted++
 	}
 	s.update(func(st *source.Status) { st.Batches++; st.Events += catalog.U64(admitted); st.LastEvent = now })
-	return nil
+	return env, nil
 }
 
 // admitOrder decides, for one event of member m in env, whether to admit it

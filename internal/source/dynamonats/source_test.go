@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/source"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 	"github.com/ckfrelay/ckfrelay/producer"
 	"github.com/nats-io/nats.go"
@@ -187,7 +188,7 @@ func TestSource_EpochsGrowAcrossRestarts(t *testing.T) {
 	sink := epochSink{f: func(e uint64) { epochs = append(epochs, e) }}
 	ctx := context.Background()
 	for i, pubID := range []uint64{5, 6, 6, 7} {
-		require.NoError(t, s.handle(ctx, sink, envelope(t, pubID, uint64(i), stored(1, uint64(i)))))
+		require.NoError(t, s.handleCore(ctx, sink, envelope(t, pubID, uint64(i), stored(1, uint64(i)))))
 	}
 	// admit(5) | reset(6) admit(6) | admit(6) | reset(7) admit(7)
 	require.Len(t, epochs, 6)
@@ -246,4 +247,10 @@ func TestSource_JetStreamDurable(t *testing.T) {
 	_, rec2 := runSource(t, cfg)
 	calls := waitCalls(t, rec2, 1)
 	assert.Regexp(t, `^admit w1 e\d+ id3$`, calls[0], "resumes after the acknowledged messages: %v", calls)
+}
+
+// handleCore handles one message as a core-NATS source does (no holding).
+func (s *Source) handleCore(ctx context.Context, sink source.Sink, data []byte) error {
+	_, err := s.handle(ctx, sink, data, false)
+	return err
 }

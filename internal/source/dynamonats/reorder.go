@@ -1,0 +1,176 @@
+package dynamonats
+
+import (
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/ckf"
+	"github.com/ckfrelay/ckfrelay/internal/source"
+)
+
+// The reorder window (issue #34; the red team's F12 after a SIGSTOP). A
+// JetStream consumer gets a message again when its acknowledgement timed
+// out (AckWait) or it was naked — after newer messages of the same
+// publisher already reached this consumer: a relay leader frozen while it
+// held messages, then deposed, hands them to the next leader's source
+// AckWait later, behind everything published since. Taken in arrival
+// order, the first newer message was a gap (a degraded reset that dropped
+// the member's blocks) and the older ones came as duplicates (dropped):
+// 359–414 acknowledged events lost per takeover in the red team's runs.
+//
+// So on JetStream a message ahead of a hole in its publisher's sequence is
+// held, unacknowledged (kept in progress), until the hole fills — each
+// message admitted admits the held one that is next after it — or until
+// the hole has stayed open for Config.GapWait, past the redelivery of
+// anything another consumer held. Only then is the hole a gap: the member
+// is reset degraded and the held messages follow in order. Core NATS never
+// redelivers, so there a hole is a gap at once, as before.
+
+// holdKey names a message by its publisher's sequence.
+type holdKey struct{ publisher, seq uint64 }
+
+// heldMsg is a message ahead of a hole in member's sequence.
+type heldMsg struct {
+	key    holdKey
+	member ckf.Member
+	data   []byte
+	// settles are the deliveries of this message (a redelivery while held
+	// is the same message again): all are settled together.
+	settles []func(settlement)
+	// deadline is when the hole counts as a gap; touched when the server
+	// was last told the message is in progress.
+	deadline, touched time.Time
+}
+
+// holdBuffer keeps the held messages of one Run, bounded in count and bytes.
+type holdBuffer struct {
+	msgs     map[holdKey]*heldMsg
+	bytes    int
+	maxMsgs  int
+	maxBytes int
+}
+
+// Bounds of the hold buffer: a message past them forces the oldest hole
+// to a gap. maxHeldMessages leaves most of the consumer's MaxAckPending
+// (held messages are pending) to the publishers without a hole; 32 MiB
+// bounds the memory holes may pin.
+const (
+	maxHeldMessages = maxAckPending / 2
+	maxHeldBytes    = 32 << 20
+)
+
+func newHoldBuffer(maxMsgs, maxBytes int) *holdBuffer {
+	return &holdBuffer{msgs: map[holdKey]*heldMsg{}, maxMsgs: maxMsgs, maxBytes: maxBytes}
+}
+
+// add holds a message (or records another delivery of one already held).
+func (h *holdBuffer) add(k holdKey, m ckf.Member, data []byte, settles []func(settlement), now time.Time, wait time.Duration) {
+	if hm := h.msgs[k]; hm != nil {
+		hm.settles = append(hm.settles, settles...)
+		return
+	}
+	h.msgs[k] = &heldMsg{key: k, member: m, data: data, settles: settles, deadline: now.Add(wait), touched: now}
+	h.bytes += len(data)
+}
+
+// take removes and returns the message held under k, if any.
+func (h *holdBuffer) take(k holdKey) *heldMsg {
+	hm := h.msgs[k]
+	if hm != nil {
+		delete(h.msgs, k)
+		h.bytes -= len(hm.data)
+	}
+	return hm
+}
+
+func (h *holdBuffer) len() int { return len(h.msgs) }
+
+// over reports whether the buffer holds more than its bounds allow.
+func (h *holdBuffer) over() bool { return len(h.msgs) > h.maxMsgs || h.bytes > h.maxBytes }
+
+// oldest returns the message with the earliest deadline (nil when empty);
+// expired only when that deadline is not after now.
+func (h *holdBuffer) oldest(now time.Time, expired bool) *heldMsg {
+	var first *heldMsg
+	for _, hm := range h.msgs {
+		if first == nil || hm.deadline.Before(first.deadline) {
+			first = hm
+		}
+	}
+	if first != nil && expired && first.deadline.After(now) {
+		return nil
+	}
+	return first
+}
+
+// lowest returns the held message of publisher and member that is the
+// least ahead of next: where a forced gap starts, so that no held message
+// of the member falls behind it.
+func (h *holdBuffer) lowest(publisher uint64, m ckf.Member, next uint64) *heldMsg {
+	var low *heldMsg
+	for _, hm := range h.msgs {
+		if hm.key.publisher != publisher || hm.member != m {
+			continue
+		}
+		if low == nil || hm.key.seq-next < low.key.seq-next {
+			low = hm
+		}
+	}
+	return low
+}
+
+// stale returns the messages not told in progress since before cutoff, and
+// marks them told at now.
+func (h *holdBuffer) stale(cutoff, now time.Time) []*heldMsg {
+	var out []*heldMsg
+	for _, hm := range h.msgs {
+		if hm.touched.Before(cutoff) {
+			hm.touched = now
+			out = append(out, hm)
+		}
+	}
+	return out
+}
+
+// drain removes and returns every held message.
+func (h *holdBuffer) drain() []*heldMsg {
+	out := make([]*heldMsg, 0, len(h.msgs))
+	for k, hm := range h.msgs {
+		out = append(out, hm)
+		delete(h.msgs, k)
+	}
+	h.bytes = 0
+	return out
+}
+
+// aheadOf returns a member of evs whose sequence from env's publisher env
+// is ahead of: a hole of at most maxAckPending messages before it, the most
+// a redelivery can fill. Farther ahead (or behind) is no hole a redelivery
+// fills, and admitOrder's rules apply at once.
+func (s *Source) aheadOf(sink source.Sink, env Envelope, evs []ckf.RouterEvent) (ckf.Member, bool) {
+	if !env.Enveloped {
+		return ckf.Member{}, false
+	}
+	for i := range evs {
+		m := evs[i].Member()
+		next, ok := s.expectedNext(sink, m, env.PublisherID)
+		if ahead := env.Sequence - next; ok && ahead > 0 && ahead <= maxAckPending {
+			return m, true
+		}
+	}
+	return ckf.Member{}, false
+}
+
+// expectedNext returns the sequence member m's next message from publisher
+// should carry: the running member's, or the cursor Resume named for it
+// (when the pool still knows the member, as resumed requires).
+func (s *Source) expectedNext(sink source.Sink, m ckf.Member, publisher uint64) (uint64, bool) {
+	if st := s.members[m]; st != nil {
+		return st.next, st.publisher == publisher
+	}
+	next, ok := s.resume[resumeKey{m, publisher}]
+	if !ok {
+		return 0, false
+	}
+	_, known := source.RecordedEpoch(sink, m)
+	return next, known
+}
