@@ -227,6 +227,8 @@ func TestFigures_Valid(t *testing.T) {
 			assert.False(t, procsSuffix.MatchString(b), "figure %q: benchmark %q ends in -<digits>, which the parser strips", f.Name, b)
 		}
 		assert.False(t, (f.Base != "") != (f.Unit == "ratio"), "figure %q: got Base %q with unit %q, want a Base exactly for ratios", f.Name, f.Base, f.Unit)
+		assert.False(t, f.BaseMetric != "" && f.Base == "", "figure %q: got BaseMetric %q without a Base", f.Name, f.BaseMetric)
+		assert.False(t, f.Bench == f.Base && f.baseMetric() == f.Metric, "figure %q: got a ratio of %s's %q over itself", f.Name, f.Bench, f.Metric)
 		// The package must exist: a moved package otherwise fails only in
 		// `make bench` ("setup failed"), which no test runs.
 		info, err := os.Stat(filepath.Join("..", "..", "..", f.Pkg))
