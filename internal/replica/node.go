@@ -92,6 +92,10 @@ type NodeConfig struct {
 	// lease deadline — a leader whose clock lies — so only the records
 	// chain can fence it.
 	clockBroken func() bool
+	// now (tests): the clock Run reads to tell how long a standby followed
+	// before it failed (nil: time.Now), so a test can let a standby have
+	// followed for healthyStandby without waiting for it.
+	now func() time.Time
 }
 
 // Status is a replica's view of its pool's group.
@@ -290,8 +294,13 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
 	return &Node{cfg: cfg, subject: subject, log: log.With("pool", cfg.Pool, "node", cfg.Node), resign: make(chan struct{})}, nil
 }
+
+func (n *Node) now() time.Time { return n.cfg.now() }
 
 // Status returns the node's current status.
 func (n *Node) Status() Status {
@@ -399,7 +408,7 @@ func (n *Node) Run(ctx context.Context) error {
 			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
-		started := time.Now()
+		started := n.now()
 		lease, app, err := n.standby(ctx, p, from)
 		for retry, halted := minRebuildBackoff, minRebuildBackoff; (errors.Is(err, errNotFollowing) || errors.Is(err, errChainHalted)) && ctx.Err() == nil; {
 			// NATS did not let the standby start following (a consumer or
@@ -462,7 +471,7 @@ func (n *Node) Run(ctx context.Context) error {
 		switch {
 		case led:
 			backoff = 0
-		case time.Since(started) >= healthyStandby:
+		case n.now().Sub(started) >= healthyStandby:
 			// A standby that followed for a while and then failed starts
 			// its back-off anew: the doubling is for a chain that breaks
 			// again at once, not for failures hours apart.
