@@ -355,6 +355,9 @@ func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c Checkpoint
 	return &Checkpoints{os: os, stream: st, bucket: c.Bucket, index: idx, max: c.MaxCheckpoint}, nil
 }
 
+// indexBucket is the index's KV bucket.
+func (s *Checkpoints) indexBucket() string { return s.bucket + "_INDEX" }
+
 func checkpointName(pool string, seq uint64) string {
 	return pool + "/ckpt-" + strconv.FormatUint(seq, 10)
 }
@@ -606,6 +609,42 @@ func (s *Checkpoints) Put(ctx context.Context, pool string, c *Checkpoint) (size
 	return len(b), purgeBelow, nil
 }
 
+// Sweep deletes pool's checkpoint objects below stream sequence below
+// (Put's purge bound, the older kept checkpoint) and returns how many: an
+// object is stored before the index names it, so a replica that died in
+// between left one no index names, and nothing else deletes it (one
+// checkpoint's image, up to 128 MiB of words). Put names only the two
+// newest checkpoints it has seen, and the index's kept sequences only
+// grow, so no object below the older kept one is ever named again — a
+// concurrent Put of one deletes it itself. Objects above it are left: one
+// may be another replica's, stored and about to be named. It lists the
+// bucket, which waits for the store's stream leader: ctx bounds it.
+func (s *Checkpoints) Sweep(ctx context.Context, pool string, below uint64) (int, error) {
+	objs, err := s.os.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("replica: listing checkpoints: %w", err)
+	}
+	deleted := 0
+	for _, o := range objs {
+		digits, ok := strings.CutPrefix(o.Name, pool+"/ckpt-")
+		if !ok {
+			continue
+		}
+		seq, err := strconv.ParseUint(digits, 10, 64)
+		if err != nil || seq >= below {
+			continue
+		}
+		if err := s.os.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return deleted, fmt.Errorf("replica: delete checkpoint: %w", err)
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
 // Purge purges subject of s below stream sequence seq (the message at seq
 // stays: the subject's last sequence never falls back, so an empty replica's
 // term record can never succeed).
@@ -624,7 +663,12 @@ func Purge(ctx context.Context, s jetstream.Stream, subject string, seq uint64) 
 // replica without a checkpoint can rebuild only from a chain that starts
 // at 0.
 func FirstPrev(ctx context.Context, s jetstream.Stream, subject string) (uint64, error) {
-	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	return firstPrev(s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject)))
+}
+
+// firstPrev is the predecessor named by a subject's first message read as
+// m (0 when the subject has none).
+func firstPrev(m *jetstream.RawStreamMsg, err error) (uint64, error) {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}

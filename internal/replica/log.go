@@ -352,7 +352,12 @@ func retryable(err error) bool {
 // Tail returns the stream sequence of the last message on subject (0 when
 // there is none).
 func Tail(ctx context.Context, s jetstream.Stream, subject string) (uint64, error) {
-	m, err := s.GetLastMsgForSubject(ctx, subject)
+	return lastSeq(s.GetLastMsgForSubject(ctx, subject))
+}
+
+// lastSeq is the sequence of a subject's last message read as m (0 when
+// the subject has none).
+func lastSeq(m *jetstream.RawStreamMsg, err error) (uint64, error) {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
