@@ -641,3 +641,49 @@ func TestChain_AnIDTakenFirstIsNotTakenForStored(t *testing.T) {
 	require.Equal(t, wire.KindDelta, last.Kind, "the delta to 11 is stored")
 	assert.Equal(t, uint64(11), last.Delta.Sequence)
 }
+
+// A message someone else publishes on the pointer subject (docs/deploy.md:
+// only the relay may) does not keep new routers from loading: one that does
+// not parse, or names an object that does not hold it, is skipped for the
+// object of the incarnation whose frames are the stream's tail. Routers
+// used to fail every load until the relay's next pointer — a snapshot
+// interval, here an hour.
+func TestSnapshot_ForgedPointerDoesNotBlockNewRouters(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	js := connect(t, ns.URL())
+	pl := newPool(t, 1<<32, 0)
+	p, err := New(js, pl.h, Config{Pool: "p", Heartbeat: 50 * time.Millisecond, SnapshotInterval: time.Hour})
+	require.NoError(t, err)
+	done := run(t, p)
+	require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 10*time.Second, time.Millisecond)
+	st, err := js.Stream(t.Context(), p.Layout().Stream)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(t.Context(), p.Layout().Pointer)
+	require.NoError(t, err)
+	relays, err := natsjs.ParsePointer(m.Header)
+	require.NoError(t, err)
+
+	for _, forged := range []struct {
+		name   string
+		header nats.Header
+	}{
+		{"no pointer headers", nats.Header{"x": {"y"}}},
+		{"an object that does not exist", natsjs.Pointer{Object: natsjs.SnapshotObjectName(77), Incarnation: 77, Sequence: 1, StreamSequence: 1}.Header()},
+		{"the relay's object with other fields", natsjs.Pointer{Object: relays.Object, Incarnation: relays.Incarnation, Sequence: relays.Sequence + 100, StreamSequence: 1}.Header()},
+	} {
+		t.Run(forged.name, func(t *testing.T) {
+			pl.step(t)
+			_, err := js.PublishMsg(t.Context(), &nats.Msg{Subject: p.Layout().Pointer, Header: forged.header})
+			require.NoError(t, err)
+			start := time.Now()
+			requireRouterHolds(t, startRouter(t, ns.URL()), pl)
+			t.Logf("a new router held the table %v after the forged pointer", time.Since(start))
+		})
+	}
+	assert.Equal(t, uint64(1), p.Stats().Snapshots, "the relay wrote no new pointer meanwhile")
+	select {
+	case err := <-done:
+		require.Fail(t, "the publisher stopped", "%v", err)
+	default:
+	}
+}
