@@ -304,8 +304,9 @@ type Checkpoints struct {
 // that can, not at all.
 const CheckpointRequestTimeout = 2 * time.Second
 
-// EnsureCheckpoints creates or updates the checkpoints' object store and
-// its index.
+// EnsureCheckpoints creates the checkpoints' object store and its index,
+// or opens the ones that exist, raising their replica counts to the
+// configured one (never lowering them).
 func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c CheckpointConfig) (*Checkpoints, error) {
 	if c.Bucket == "" {
 		c.Bucket = DefaultCheckpointBucket
@@ -317,18 +318,16 @@ func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c Checkpoint
 		c.MaxCheckpoint = DefaultMaxCheckpoint
 	}
 	// An existing store and index are opened, not rewritten: an
-	// operator's cap or replica count on them stays theirs (as
-	// EnsureStream keeps the records stream's).
-	os, err := js.ObjectStore(ctx, c.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		os, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
-			Description: "ckfrelay pool checkpoints (issue #34)",
+	// operator's cap on them stays theirs (as EnsureStream keeps the
+	// records stream's); their replica counts are raised, never lowered.
+	os, err := openOrCreate(ctx,
+		func(ctx context.Context) (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, c.Bucket) },
+		func(ctx context.Context) (jetstream.ObjectStore, error) {
+			return js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+				Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+				Description: "ckfrelay pool checkpoints (issue #34)",
+			})
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			os, err = js.ObjectStore(ctx, c.Bucket) // another replica created it first
-		}
-	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
 	}
@@ -339,18 +338,25 @@ func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c Checkpoint
 	if err != nil {
 		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
 	}
-	idx, err := js.KeyValue(ctx, c.Bucket+"_INDEX")
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		idx, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: c.Bucket + "_INDEX", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas,
-			Description: "ckfrelay: the checkpoints each pool keeps (issue #34)",
+	if raised, err := raiseReplicas(ctx, js, st.CachedInfo().Config, c.Replicas); err != nil {
+		return nil, fmt.Errorf("replica: checkpoint store %s: raising its replicas to %d: %w", c.Bucket, c.Replicas, err)
+	} else if raised != nil {
+		st = raised
+	}
+	index := c.Bucket + "_INDEX"
+	idx, err := openOrCreate(ctx,
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, index) },
+		func(ctx context.Context) (jetstream.KeyValue, error) {
+			return js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: index, History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+				Description: "ckfrelay: the checkpoints each pool keeps (issue #34)",
+			})
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			idx, err = js.KeyValue(ctx, c.Bucket+"_INDEX")
-		}
+	if err == nil {
+		err = raiseStreamReplicas(ctx, js, "KV_"+index, c.Replicas)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("replica: checkpoint index %s_INDEX: %w", c.Bucket, err)
+		return nil, fmt.Errorf("replica: checkpoint index %s: %w", index, err)
 	}
 	return &Checkpoints{os: os, stream: st, bucket: c.Bucket, index: idx, max: c.MaxCheckpoint}, nil
 }
