@@ -204,7 +204,9 @@ func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream
 // forges again after each). It is skipped for the object of the
 // incarnation whose frame is the frames subject's last message (a delta
 // or heartbeat names it): the relay's own, which a pointer of the same
-// relay names too. Without a pointer the legacy object "snapshot" is read.
+// relay names too. That object is also preferred to a verified pointer of
+// an older incarnation, once it exists. Without a pointer the legacy
+// object "snapshot" is read.
 func (t *natsTransport) snapshotObject(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, layout natsjs.Layout) (string, uint64, *jetstream.ObjectInfo, error) {
 	st, err := js.Stream(ctx, layout.Stream)
 	if err != nil {
@@ -225,6 +227,17 @@ func (t *natsTransport) snapshotObject(ctx context.Context, js jetstream.JetStre
 	if perr == nil {
 		head, err := obs.GetInfo(ctx, p.Object)
 		if err == nil && pointsAt(p, head) {
+			// A pointer of an incarnation older than the frames' is stale:
+			// the newer relay's object is not written yet (a takeover a
+			// moment ago), or the pointer is a copy of a deposed
+			// incarnation's whose late object is still in the bucket.
+			// The newer object, once it exists, is the one to load.
+			if inc, err := tailIncarnation(ctx, st, layout.Subject); err == nil && inc > p.Incarnation {
+				name := natsjs.SnapshotObjectName(inc)
+				if newer, err := obs.GetInfo(ctx, name); err == nil {
+					return name, inc, newer, nil
+				}
+			}
 			return p.Object, p.Incarnation, head, nil
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {

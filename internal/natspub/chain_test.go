@@ -1,11 +1,13 @@
 package natspub
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -649,9 +651,9 @@ func TestChain_AnIDTakenFirstIsNotTakenForStored(t *testing.T) {
 // A message someone else publishes on the pointer subject (docs/deploy.md:
 // only the relay may) does not keep new routers from loading: one that does
 // not parse, or names an object that does not hold it, is skipped for the
-// object of the incarnation whose frames are the stream's tail. Routers
-// used to fail every load until the relay's next pointer — a snapshot
-// interval, here an hour.
+// object of the incarnation whose frames are the stream's tail, and so is
+// one naming an older incarnation's object. Routers used to fail every
+// load until the relay's next pointer — a snapshot interval, here an hour.
 func TestSnapshot_ForgedPointerDoesNotBlockNewRouters(t *testing.T) {
 	ns := natstest.Start(t, natstest.Options{})
 	js := connect(t, ns.URL())
@@ -666,6 +668,20 @@ func TestSnapshot_ForgedPointerDoesNotBlockNewRouters(t *testing.T) {
 	require.NoError(t, err)
 	relays, err := natsjs.ParsePointer(m.Header)
 	require.NoError(t, err)
+	// A deposed incarnation's late object (a publisher's cleaning deletes
+	// older incarnations' objects only when its chain starts: it is done),
+	// which a pointer can name with every field right.
+	p.cleaning.Wait()
+	deposed := newPool(t, 1<<31, 9000)
+	seq, words := deposed.table(t)
+	var buf bytes.Buffer
+	require.NoError(t, wire.NewWriter(&buf, snapshotChunkBytes).WriteSnapshot(&ckf.Snapshot{Identity: deposed.id, Sequence: seq, Words: words}))
+	stale := natsjs.Pointer{Object: natsjs.SnapshotObjectName(deposed.id.ProducerIncarnation), Incarnation: deposed.id.ProducerIncarnation, Sequence: seq, StreamSequence: 1}
+	obs, err := js.ObjectStore(t.Context(), p.Layout().Bucket)
+	require.NoError(t, err)
+	_, err = obs.Put(t.Context(), jetstream.ObjectMeta{Name: stale.Object, Metadata: map[string]string{natsjs.MetaSequence: strconv.FormatUint(seq, 10),
+		natsjs.MetaIncarnation: strconv.FormatUint(stale.Incarnation, 10), natsjs.MetaStreamSequence: "1"}}, &buf)
+	require.NoError(t, err)
 
 	for _, forged := range []struct {
 		name   string
@@ -674,6 +690,7 @@ func TestSnapshot_ForgedPointerDoesNotBlockNewRouters(t *testing.T) {
 		{"no pointer headers", nats.Header{"x": {"y"}}},
 		{"an object that does not exist", natsjs.Pointer{Object: natsjs.SnapshotObjectName(77), Incarnation: 77, Sequence: 1, StreamSequence: 1}.Header()},
 		{"the relay's object with other fields", natsjs.Pointer{Object: relays.Object, Incarnation: relays.Incarnation, Sequence: relays.Sequence + 100, StreamSequence: 1}.Header()},
+		{"a deposed incarnation's object", stale.Header()},
 	} {
 		t.Run(forged.name, func(t *testing.T) {
 			pl.step(t)
