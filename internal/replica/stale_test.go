@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,4 +132,81 @@ func TestNodeTakeoverReadsAStaleTailFromTheLeader(t *testing.T) {
 	a.kill()
 	b.waitRole(t, RoleLeader, 10*time.Second)
 	require.Equal(t, want, b.replica().at(t, t.Context()), "the new leader lost or changed state in the takeover")
+}
+
+// TestStartPool_StaleIndexWithoutLeadersIsNotStateLost runs the stale
+// index on a real 3-node cluster that then loses two nodes: the surviving
+// node answers direct gets (the subject purged, the checkpoints the stale
+// index names deleted), but no stream has a leader to confirm the verdict.
+// The rebuild fails without ErrStateLost — Run retries, and once the
+// leaders are back they say the state is whole — instead of stopping the
+// replica for good.
+func TestStartPool_StaleIndexWithoutLeadersIsNotStateLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node nats-server cluster: not under -short")
+	}
+	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
+	js := clusterJS(t, nodes[0].URL) // the node that survives
+	ctx := t.Context()
+	var (
+		cs  *Checkpoints
+		ls  *Leases
+		s   jetstream.Stream
+		err error
+	)
+	require.Eventually(t, func() bool {
+		if s, err = EnsureStream(ctx, js, StreamConfig{Replicas: 3}); err == nil {
+			if ls, err = OpenLeases(ctx, js, LeaseConfig{TTL: clusterTTL, Replicas: 3}); err == nil {
+				cs, err = EnsureCheckpoints(ctx, js, CheckpointConfig{Replicas: 3})
+			}
+		}
+		return err == nil
+	}, 30*time.Second, 200*time.Millisecond, "the cluster does not place R3")
+	subject, _ := Subject("", "pool")
+	app := NewAppender(js, s, subject, 1, 0, 0)
+	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
+	for i := range uint64(5) {
+		require.NoError(t, app.Append(ctx, i, []Command{{Kind: KindCursor, Cursor: producer.Cursor{Source: "s", Seq: i}}}))
+	}
+	r, stop := startReplica(t, 64)
+	img, err := r.h.ExportImage(ctx)
+	require.NoError(t, err)
+	stop()
+	put := func(seq uint64) uint64 {
+		_, below, err := cs.Put(ctx, "pool", &Checkpoint{Seq: seq, Term: 1, Image: img})
+		require.NoError(t, err)
+		return below
+	}
+	put(2)
+	put(3)
+	stale, err := cs.index.Get(ctx, "pool")
+	require.NoError(t, err)
+	put(4)
+	require.NoError(t, Purge(ctx, s, subject, put(5)))
+
+	view := *cs
+	view.index = staleIndex{KeyValue: cs.index, entry: stale}
+	n, err := NewNode(NodeConfig{Pool: "pool", Node: "x", JS: js, Stream: s, Leases: ls, Checkpoints: &view,
+		NewPool:       func() (Pool, error) { panic("the subject is purged: nothing replays it") },
+		PoolFromImage: func(*producer.Image) (Pool, error) { panic("no checkpoint loads here") }})
+	require.NoError(t, err)
+	// The surviving node answers the direct gets of what the others know:
+	// the subject purged below 4, the checkpoints the stale index names
+	// deleted.
+	for _, stream := range []string{DefaultStream, "OBJ_" + DefaultCheckpointBucket, "KV_" + DefaultCheckpointBucket + "_INDEX"} {
+		require.Eventually(t, func() bool { ok, err := nodes[0].ServesDirectGets(stream); return err == nil && ok },
+			30*time.Second, 100*time.Millisecond, "%s answers no direct gets on %s", nodes[0].Name, stream)
+	}
+	require.Eventually(t, func() bool {
+		_, err := cs.Get(ctx, "pool", 3)
+		prev, perr := FirstPrev(ctx, s, subject)
+		return errors.Is(err, ErrDamagedCheckpoint) && perr == nil && prev == 3
+	}, 10*time.Second, 20*time.Millisecond, "the surviving node did not see the deletes and the purge")
+	nodes[1].Kill()
+	nodes[2].Kill()
+
+	_, _, err = n.startPool(ctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, ErrStateLost, "a verdict no stream leader confirmed")
+	t.Logf("without leaders: %v", err)
 }
