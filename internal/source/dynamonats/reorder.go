@@ -30,9 +30,10 @@ type holdKey struct{ publisher, seq uint64 }
 
 // heldMsg is a message ahead of a hole in member's sequence.
 type heldMsg struct {
-	key    holdKey
-	member ckf.Member
-	data   []byte
+	key       holdKey
+	member    ckf.Member
+	streamSeq uint64 // its JetStream stream sequence
+	data      []byte
 	// settles are the deliveries of this message (a redelivery while held
 	// is the same message again): all are settled together.
 	settles []func(settlement)
@@ -62,14 +63,20 @@ func newHoldBuffer(maxMsgs, maxBytes int) *holdBuffer {
 	return &holdBuffer{msgs: map[holdKey]*heldMsg{}, maxMsgs: maxMsgs, maxBytes: maxBytes}
 }
 
-// add holds a message (or records another delivery of one already held).
-func (h *holdBuffer) add(k holdKey, m ckf.Member, data []byte, settles []func(settlement), now time.Time, wait time.Duration) {
+// add holds a message, or records a redelivery (the same stream sequence)
+// of one held. It returns false, holding nothing, for another message
+// under a held key: a second publication of the same envelope sequence.
+func (h *holdBuffer) add(k holdKey, m ckf.Member, data []byte, settles []func(settlement), streamSeq uint64, now time.Time, wait time.Duration) bool {
 	if hm := h.msgs[k]; hm != nil {
+		if hm.streamSeq != streamSeq {
+			return false
+		}
 		hm.settles = append(hm.settles, settles...)
-		return
+		return true
 	}
-	h.msgs[k] = &heldMsg{key: k, member: m, data: data, settles: settles, deadline: now.Add(wait), touched: now}
+	h.msgs[k] = &heldMsg{key: k, member: m, streamSeq: streamSeq, data: data, settles: settles, deadline: now.Add(wait), touched: now}
 	h.bytes += len(data)
+	return true
 }
 
 // take removes and returns the message held under k, if any.

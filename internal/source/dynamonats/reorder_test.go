@@ -183,13 +183,49 @@ func TestHoldBuffer_LowestIsLeastAheadAcrossTheWrap(t *testing.T) {
 	h := newHoldBuffer(10, 1<<20)
 	m := ckf.Member{WorkerID: 1}
 	now := time.Now()
-	for _, seq := range []uint64{3, ^uint64(0), 1} {
-		h.add(holdKey{7, seq}, m, []byte{1}, nil, now, time.Second)
+	for i, seq := range []uint64{3, ^uint64(0), 1} {
+		require.True(t, h.add(holdKey{7, seq}, m, []byte{1}, nil, uint64(10+i), now, time.Second))
 	}
-	h.add(holdKey{8, ^uint64(0) - 1}, m, []byte{1}, nil, now, time.Second) // another publisher
+	require.True(t, h.add(holdKey{8, ^uint64(0) - 1}, m, []byte{1}, nil, 20, now, time.Second)) // another publisher
 	assert.Equal(t, ^uint64(0), h.lowest(7, m, ^uint64(0)-2).key.seq)
 	assert.Equal(t, uint64(1), h.lowest(7, m, 0).key.seq)
-	h.add(holdKey{7, 1}, m, []byte{1}, nil, now, time.Second) // the same message again
+	assert.True(t, h.add(holdKey{7, 1}, m, []byte{1}, nil, 12, now, time.Second), "a redelivery of a held message")
+	assert.Len(t, h.msgs[holdKey{7, 1}].settles, 0)
+	assert.False(t, h.add(holdKey{7, 1}, m, []byte{1}, nil, 99, now, time.Second), "another message under a held key")
 	assert.Equal(t, 4, h.len())
 	assert.Equal(t, 4, h.bytes)
+}
+
+// TestSource_DuplicatesOfAHeldMessageAreNotHeld: copies of a held envelope
+// (other stream messages with the same publisher and sequence: a publisher
+// retrying without a message id, or anyone who may publish on the subject)
+// are dropped and acknowledged at once, as duplicates are. Merged into the
+// held message, each copy kept a slot of the consumer's MaxAckPending until
+// the hole closed: 4,200 copies stalled every member of the source for
+// GapWait (red team R1).
+func TestSource_DuplicatesOfAHeldMessageAreNotHeld(t *testing.T) {
+	tk := startTakeover(t, 4, 2, time.Second, time.Minute)
+	tk.frozenLeader(t, 2)
+	s, err := New(tk.cfg)
+	require.NoError(t, err)
+	tk.run(t, s)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 1, s.Status().Held) }, 10*time.Second, time.Millisecond)
+
+	ctx := context.Background()
+	const copies = 50
+	for range copies {
+		_, err := tk.js.Publish(ctx, reorderSubject, envelope(t, 7, 3, stored(1, 4)))
+		require.NoError(t, err)
+	}
+	cons, err := tk.js.Consumer(ctx, "kv", "relay")
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		info, err := cons.Info(ctx)
+		require.NoError(c, err)
+		assert.Equal(c, uint64(3+copies), info.Delivered.Stream) // sequences 0, 1, 3 and the copies
+		assert.Equal(c, 1, info.NumAckPending, "only the held message waits")
+	}, 10*time.Second, 5*time.Millisecond)
+	st := s.Status()
+	assert.Equal(t, 1, st.Held)
+	assert.EqualValues(t, copies, st.Dropped)
 }

@@ -105,6 +105,10 @@ type decision struct {
 type incoming struct {
 	data   []byte
 	settle func(settlement)
+	// streamSeq is the message's JetStream stream sequence (0 on core
+	// NATS): a redelivery carries the same one, a second publication of
+	// the same envelope another.
+	streamSeq uint64
 }
 
 // settlement is what becomes of a JetStream message.
@@ -299,7 +303,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 			if m.settle != nil {
 				settles = []func(settlement){m.settle}
 			}
-			if err := s.deliver(ctx, sink, m.data, settles, false); err != nil {
+			if err := s.deliver(ctx, sink, m.data, settles, m.streamSeq, false); err != nil {
 				return err
 			}
 			if len(s.acks) > 0 && (len(msgs) == 0 || len(s.acks) >= maxAckBatch) {
@@ -324,12 +328,19 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 // of a hole is held instead (unless force: a hole that waited GapWait, or
 // the buffer's bounds, make it a gap). It returns an error only when the
 // source is stopping.
-func (s *Source) deliver(ctx context.Context, sink source.Sink, data []byte, settles []func(settlement), force bool) error {
+func (s *Source) deliver(ctx context.Context, sink source.Sink, data []byte, settles []func(settlement), streamSeq uint64, force bool) error {
 	for data != nil {
 		env, err := s.handle(ctx, sink, data, s.hold != nil && !force)
 		force = false
 		if ahead, ok := err.(*aheadError); ok {
-			s.hold.add(ahead.key, ahead.member, data, settles, time.Now(), s.cfg.GapWait)
+			if !s.hold.add(ahead.key, ahead.member, data, settles, streamSeq, time.Now(), s.cfg.GapWait) {
+				// Another message under a held envelope sequence: a
+				// duplicate, handled (dropped) as one that arrives after
+				// the first is admitted would be. Held, each copy would
+				// take a slot of MaxAckPending until the hole closed.
+				s.update(func(st *source.Status) { st.Dropped++ })
+				return s.settle(ctx, nil, settles)
+			}
 			s.update(func(st *source.Status) { st.Held = s.hold.len() })
 			for s.hold.over() {
 				if err := s.forceGap(ctx, sink, s.hold.oldest(time.Time{}, false)); err != nil {
@@ -344,7 +355,7 @@ func (s *Source) deliver(ctx context.Context, sink source.Sink, data []byte, set
 		data, settles = nil, nil
 		if err == nil && env.Enveloped && s.hold != nil && s.hold.len() > 0 {
 			if hm := s.hold.take(holdKey{env.PublisherID, env.Sequence + 1}); hm != nil {
-				data, settles = hm.data, hm.settles
+				data, settles, streamSeq = hm.data, hm.settles, hm.streamSeq
 				s.update(func(st *source.Status) { st.Reordered++; st.Held = s.hold.len() })
 			}
 		}
@@ -388,7 +399,7 @@ func (s *Source) forceGap(ctx context.Context, sink source.Sink, hm *heldMsg) er
 	}
 	s.hold.take(hm.key)
 	s.update(func(st *source.Status) { st.Held = s.hold.len() })
-	return s.deliver(ctx, sink, hm.data, hm.settles, true)
+	return s.deliver(ctx, sink, hm.data, hm.settles, hm.streamSeq, true)
 }
 
 // holdTimers keeps held messages from being redelivered while they wait
@@ -496,7 +507,11 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 	// frozen consumer takes messages for at most this long.
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		// Redeliveries and duplicates are filtered by envelope sequence.
-		in := incoming{data: m.Data(), settle: func(st settlement) {
+		var streamSeq uint64
+		if md, err := m.Metadata(); err == nil {
+			streamSeq = md.Sequence.Stream
+		}
+		in := incoming{data: m.Data(), streamSeq: streamSeq, settle: func(st settlement) {
 			switch st {
 			case ack:
 				_ = m.Ack()
