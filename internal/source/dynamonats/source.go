@@ -87,6 +87,9 @@ type Source struct {
 	// holdBounds are the hold buffer's bounds (maxHeldMessages,
 	// maxHeldBytes; tests lower them).
 	holdBounds [2]int
+	// noReset skips resetting the durable consumer to its ack floor at
+	// start (tests of the reorder window, as on a server without the API).
+	noReset bool
 }
 
 type resumeKey struct {
@@ -498,6 +501,23 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if !s.noReset {
+		// Start from the consumer's ack floor: what the durable's previous
+		// reader (a relay that died, or a replica deposed while frozen) was
+		// handed and never acknowledged comes back at once and in stream
+		// order, instead of AckWait later behind everything published since
+		// — holes that each hold the member's later messages (reorder.go)
+		// and, at a fleet's rate, overflowed the hold bound (red team
+		// R-D1). Messages past the floor the pool already admitted are
+		// dropped by envelope sequence. A server without the reset API
+		// (an older nats-server) leaves it to redelivery and the
+		// reorder window.
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if _, err := js.ResetConsumer(rctx, s.cfg.Stream, s.cfg.Durable); err != nil {
+			s.update(func(st *source.Status) { st.LastError = "reset to the ack floor: " + err.Error() })
+		}
+		cancel()
 	}
 	// Each pull request lives pullExpiry: the server hands messages to
 	// the open pull requests in turn, so a relay frozen with one open
