@@ -31,6 +31,11 @@ const (
 // would give it, which is not kept.
 const retainedPayloadBytes = 64 << 10
 
+// maxCachedIdentityBytes bounds an identity's encoding the codec keeps to
+// compare with the next update's (a relay's are under 200 bytes): a larger
+// one is decoded for its update alone.
+const maxCachedIdentityBytes = 4 << 10
+
 // updateCodec is the codec of one SubscribeKvPool stream (docs/RATIONALE.md
 // "Why does the router decode FilterUpdates with a codec of its own?"). It
 // decodes a FilterUpdate into the message the stream reuses, copying the
@@ -124,23 +129,13 @@ func (c *updateCodec) decode(b []byte, m *kvrelaypb.FilterUpdate) bool {
 			b = b[n:]
 			switch num {
 			case fuRelay:
-				if c.relay == nil || !bytes.Equal(v, c.relayRaw) {
-					r := &kvrelaypb.RelayIdentity{}
-					if protov2.Unmarshal(v, r) != nil {
-						return false
-					}
-					c.relay, c.relayRaw = r, append(c.relayRaw[:0], v...)
+				if m.Relay = decodeCached(v, &c.relay, &c.relayRaw); m.Relay == nil {
+					return false
 				}
-				m.Relay = c.relay
 			case fuProducer:
-				if c.producer == nil || !bytes.Equal(v, c.producerRaw) {
-					p := &kvrelaypb.ProducerIdentity{}
-					if protov2.Unmarshal(v, p) != nil {
-						return false
-					}
-					c.producer, c.producerRaw = p, append(c.producerRaw[:0], v...)
+				if m.Producer = decodeCached(v, &c.producer, &c.producerRaw); m.Producer == nil {
+					return false
 				}
-				m.Producer = c.producer
 			default:
 				if len(v) > retainedPayloadBytes {
 					m.Payload = bytes.Clone(v)
@@ -172,4 +167,27 @@ func (c *updateCodec) decode(b []byte, m *kvrelaypb.FilterUpdate) bool {
 		}
 	}
 	return true
+}
+
+// decodeCached returns the message b encodes: *last when b is the encoding
+// *raw holds, else a new one, kept in *last and *raw for the next update
+// when b is not larger than maxCachedIdentityBytes. nil when b does not
+// decode.
+func decodeCached[M any, P interface {
+	*M
+	protov2.Message
+}](b []byte, last *P, raw *[]byte) P {
+	if *last != nil && bytes.Equal(b, *raw) {
+		return *last
+	}
+	m := P(new(M))
+	if protov2.Unmarshal(b, m) != nil {
+		return nil
+	}
+	if len(b) > maxCachedIdentityBytes {
+		*last, *raw = nil, nil
+		return m
+	}
+	*last, *raw = m, append((*raw)[:0], b...)
+	return m
 }

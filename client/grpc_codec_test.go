@@ -112,6 +112,9 @@ func TestUpdateCodec_DecodesAsProtoUnmarshal(t *testing.T) {
 		relays = append(relays, b)
 	}
 	producers = append(producers, []byte{0xff}) // not a message
+	// A producer with an unknown field past what the codec keeps to compare.
+	huge := protowire.AppendBytes(protowire.AppendTag(append([]byte(nil), producers[0]...), 99, protowire.BytesType), make([]byte, maxCachedIdentityBytes))
+	producers = append(producers, huge)
 	c := newUpdateCodec()
 	var got kvrelaypb.FilterUpdate
 	fast := 0
@@ -130,6 +133,7 @@ func TestUpdateCodec_DecodesAsProtoUnmarshal(t *testing.T) {
 		if c.decode(b, &probe) {
 			fast++
 		}
+		require.LessOrEqual(t, cap(c.producerRaw), maxCachedIdentityBytes, "an identity past the bound is not kept")
 	}
 	assert.Greater(t, fast, 5000, "most encodings are a relay's, which the codec decodes itself")
 }
