@@ -134,6 +134,8 @@ func TestUpdateCodec_DecodesAsProtoUnmarshal(t *testing.T) {
 			fast++
 		}
 		require.LessOrEqual(t, cap(c.producerRaw), maxCachedIdentityBytes, "an identity past the bound is not kept")
+		require.LessOrEqual(t, cap(c.payload), retainedPayloadBytes, "a payload past the bound is not kept")
+		require.LessOrEqual(t, cap(c.scratch), retainedPayloadBytes, "a joined message past the bound is not kept")
 	}
 	assert.Greater(t, fast, 5000, "most encodings are a relay's, which the codec decodes itself")
 }
