@@ -1,11 +1,6 @@
 package dynamonats
 
-import (
-	"time"
-
-	"github.com/ckfrelay/ckfrelay/ckf"
-	"github.com/ckfrelay/ckfrelay/internal/source"
-)
+import "time"
 
 // The reorder window (issue #34; the red team's F12 after a SIGSTOP). A
 // JetStream consumer gets a message again when its acknowledgement timed
@@ -28,10 +23,9 @@ import (
 // holdKey names a message by its publisher's sequence.
 type holdKey struct{ publisher, seq uint64 }
 
-// heldMsg is a message ahead of a hole in member's sequence.
+// heldMsg is a message ahead of a hole in its publisher's sequence.
 type heldMsg struct {
 	key       holdKey
-	member    ckf.Member
 	streamSeq uint64 // its JetStream stream sequence
 	data      []byte
 	// settles are the deliveries of this message (a redelivery while held
@@ -66,7 +60,7 @@ func newHoldBuffer(maxMsgs, maxBytes int) *holdBuffer {
 // add holds a message, or records a redelivery (the same stream sequence)
 // of one held. It returns false, holding nothing, for another message
 // under a held key: a second publication of the same envelope sequence.
-func (h *holdBuffer) add(k holdKey, m ckf.Member, data []byte, settles []func(settlement), streamSeq uint64, now time.Time, wait time.Duration) bool {
+func (h *holdBuffer) add(k holdKey, data []byte, settles []func(settlement), streamSeq uint64, now time.Time, wait time.Duration) bool {
 	if hm := h.msgs[k]; hm != nil {
 		if hm.streamSeq != streamSeq {
 			return false
@@ -74,7 +68,7 @@ func (h *holdBuffer) add(k holdKey, m ckf.Member, data []byte, settles []func(se
 		hm.settles = append(hm.settles, settles...)
 		return true
 	}
-	h.msgs[k] = &heldMsg{key: k, member: m, streamSeq: streamSeq, data: data, settles: settles, deadline: now.Add(wait), touched: now}
+	h.msgs[k] = &heldMsg{key: k, streamSeq: streamSeq, data: data, settles: settles, deadline: now.Add(wait), touched: now}
 	h.bytes += len(data)
 	return true
 }
@@ -109,13 +103,13 @@ func (h *holdBuffer) oldest(now time.Time, expired bool) *heldMsg {
 	return first
 }
 
-// lowest returns the held message of publisher and member that is the
-// least ahead of next: where a forced gap starts, so that no held message
-// of the member falls behind it.
-func (h *holdBuffer) lowest(publisher uint64, m ckf.Member, next uint64) *heldMsg {
+// lowest returns the held message of publisher that is the least ahead of
+// next: where a forced gap starts, so that no held message of the
+// publisher falls behind it.
+func (h *holdBuffer) lowest(publisher uint64, next uint64) *heldMsg {
 	var low *heldMsg
 	for _, hm := range h.msgs {
-		if hm.key.publisher != publisher || hm.member != m {
+		if hm.key.publisher != publisher {
 			continue
 		}
 		if low == nil || hm.key.seq-next < low.key.seq-next {
@@ -149,35 +143,25 @@ func (h *holdBuffer) drain() []*heldMsg {
 	return out
 }
 
-// aheadOf returns a member of evs whose sequence from env's publisher env
-// is ahead of: a hole of at most maxAckPending messages before it, the most
-// a redelivery can fill. Farther ahead (or behind) is no hole a redelivery
-// fills, and admitOrder's rules apply at once.
-func (s *Source) aheadOf(sink source.Sink, env Envelope, evs []ckf.RouterEvent) (ckf.Member, bool) {
+// aheadOf reports whether env is ahead of its publisher's next sequence by
+// a hole of at most maxAckPending messages, the most a redelivery can fill.
+// Farther ahead (or behind) is no hole a redelivery fills, and order's
+// rules apply at once.
+func (s *Source) aheadOf(env Envelope) bool {
 	if !env.Enveloped {
-		return ckf.Member{}, false
+		return false
 	}
-	for i := range evs {
-		m := evs[i].Member()
-		next, ok := s.expectedNext(sink, m, env.PublisherID)
-		if ahead := env.Sequence - next; ok && ahead > 0 && ahead <= maxAckPending {
-			return m, true
-		}
-	}
-	return ckf.Member{}, false
+	next, ok := s.expectedNext(env.PublisherID)
+	ahead := env.Sequence - next
+	return ok && ahead > 0 && ahead <= maxAckPending
 }
 
-// expectedNext returns the sequence member m's next message from publisher
-// should carry: the running member's, or the cursor Resume named for it
-// (when the pool still knows the member, as resumed requires).
-func (s *Source) expectedNext(sink source.Sink, m ckf.Member, publisher uint64) (uint64, bool) {
-	if st := s.members[m]; st != nil {
-		return st.next, st.publisher == publisher
+// expectedNext returns the sequence publisher's next envelope should carry:
+// the running publisher's, or the one Resume named for it.
+func (s *Source) expectedNext(publisher uint64) (uint64, bool) {
+	if ps := s.publishers[publisher]; ps != nil {
+		return ps.next, true
 	}
-	next, ok := s.resume[resumeKey{m, publisher}]
-	if !ok {
-		return 0, false
-	}
-	_, known := source.RecordedEpoch(sink, m)
-	return next, known
+	next, ok := s.resume.next[publisher]
+	return next, ok
 }

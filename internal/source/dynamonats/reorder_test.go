@@ -203,21 +203,20 @@ func TestSource_HoldIsBounded(t *testing.T) {
 }
 
 // TestHoldBuffer_LowestIsLeastAheadAcrossTheWrap: a forced gap starts at
-// the held message least ahead of the member's next sequence, counted
+// the held message least ahead of the publisher's next sequence, counted
 // modulo 2^64 as the sequence is.
 func TestHoldBuffer_LowestIsLeastAheadAcrossTheWrap(t *testing.T) {
 	h := newHoldBuffer(10, 1<<20)
-	m := ckf.Member{WorkerID: 1}
 	now := time.Now()
 	for i, seq := range []uint64{3, ^uint64(0), 1} {
-		require.True(t, h.add(holdKey{7, seq}, m, []byte{1}, nil, uint64(10+i), now, time.Second))
+		require.True(t, h.add(holdKey{7, seq}, []byte{1}, nil, uint64(10+i), now, time.Second))
 	}
-	require.True(t, h.add(holdKey{8, ^uint64(0) - 1}, m, []byte{1}, nil, 20, now, time.Second)) // another publisher
-	assert.Equal(t, ^uint64(0), h.lowest(7, m, ^uint64(0)-2).key.seq)
-	assert.Equal(t, uint64(1), h.lowest(7, m, 0).key.seq)
-	assert.True(t, h.add(holdKey{7, 1}, m, []byte{1}, nil, 12, now, time.Second), "a redelivery of a held message")
+	require.True(t, h.add(holdKey{8, ^uint64(0) - 1}, []byte{1}, nil, 20, now, time.Second)) // another publisher
+	assert.Equal(t, ^uint64(0), h.lowest(7, ^uint64(0)-2).key.seq)
+	assert.Equal(t, uint64(1), h.lowest(7, 0).key.seq)
+	assert.True(t, h.add(holdKey{7, 1}, []byte{1}, nil, 12, now, time.Second), "a redelivery of a held message")
 	assert.Len(t, h.msgs[holdKey{7, 1}].settles, 0)
-	assert.False(t, h.add(holdKey{7, 1}, m, []byte{1}, nil, 99, now, time.Second), "another message under a held key")
+	assert.False(t, h.add(holdKey{7, 1}, []byte{1}, nil, 99, now, time.Second), "another message under a held key")
 	assert.Equal(t, 4, h.len())
 	assert.Equal(t, 4, h.bytes)
 }

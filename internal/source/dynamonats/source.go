@@ -1,9 +1,12 @@
 package dynamonats
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,9 +78,14 @@ type Source struct {
 
 	// Run's goroutine only.
 	members map[ckf.Member]*memberState
-	// resume: by member and publisher, the next envelope sequence the
-	// group's records hold up to (Resume); taken at first contact.
-	resume  map[resumeKey]uint64
+	// publishers: the envelope sequence of each publisher heard, and its
+	// members. Dynamo numbers a publisher's envelopes, not a member's: one
+	// worker's publisher carries all its dp ranks on one sequence.
+	publishers map[uint64]*publisherState
+	// resume: what Resume took from the group's records — each
+	// publisher's next sequence and each member's publisher — entered
+	// when the publisher is first heard.
+	resume  resumePoint
 	evs     []ckf.RouterEvent
 	decided map[ckf.Member]decision // per message
 	// JetStream only: messages handled but not yet acknowledged, and
@@ -90,11 +98,6 @@ type Source struct {
 	// noReset skips resetting the durable consumer to its ack floor at
 	// start (tests of the reorder window, as on a server without the API).
 	noReset bool
-}
-
-type resumeKey struct {
-	m         ckf.Member
-	publisher uint64
 }
 
 // decision is what one message means for one member.
@@ -131,7 +134,6 @@ var errTerminal = errors.New("dynamonats: message refused for good")
 type memberState struct {
 	publisher uint64 // publisher_id of the current lifetime
 	epoch     uint64 // source epoch of that lifetime
-	next      uint64 // next expected envelope sequence
 	seen      time.Time
 }
 
@@ -162,7 +164,8 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Stream != "" {
 		name += " (" + cfg.Stream + "/" + cfg.Durable + ")"
 	}
-	return &Source{cfg: cfg, members: map[ckf.Member]*memberState{}, decided: map[ckf.Member]decision{}, refused: map[ckf.Member]struct{}{},
+	return &Source{cfg: cfg, members: map[ckf.Member]*memberState{}, publishers: map[uint64]*publisherState{},
+		decided: map[ckf.Member]decision{}, refused: map[ckf.Member]struct{}{},
 		status:     source.Status{Name: name, Engine: "dynamo", State: "connecting"},
 		holdBounds: [2]int{maxHeldMessages, maxHeldBytes}}, nil
 }
@@ -336,7 +339,7 @@ func (s *Source) deliver(ctx context.Context, sink source.Sink, data []byte, set
 		env, err := s.handle(ctx, sink, data, s.hold != nil && !force)
 		force = false
 		if ahead, ok := err.(*aheadError); ok {
-			if !s.hold.add(ahead.key, ahead.member, data, settles, streamSeq, time.Now(), s.cfg.GapWait) {
+			if !s.hold.add(ahead.key, data, settles, streamSeq, time.Now(), s.cfg.GapWait) {
 				// Another message under a held envelope sequence: a
 				// duplicate, handled (dropped) as one that arrives after
 				// the first is admitted would be. Held, each copy would
@@ -392,11 +395,11 @@ func (s *Source) settle(ctx context.Context, err error, settles []func(settlemen
 }
 
 // forceGap makes the hole before held message hm's a gap: the message of
-// hm's member and publisher least ahead is admitted after a degraded
-// reset, and the held messages after it follow.
+// hm's publisher least ahead is admitted after a degraded reset of the
+// publisher's members, and the held messages after it follow.
 func (s *Source) forceGap(ctx context.Context, sink source.Sink, hm *heldMsg) error {
-	if next, ok := s.expectedNext(sink, hm.member, hm.key.publisher); ok {
-		if low := s.hold.lowest(hm.key.publisher, hm.member, next); low != nil {
+	if next, ok := s.expectedNext(hm.key.publisher); ok {
+		if low := s.hold.lowest(hm.key.publisher, next); low != nil {
 			hm = low
 		}
 	}
@@ -566,14 +569,10 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 }
 
 // aheadError is handle's answer for a message held ahead of a hole.
-type aheadError struct {
-	key    holdKey
-	member ckf.Member
-}
+type aheadError struct{ key holdKey }
 
 func (e *aheadError) Error() string {
-	return fmt.Sprintf("dynamonats: publisher %d sequence %d is ahead of worker %d rank %d's next", e.key.publisher, e.key.seq,
-		e.member.WorkerID, e.member.DPRank)
+	return fmt.Sprintf("dynamonats: publisher %d sequence %d is ahead of its next", e.key.publisher, e.key.seq)
 }
 
 // handle admits one message and returns its envelope. With hold, a message
@@ -587,11 +586,14 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte, hold
 		s.update(func(st *source.Status) { st.Rejected++; st.LastError = err.Error(); st.LastEvent = now })
 		return env, nil // a malformed message is dropped, never retried
 	}
-	if hold {
-		if m, ok := s.aheadOf(sink, env, evs); ok {
-			return env, &aheadError{key: holdKey{env.PublisherID, env.Sequence}, member: m}
-		}
+	if hold && s.aheadOf(env) {
+		return env, &aheadError{key: holdKey{env.PublisherID, env.Sequence}}
 	}
+	admit, err := s.order(ctx, sink, env, now)
+	if err != nil || !admit {
+		return env, err
+	}
+	defer s.forgetIdle(env.PublisherID)
 	var admitted uint64
 	clear(s.decided)
 	for i := range evs {
@@ -610,9 +612,10 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte, hold
 				continue
 			}
 			var err error
-			if d.epoch, d.admit, err = s.admitOrder(ctx, sink, ev.Member(), env, now); err != nil {
+			if d.epoch, err = s.memberEpoch(ctx, sink, ev.Member(), env, now); err != nil {
 				return env, err
 			}
+			d.admit = true
 			s.decided[ev.Member()] = d
 		}
 		if !d.admit {
@@ -636,39 +639,63 @@ func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte, hold
 	return env, nil
 }
 
-// admitOrder decides, for one event of member m in env, whether to admit it
-// and under which epoch: a new publisher resets the member first; a sequence
-// gap resets it degraded; an old or repeated sequence is dropped.
-func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member, env Envelope, now time.Time) (uint64, bool, error) {
-	st := s.members[m]
-	if st == nil && s.resumed(sink, m, env, now) {
-		// Taken up where the group's records end: a running member from
-		// here on (its seen, next and gap cases below).
-		st = s.members[m]
+// order decides what env means for its publisher's sequence: seen before
+// (a redelivery or a duplicate: dropped), the next one, or one past a hole —
+// envelopes of the publisher were lost, and since they may have carried
+// any of its members, each is reset degraded before env is admitted.
+func (s *Source) order(ctx context.Context, sink source.Sink, env Envelope, now time.Time) (bool, error) {
+	if !env.Enveloped {
+		return true, nil
 	}
-	switch {
-	case st == nil || st.publisher != env.PublisherID:
+	ps := s.publishers[env.PublisherID]
+	if ps == nil {
+		ps = s.resumed(sink, env.PublisherID, now)
+	}
+	if ps == nil {
+		s.publishers[env.PublisherID] = &publisherState{next: env.Sequence + 1, members: map[ckf.Member]struct{}{}}
+		return true, nil
+	}
+	switch seqOrder(ps.next, env.Sequence) {
+	case -1:
+		s.update(func(st *source.Status) { st.Dropped++ })
+		return false, nil
+	case 1:
+		members := slices.SortedFunc(maps.Keys(ps.members), func(a, b ckf.Member) int {
+			return cmp.Or(cmp.Compare(a.WorkerID, b.WorkerID), cmp.Compare(a.DPRank, b.DPRank))
+		})
+		for _, m := range members {
+			st := s.members[m]
+			epoch, err := s.reset(ctx, sink, max(uint64(now.UnixNano()), st.epoch+1), m, true)
+			if err != nil {
+				return false, err
+			}
+			st.epoch = epoch
+			s.update(func(s *source.Status) { s.Resets++ })
+		}
+		s.update(func(s *source.Status) { s.Gaps++ })
+	}
+	ps.next = env.Sequence + 1 // 2^64−1 is followed by 0 (seqOrder)
+	return true, nil
+}
+
+// memberEpoch returns the epoch member m's events in env are admitted
+// under: a member heard from another publisher before is a restarted
+// engine, reset first; a member the pool records at another epoch is
+// announced at a new one.
+func (s *Source) memberEpoch(ctx context.Context, sink source.Sink, m ckf.Member, env Envelope, now time.Time) (uint64, error) {
+	st := s.members[m]
+	if st == nil || st.publisher != env.PublisherID {
 		epoch := uint64(now.UnixNano())
 		if st != nil {
 			var err error
 			if epoch, err = s.reset(ctx, sink, max(epoch, st.epoch+1), m, false); err != nil {
-				return 0, false, err
+				return 0, err
 			}
 			s.update(func(st *source.Status) { st.Resets++; st.Restarts++ })
+			s.leave(m, st.publisher)
 		}
-		s.members[m] = &memberState{publisher: env.PublisherID, epoch: epoch, next: env.Sequence, seen: now}
-		st = s.members[m]
-	case env.Enveloped && seqOrder(st, env.Sequence) < 0:
-		// Seen before: a redelivery or a duplicate.
-		s.update(func(st *source.Status) { st.Dropped++ })
-		return 0, false, nil
-	case env.Enveloped && seqOrder(st, env.Sequence) > 0:
-		epoch, err := s.reset(ctx, sink, max(uint64(now.UnixNano()), st.epoch+1), m, true)
-		if err != nil {
-			return 0, false, err
-		}
-		s.update(func(s *source.Status) { s.Gaps++; s.Resets++ })
-		st.epoch = epoch
+		st = &memberState{publisher: env.PublisherID, epoch: epoch}
+		s.members[m] = st
 	}
 	// The pool owns the member's epochs (docs/ingest.md, "Source epochs"):
 	// when its record is not the epoch this source would admit under — a
@@ -681,37 +708,55 @@ func (s *Source) admitOrder(ctx context.Context, sink source.Sink, m ckf.Member,
 	if recorded, known := source.RecordedEpoch(sink, m); known && recorded != st.epoch {
 		epoch, err := s.reset(ctx, sink, max(uint64(now.UnixNano()), st.epoch+1, recorded+1), m, false)
 		if err != nil {
-			return 0, false, err
+			return 0, err
 		}
 		s.update(func(s *source.Status) { s.Resets++ })
 		st.epoch = epoch
 	}
-	if env.Enveloped {
-		st.next = env.Sequence + 1 // 2^64−1 is followed by 0 (seqOrder)
+	if ps := s.publishers[env.PublisherID]; ps != nil {
+		ps.members[m] = struct{}{}
 	}
 	st.seen = now
-	return st.epoch, true, nil
+	return st.epoch, nil
 }
 
-// duplicateWindow is how far behind a member's next expected sequence a
+// leave takes member m off publisher's members, and forgets a publisher
+// left without any.
+func (s *Source) leave(m ckf.Member, publisher uint64) {
+	if ps := s.publishers[publisher]; ps != nil {
+		delete(ps.members, m)
+		s.forgetIdle(publisher)
+	}
+}
+
+// forgetIdle forgets publisher when it has no member (every event of its
+// message was dropped, or its members left): publishers stay bounded by
+// members, which max_members bounds.
+func (s *Source) forgetIdle(publisher uint64) {
+	if ps := s.publishers[publisher]; ps != nil && len(ps.members) == 0 {
+		delete(s.publishers, publisher)
+	}
+}
+
+// duplicateWindow is how far behind a publisher's next expected sequence a
 // message may be and still be a duplicate or a redelivery, dropped:
 // JetStream redelivers at most MaxAckPending (4,096) messages a publisher
 // sent before the newest one delivered. A message farther behind is not
 // one seen before but a sequence that went back — a forged envelope that
 // moved the member far ahead, or a publisher that restarted its sequence
 // under the same id — and is taken as a gap: a degraded reset, then the
-// member follows the new sequence. Dropping it as a duplicate would drop
+// publisher's members follow the new sequence. Dropping it as a duplicate would drop
 // every later message of the honest publisher too, silently and for good
 // (one forged sequence of 2^62 did).
 const duplicateWindow = 1 << 16
 
-// seqOrder places seq against member st's next expected sequence: -1 seen
+// seqOrder places seq against next, a publisher's next expected sequence: -1 seen
 // before (a duplicate or redelivery: at most duplicateWindow behind), 0 the
 // next one, +1 a gap (ahead, or farther behind). Distances are modulo 2^64,
 // so a sequence that passed 2^64−1 and went on at 0 is no gap, and one from
 // just before that wrap is behind.
-func seqOrder(st *memberState, seq uint64) int {
-	switch behind := st.next - seq; {
+func seqOrder(next, seq uint64) int {
+	switch behind := next - seq; {
 	case behind == 0:
 		return 0
 	case behind <= duplicateWindow:
@@ -755,6 +800,7 @@ func (s *Source) expire(ctx context.Context, sink source.Sink, now time.Time) er
 			return err
 		}
 		delete(s.members, m)
+		s.leave(m, st.publisher)
 		s.setRefused(m, false)
 		s.update(func(st *source.Status) { st.Resets++ })
 	}
