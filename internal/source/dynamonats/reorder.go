@@ -44,7 +44,7 @@ type holdBuffer struct {
 	maxBytes int
 }
 
-// Bounds of the hold buffer: a message past them forces the oldest hole
+// Bounds of the hold buffer: a message past them forces the newest hole
 // to a gap. maxHeldMessages leaves most of the consumer's MaxAckPending
 // (held messages are pending) to the publishers without a hole; 32 MiB
 // bounds the memory holes may pin.
@@ -88,19 +88,30 @@ func (h *holdBuffer) len() int { return len(h.msgs) }
 // over reports whether the buffer holds more than its bounds allow.
 func (h *holdBuffer) over() bool { return len(h.msgs) > h.maxMsgs || h.bytes > h.maxBytes }
 
-// oldest returns the message with the earliest deadline (nil when empty);
-// expired only when that deadline is not after now.
-func (h *holdBuffer) oldest(now time.Time, expired bool) *heldMsg {
+// expired returns the message with the earliest deadline when that
+// deadline is not after now, else nil.
+func (h *holdBuffer) expired(now time.Time) *heldMsg {
 	var first *heldMsg
 	for _, hm := range h.msgs {
 		if first == nil || hm.deadline.Before(first.deadline) {
 			first = hm
 		}
 	}
-	if first != nil && expired && first.deadline.After(now) {
+	if first == nil || first.deadline.After(now) {
 		return nil
 	}
 	return first
+}
+
+// newest returns the message held last (nil when empty).
+func (h *holdBuffer) newest() *heldMsg {
+	var last *heldMsg
+	for _, hm := range h.msgs {
+		if last == nil || hm.deadline.After(last.deadline) {
+			last = hm
+		}
+	}
+	return last
 }
 
 // lowest returns the held message of publisher that is the least ahead of

@@ -183,7 +183,7 @@ func TestSource_HoleNothingFillsIsAGapAfterGapWait(t *testing.T) {
 	assert.Zero(t, info.NumRedelivered, "a held message was redelivered: not kept in progress")
 }
 
-// TestSource_HoldIsBounded: past the hold buffer's bound the oldest hole is
+// TestSource_HoldIsBounded: past the hold buffer's bound the newest hole is
 // a gap at once (here GapWait is a minute): holes cannot pin more than
 // the bound's messages, nor stall the member for GapWait.
 func TestSource_HoldIsBounded(t *testing.T) {
@@ -253,4 +253,35 @@ func TestSource_DuplicatesOfAHeldMessageAreNotHeld(t *testing.T) {
 	st := s.Status()
 	assert.Equal(t, 1, st.Held)
 	assert.EqualValues(t, copies, st.Dropped)
+}
+
+// TestSource_AHoleFloodDoesNotForceAnOlderHole: past the bound the newest
+// hole is forced, so a flood of fresh holes (here five other publishers,
+// each skipping one sequence) pays for itself and the honest publisher's
+// older hole waits for the message that fills it. Forcing the oldest hole
+// first (the code before) reset the honest member and dropped the late
+// message as seen (red team D3: 74 acknowledged events lost in a takeover).
+func TestSource_AHoleFloodDoesNotForceAnOlderHole(t *testing.T) {
+	tk := startTakeover(t, 6, 2, time.Second, time.Minute)
+	tk.frozenLeader(t, 2)
+	s, err := New(tk.cfg)
+	require.NoError(t, err)
+	s.holdBounds = [2]int{5, maxHeldBytes}
+	tk.run(t, s)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 3, s.Status().Held) }, 10*time.Second, time.Millisecond)
+
+	ctx := context.Background()
+	for p := uint64(100); p < 105; p++ {
+		for _, seq := range []uint64{0, 2} {
+			_, err := tk.js.Publish(ctx, reorderSubject, envelope(t, p, seq, stored(p, seq+1)))
+			require.NoError(t, err)
+		}
+	}
+	_, err = tk.js.Publish(ctx, reorderSubject, envelope(t, 7, 2, stored(1, 3))) // the honest hole fills
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, blockRange(101, 106), tk.pool.blocks(t, 1)) },
+		10*time.Second, time.Millisecond, "the honest member lost blocks to the flood")
+	st := s.Status()
+	assert.EqualValues(t, 3, st.Reordered, "the honest hole's messages were not put back in order")
+	assert.LessOrEqual(t, st.Held, 5)
 }

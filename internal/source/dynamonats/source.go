@@ -348,8 +348,12 @@ func (s *Source) deliver(ctx context.Context, sink source.Sink, data []byte, set
 				return s.settle(ctx, nil, settles)
 			}
 			s.update(func(st *source.Status) { st.Held = s.hold.len() })
+			// Past the bound the newest hole pays, not the oldest: a flood
+			// of fresh holes (anyone who may publish on the subject) must
+			// not force an honest publisher's hole that a redelivery is
+			// about to fill (red team D3: 74 acknowledged events lost).
 			for s.hold.over() {
-				if err := s.forceGap(ctx, sink, s.hold.oldest(time.Time{}, false)); err != nil {
+				if err := s.forceGap(ctx, sink, s.hold.newest()); err != nil {
 					return err
 				}
 			}
@@ -417,7 +421,7 @@ func (s *Source) holdTimers(ctx context.Context, sink source.Sink, now time.Time
 		}
 	}
 	for {
-		hm := s.hold.oldest(now, true)
+		hm := s.hold.expired(now)
 		if hm == nil {
 			return nil
 		}
