@@ -44,7 +44,7 @@ type holdBuffer struct {
 	maxBytes int
 }
 
-// Bounds of the hold buffer: a message past them forces the newest hole
+// Bounds of the hold buffer: a message past them forces the youngest hole
 // to a gap. maxHeldMessages leaves most of the consumer's MaxAckPending
 // (held messages are pending) to the publishers without a hole; 32 MiB
 // bounds the memory holes may pin.
@@ -103,15 +103,38 @@ func (h *holdBuffer) expired(now time.Time) *heldMsg {
 	return first
 }
 
-// newest returns the message held last (nil when empty).
-func (h *holdBuffer) newest() *heldMsg {
-	var last *heldMsg
+// youngest returns a held message of the publisher whose hole opened last
+// (its first held message arrived after every other publisher's), nil when
+// empty.
+func (h *holdBuffer) youngest() *heldMsg {
+	first := map[uint64]*heldMsg{} // by publisher, its earliest held message
 	for _, hm := range h.msgs {
-		if last == nil || hm.deadline.After(last.deadline) {
-			last = hm
+		if f := first[hm.key.publisher]; f == nil || hm.deadline.Before(f.deadline) {
+			first[hm.key.publisher] = hm
 		}
 	}
-	return last
+	var young *heldMsg
+	for _, f := range first {
+		if young == nil || f.deadline.After(young.deadline) {
+			young = f
+		}
+	}
+	return young
+}
+
+// opened returns when the oldest hole opened: its first held message's
+// arrival (deadline − wait).
+func (h *holdBuffer) opened(wait time.Duration) (time.Time, bool) {
+	var first *heldMsg
+	for _, hm := range h.msgs {
+		if first == nil || hm.deadline.Before(first.deadline) {
+			first = hm
+		}
+	}
+	if first == nil {
+		return time.Time{}, false
+	}
+	return first.deadline.Add(-wait), true
 }
 
 // lowest returns the held message of publisher that is the least ahead of

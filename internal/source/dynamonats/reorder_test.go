@@ -109,7 +109,7 @@ func TestSource_RedeliveriesBehindNewerMessagesAreAdmittedInOrder(t *testing.T) 
 	tk.frozenLeader(t, 5)
 	s, err := New(tk.cfg)
 	require.NoError(t, err)
-	s.noReset = true
+	s.noStartReset, s.noRewind = true, true
 	tk.run(t, s)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 5, s.Status().Held) }, 10*time.Second, time.Millisecond,
@@ -154,6 +154,30 @@ func TestSource_StartTakesUpFromTheAckFloor(t *testing.T) {
 	assert.Empty(t, st.LastError)
 }
 
+// TestSource_AHoleRewindsTheConsumer: messages another reader of the
+// durable took after this source's start (here: before it, with the start
+// reset off — a frozen leader whose last pull request outlived the
+// takeover's reset) are brought back by resetting the consumer to its ack
+// floor once the hole has been open rewindAfter, not AckWait (a minute
+// here) later: the red team's D3 runs with a 1 s lease lost 130 events
+// published between the freeze and the takeover.
+func TestSource_AHoleRewindsTheConsumer(t *testing.T) {
+	tk := startTakeover(t, 10, 10, time.Minute, time.Minute)
+	tk.frozenLeader(t, 5)
+	s, err := New(tk.cfg)
+	require.NoError(t, err)
+	s.noStartReset = true
+	tk.run(t, s)
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, blockRange(101, 110), tk.pool.blocks(t, 1)) },
+		10*time.Second, time.Millisecond, "the other reader's messages waited for AckWait")
+	st := s.Status()
+	assert.EqualValues(t, 5, st.Reordered)
+	assert.Zero(t, st.Gaps)
+	assert.Zero(t, st.Held)
+	assert.Empty(t, st.LastError)
+}
+
 // TestSource_HoleNothingFillsIsAGapAfterGapWait: sequence 2 was never
 // published. The messages after it wait GapWait — kept in progress, so
 // JetStream does not redeliver them meanwhile although GapWait is 2.5×
@@ -164,6 +188,7 @@ func TestSource_HoleNothingFillsIsAGapAfterGapWait(t *testing.T) {
 	tk.frozenLeader(t, 2)
 	s, err := New(tk.cfg)
 	require.NoError(t, err)
+	s.noRewind = true // a rewind redelivers the held messages on purpose
 	start := time.Now()
 	tk.run(t, s)
 

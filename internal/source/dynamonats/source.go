@@ -95,9 +95,14 @@ type Source struct {
 	// holdBounds are the hold buffer's bounds (maxHeldMessages,
 	// maxHeldBytes; tests lower them).
 	holdBounds [2]int
-	// noReset skips resetting the durable consumer to its ack floor at
-	// start (tests of the reorder window, as on a server without the API).
-	noReset bool
+	// noStartReset and noRewind skip resetting the durable consumer to its
+	// ack floor at start and for a hole (tests of the reorder window, as on
+	// a server without the API).
+	noStartReset, noRewind bool
+	// rewind resets the durable consumer to its ack floor (nil on core
+	// NATS); rewound is when a hole last made the source call it.
+	rewind  func(context.Context) error
+	rewound time.Time
 }
 
 // decision is what one message means for one member.
@@ -276,7 +281,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 		// Held messages are told in progress every AckWait/2 at the latest,
 		// and a hole is forced at most AckWait/4 past GapWait.
 		s.hold = newHoldBuffer(s.holdBounds[0], s.holdBounds[1])
-		t := time.NewTicker(s.cfg.AckWait / 4)
+		t := time.NewTicker(min(s.cfg.AckWait/4, rewindAfter/3))
 		defer t.Stop()
 		holdTick = t.C
 	}
@@ -348,12 +353,12 @@ func (s *Source) deliver(ctx context.Context, sink source.Sink, data []byte, set
 				return s.settle(ctx, nil, settles)
 			}
 			s.update(func(st *source.Status) { st.Held = s.hold.len() })
-			// Past the bound the newest hole pays, not the oldest: a flood
-			// of fresh holes (anyone who may publish on the subject) must
-			// not force an honest publisher's hole that a redelivery is
-			// about to fill (red team D3: 74 acknowledged events lost).
+			// Past the bound the youngest hole pays, not the oldest: a
+			// flood of fresh holes (anyone who may publish on the subject)
+			// must not force an honest publisher's hole that a redelivery
+			// is about to fill (red team D3: 74 acknowledged events lost).
 			for s.hold.over() {
-				if err := s.forceGap(ctx, sink, s.hold.newest()); err != nil {
+				if err := s.forceGap(ctx, sink, s.hold.youngest()); err != nil {
 					return err
 				}
 			}
@@ -413,11 +418,25 @@ func (s *Source) forceGap(ctx context.Context, sink source.Sink, hm *heldMsg) er
 }
 
 // holdTimers keeps held messages from being redelivered while they wait
-// (InProgress every AckWait/2) and forces every hole open past GapWait.
+// (InProgress every AckWait/2), rewinds the consumer for a hole open
+// rewindAfter, and forces every hole open past GapWait.
 func (s *Source) holdTimers(ctx context.Context, sink source.Sink, now time.Time) error {
 	for _, hm := range s.hold.stale(now.Add(-s.cfg.AckWait/2), now) {
 		for _, a := range hm.settles {
 			a(progress)
+		}
+	}
+	// A hole open longer than a pull request lives is a message another
+	// reader of the durable took (a frozen leader whose last pull request
+	// outlived the takeover's reset) or one this source naked: resetting
+	// the consumer to its ack floor brings it back now, not AckWait later.
+	// What comes back twice is dropped by envelope sequence (or joins its
+	// held self). At most once per AckWait.
+	if opened, ok := s.hold.opened(s.cfg.GapWait); ok && s.rewind != nil && !s.noRewind && now.Sub(opened) >= rewindAfter &&
+		now.Sub(s.rewound) >= s.cfg.AckWait {
+		s.rewound = now
+		if err := s.rewind(ctx); err != nil {
+			s.update(func(st *source.Status) { st.LastError = "reset to the ack floor: " + err.Error() })
 		}
 	}
 	for {
@@ -444,6 +463,10 @@ const maxAckPending = 4096
 // pullExpiry is how long one pull request of the durable consumer lives
 // (nats.go's least).
 const pullExpiry = time.Second
+
+// rewindAfter is how long a hole stays open before the source resets the
+// consumer to its ack floor: past any other reader's last pull request.
+const rewindAfter = pullExpiry + 500*time.Millisecond
 
 // DurableSink is a Sink that tells when what it admitted is durable: the
 // relay gives its sources one when the pool has a data dir, and Durable
@@ -509,7 +532,13 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 			return nil, ctx.Err()
 		}
 	}
-	if !s.noReset {
+	s.rewind = func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := js.ResetConsumer(ctx, s.cfg.Stream, s.cfg.Durable)
+		return err
+	}
+	if !s.noStartReset {
 		// Start from the consumer's ack floor: what the durable's previous
 		// reader (a relay that died, or a replica deposed while frozen) was
 		// handed and never acknowledged comes back at once and in stream
@@ -520,11 +549,9 @@ func (s *Source) durable(ctx context.Context, nc *nats.Conn, msgs chan<- incomin
 		// dropped by envelope sequence. A server without the reset API
 		// (an older nats-server) leaves it to redelivery and the
 		// reorder window.
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if _, err := js.ResetConsumer(rctx, s.cfg.Stream, s.cfg.Durable); err != nil {
+		if err := s.rewind(ctx); err != nil {
 			s.update(func(st *source.Status) { st.LastError = "reset to the ack floor: " + err.Error() })
 		}
-		cancel()
 	}
 	// Each pull request lives pullExpiry: the server hands messages to
 	// the open pull requests in turn, so a relay frozen with one open
