@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -261,4 +262,44 @@ func TestDecodeBatch_BatchesOwnTheirSlices(t *testing.T) {
 	}
 	assert.Equal(t, want, first.Events)
 	assert.Equal(t, blocksCopy, blocks)
+}
+
+// TestDecodeBatch_ChunksBoundedByThePayload: the chunk size a batch
+// inherits from the previous one is bounded by its own payload, so a large
+// batch followed by a tiny one does not make the tiny one reserve the large
+// one's memory (a hostile engine alternating them holds at most what each
+// payload could fill).
+func TestDecodeBatch_ChunksBoundedByThePayload(t *testing.T) {
+	event := func(tokens int) []byte {
+		b := append([]byte{0x95, 0xab}, "BlockStored"...)
+		b = append(b, 0x91, 0x01, msgpcode.Nil)
+		b = arrayHeaderLong(b, tokens)
+		for range tokens {
+			b = append(b, 0x07) // one byte per token id
+		}
+		return append(b, 0x10)
+	}
+	var big []byte
+	big = append(big, 0x92, 0x00, msgpcode.Array16, 0, 64)
+	for range 64 {
+		big = append(big, event(16384)...)
+	}
+	small := append([]byte{0x92, 0x00, 0x91}, event(16)...)
+
+	d := NewDecoder(Limits{})
+	_, err := d.DecodeBatch(big) // 1 M token ids: the next batch's hint
+	require.NoError(t, err)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b, err := d.DecodeBatch(small)
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.Len(t, b.Events[0].TokenIDs, 16)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(16<<10),
+		"bytes allocated for a %d-byte batch after a 1 M-token one", len(small))
+}
+
+// arrayHeaderLong appends an array32 header of n elements.
+func arrayHeaderLong(b []byte, n int) []byte {
+	return binary.BigEndian.AppendUint32(append(b, msgpcode.Array32), uint32(n))
 }
