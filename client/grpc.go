@@ -386,7 +386,7 @@ func (t *grpcTransport) open(ctx context.Context, dcID uint64, lease ckf.LaneLea
 
 	req := &kvrelaypb.SubscribeKvPoolRequest{SubscriberId: t.cfg.SubscriberID, ExpectedProducer: e.desc.GetProducer()}
 	kvrelay.StampRequest(req)
-	stream, err := cli.SubscribeKvPool(t.callCtx(sctx), req, callOpts(&s.trailer)...)
+	stream, err := cli.SubscribeKvPool(t.callCtx(sctx), req, append(callOpts(&s.trailer), grpc.ForceCodecV2(newUpdateCodec()))...)
 	if err != nil {
 		s.Close()
 		return nil, s.fail(relayError("SubscribeKvPool", err, s.trailer))
@@ -403,6 +403,7 @@ type grpcSource struct {
 	cancel  context.CancelCauseFunc
 	stream  grpc.ServerStreamingClient[kvrelaypb.FilterUpdate]
 	trailer metadata.MD
+	msg     kvrelaypb.FilterUpdate // every update is received into it (updateCodec)
 	id      ckf.ProducerIdentity
 	lease   ckf.LaneLease
 
@@ -449,8 +450,8 @@ func (s *grpcSource) fail(err error) error {
 // ReadFrame implements decodedSource: the next FilterUpdate, checked and
 // translated to a wire v1 frame under the lane's lease, never encoded.
 func (s *grpcSource) ReadFrame() (*wire.Frame, error) {
-	m, err := s.stream.Recv()
-	if err != nil {
+	m := &s.msg
+	if err := s.stream.RecvMsg(m); err != nil {
 		if cerr := context.Cause(s.ctx); cerr != nil {
 			return nil, cerr
 		}

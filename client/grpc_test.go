@@ -32,6 +32,7 @@ type fakeKV struct {
 	cat     *kvrelaypb.KvPoolCatalogUpdate
 	changed chan struct{}
 	tokens  []string // authorization metadata seen
+	types   []string // SubscribeKvPool calls' content-type
 }
 
 type fakeSub struct {
@@ -98,6 +99,7 @@ func (f *fakeKV) SubscribeKvPool(req *kvrelaypb.SubscribeKvPoolRequest, stream g
 	md, _ := metadata.FromIncomingContext(stream.Context())
 	f.mu.Lock()
 	f.tokens = append(f.tokens, md.Get("authorization")...)
+	f.types = append(f.types, md.Get("content-type")...)
 	f.mu.Unlock()
 	s := &fakeSub{req: req, send: make(chan *kvrelaypb.FilterUpdate), sent: make(chan error), end: make(chan kvrelaypb.RelayErrorReason), done: stream.Context().Done()}
 	f.subs <- s
@@ -282,6 +284,7 @@ func TestGRPC_FollowsCatalogKey(t *testing.T) {
 	assert.Zero(t, li.Resubscribes)
 	f.mu.Lock()
 	assert.Equal(t, []string{"Bearer s3cret"}, f.tokens)
+	assert.Equal(t, []string{"application/grpc"}, f.types, "the router's own codec changes nothing on the wire")
 	f.mu.Unlock()
 }
 

@@ -144,10 +144,12 @@ func (t *natsTransport) open(ctx context.Context, pool string, lease ckf.LaneLea
 // pointer subject, which only the publisher whose frames are the stream's
 // tail can move, so a deposed relay's late snapshot is never the one loaded
 // once the new one published; without a pointer (a relay before it) the
-// single object "snapshot" is read. A snapshot replaced (a refresh of the
-// same incarnation) or deleted (a newer incarnation's took over) while it is
-// read fails its digest check (or the timeout); the session then ends and
-// the lane retries.
+// single object "snapshot" is read. A pointer that does not verify (see
+// [natsTransport.snapshotObject]) is skipped for the object of the
+// incarnation whose frames are the stream's tail. A snapshot replaced (a
+// refresh of the same incarnation) or deleted (a newer incarnation's took
+// over) while it is read fails its digest check (or the timeout); the
+// session then ends and the lane retries.
 func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream, layout natsjs.Layout) ([]byte, uint64, error) {
 	gctx, cancel := context.WithTimeout(ctx, t.cfg.SnapshotTimeout)
 	defer cancel()
@@ -155,13 +157,9 @@ func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: nats: snapshot bucket %s: %w", layout.Bucket, err)
 	}
-	name, incarnation, err := t.pointer(gctx, js, layout)
+	name, incarnation, head, err := t.snapshotObject(gctx, js, obs, layout)
 	if err != nil {
 		return nil, 0, err
-	}
-	head, err := obs.GetInfo(gctx, name)
-	if err != nil {
-		return nil, 0, fmt.Errorf("client: nats: snapshot %s in %s: %w", name, layout.Bucket, err)
 	}
 	rctx, rcancel := context.WithTimeout(gctx, snapshotReadBudget(head.Size))
 	defer rcancel()
@@ -194,25 +192,99 @@ func (t *natsTransport) loadSnapshot(ctx context.Context, js jetstream.JetStream
 	return data, from, nil
 }
 
-// pointer returns the snapshot object the pool's pointer names and its
-// incarnation, or the legacy object when the stream holds no pointer.
-func (t *natsTransport) pointer(ctx context.Context, js jetstream.JetStream, layout natsjs.Layout) (string, uint64, error) {
+// snapshotObject returns the snapshot object to load, its incarnation and
+// its info. It is the one the last pointer names, provided the pointer
+// verifies: it parses, and the object exists with the pointer's sequence,
+// incarnation and stream sequence as its metadata — what the relay writes
+// before it moves the pointer. A pointer that does not verify is someone
+// else's message on the pointer subject (docs/deploy.md: only the relay
+// may publish there) or one whose object was refreshed since; routers
+// used to fail every load until the relay's next pointer (up to
+// snapshot_interval, 30 s by default, and for good against a writer that
+// forges again after each). It is skipped for the object of the
+// incarnation whose frame is the frames subject's last message (a delta
+// or heartbeat names it): the relay's own, which a pointer of the same
+// relay names too. That object is also preferred to a verified pointer of
+// an older incarnation, once it exists. Without a pointer the legacy
+// object "snapshot" is read.
+func (t *natsTransport) snapshotObject(ctx context.Context, js jetstream.JetStream, obs jetstream.ObjectStore, layout natsjs.Layout) (string, uint64, *jetstream.ObjectInfo, error) {
 	st, err := js.Stream(ctx, layout.Stream)
 	if err != nil {
-		return "", 0, fmt.Errorf("client: nats: stream %s: %w", layout.Stream, err)
+		return "", 0, nil, fmt.Errorf("client: nats: stream %s: %w", layout.Stream, err)
 	}
 	m, err := st.GetLastMsgForSubject(ctx, layout.Pointer)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return natsjs.SnapshotObject, 0, nil
+		head, err := obs.GetInfo(ctx, natsjs.SnapshotObject)
+		if err != nil {
+			return "", 0, nil, fmt.Errorf("client: nats: snapshot %s in %s: %w", natsjs.SnapshotObject, layout.Bucket, err)
+		}
+		return natsjs.SnapshotObject, 0, head, nil
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("client: nats: snapshot pointer %s: %w", layout.Pointer, err)
+		return "", 0, nil, fmt.Errorf("client: nats: snapshot pointer %s: %w", layout.Pointer, err)
 	}
-	p, err := natsjs.ParsePointer(m.Header)
+	p, perr := natsjs.ParsePointer(m.Header)
+	if perr == nil {
+		head, err := obs.GetInfo(ctx, p.Object)
+		if err == nil && pointsAt(p, head) {
+			// A pointer of an incarnation older than the frames' is stale:
+			// the newer relay's object is not written yet (a takeover a
+			// moment ago), or the pointer is a copy of a deposed
+			// incarnation's whose late object is still in the bucket.
+			// The newer object, once it exists, is the one to load.
+			if inc, err := tailIncarnation(ctx, st, layout.Subject); err == nil && inc > p.Incarnation {
+				name := natsjs.SnapshotObjectName(inc)
+				if newer, err := obs.GetInfo(ctx, name); err == nil {
+					return name, inc, newer, nil
+				}
+			}
+			return p.Object, p.Incarnation, head, nil
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return "", 0, nil, fmt.Errorf("client: nats: snapshot %s in %s: %w", p.Object, layout.Bucket, err)
+		}
+		perr = fmt.Errorf("the snapshot pointer at stream sequence %d names %s, which does not hold it", m.Sequence, p.Object)
+		if err != nil {
+			perr = fmt.Errorf("the snapshot pointer at stream sequence %d names %s: %w", m.Sequence, p.Object, err)
+		}
+	}
+	inc, err := tailIncarnation(ctx, st, layout.Subject)
 	if err != nil {
-		return "", 0, fmt.Errorf("client: nats: %w", err)
+		return "", 0, nil, fmt.Errorf("client: nats: %w; and no incarnation to fall back to: %w", perr, err)
 	}
-	return p.Object, p.Incarnation, nil
+	name := natsjs.SnapshotObjectName(inc)
+	head, err := obs.GetInfo(ctx, name)
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("client: nats: %w; and the frames' incarnation's snapshot %s: %w", perr, name, err)
+	}
+	return name, inc, head, nil
+}
+
+// pointsAt reports whether object info carries pointer p's fields.
+func pointsAt(p natsjs.Pointer, info *jetstream.ObjectInfo) bool {
+	return info.Metadata[natsjs.MetaSequence] == strconv.FormatUint(p.Sequence, 10) &&
+		info.Metadata[natsjs.MetaIncarnation] == strconv.FormatUint(p.Incarnation, 10) &&
+		info.Metadata[natsjs.MetaStreamSequence] == strconv.FormatUint(p.StreamSequence, 10)
+}
+
+// tailIncarnation returns the producer incarnation of the frames subject's
+// last message, a delta or a heartbeat.
+func tailIncarnation(ctx context.Context, st jetstream.Stream, subject string) (uint64, error) {
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return 0, fmt.Errorf("the frames' last message: %w", err)
+	}
+	var f wire.Frame
+	if err := wire.DecodeFrame(m.Data, &f); err != nil {
+		return 0, fmt.Errorf("the frames' last message (stream sequence %d): %w", m.Sequence, err)
+	}
+	switch f.Kind {
+	case wire.KindDelta:
+		return f.Delta.Identity.ProducerIncarnation, nil
+	case wire.KindHeartbeat:
+		return f.Heartbeat.Identity.ProducerIncarnation, nil
+	}
+	return 0, fmt.Errorf("the frames' last message (stream sequence %d) is a %v frame, which names no incarnation", m.Sequence, f.Kind)
 }
 
 // snapshotReadBudget is how long reading a snapshot of size bytes may take

@@ -28,7 +28,7 @@ func TestNATS_StalledSnapshotGivesUpWithinItsBudget(t *testing.T) {
 	require.NoError(t, err)
 	ptr := natsjs.Pointer{Object: natsjs.SnapshotObjectName(3), Incarnation: 3, Sequence: 1, StreamSequence: 1}
 	info, err := obs.Put(ctx, jetstream.ObjectMeta{Name: ptr.Object,
-		Metadata: map[string]string{natsjs.MetaStreamSequence: "1", natsjs.MetaIncarnation: "3"}}, strings.NewReader(strings.Repeat("x", 1000)))
+		Metadata: map[string]string{natsjs.MetaSequence: "1", natsjs.MetaStreamSequence: "1", natsjs.MetaIncarnation: "3"}}, strings.NewReader(strings.Repeat("x", 1000)))
 	require.NoError(t, err)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: layout.Stream, Subjects: []string{layout.Subject, layout.Pointer}})
 	require.NoError(t, err)

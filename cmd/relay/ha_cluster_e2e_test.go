@@ -23,12 +23,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
+	"github.com/ckfrelay/ckfrelay/internal/source/dynamonats"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -149,6 +152,8 @@ type haEngines struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	stopHB  []func()
+	// dyn, when set, is a Dynamo worker whose blocks join the truth.
+	dyn *haDynamo
 }
 
 func startHAEngines(t testing.TB, n int) *haEngines {
@@ -238,13 +243,20 @@ func (h *haEngines) published() int {
 }
 
 // truth is every block the engines hold (stored, not evicted), by canonical
-// hash.
+// hash, the Dynamo worker's included.
 func (h *haEngines) truth() map[uint64]engine.Block {
 	out := map[uint64]engine.Block{}
 	for _, e := range h.engines {
 		for _, b := range e.Truth() {
 			out[b.Canonical] = b
 		}
+	}
+	if h.dyn != nil {
+		h.dyn.mu.Lock()
+		for _, c := range h.dyn.acked {
+			out[c] = engine.Block{Canonical: c}
+		}
+		h.dyn.mu.Unlock()
 	}
 	return out
 }
@@ -316,6 +328,101 @@ func waitLeader(t testing.TB, within time.Duration, after uint64, rs ...*haRelay
 	}
 	require.Fail(t, fmt.Sprintf("no replica led under a term above %d within %v: %s", after, within, strings.Join(last, "; ")))
 	return nil, haView{}
+}
+
+// haDynamo is a Dynamo worker publishing on the event plane through a
+// JetStream stream (R3 on the cluster) that the relays consume with one
+// durable consumer: one root block per envelope (worker 77, publisher 42,
+// sequence 0, 1, …) every 5 ms while running. Its acknowledged blocks are
+// part of the ground truth (no evictions).
+type haDynamo struct {
+	js      jetstream.JetStream
+	running chan bool
+
+	mu    sync.Mutex
+	acked []uint64 // canonical hashes (a root's tokens hash)
+}
+
+const (
+	haDynamoSubject = "dyn.kv-events"
+	haDynamoStream  = "DYN"
+)
+
+// startHADynamo creates the stream and returns the publisher (paused) and
+// the relays' source for it.
+func startHADynamo(t testing.TB, urls string) (*haDynamo, map[string]any) {
+	t.Helper()
+	nc, err := nats.Connect(urls)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: haDynamoStream, Subjects: []string{haDynamoSubject}, Replicas: 3})
+	require.NoError(t, err)
+	d := &haDynamo{js: js, running: make(chan bool)}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); d.publish(stop) }()
+	t.Cleanup(func() { close(stop); <-done })
+	return d, map[string]any{"engine": "dynamo", "url": urls, "subject": haDynamoSubject, "stream": haDynamoStream, "durable": "ckfrelay"}
+}
+
+func (d *haDynamo) publish(stop <-chan struct{}) {
+	running := false
+	for seq := uint64(0); ; {
+		if !running {
+			select {
+			case running = <-d.running:
+			case <-stop:
+				return
+			}
+			continue
+		}
+		select {
+		case running = <-d.running:
+			continue
+		case <-stop:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		canon := 3<<40 | seq
+		b, err := dynamonats.Encode(dynamonats.Envelope{Topic: "kv-events", PublisherID: 42, Sequence: seq, PublishedAt: uint64(time.Now().UnixMilli())},
+			[]ckf.RouterEvent{{WorkerID: 77, EventID: seq, Kind: ckf.EventStored, Blocks: []ckf.StoredBlock{{BlockHash: canon, TokensHash: canon}}}})
+		if err != nil {
+			panic(err) // a fixed, valid event
+		}
+		// Retried with the same message id until stored: a sequence the
+		// stream never holds would be a real hole.
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := d.js.Publish(ctx, haDynamoSubject, b, jetstream.WithMsgID(fmt.Sprint(seq)))
+			cancel()
+			if err == nil {
+				break
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		d.mu.Lock()
+		d.acked = append(d.acked, canon)
+		d.mu.Unlock()
+		seq++
+	}
+}
+
+// setRunning starts or pauses the publisher; a pause returns once no
+// message is being published.
+func (d *haDynamo) setRunning(v bool) { d.running <- v }
+
+func (d *haDynamo) published() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.acked)
 }
 
 // laneHolds reports whether the router's lane 0 is ready and holds every
@@ -414,6 +521,30 @@ func streamStatus(base string) int {
 	return resp.StatusCode
 }
 
+// dynamoSource returns the pool's Dynamo source's status on base.
+func dynamoSource(t testing.TB, base string) catalog.SourceStatus {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/pools")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var c struct {
+		Pools []struct {
+			Name    string                 `json:"name"`
+			Sources []catalog.SourceStatus `json:"sources"`
+		} `json:"pools"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
+	for _, p := range c.Pools {
+		for _, s := range p.Sources {
+			if p.Name == haPool && s.Engine == "dynamo" {
+				return s
+			}
+		}
+	}
+	require.Fail(t, "no Dynamo source in the catalog of "+base)
+	return catalog.SourceStatus{}
+}
+
 // startHARouter runs a router whose one relay has the replicas'
 // addresses, lane 0 on the pool.
 func startHARouter(tb testing.TB, rs []*haRelay) *client.Router {
@@ -456,7 +587,9 @@ func TestE2E_HATakeover(t *testing.T) {
 	nodes := natstest.StartCluster(t, natstest.BuildServer(t), 3)
 	urls := natstest.URLs(nodes[0], nodes)
 	h := startHAEngines(t, 2)
-	cfg := haRelayConfig(t, 65536, h.sources)
+	dyn, dynSource := startHADynamo(t, urls)
+	h.dyn = dyn
+	cfg := haRelayConfig(t, 65536, append(h.sources, dynSource))
 
 	a := startHARelay(t, cfg, urls, "relay-a")
 	first, v := waitLeader(t, 30*time.Second, 0, a)
@@ -506,9 +639,16 @@ func TestE2E_HATakeover(t *testing.T) {
 	})
 
 	t.Run("b_sigstop_leader", func(t *testing.T) {
-		// b leads, a follows. Stop b past its lease.
+		// b leads, a follows; a Dynamo worker publishes too, and b
+		// consumes it. Stop b past its lease while it holds messages
+		// unacknowledged: they come back to a's source after AckWait,
+		// behind everything published since (red-team HA F12: taken in
+		// arrival order, a gap reset and dropped redeliveries lost
+		// hundreds of acknowledged events).
 		v = haStatus(b.base)
 		require.Equal(t, "leader", v.Role, "relay-b: %v", v)
+		dyn.setRunning(true)
+		require.Eventually(t, func() bool { return dyn.published() > 100 }, 20*time.Second, 10*time.Millisecond)
 		b.signal(t, syscall.SIGSTOP)
 		stopped := true
 		t.Cleanup(func() {
@@ -521,9 +661,15 @@ func TestE2E_HATakeover(t *testing.T) {
 		n := h.published()
 		require.Eventually(t, func() bool { return h.published() > n+100 }, 20*time.Second, 10*time.Millisecond)
 		h.setRunning(false)
+		dyn.setRunning(false)
 		// The router notices a frozen relay by its idle timeout (5 s here:
-		// no frame, not even a heartbeat), not by a reset connection.
-		waitLane(t, 15*time.Second, router, a.base, h)
+		// no frame, not even a heartbeat), not by a reset connection; the
+		// Dynamo messages b held come back after AckWait (5 s).
+		waitLane(t, 20*time.Second, router, a.base, h)
+		ds := dynamoSource(t, a.base)
+		require.Zero(t, ds.Gaps, "the new leader took a hole the redeliveries filled for a gap: %+v", ds)
+		t.Logf("Dynamo worker: %d events acknowledged by NATS, all in the lane; the new leader's source put %d back in order",
+			dyn.published(), ds.Reordered)
 
 		// The old leader wakes up believing nothing happened.
 		require.NoError(t, b.cmd.Process.Signal(syscall.SIGCONT))

@@ -384,6 +384,12 @@ type SourceStatus struct {
 	Silences   U64 `json:"silences"`
 	Duplicates U64 `json:"duplicates"`
 	Reconnects U64 `json:"reconnects"`
+	// Reordered counts messages that arrived ahead of a hole in their
+	// publisher's sequence and were applied in order once a redelivery
+	// filled it; Held is how many wait for that now (a Dynamo JetStream
+	// source: docs/ingest.md "Redeliveries out of order").
+	Reordered U64 `json:"reordered"`
+	Held      int `json:"held"`
 	// PeersRefused counts connections dropped for their peer's fault: a
 	// handshake that was not ZMTP or not completed in time, a frame larger
 	// than the source's max_message_bytes, a peer beyond max_peers or

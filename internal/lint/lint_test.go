@@ -138,7 +138,7 @@ var graph = map[string]rule{
 	"internal/lint":               {},
 	"internal/persist":            {imports: []string{"ckf", "producer", "wire", "github.com/cockroachdb/pebble/v2"}},
 	"internal/replica": {
-		imports: []string{"ckf", "producer", "github.com/nats-io/nats.go", "golang.org/x/sys"},
+		imports: []string{"ckf", "internal/jsexpect", "producer", "github.com/nats-io/nats.go", "golang.org/x/sys"},
 		tests:   []string{"internal/testing/natstest", "pgregory.net/rapid"},
 	},
 	"internal/source/zmq": {
@@ -146,7 +146,8 @@ var graph = map[string]rule{
 		tests:   []string{"internal/sim/engine", "pgregory.net/rapid"},
 	},
 	"internal/sim/engine":       {imports: []string{"ckf", "github.com/go-zeromq/zmq4", "github.com/vmihailenco/msgpack/v5"}},
-	"internal/natspub":          {imports: []string{"ckf", "client/natsjs", "internal/hub", "wire", "github.com/nats-io/nats.go"}, tests: []string{"client", "consumer", "internal/testing/natstest"}},
+	"internal/natspub":          {imports: []string{"ckf", "client/natsjs", "internal/hub", "internal/jsexpect", "wire", "github.com/nats-io/nats.go"}, tests: []string{"client", "consumer", "internal/testing/natstest"}},
+	"internal/jsexpect":         {imports: []string{"github.com/nats-io/nats.go"}, tests: []string{"internal/testing/natstest"}},
 	"internal/testing/natstest": {imports: []string{"github.com/nats-io/nats-server/v2", "github.com/nats-io/nats.go"}},
 	"internal/source/dynamonats": {
 		imports: []string{"ckf", "internal/catalog", "internal/source", "producer", "wire", "github.com/nats-io/nats.go", "github.com/vmihailenco/msgpack/v5"},

@@ -1,11 +1,13 @@
 package natspub
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -318,6 +320,53 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 	return js
 }
 
+// rivals is a pool taken over by a new incarnation: p1 publishes old (the
+// deposed incarnation's hub) while leading says so; cur is the new
+// incarnation's hub, whose publisher leads throughout.
+type rivals struct {
+	old, cur *pool
+	leading  atomic.Bool
+	p1       *Publisher
+	done1    <-chan error
+}
+
+// startRivals starts p1 through js with cfg, leading, and waits until
+// ready says it has published enough.
+func startRivals(t *testing.T, js jetstream.JetStream, cfg Config, ready func(Stats) bool) *rivals {
+	t.Helper()
+	r := &rivals{old: newPool(t, 1<<32|1, 1000), cur: newPool(t, 2<<32|1, 5000)}
+	r.leading.Store(true)
+	cfg.Leading = r.leading.Load
+	var err error
+	r.p1, err = New(js, r.old.h, cfg)
+	require.NoError(t, err)
+	r.done1 = run(t, r.p1)
+	require.Eventually(t, func() bool { return ready(r.p1.Stats()) }, 20*time.Second, time.Millisecond)
+	return r
+}
+
+// newLeader returns the new incarnation's publisher through js with cfg
+// (not running yet).
+func (r *rivals) newLeader(t *testing.T, js jetstream.JetStream, cfg Config) *Publisher {
+	t.Helper()
+	cfg.Leading = func() bool { return true }
+	p, err := New(js, r.cur.h, cfg)
+	require.NoError(t, err)
+	return p
+}
+
+// deposed waits until p1 stops by itself and returns why.
+func (r *rivals) deposed(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.done1:
+		return err
+	case <-time.After(20 * time.Second):
+		require.FailNow(t, "the deposed publisher went on publishing")
+		return nil
+	}
+}
+
 // Two publishers of two incarnations race on one pool: the deposed one's
 // frame, sent before its lease ran out and before the new one started, and
 // reaching the stream after the new one's first frames, is refused (not
@@ -326,41 +375,26 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 func TestChain_DeposedPublishersLateFrameIsRefused(t *testing.T) {
 	servers(t, func(t *testing.T, url string, replicas int) {
 		js := connect(t, url)
-		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
 		hj := newHoldingJS(js)
 		t.Cleanup(hj.releaseAll)
-		var leading1 atomic.Bool
-		leading1.Store(true)
 		cfg := Config{Pool: "p", Heartbeat: 10 * time.Millisecond, SnapshotInterval: time.Hour, Replicas: replicas}
-		cfg1 := cfg
-		cfg1.Leading = leading1.Load
-		p1, err := New(hj, old.h, cfg1)
-		require.NoError(t, err)
-		done1 := run(t, p1)
-		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= 3 }, 20*time.Second, time.Millisecond)
+		r := startRivals(t, hj, cfg, func(s Stats) bool { return s.Heartbeats >= 3 })
+		old, cur, p1 := r.old, r.cur, r.p1
 
 		// p1's next frame is in flight (its lease check passed) until p2
 		// has published.
 		hj.pause(p1.Layout().Subject)
 		old.step(t)
 		hj.waitEntered(t)
-		cfg2 := cfg
-		cfg2.Leading = func() bool { return true }
-		p2, err := New(js, cur.h, cfg2)
-		require.NoError(t, err)
+		p2 := r.newLeader(t, js, cfg)
 		run(t, p2)
 		require.Eventually(t, func() bool { return p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
 		cur.step(t)
 		require.Eventually(t, func() bool { return p2.Stats().Deltas >= 1 }, 20*time.Second, time.Millisecond)
-		leading1.Store(false) // p2 leads only once p1's lease ran out
+		r.leading.Store(false) // p2 leads only once p1's lease ran out
 		hj.release(p1.Layout().Subject)
 
-		select {
-		case err := <-done1:
-			require.ErrorIs(t, err, ErrOvertaken, "refused by the stream, not by its own lease check")
-		case <-time.After(20 * time.Second):
-			require.Fail(t, "the deposed publisher went on publishing")
-		}
+		require.ErrorIs(t, r.deposed(t), ErrOvertaken, "refused by the stream, not by its own lease check")
 		assert.Equal(t, uint64(1), p1.Stats().Overtaken)
 		for range 5 {
 			cur.step(t)
@@ -378,40 +412,26 @@ func TestChain_DeposedPublishersLateFrameIsRefused(t *testing.T) {
 func TestChain_LeaderChainsOnAfterADeposedLeadersLateFrame(t *testing.T) {
 	servers(t, func(t *testing.T, url string, replicas int) {
 		js := connect(t, url)
-		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
-		var leading1 atomic.Bool
-		leading1.Store(true)
 		cfg := Config{Pool: "p", Heartbeat: 10 * time.Millisecond, SnapshotInterval: time.Hour, Replicas: replicas}
-		cfg1 := cfg
-		cfg1.Leading = leading1.Load
-		p1, err := New(js, old.h, cfg1)
-		require.NoError(t, err)
-		done1 := run(t, p1)
-		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= 3 }, 20*time.Second, time.Millisecond)
+		r := startRivals(t, js, cfg, func(s Stats) bool { return s.Heartbeats >= 3 })
+		cur, p1 := r.cur, r.p1
 
 		// p2 read the tail; its first frame is in flight while p1
 		// publishes.
 		hj := newHoldingJS(js)
 		t.Cleanup(hj.releaseAll)
-		cfg2 := cfg
-		cfg2.Leading = func() bool { return true }
-		p2, err := New(hj, cur.h, cfg2)
-		require.NoError(t, err)
+		p2 := r.newLeader(t, hj, cfg)
 		hj.pause(p2.Layout().Subject)
 		run(t, p2)
 		hj.waitEntered(t)
 		n := p1.Stats().Heartbeats
 		require.Eventually(t, func() bool { return p1.Stats().Heartbeats >= n+2 }, 20*time.Second, time.Millisecond)
-		leading1.Store(false)
+		r.leading.Store(false)
 		hj.release(p2.Layout().Subject)
 
 		require.Eventually(t, func() bool { return p2.Stats().Overtaken >= 1 && p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
-		select {
-		case err := <-done1:
-			require.True(t, errors.Is(err, ErrOvertaken) || errors.Is(err, ErrNotLeading), "%v", err)
-		case <-time.After(20 * time.Second):
-			require.Fail(t, "the deposed publisher went on publishing")
-		}
+		err := r.deposed(t)
+		require.True(t, errors.Is(err, ErrOvertaken) || errors.Is(err, ErrNotLeading), "%v", err)
 		cur.step(t)
 		require.Eventually(t, func() bool { return p2.Stats().Deltas >= 1 }, 20*time.Second, time.Millisecond)
 		requireChainHead(t, js, p2.Layout(), cur.id.ProducerIncarnation)
@@ -462,18 +482,11 @@ func TestChain_ForeignMessagesAreChainedOver(t *testing.T) {
 func TestSnapshot_DeposedIncarnationIsNeverLoaded(t *testing.T) {
 	servers(t, func(t *testing.T, url string, replicas int) {
 		js := connect(t, url)
-		old, cur := newPool(t, 1<<32|1, 1000), newPool(t, 2<<32|1, 5000)
 		hj := newHoldingJS(js)
 		t.Cleanup(hj.releaseAll)
-		var leading1 atomic.Bool
-		leading1.Store(true)
 		cfg := Config{Pool: "p", Heartbeat: time.Hour, SnapshotInterval: 100 * time.Millisecond, Replicas: replicas}
-		cfg1 := cfg
-		cfg1.Leading = leading1.Load
-		p1, err := New(hj, old.h, cfg1)
-		require.NoError(t, err)
-		done1 := run(t, p1)
-		require.Eventually(t, func() bool { return p1.Stats().Snapshots >= 2 }, 20*time.Second, time.Millisecond)
+		r := startRivals(t, hj, cfg, func(s Stats) bool { return s.Snapshots >= 2 })
+		cur, p1 := r.cur, r.p1
 
 		// p1's next refresh is on its way: the object write, then (with the
 		// pointer) the pointer.
@@ -483,9 +496,7 @@ func TestSnapshot_DeposedIncarnationIsNeverLoaded(t *testing.T) {
 		require.Equal(t, putGate, hj.waitEntered(t))
 		cfg2 := cfg
 		cfg2.SnapshotInterval = time.Hour
-		cfg2.Leading = func() bool { return true }
-		p2, err := New(js, cur.h, cfg2)
-		require.NoError(t, err)
+		p2 := r.newLeader(t, js, cfg2)
 		run(t, p2)
 		require.Eventually(t, func() bool { return p2.Stats().Snapshots >= 1 }, 20*time.Second, time.Millisecond)
 		snaps := p1.Stats().Snapshots
@@ -501,16 +512,11 @@ func TestSnapshot_DeposedIncarnationIsNeverLoaded(t *testing.T) {
 				return p1.Stats().Snapshots > snaps
 			}
 		}, 20*time.Second, time.Millisecond)
-		leading1.Store(false)
+		r.leading.Store(false)
 		hj.releaseAll()
 
 		requireRouterHolds(t, startRouter(t, url), cur)
-		select {
-		case err := <-done1:
-			require.ErrorIs(t, err, ErrOvertaken)
-		case <-time.After(20 * time.Second):
-			require.Fail(t, "the deposed publisher went on")
-		}
+		require.ErrorIs(t, r.deposed(t), ErrOvertaken)
 		st, err := js.Stream(t.Context(), p2.Layout().Stream)
 		require.NoError(t, err)
 		m, err := st.GetLastMsgForSubject(t.Context(), p2.Layout().Pointer)
@@ -640,4 +646,65 @@ func TestChain_AnIDTakenFirstIsNotTakenForStored(t *testing.T) {
 	last := frames[len(frames)-1]
 	require.Equal(t, wire.KindDelta, last.Kind, "the delta to 11 is stored")
 	assert.Equal(t, uint64(11), last.Delta.Sequence)
+}
+
+// A message someone else publishes on the pointer subject (docs/deploy.md:
+// only the relay may) does not keep new routers from loading: one that does
+// not parse, or names an object that does not hold it, is skipped for the
+// object of the incarnation whose frames are the stream's tail, and so is
+// one naming an older incarnation's object. Routers used to fail every
+// load until the relay's next pointer — a snapshot interval, here an hour.
+func TestSnapshot_ForgedPointerDoesNotBlockNewRouters(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	js := connect(t, ns.URL())
+	pl := newPool(t, 1<<32, 0)
+	p, err := New(js, pl.h, Config{Pool: "p", Heartbeat: 50 * time.Millisecond, SnapshotInterval: time.Hour})
+	require.NoError(t, err)
+	done := run(t, p)
+	require.Eventually(t, func() bool { return p.Stats().Snapshots >= 1 }, 10*time.Second, time.Millisecond)
+	st, err := js.Stream(t.Context(), p.Layout().Stream)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(t.Context(), p.Layout().Pointer)
+	require.NoError(t, err)
+	relays, err := natsjs.ParsePointer(m.Header)
+	require.NoError(t, err)
+	// A deposed incarnation's late object (a publisher's cleaning deletes
+	// older incarnations' objects only when its chain starts: it is done),
+	// which a pointer can name with every field right.
+	p.cleaning.Wait()
+	deposed := newPool(t, 1<<31, 9000)
+	seq, words := deposed.table(t)
+	var buf bytes.Buffer
+	require.NoError(t, wire.NewWriter(&buf, snapshotChunkBytes).WriteSnapshot(&ckf.Snapshot{Identity: deposed.id, Sequence: seq, Words: words}))
+	stale := natsjs.Pointer{Object: natsjs.SnapshotObjectName(deposed.id.ProducerIncarnation), Incarnation: deposed.id.ProducerIncarnation, Sequence: seq, StreamSequence: 1}
+	obs, err := js.ObjectStore(t.Context(), p.Layout().Bucket)
+	require.NoError(t, err)
+	_, err = obs.Put(t.Context(), jetstream.ObjectMeta{Name: stale.Object, Metadata: map[string]string{natsjs.MetaSequence: strconv.FormatUint(seq, 10),
+		natsjs.MetaIncarnation: strconv.FormatUint(stale.Incarnation, 10), natsjs.MetaStreamSequence: "1"}}, &buf)
+	require.NoError(t, err)
+
+	for _, forged := range []struct {
+		name   string
+		header nats.Header
+	}{
+		{"no pointer headers", nats.Header{"x": {"y"}}},
+		{"an object that does not exist", natsjs.Pointer{Object: natsjs.SnapshotObjectName(77), Incarnation: 77, Sequence: 1, StreamSequence: 1}.Header()},
+		{"the relay's object with other fields", natsjs.Pointer{Object: relays.Object, Incarnation: relays.Incarnation, Sequence: relays.Sequence + 100, StreamSequence: 1}.Header()},
+		{"a deposed incarnation's object", stale.Header()},
+	} {
+		t.Run(forged.name, func(t *testing.T) {
+			pl.step(t)
+			_, err := js.PublishMsg(t.Context(), &nats.Msg{Subject: p.Layout().Pointer, Header: forged.header})
+			require.NoError(t, err)
+			start := time.Now()
+			requireRouterHolds(t, startRouter(t, ns.URL()), pl)
+			t.Logf("a new router held the table %v after the forged pointer", time.Since(start))
+		})
+	}
+	assert.Equal(t, uint64(1), p.Stats().Snapshots, "the relay wrote no new pointer meanwhile")
+	select {
+	case err := <-done:
+		require.Fail(t, "the publisher stopped", "%v", err)
+	default:
+	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/client/natsjs"
 	"github.com/ckfrelay/ckfrelay/internal/hub"
+	"github.com/ckfrelay/ckfrelay/internal/jsexpect"
 	"github.com/ckfrelay/ckfrelay/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -98,17 +99,17 @@ var ErrOvertaken = errors.New("natspub: another publisher's message is the pool'
 // and readers need a new snapshot: the one they load would lead them
 // through the foreign message. The tail's message id is not trusted: anyone
 // who can publish on the subject can write any id.
-func (p *Publisher) overtaken(id string, tail tailMsg) error {
-	what := fmt.Sprintf("%s expected stream sequence %d, the tail is %d (%q)", id, p.chain, tail.seq, tail.id)
+func (p *Publisher) overtaken(id string, tail jsexpect.Tail) error {
+	what := fmt.Sprintf("%s expected stream sequence %d, the tail is %d (%q)", id, p.chain, tail.Seq, tail.ID)
 	if p.cfg.Leading != nil && !p.cfg.Leading() {
 		p.count(func(s *Stats) { s.Overtaken++ })
 		return fmt.Errorf("%w: %s", ErrOvertaken, what)
 	}
-	if tail.seq != 0 {
+	if tail.Seq != 0 {
 		p.count(func(s *Stats) { s.Overtaken++ })
 	}
 	p.log.Warn("the frames subject's tail is not this publisher's; chaining on from it with a new snapshot", "tail", what)
-	p.chain, p.lost = tail.seq, true
+	p.chain, p.lost = tail.Seq, true
 	return nil
 }
 
@@ -342,7 +343,7 @@ func (p *Publisher) startChain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.chain, p.chained, p.cleaned = tail.seq, true, false
+	p.chain, p.chained, p.cleaned = tail.Seq, true, false
 	return nil
 }
 
@@ -363,41 +364,17 @@ func (p *Publisher) msg(ctx context.Context, seq uint64) (*jetstream.RawStreamMs
 	return p.stream.GetMsg(ctx, seq)
 }
 
-// tailMsg is the frames subject's last message (seq 0: none).
-type tailMsg struct {
-	seq uint64
-	id  string
-}
-
-func (p *Publisher) tail(ctx context.Context) (tailMsg, error) {
+func (p *Publisher) tail(ctx context.Context) (jsexpect.Tail, error) {
 	if p.stream == nil { // dropped after a publish no stream answered
 		if err := p.ensure(ctx); err != nil {
-			return tailMsg{}, err
+			return jsexpect.Tail{}, err
 		}
 	}
-	m, err := p.stream.GetLastMsgForSubject(ctx, p.layout.Subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return tailMsg{}, nil
-	}
+	t, err := jsexpect.ReadTail(ctx, p.stream, p.layout.Subject)
 	if err != nil {
-		return tailMsg{}, fmt.Errorf("natspub: the tail of %s: %w", p.layout.Subject, err)
+		return jsexpect.Tail{}, fmt.Errorf("natspub: the tail of %s: %w", p.layout.Subject, err)
 	}
-	return tailMsg{seq: m.Sequence, id: m.Header.Get(jetstream.MsgIDHeader)}, nil
-}
-
-// refusal classifies a publish error: 10071 is a refused expectation (the
-// subject's last message is another than expected); 10164 means a message
-// on the subject is still in process on the stream leader, a transient
-// answer (nats-server v2.15.2 server/jetstream_batching.go
-// checkMsgHeadersPreClusteredProposal: expectedPerSubjectInProcess and
-// inflight), retried with the same id and expectation.
-func refusal(err error) (refused, inProcess bool) {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false, false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence,
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	return t, nil
 }
 
 // session publishes one hub subscription: the snapshot first, then every
@@ -526,18 +503,18 @@ func (p *Publisher) publish(ctx context.Context, sub *hub.Subscription, f *wire.
 			p.chain = max(p.chain, ack.Sequence)
 			return nil
 		}
-		refused, inProcess := refusal(err)
-		var tail tailMsg
+		answer := jsexpect.Classify(err)
+		var tail jsexpect.Tail
 		var terr error
-		if refused || inProcess {
+		if answer.Expectation() {
 			tail, terr = p.tail(pctx)
 		}
 		cancel()
 		switch {
-		case (refused || inProcess) && terr == nil && tail.id == id && tail.seq > p.chain:
-			p.chain = tail.seq // an earlier attempt was stored
+		case answer.Expectation() && terr == nil && tail.Stored(id, p.chain):
+			p.chain = tail.Seq // an earlier attempt was stored
 			return nil
-		case refused && terr == nil:
+		case answer == jsexpect.Refused && terr == nil:
 			if err := p.overtaken(id, tail); err != nil {
 				return err
 			}
@@ -726,9 +703,9 @@ func (p *Publisher) point(ctx context.Context, sub *hub.Subscription, ptr natsjs
 				continue
 			}
 		}
-		var tail tailMsg
+		var tail jsexpect.Tail
 		var terr error
-		refused, _ := refusal(err)
+		refused := jsexpect.Classify(err) == jsexpect.Refused
 		if refused {
 			tail, terr = p.tail(pctx)
 		}

@@ -304,8 +304,9 @@ type Checkpoints struct {
 // that can, not at all.
 const CheckpointRequestTimeout = 2 * time.Second
 
-// EnsureCheckpoints creates or updates the checkpoints' object store and
-// its index.
+// EnsureCheckpoints creates the checkpoints' object store and its index,
+// or opens the ones that exist, raising their replica counts to the
+// configured one (never lowering them).
 func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c CheckpointConfig) (*Checkpoints, error) {
 	if c.Bucket == "" {
 		c.Bucket = DefaultCheckpointBucket
@@ -317,18 +318,16 @@ func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c Checkpoint
 		c.MaxCheckpoint = DefaultMaxCheckpoint
 	}
 	// An existing store and index are opened, not rewritten: an
-	// operator's cap or replica count on them stays theirs (as
-	// EnsureStream keeps the records stream's).
-	os, err := js.ObjectStore(ctx, c.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		os, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
-			Description: "ckfrelay pool checkpoints (issue #34)",
+	// operator's cap on them stays theirs (as EnsureStream keeps the
+	// records stream's); their replica counts are raised, never lowered.
+	os, err := openOrCreate(ctx,
+		func(ctx context.Context) (jetstream.ObjectStore, error) { return js.ObjectStore(ctx, c.Bucket) },
+		func(ctx context.Context) (jetstream.ObjectStore, error) {
+			return js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+				Bucket: c.Bucket, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+				Description: "ckfrelay pool checkpoints (issue #34)",
+			})
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			os, err = js.ObjectStore(ctx, c.Bucket) // another replica created it first
-		}
-	}
 	if err != nil {
 		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
 	}
@@ -339,21 +338,31 @@ func EnsureCheckpoints(ctx context.Context, js jetstream.JetStream, c Checkpoint
 	if err != nil {
 		return nil, fmt.Errorf("replica: checkpoint store %s: %w", c.Bucket, err)
 	}
-	idx, err := js.KeyValue(ctx, c.Bucket+"_INDEX")
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		idx, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: c.Bucket + "_INDEX", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas,
-			Description: "ckfrelay: the checkpoints each pool keeps (issue #34)",
+	if raised, err := raiseReplicas(ctx, js, st.CachedInfo().Config, c.Replicas); err != nil {
+		return nil, fmt.Errorf("replica: checkpoint store %s: raising its replicas to %d: %w", c.Bucket, c.Replicas, err)
+	} else if raised != nil {
+		st = raised
+	}
+	index := c.Bucket + "_INDEX"
+	idx, err := openOrCreate(ctx,
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, index) },
+		func(ctx context.Context) (jetstream.KeyValue, error) {
+			return js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: index, History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas,
+				Description: "ckfrelay: the checkpoints each pool keeps (issue #34)",
+			})
 		})
-		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			idx, err = js.KeyValue(ctx, c.Bucket+"_INDEX")
-		}
+	if err == nil {
+		err = raiseStreamReplicas(ctx, js, "KV_"+index, c.Replicas)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("replica: checkpoint index %s_INDEX: %w", c.Bucket, err)
+		return nil, fmt.Errorf("replica: checkpoint index %s: %w", index, err)
 	}
 	return &Checkpoints{os: os, stream: st, bucket: c.Bucket, index: idx, max: c.MaxCheckpoint}, nil
 }
+
+// indexBucket is the index's KV bucket.
+func (s *Checkpoints) indexBucket() string { return s.bucket + "_INDEX" }
 
 func checkpointName(pool string, seq uint64) string {
 	return pool + "/ckpt-" + strconv.FormatUint(seq, 10)
@@ -606,6 +615,42 @@ func (s *Checkpoints) Put(ctx context.Context, pool string, c *Checkpoint) (size
 	return len(b), purgeBelow, nil
 }
 
+// Sweep deletes pool's checkpoint objects below stream sequence below
+// (Put's purge bound, the older kept checkpoint) and returns how many: an
+// object is stored before the index names it, so a replica that died in
+// between left one no index names, and nothing else deletes it (one
+// checkpoint's image, up to 128 MiB of words). Put names only the two
+// newest checkpoints it has seen, and the index's kept sequences only
+// grow, so no object below the older kept one is ever named again — a
+// concurrent Put of one deletes it itself. Objects above it are left: one
+// may be another replica's, stored and about to be named. It lists the
+// bucket, which waits for the store's stream leader: ctx bounds it.
+func (s *Checkpoints) Sweep(ctx context.Context, pool string, below uint64) (int, error) {
+	objs, err := s.os.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("replica: listing checkpoints: %w", err)
+	}
+	deleted := 0
+	for _, o := range objs {
+		digits, ok := strings.CutPrefix(o.Name, pool+"/ckpt-")
+		if !ok {
+			continue
+		}
+		seq, err := strconv.ParseUint(digits, 10, 64)
+		if err != nil || seq >= below {
+			continue
+		}
+		if err := s.os.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return deleted, fmt.Errorf("replica: delete checkpoint: %w", err)
+		}
+		deleted++
+	}
+	return deleted, nil
+}
+
 // Purge purges subject of s below stream sequence seq (the message at seq
 // stays: the subject's last sequence never falls back, so an empty replica's
 // term record can never succeed).
@@ -624,7 +669,12 @@ func Purge(ctx context.Context, s jetstream.Stream, subject string, seq uint64) 
 // replica without a checkpoint can rebuild only from a chain that starts
 // at 0.
 func FirstPrev(ctx context.Context, s jetstream.Stream, subject string) (uint64, error) {
-	m, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	return firstPrev(s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject)))
+}
+
+// firstPrev is the predecessor named by a subject's first message read as
+// m (0 when the subject has none).
+func firstPrev(m *jetstream.RawStreamMsg, err error) (uint64, error) {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}

@@ -231,3 +231,37 @@ func TestEnsureCheckpoints_KeepsAnOperatorsSettings(t *testing.T) {
 	_, _, err = cs.Put(ctx, "p", checkpointAt(sampleCheckpoint(t), 3))
 	require.NoError(t, err)
 }
+
+// TestCheckpoints_SweepDeletesOnlyWhatNoIndexCanName: Sweep deletes the
+// pool's objects below the purge bound — what no index can name again —
+// and leaves the kept ones, one above the bound that another replica may
+// be about to name, and other pools' objects.
+func TestCheckpoints_SweepDeletesOnlyWhatNoIndexCanName(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	cs, err := EnsureCheckpoints(ctx, js, CheckpointConfig{Replicas: 1})
+	require.NoError(t, err)
+	ck := sampleCheckpoint(t)
+	for _, seq := range []uint64{10, 20} {
+		_, _, err := cs.Put(ctx, "pool", checkpointAt(ck, seq))
+		require.NoError(t, err)
+	}
+	for _, name := range []string{checkpointName("pool", 5), checkpointName("pool", 15), checkpointName("pool", 100), checkpointName("pool2", 1), "pool/other"} {
+		_, err := cs.os.PutBytes(ctx, name, []byte("x"))
+		require.NoError(t, err)
+	}
+	_, below, err := cs.Put(ctx, "pool", checkpointAt(ck, 30))
+	require.NoError(t, err)
+	require.EqualValues(t, 20, below)
+	n, err := cs.Sweep(ctx, "pool", below)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	objs, err := cs.os.List(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.Name)
+	}
+	assert.ElementsMatch(t, []string{checkpointName("pool", 20), checkpointName("pool", 30), checkpointName("pool", 100), checkpointName("pool2", 1), "pool/other"}, names)
+}

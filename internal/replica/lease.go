@@ -87,13 +87,9 @@ func OpenLeases(ctx context.Context, js jetstream.JetStream, cfg LeaseConfig) (*
 		// marker TTL must be at least 1 second").
 		LimitMarkerTTL: max(time.Second, cfg.TTL),
 	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, want)
-		if errors.Is(err, jetstream.ErrBucketExists) { // another replica created it first
-			kv, err = js.KeyValue(ctx, cfg.Bucket)
-		}
-	}
+	kv, err := openOrCreate(ctx,
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, cfg.Bucket) },
+		func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateKeyValue(ctx, want) })
 	if err != nil {
 		return nil, fmt.Errorf("replica: lease bucket %s: %w", cfg.Bucket, err)
 	}
@@ -113,8 +109,7 @@ func OpenLeases(ctx context.Context, js jetstream.JetStream, cfg LeaseConfig) (*
 		}
 	}
 	if have.Replicas < cfg.Replicas {
-		have.Replicas = cfg.Replicas
-		if kv, err = js.UpdateKeyValue(ctx, have); err != nil {
+		if err := raiseStreamReplicas(ctx, js, "KV_"+cfg.Bucket, cfg.Replicas); err != nil {
 			return nil, fmt.Errorf("replica: lease bucket %s: raising its replicas to %d: %w", cfg.Bucket, cfg.Replicas, err)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ckfrelay/ckfrelay/internal/jsexpect"
 )
 
 // The records stream. Every pool of a relay group appends to one subject of
@@ -113,13 +115,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 		AllowDirect:       true,
 		DenyDelete:        true,
 	}
-	s, err := js.Stream(ctx, c.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		s, err = js.CreateStream(ctx, cfg)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another replica created it first
-			s, err = js.Stream(ctx, c.Name)
-		}
-	}
+	s, err := openOrCreate(ctx,
+		func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, c.Name) },
+		func(ctx context.Context) (jetstream.Stream, error) { return js.CreateStream(ctx, cfg) })
 	if err != nil {
 		return nil, fmt.Errorf("replica: records stream %s: %w", c.Name, err)
 	}
@@ -127,11 +125,12 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) (
 	if err := checkStream(have, subjects); err != nil {
 		return nil, err
 	}
-	if have.Replicas < c.Replicas {
-		have.Replicas = c.Replicas
-		if s, err = js.UpdateStream(ctx, have); err != nil {
-			return nil, fmt.Errorf("replica: records stream %s: raising its replicas to %d: %w", c.Name, c.Replicas, err)
-		}
+	raised, err := raiseReplicas(ctx, js, have, c.Replicas)
+	if err != nil {
+		return nil, fmt.Errorf("replica: records stream %s: raising its replicas to %d: %w", c.Name, c.Replicas, err)
+	}
+	if raised != nil {
+		s = raised
 	}
 	return s, nil
 }
@@ -168,14 +167,6 @@ func checkStream(have jetstream.StreamConfig, subjects string) error {
 // replica appended (a new term) or this one is behind. Re-read the tail;
 // a record of another term means step down.
 var ErrRefused = errors.New("replica: append refused: the subject moved past the expected record")
-
-// wrongLastSequence reports whether err is the stream's refusal of an
-// expected sequence (10071, or 10164 on replicated streams).
-func wrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
 
 // Appender appends one leader's records to a pool's subject, each
 // expecting the one before it.
@@ -287,14 +278,14 @@ func (a *Appender) publish(ctx context.Context, id string, data []byte) error {
 		if errors.Is(err, ErrForeignDuplicate) {
 			return err
 		}
-		if wrongLastSequence(err) {
-			tail, terr := a.stream.GetLastMsgForSubject(ctx, a.subject)
+		if jsexpect.Classify(err).Expectation() {
+			tail, terr := jsexpect.ReadTail(ctx, a.stream, a.subject)
 			switch {
-			case terr == nil && tail.Sequence > a.last && tail.Header.Get(jetstream.MsgIDHeader) == id:
-				a.last = tail.Sequence
+			case terr == nil && tail.Stored(id, a.last):
+				a.last = tail.Seq
 				return nil
-			case terr == nil && tail.Sequence > a.last:
-				return fmt.Errorf("%w (expected %d, the subject's last is %d): %v", ErrRefused, a.last, tail.Sequence, err)
+			case terr == nil && tail.Seq > a.last:
+				return fmt.Errorf("%w (expected %d, the subject's last is %d): %v", ErrRefused, a.last, tail.Seq, err)
 			}
 			// The subject has not visibly moved, or the tail read came from
 			// a replica behind the stream leader, or failed: retry below
@@ -352,7 +343,12 @@ func retryable(err error) bool {
 // Tail returns the stream sequence of the last message on subject (0 when
 // there is none).
 func Tail(ctx context.Context, s jetstream.Stream, subject string) (uint64, error) {
-	m, err := s.GetLastMsgForSubject(ctx, subject)
+	return lastSeq(s.GetLastMsgForSubject(ctx, subject))
+}
+
+// lastSeq is the sequence of a subject's last message read as m (0 when
+// the subject has none).
+func lastSeq(m *jetstream.RawStreamMsg, err error) (uint64, error) {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}

@@ -92,6 +92,10 @@ type NodeConfig struct {
 	// lease deadline — a leader whose clock lies — so only the records
 	// chain can fence it.
 	clockBroken func() bool
+	// now (tests): the clock Run reads to tell how long a standby followed
+	// before it failed (nil: time.Now), so a test can let a standby have
+	// followed for healthyStandby without waiting for it.
+	now func() time.Time
 }
 
 // Status is a replica's view of its pool's group.
@@ -290,8 +294,13 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
 	return &Node{cfg: cfg, subject: subject, log: log.With("pool", cfg.Pool, "node", cfg.Node), resign: make(chan struct{})}, nil
 }
+
+func (n *Node) now() time.Time { return n.cfg.now() }
 
 // Status returns the node's current status.
 func (n *Node) Status() Status {
@@ -399,7 +408,7 @@ func (n *Node) Run(ctx context.Context) error {
 			Loaded: from.seq, Applied: from.seq, Tail: from.seq, Term: from.term, Leader: from.leader.Node, Address: from.leader.Address}
 		n.mu.Unlock()
 		n.change(RoleStandby, reason)
-		started := time.Now()
+		started := n.now()
 		lease, app, err := n.standby(ctx, p, from)
 		for retry, halted := minRebuildBackoff, minRebuildBackoff; (errors.Is(err, errNotFollowing) || errors.Is(err, errChainHalted)) && ctx.Err() == nil; {
 			// NATS did not let the standby start following (a consumer or
@@ -462,7 +471,7 @@ func (n *Node) Run(ctx context.Context) error {
 		switch {
 		case led:
 			backoff = 0
-		case time.Since(started) >= healthyStandby:
+		case n.now().Sub(started) >= healthyStandby:
 			// A standby that followed for a while and then failed starts
 			// its back-off anew: the doubling is for a chain that breaks
 			// again at once, not for failures hours apart.
@@ -623,10 +632,18 @@ func (n *Node) takeOver(ctx context.Context, f *Follower, p Pool, lease *Lease) 
 		if err != nil {
 			return nil, err
 		}
-		n.update(func(s *Status) { s.Tail = tail })
 		n.mu.Lock()
 		highest := n.highest
 		n.mu.Unlock()
+		if tail < highest {
+			// The direct get may have been answered by a NATS replica
+			// behind the records this one applied through its consumer:
+			// only the stream's leader says the subject lost them.
+			if tail, err = n.leaderLookups().tail(lctx); err != nil {
+				return nil, fmt.Errorf("replica: the subject's tail read below the records applied, and its leader cannot confirm it: %w", err)
+			}
+		}
+		n.update(func(s *Status) { s.Tail = tail })
 		if tail < highest {
 			return nil, fmt.Errorf("%w: the subject %s ends at stream sequence %d, but this replica applied up to %d", ErrStateLost, n.subject, tail, highest)
 		}
@@ -765,6 +782,12 @@ func (n *Node) lead(ctx context.Context, p Pool, lease *Lease, app *Appender) er
 // checkpoint.
 const checkpointStoreTimeout = 2 * time.Minute
 
+// checkpointSweepTimeout bounds the sweep after a checkpoint's store
+// (Checkpoints.Sweep lists the bucket through a consumer, which waits for
+// the store's stream leader): it is best effort, and the next checkpoint
+// sweeps again.
+const checkpointSweepTimeout = 10 * time.Second
+
 // startPool starts the pool a replica rebuilds: from the newest checkpoint
 // that loads — a damaged one is skipped, loudly, for the older — or, with
 // none, empty, provided the subject still starts at its first record. A
@@ -773,18 +796,40 @@ const checkpointStoreTimeout = 2 * time.Minute
 // cannot be listed or read in time (no NATS replica answers) is not
 // damage: with the subject still whole the replica replays it, otherwise
 // startPool fails and Run retries. Every lookup is a direct get bounded by
-// CheckpointRequestTimeout, so nothing here waits for a stream's leader.
+// CheckpointRequestTimeout, so nothing here waits for a stream's leader —
+// except the verdict: direct gets may be answered by a replica behind (an
+// index that still names checkpoints deleted since, a subject not yet
+// purged or already purged further), so ErrStateLost is concluded only
+// when the same lookups through the streams' leaders reach it too. When
+// the leaders cannot answer, startPool fails without it and Run retries.
 func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
+	p, from, err := n.loadPool(ctx, n.directLookups())
+	if !errors.Is(err, ErrStateLost) {
+		return p, from, err
+	}
+	p, from, lerr := n.loadPool(ctx, n.leaderLookups())
+	switch {
+	case lerr == nil:
+		n.log.Warn("replica: the replicas that answered first saw the pool's state lost; its streams' leaders do not", "err", err)
+		return p, from, nil
+	case errors.Is(lerr, ErrStateLost):
+		return Pool{}, origin{}, lerr
+	}
+	return Pool{}, origin{}, fmt.Errorf("replica: the pool's records and checkpoints look lost, and their streams' leaders cannot confirm it now: %w (by direct gets: %v)", lerr, err)
+}
+
+// loadPool is startPool with the lookups of l.
+func (n *Node) loadPool(ctx context.Context, l lookups) (Pool, origin, error) {
 	tried := 0
 	var unread error // why a checkpoint could not be listed or read, if not damage
 	if cs := n.cfg.Checkpoints; cs != nil {
-		seqs, err := cs.List(ctx, n.cfg.Pool)
+		seqs, err := l.list(ctx)
 		if err != nil {
 			unread = err
 		}
 		tail := uint64(0)
 		if len(seqs) > 0 {
-			tail, err = directGet(ctx, func(ctx context.Context) (uint64, error) { return Tail(ctx, n.cfg.Stream, n.subject) })
+			tail, err = l.tail(ctx)
 			if err != nil {
 				return Pool{}, origin{}, err
 			}
@@ -820,7 +865,7 @@ func (n *Node) startPool(ctx context.Context) (Pool, origin, error) {
 			return p, origin{seq: ck.Seq, term: ck.Term, leader: ck.Leader, cursors: ck.Cursors}, nil
 		}
 	}
-	prev, err := directGet(ctx, func(ctx context.Context) (uint64, error) { return FirstPrev(ctx, n.cfg.Stream, n.subject) })
+	prev, err := l.firstPrev(ctx)
 	if err != nil {
 		return Pool{}, origin{}, err
 	}
@@ -873,6 +918,13 @@ func (n *Node) checkpoint(ctx context.Context, p Pool, rec Record) error {
 			n.update(func(s *Status) { s.PurgedBelow = max(s.PurgedBelow, below) })
 		}
 		n.log.Info("replica: stored a checkpoint", "checkpoint", ck.Seq, "bytes", size, "purged_below", below)
+		sctx, scancel := context.WithTimeout(ctx, checkpointSweepTimeout)
+		defer scancel()
+		if swept, err := n.cfg.Checkpoints.Sweep(sctx, n.cfg.Pool, below); err != nil {
+			n.log.Warn("replica: sweeping checkpoints no index names (the next checkpoint tries again)", "below", below, "err", err)
+		} else if swept > 0 {
+			n.log.Info("replica: deleted checkpoints no index names", "below", below, "deleted", swept)
+		}
 	}()
 	return nil
 }

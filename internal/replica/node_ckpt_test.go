@@ -46,6 +46,10 @@ func TestNodeCheckpoints(t *testing.T) {
 	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
 	require.NoError(t, err)
 	subject, _ := Subject("", "pool")
+	// An object a replica stored and died before naming in the index:
+	// the first purge's sweep deletes it.
+	_, err = cs.os.PutBytes(ctx, checkpointName("pool", 1), []byte("an orphan"))
+	require.NoError(t, err)
 
 	a := startNodeWith(t, srv, ls, "a", cs, 3)
 	a.waitRole(t, RoleLeader, 10*time.Second)
@@ -90,6 +94,8 @@ func TestNodeCheckpoints(t *testing.T) {
 	first, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
 	require.NoError(t, err)
 	assert.Equal(t, seqs[1], first.Sequence, "the subject is purged below the older checkpoint, and keeps its record")
+	_, err = cs.os.GetInfo(ctx, checkpointName("pool", 1))
+	assert.ErrorIs(t, err, jetstream.ErrObjectNotFound, "an object no index names outlived the purge below it")
 
 	// A new replica loads the newest checkpoint and follows the tail.
 	c := startNodeWith(t, srv, ls, "c", cs, 1<<20)

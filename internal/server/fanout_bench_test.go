@@ -105,9 +105,9 @@ func heapAlloc() uint64 {
 // subscriber; once: live heap per subscriber after every router installed
 // its snapshot. Everything runs in one process (relay, NATS server,
 // routers), so CPU and heap include the routers' own work, the same for
-// every transport but gRPC's, whose routers also decode protobuf and CBI1
-// and re-encode wire v1 frames; the rest of the difference is the
-// transport's. relay-out-B/op is what the relay itself sends per op: every
+// every transport but gRPC's, whose routers decode protobuf and CBI1 where
+// the others decode wire v1 (client/grpc_codec.go, client/grpc.go); the
+// rest of the difference is the transport's. relay-out-B/op is what the relay itself sends per op: every
 // HTTP stream's bytes, its one NATS connection's, or every gRPC
 // connection's (heartbeats, and over gRPC the catalog revisions, included).
 func BenchmarkFanout(b *testing.B) {

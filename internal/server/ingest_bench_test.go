@@ -1,12 +1,17 @@
+//go:build unix
+
 package server_test
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"testing"
 	"time"
 
@@ -45,6 +50,34 @@ func BenchmarkIngest(b *testing.B) {
 }
 
 const eventsPerBatch, blocksPerEvent, blockSize = 64, 4, 16
+
+// ingestCPUProfile, when set, is a file that receives a CPU profile of the
+// timed part of BenchmarkIngest only: -test.cpuprofile would be dominated by
+// the batches' construction before the timer starts. Measurement only.
+var ingestCPUProfile = flag.String("ingest.cpuprofile", "", "write a CPU profile of BenchmarkIngest's timed part to this file")
+
+// reportCPUPerBlock reports the process's CPU time (user + system, every
+// goroutine: engine, relay and consumer) per block of the timed part. On
+// this shared machine wall-clock rates swing with the load of other jobs;
+// CPU per block swings far less, so a change is compared by it.
+func reportCPUPerBlock(b *testing.B, cpu time.Duration) {
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*eventsPerBatch*blocksPerEvent), "cpu-ns/block")
+}
+
+// profileTimed starts the timed part's CPU profile when asked; the returned
+// function stops it.
+func profileTimed(b *testing.B) func() {
+	if *ingestCPUProfile == "" {
+		return func() {}
+	}
+	f, err := os.Create(*ingestCPUProfile)
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(f))
+	return func() {
+		pprof.StopCPUProfile()
+		require.NoError(b, f.Close())
+	}
+}
 
 // ingestBatch returns one batch of the ingest benchmark: chained Stored
 // events of worker 1, tokens distinct per block (counted up from *next), as
@@ -107,11 +140,16 @@ func benchPoolApply(b *testing.B) {
 		apply(evs)
 	}
 	runtime.GC()
+	stopProfile := profileTimed(b)
+	cpu0 := cpuTime()
 	b.ResetTimer()
 	for _, evs := range batches[b.N:] {
 		apply(evs)
 	}
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	stopProfile()
+	reportCPUPerBlock(b, cpu)
 	b.ReportMetric(float64(b.N*eventsPerBatch)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(b.N*eventsPerBatch*blocksPerEvent)/b.Elapsed().Seconds(), "blocks/s")
 }
@@ -223,6 +261,8 @@ func benchIngest(b *testing.B, transport string) {
 	}
 	waitVisible(batches[warmup-1].first, "the last warm-up batch")
 	runtime.GC()
+	stopProfile := profileTimed(b)
+	cpu0 := cpuTime()
 	b.ResetTimer()
 	start := time.Now()
 	for i := warmup; i < warmup+b.N; i++ {
@@ -231,6 +271,9 @@ func benchIngest(b *testing.B, transport string) {
 	waitVisible(batches[warmup+b.N-1].first, "the last batch")
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	stopProfile()
+	reportCPUPerBlock(b, cpu)
 	b.ReportMetric(float64(b.N*eventsPerBatch)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(b.N*eventsPerBatch*blocksPerEvent)/elapsed.Seconds(), "blocks/s")
 	// Freshness, paced: send one batch, wait until the consumer holds it.

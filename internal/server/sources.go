@@ -154,6 +154,7 @@ var (
 		"restarts": "Engine restarts detected (new source epoch).", "degraded": "Resets after a gap nothing could fill.",
 		"silences": "Ranks reset after silence past source_timeout.", "duplicates": "Batches received twice and skipped.",
 		"reconnects":    "Lost connections redialled.",
+		"reordered":     "Messages that arrived ahead of a hole in their publisher's sequence and were applied in order once a redelivery filled it (Dynamo JetStream).",
 		"peers_refused": "Peer connections dropped: not ZMTP, handshake too slow, a message above max_message_bytes, beyond max_peers, or idle (never published) and closed for a newcomer.",
 	}
 	sourceDescs = func() map[string]*prometheus.Desc {
@@ -171,6 +172,8 @@ var (
 		"Batches rejected as malformed, by reason.", append(sourceLabels, "reason"), nil)
 	sourceFailing = prometheus.NewDesc("ckfrelay_source_failing",
 		"1 while the source hears nothing useful (state failing).", sourceLabels, nil)
+	sourceHeld = prometheus.NewDesc("ckfrelay_source_held",
+		"Messages held ahead of a hole in their publisher's sequence, waiting for the redelivery that fills it (Dynamo JetStream).", sourceLabels, nil)
 	sourceLastEvent = prometheus.NewDesc("ckfrelay_source_last_event_seconds",
 		"Unix time the source last heard anything.", sourceLabels, nil)
 )
@@ -184,6 +187,7 @@ func (c *sourceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sourceDroppedReason
 	ch <- sourceRejectedReason
 	ch <- sourceFailing
+	ch <- sourceHeld
 }
 
 func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -192,7 +196,8 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 		l := []string{rs.pool, st.Name, st.Engine}
 		for k, v := range map[string]catalog.U64{"batches": st.Batches, "events": st.Events, "rejected": st.Rejected,
 			"dropped": st.Dropped, "gaps": st.Gaps, "replays": st.Replays, "resets": st.Resets, "restarts": st.Restarts,
-			"degraded": st.Degraded, "silences": st.Silences, "duplicates": st.Duplicates, "reconnects": st.Reconnects, "peers_refused": st.PeersRefused} {
+			"degraded": st.Degraded, "silences": st.Silences, "duplicates": st.Duplicates, "reconnects": st.Reconnects, "peers_refused": st.PeersRefused,
+			"reordered": st.Reordered} {
 			ch <- prometheus.MustNewConstMetric(sourceDescs[k], prometheus.CounterValue, float64(v), l...)
 		}
 		for why, v := range st.DroppedByReason {
@@ -206,6 +211,7 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			failing = 1
 		}
 		ch <- prometheus.MustNewConstMetric(sourceFailing, prometheus.GaugeValue, failing, l...)
+		ch <- prometheus.MustNewConstMetric(sourceHeld, prometheus.GaugeValue, float64(st.Held), l...)
 		for _, r := range st.Ranks {
 			ch <- prometheus.MustNewConstMetric(sourceRankState, prometheus.GaugeValue, 1,
 				append(l, strconv.FormatUint(uint64(r.DPRank), 10), r.State)...)

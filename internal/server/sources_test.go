@@ -79,6 +79,8 @@ func TestServer_ZMQSourceFeedsPool(t *testing.T) {
 	assert.Contains(t, string(body), `ckfrelay_source_rank_state{dp_rank="0",engine="vllm",pool="dc-a",source="vllm@`+pub+`",state="live"} 1`)
 	assert.Contains(t, string(body), `ckfrelay_source_dropped_reason_total{engine="vllm",pool="dc-a",reason="block_size",source="vllm@`+pub+`"} 1`)
 	assert.Contains(t, string(body), `ckfrelay_source_failing{engine="vllm",pool="dc-a",source="vllm@`+pub+`"} 0`)
+	assert.Contains(t, string(body), `ckfrelay_source_held{engine="vllm",pool="dc-a",source="vllm@`+pub+`"} 0`)
+	assert.Contains(t, string(body), `ckfrelay_source_reordered_total{engine="vllm",pool="dc-a",source="vllm@`+pub+`"} 0`)
 }
 
 func TestServer_BadSourceFailsNew(t *testing.T) {

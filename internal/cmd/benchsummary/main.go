@@ -35,7 +35,10 @@
 // package directory relative to the module root; Bench is the benchmark as go
 // test prints it without the -GOMAXPROCS suffix (so names must not end in
 // "-<digits>"); Metric is the unit column to read (ns/op, B/op, or any
-// b.ReportMetric unit); Base, when set, makes the figure Bench/Base. The
+// b.ReportMetric unit); Base, when set, makes the figure Bench/Base
+// (BaseMetric, when set, is the column read from Base: a benchmark that times
+// both sides of a ratio in turns reports both, and PerRound then makes the
+// figure the median of the same-round ratios). The
 // package's benchmark run selects every top-level benchmark the table names,
 // with all their sub-benchmarks, so keep those bounded. A missing figure
 // (benchmark failed or not found) is reported on stderr and makes the exit

@@ -25,6 +25,11 @@ type figure struct {
 	// metrics that swing with the machine's load from round to round (a
 	// latency tail), only the same-round ratio compares like with like.
 	PerRound bool
+	// BaseMetric is the baseline's metric column when it is not Metric:
+	// a benchmark that times both sides of a ratio in turns reports both
+	// (Base then names the same benchmark), so they share every burst of
+	// load on the machine.
+	BaseMetric string
 	// Needs names the programs the benchmark runs, space-separated (e.g.
 	// "node", "gcc node"): without one of them on PATH the figure is
 	// skipped with a note instead of failing the run, as the benchmark
@@ -149,17 +154,25 @@ func (s samples) value(pkg, bench, metric string) (float64, bool) {
 	return median(vs), true
 }
 
+// baseMetric is the metric read from f.Base.
+func (f figure) baseMetric() string {
+	if f.BaseMetric != "" {
+		return f.BaseMetric
+	}
+	return f.Metric
+}
+
 // perRound is the median over the rounds of f.Bench/f.Base in the same
 // round. Both must have a non-zero sample in every round.
 func (s samples) perRound(f figure) (float64, error) {
-	vs, bs := s[f.Pkg][f.Bench][f.Metric], s[f.Pkg][f.Base][f.Metric]
+	vs, bs := s[f.Pkg][f.Bench][f.Metric], s[f.Pkg][f.Base][f.baseMetric()]
 	if len(vs) == 0 || len(vs) != len(bs) {
-		return 0, fmt.Errorf("%w %s: %d rounds of %q for %s and %d for %s in %s", errMissing, f.Name, len(vs), f.Metric, f.Bench, len(bs), f.Base, f.Pkg)
+		return 0, fmt.Errorf("%w %s: %d rounds of %q for %s and %d of %q for %s in %s", errMissing, f.Name, len(vs), f.Metric, f.Bench, len(bs), f.baseMetric(), f.Base, f.Pkg)
 	}
 	rs := make([]float64, len(vs))
 	for i := range vs {
 		if bs[i] == 0 {
-			return 0, fmt.Errorf("%w %s: %q of %s is 0 in round %d", errMissing, f.Name, f.Metric, f.Base, i+1)
+			return 0, fmt.Errorf("%w %s: %q of %s is 0 in round %d", errMissing, f.Name, f.baseMetric(), f.Base, i+1)
 		}
 		rs[i] = vs[i] / bs[i]
 	}
@@ -193,9 +206,9 @@ func summarize(figs []figure, s samples) (lines []string, missing []error) {
 			continue
 		}
 		if f.Base != "" {
-			base, ok := s.value(f.Pkg, f.Base, f.Metric)
+			base, ok := s.value(f.Pkg, f.Base, f.baseMetric())
 			if !ok || base == 0 {
-				missing = append(missing, fmt.Errorf("%w %s: no non-zero %q for %s in %s", errMissing, f.Name, f.Metric, f.Base, f.Pkg))
+				missing = append(missing, fmt.Errorf("%w %s: no non-zero %q for %s in %s", errMissing, f.Name, f.baseMetric(), f.Base, f.Pkg))
 				continue
 			}
 			v /= base

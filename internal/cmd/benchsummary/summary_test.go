@@ -114,6 +114,37 @@ func TestSummarize_PerRoundRatio(t *testing.T) {
 	assert.ErrorIs(t, missing[0], errMissing)
 }
 
+// TestSummarize_BaseMetric: a figure whose two sides are two metrics of one
+// benchmark (timed in turns) divides Metric by BaseMetric, round by round
+// with PerRound, and is missing when the base column is.
+func TestSummarize_BaseMetric(t *testing.T) {
+	f := figure{Name: "mixed_vs_uniform", Pkg: "./p", Bench: "BenchmarkM/seeds=4", Base: "BenchmarkM/seeds=4",
+		Metric: "mixed4-p50-ns", BaseMetric: "uniform-p50-ns", Unit: "ratio", PerRound: true}
+	s := samples{}
+	// Same-round ratios 1.5, 1.6, 1.2: median 1.5. The ratio of the
+	// columns' medians (1800/1100 ≈ 1.64) would pair rounds that differ.
+	for _, round := range [][2]float64{{1500, 1000}, {1600, 1000}, {1800, 1500}} {
+		s.add("./p", []result{{Name: "BenchmarkM/seeds=4", Metrics: map[string]float64{"mixed4-p50-ns": round[0], "uniform-p50-ns": round[1]}}})
+	}
+	lines, missing := summarize([]figure{f}, s)
+	assert.Empty(t, missing)
+	assert.Equal(t, []string{"BENCH mixed_vs_uniform 1.5 ratio"}, lines)
+
+	f.PerRound = false // the aggregates' ratio: median 1600 over median 1000
+	lines, missing = summarize([]figure{f}, s)
+	assert.Empty(t, missing)
+	assert.Equal(t, []string{"BENCH mixed_vs_uniform 1.6 ratio"}, lines)
+
+	f.BaseMetric = "other-p50-ns"
+	for _, perRound := range []bool{true, false} {
+		f.PerRound = perRound
+		lines, missing = summarize([]figure{f}, s)
+		assert.Empty(t, lines, "PerRound %v", perRound)
+		require.Len(t, missing, 1, "PerRound %v", perRound)
+		assert.ErrorIs(t, missing[0], errMissing)
+	}
+}
+
 func TestSummarize_Missing(t *testing.T) {
 	s := samples{}
 	s.add("./ckf", []result{
@@ -196,6 +227,8 @@ func TestFigures_Valid(t *testing.T) {
 			assert.False(t, procsSuffix.MatchString(b), "figure %q: benchmark %q ends in -<digits>, which the parser strips", f.Name, b)
 		}
 		assert.False(t, (f.Base != "") != (f.Unit == "ratio"), "figure %q: got Base %q with unit %q, want a Base exactly for ratios", f.Name, f.Base, f.Unit)
+		assert.False(t, f.BaseMetric != "" && f.Base == "", "figure %q: got BaseMetric %q without a Base", f.Name, f.BaseMetric)
+		assert.False(t, f.Bench == f.Base && f.baseMetric() == f.Metric, "figure %q: got a ratio of %s's %q over itself", f.Name, f.Bench, f.Metric)
 		// The package must exist: a moved package otherwise fails only in
 		// `make bench` ("setup failed"), which no test runs.
 		info, err := os.Stat(filepath.Join("..", "..", "..", f.Pkg))

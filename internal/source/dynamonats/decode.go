@@ -9,8 +9,10 @@
 // Worker identity is the RouterEvent's (worker_id, dp_rank). The envelope's
 // publisher_id names one publisher lifetime: a new one for a member is a
 // restarted engine, so the member is reset under a new source epoch before
-// its events apply; an envelope sequence gap resets it degraded (events were
-// lost and the member's exact state is unknown).
+// its events apply. The envelope sequence is the publisher's (one worker's
+// publisher carries all its dp ranks): a gap in it resets each of the
+// publisher's members degraded (events were lost, any member's exact state
+// is unknown).
 package dynamonats
 
 import (

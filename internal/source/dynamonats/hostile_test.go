@@ -114,9 +114,9 @@ func TestSource_MembersAreBounded(t *testing.T) {
 	for w := range uint64(10) {
 		evs = append(evs, stored(w, w))
 	}
-	require.NoError(t, s.handle(ctx, rec, envelope(t, 1, 0, evs...)))
+	require.NoError(t, s.handleCore(ctx, rec, envelope(t, 1, 0, evs...)))
 	for w := range uint64(100) { // and one worker a message
-		require.NoError(t, s.handle(ctx, rec, envelope(t, 2+w, 0, stored(1000+w, 1))))
+		require.NoError(t, s.handleCore(ctx, rec, envelope(t, 2+w, 0, stored(1000+w, 1))))
 	}
 	assert.Len(t, s.members, 4)
 	assert.Len(t, rec.snapshot(), 4, "only the tracked members' events are admitted")
@@ -124,7 +124,7 @@ func TestSource_MembersAreBounded(t *testing.T) {
 	assert.EqualValues(t, 106, st.Dropped)
 	assert.Contains(t, st.LastError, "max_members 4")
 	// A tracked member goes on as before.
-	require.NoError(t, s.handle(ctx, rec, envelope(t, 1, 1, stored(0, 50))))
+	require.NoError(t, s.handleCore(ctx, rec, envelope(t, 1, 1, stored(0, 50))))
 	assert.Len(t, rec.snapshot(), 5)
 }
 
@@ -136,7 +136,7 @@ func TestSource_SequenceWrapIsExplicit(t *testing.T) {
 	rec := &recorder{}
 	ctx := context.Background()
 	for i, seq := range []uint64{math.MaxUint64 - 1, math.MaxUint64, 0, math.MaxUint64, math.MaxUint64 - 1, 1} {
-		require.NoError(t, s.handle(ctx, rec, envelope(t, 7, seq, stored(1, uint64(i)))))
+		require.NoError(t, s.handleCore(ctx, rec, envelope(t, 7, seq, stored(1, uint64(i)))))
 	}
 	calls := rec.snapshot()
 	require.Len(t, calls, 4, "%v", calls)
@@ -147,7 +147,7 @@ func TestSource_SequenceWrapIsExplicit(t *testing.T) {
 	assert.Zero(t, st.Gaps)
 	assert.EqualValues(t, 2, st.Dropped)
 	// A real gap after the wrap is still one.
-	require.NoError(t, s.handle(ctx, rec, envelope(t, 7, 5, stored(1, 9))))
+	require.NoError(t, s.handleCore(ctx, rec, envelope(t, 7, 5, stored(1, 9))))
 	assert.EqualValues(t, 1, s.Status().Gaps)
 }
 
@@ -279,11 +279,11 @@ func TestSource_ForgedSequenceDoesNotSilenceAPublisher(t *testing.T) {
 	rec := &recorder{}
 	ctx := context.Background()
 	for i := range uint64(20) {
-		require.NoError(t, s.handle(ctx, rec, envelope(t, 111, i, stored(7, i))))
+		require.NoError(t, s.handleCore(ctx, rec, envelope(t, 111, i, stored(7, i))))
 	}
-	require.NoError(t, s.handle(ctx, rec, envelope(t, 111, 1<<62, stored(7, 99))))
+	require.NoError(t, s.handleCore(ctx, rec, envelope(t, 111, 1<<62, stored(7, 99))))
 	for i := uint64(20); i < 40; i++ {
-		require.NoError(t, s.handle(ctx, rec, envelope(t, 111, i, stored(7, i))))
+		require.NoError(t, s.handleCore(ctx, rec, envelope(t, 111, i, stored(7, i))))
 	}
 	var admitted, degraded int
 	for _, c := range rec.snapshot() {
@@ -302,7 +302,7 @@ func TestSource_ForgedSequenceDoesNotSilenceAPublisher(t *testing.T) {
 
 	// Redeliveries within the window are still duplicates.
 	for i := uint64(30); i < 40; i++ {
-		require.NoError(t, s.handle(ctx, rec, envelope(t, 111, i, stored(7, i))))
+		require.NoError(t, s.handleCore(ctx, rec, envelope(t, 111, i, stored(7, i))))
 	}
 	assert.EqualValues(t, 10, s.Status().Dropped)
 	assert.EqualValues(t, 2, s.Status().Gaps)

@@ -26,14 +26,27 @@ func cursorSource(m ckf.Member, publisher uint64) string {
 		strconv.FormatUint(publisher, 10)
 }
 
-// Resume makes the next Run take up each member that cursors name after
-// the cursor's envelope sequence, under the epoch the pool records for it,
-// provided its first message comes from the same publisher: a redelivered
-// message the records hold is dropped as seen, the next one is admitted,
-// one past a hole is a gap (a degraded reset), as in a running source.
-// Cursors of other sources are ignored. Call it before Run.
+// publisherState is one publisher's envelope sequence and the members it
+// carries.
+type publisherState struct {
+	next    uint64 // next expected envelope sequence
+	members map[ckf.Member]struct{}
+}
+
+// resumePoint is where a group's records end for this source.
+type resumePoint struct {
+	next   map[uint64]uint64     // by publisher, the next envelope sequence
+	member map[ckf.Member]uint64 // by member, the publisher it was last admitted from
+}
+
+// Resume makes the next Run take up each publisher that cursors name after
+// the last envelope sequence the records hold from it, and its members
+// under the epochs the pool records for them: a redelivered message the
+// records hold is dropped as seen, the next is admitted, one past a hole
+// is a gap (a degraded reset of the publisher's members), as in a running
+// source. Cursors of other sources are ignored. Call it before Run.
 func (s *Source) Resume(cursors []producer.Cursor) {
-	s.resume = map[resumeKey]uint64{}
+	s.resume = resumePoint{next: map[uint64]uint64{}, member: map[ckf.Member]uint64{}}
 	for _, c := range cursors {
 		rest, ok := strings.CutPrefix(c.Source, cursorPrefix)
 		if !ok {
@@ -49,23 +62,36 @@ func (s *Source) Resume(cursors []producer.Cursor) {
 		if err1 != nil || err2 != nil || err3 != nil {
 			continue
 		}
-		s.resume[resumeKey{ckf.Member{WorkerID: w, DPRank: uint32(dp)}, pub}] = c.Seq + 1
+		s.resume.member[ckf.Member{WorkerID: w, DPRank: uint32(dp)}] = pub
+		// The publisher's members' cursors hold its sequences; the
+		// latest, modulo 2^64, is where the records end.
+		if next, ok := s.resume.next[pub]; !ok || c.Seq+1-next < 1<<63 {
+			s.resume.next[pub] = c.Seq + 1
+		}
 	}
 }
 
-// resumed enters member m from the cursors Resume named, when env comes
-// from the publisher its cursor names and the pool holds an epoch for it.
-func (s *Source) resumed(sink source.Sink, m ckf.Member, env Envelope, now time.Time) bool {
-	k := resumeKey{m, env.PublisherID}
-	next, ok := s.resume[k]
+// resumed enters publisher from the cursors Resume named — its next
+// sequence, and its members the pool holds an epoch for — or returns nil.
+func (s *Source) resumed(sink source.Sink, publisher uint64, now time.Time) *publisherState {
+	next, ok := s.resume.next[publisher]
 	if !ok {
-		return false
+		return nil
 	}
-	delete(s.resume, k)
-	epoch, known := source.RecordedEpoch(sink, m)
-	if !known {
-		return false
+	delete(s.resume.next, publisher)
+	ps := &publisherState{next: next, members: map[ckf.Member]struct{}{}}
+	s.publishers[publisher] = ps
+	for m, pub := range s.resume.member {
+		if pub != publisher {
+			continue
+		}
+		delete(s.resume.member, m)
+		epoch, known := source.RecordedEpoch(sink, m)
+		if !known || s.members[m] != nil {
+			continue
+		}
+		s.members[m] = &memberState{publisher: publisher, epoch: epoch, seen: now}
+		ps.members[m] = struct{}{}
 	}
-	s.members[m] = &memberState{publisher: env.PublisherID, epoch: epoch, next: next, seen: now}
-	return true
+	return ps
 }

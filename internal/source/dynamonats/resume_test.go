@@ -84,3 +84,65 @@ func TestSource_ResumeTakesMembersUpAfterTheirCursors(t *testing.T) {
 	assert.EqualValues(t, 1, st.Dropped, "the redelivered message was not dropped as seen")
 	assert.Zero(t, rp.faults.Load())
 }
+
+// TestSource_OnePublisherCarriesSeveralRanks: Dynamo numbers a publisher's
+// envelopes, and one worker's publisher carries all its dp ranks on that
+// one sequence (lib/llm/src/kv_router/publisher/batching.rs @2f5ba727
+// flushes a batch whenever the dp rank changes). Ranks alternating on one
+// sequence are no gaps: every event is admitted, nothing reset. Counted per
+// member (the code before), every envelope was a gap for its rank: 998
+// degraded resets in 1,000 messages, 2 blocks left (red team R5).
+func TestSource_OnePublisherCarriesSeveralRanks(t *testing.T) {
+	rp := startRealPool(t)
+	s, err := New(Config{URL: "nats://unused", Subject: "x"})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for seq := range uint64(20) {
+		ev := stored(1, seq+1)
+		ev.DPRank = uint32(seq % 2)
+		require.NoError(t, s.handleCore(ctx, rp.h, envelope(t, 7, seq, ev)))
+	}
+	require.NoError(t, rp.h.Flush(ctx))
+	assert.Len(t, rp.blocks(t, 1), 20)
+	st := s.Status()
+	assert.Zero(t, st.Gaps)
+	assert.Zero(t, st.Resets)
+	assert.Zero(t, rp.faults.Load())
+
+	// A hole in that sequence may have carried either rank: both are reset.
+	ev := stored(1, 100)
+	require.NoError(t, s.handleCore(ctx, rp.h, envelope(t, 7, 21, ev)))
+	require.NoError(t, rp.h.Flush(ctx))
+	assert.Equal(t, []uint64{200}, rp.blocks(t, 1), "rank 1's blocks survived a hole that may have held its removals")
+	st = s.Status()
+	assert.EqualValues(t, 1, st.Gaps)
+	assert.EqualValues(t, 2, st.Resets)
+}
+
+// TestSource_ResumeTakesThePublishersLatestCursor: the cursors of a
+// publisher's members hold its sequences; the next leader's source
+// continues after the latest of them, for both members.
+func TestSource_ResumeTakesThePublishersLatestCursor(t *testing.T) {
+	rp := startRealPool(t)
+	ctx := context.Background()
+	r0, r1 := ckf.Member{WorkerID: 1}, ckf.Member{WorkerID: 1, DPRank: 1}
+	for _, m := range []ckf.Member{r0, r1} {
+		require.NoError(t, rp.h.ResetRank(ctx, 1000, m, false))
+		ev := stored(1, 1+uint64(m.DPRank))
+		ev.DPRank = m.DPRank
+		require.NoError(t, rp.h.AdmitEvents(ctx, 1000, []ckf.RouterEvent{ev}))
+	}
+	s, err := New(Config{URL: "nats://unused", Subject: "x"})
+	require.NoError(t, err)
+	s.Resume([]producer.Cursor{{Source: cursorSource(r0, 7), Seq: 4}, {Source: cursorSource(r1, 7), Seq: 5}})
+	require.NoError(t, s.handleCore(ctx, rp.h, envelope(t, 7, 5, stored(1, 50)))) // in the records
+	ev := stored(1, 6)
+	ev.DPRank = 1
+	require.NoError(t, s.handleCore(ctx, rp.h, envelope(t, 7, 6, ev)))
+	require.NoError(t, rp.h.Flush(ctx))
+	assert.Equal(t, []uint64{101, 102, 106}, rp.blocks(t, 1))
+	st := s.Status()
+	assert.Zero(t, st.Resets, "a resumed member was reset")
+	assert.EqualValues(t, 1, st.Dropped)
+	assert.Zero(t, rp.faults.Load())
+}

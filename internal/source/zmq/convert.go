@@ -1,6 +1,7 @@
 package zmq
 
 import (
+	"math"
 	"slices"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
@@ -88,6 +89,18 @@ type Converter struct {
 	groups map[groupKey]string           // learned kv_cache_spec_kind
 	ns     map[uint32]map[uint64]nsEntry // per dp rank: block hash → namespace
 	nsLen  int
+	// blocks: the converted events' block slices, cut from a chunk per
+	// batch ([Converter.beginBatch]) instead of one allocation per event.
+	blocks arena[ckf.StoredBlock]
+}
+
+// beginBatch tells the converter that the next events are one batch of at
+// most n stored blocks: their block slices share one allocation, which the
+// batch's events then own together (the actor takes the batch's events and
+// drops them together).
+func (c *Converter) beginBatch(n int) {
+	c.blocks.newBatch()
+	c.blocks.hint = n
 }
 
 type groupKey struct{ dp, group uint32 }
@@ -153,7 +166,9 @@ func (c *Converter) groupFilter(ev *Event, dp uint32) DropReason {
 			c.groups = map[groupKey]string{}
 		}
 		k := groupKey{dp, ev.GroupIdx}
-		if _, ok := c.groups[k]; ok || len(c.groups) < maxGroups {
+		// A lookup first: the kind rarely changes, and a map write per
+		// event costs more than a read.
+		if old, ok := c.groups[k]; (ok && old != ev.Kind) || (!ok && len(c.groups) < maxGroups) {
 			c.groups[k] = ev.Kind
 		}
 	}
@@ -326,7 +341,8 @@ func (c *Converter) Convert(ev *Event, dpRank uint32, eventID uint64) (out ckf.R
 		if ev.Eagle {
 			w++
 		}
-		out.Blocks = make([]ckf.StoredBlock, n)
+		out.Blocks = c.blocks.take(n, math.MaxInt)[:n]
+		c.blocks.commit(n)
 		for i := range n {
 			toks := ev.TokenIDs[i*c.BlockSize : i*c.BlockSize+w]
 			var mm []uint64

@@ -104,6 +104,20 @@ const (
 
 var eventTags = map[string]EventType{"BlockStored": BlockStored, "BlockRemoved": BlockRemoved, "AllBlocksCleared": AllBlocksCleared}
 
+// eventType returns the type of the tag b (Unknown for a tag this relay
+// does not know): a switch, cheaper than the map for every event.
+func eventType(b []byte) EventType {
+	switch string(b) {
+	case "BlockStored":
+		return BlockStored
+	case "BlockRemoved":
+		return BlockRemoved
+	case "AllBlocksCleared":
+		return AllBlocksCleared
+	}
+	return Unknown
+}
+
 func (t EventType) String() string {
 	for k, v := range eventTags {
 		if v == t {
@@ -181,7 +195,11 @@ type Decoder struct {
 	payload []byte // the payload being decoded; rd reads it
 	rd      bytes.Reader
 	str     []byte // stringBytes' buffer
-	dec     *msgpack.Decoder
+	// The current batch's token ids and block hashes are cut from a few
+	// shared chunks instead of one allocation per event (arena.go).
+	tokenSpace arena[uint32]
+	hashSpace  arena[uint64]
+	dec        *msgpack.Decoder
 	// Per event: what the namespace and multimodal hashes are derived from
 	// once every field is read (a map may give lora_name after extra_keys).
 	extra    [][]extraKey // extra_keys, one entry per block
@@ -229,6 +247,8 @@ func NewDecoder(limits Limits) *Decoder {
 func (d *Decoder) DecodeBatch(payload []byte) (Batch, error) {
 	d.payload = payload
 	d.rd.Reset(payload)
+	d.tokenSpace.newBatch()
+	d.hashSpace.newBatch()
 	d.dec.Reset(&d.rd)
 	var b Batch
 	var err error
@@ -345,7 +365,14 @@ func (d *Decoder) events() ([]Event, error) {
 	}
 	evs := make([]Event, 0, min(ne, len(d.payload)))
 	for i := range ne {
-		ev, err := d.event()
+		// Decoded in place: an Event is large, and the slice's memory is
+		// already zero.
+		if len(evs) < cap(evs) {
+			evs = evs[:len(evs)+1]
+		} else {
+			evs = append(evs, Event{})
+		}
+		err := d.event(&evs[i])
 		if err != nil {
 			var de *DecodeError
 			if errors.As(err, &de) {
@@ -353,16 +380,15 @@ func (d *Decoder) events() ([]Event, error) {
 			}
 			return nil, err
 		}
-		evs = append(evs, ev)
 	}
 	return evs, nil
 }
 
 func (d *Decoder) dpRank(b *Batch) error {
-	if d.isNil() {
-		return d.dec.DecodeNil()
+	if d.takeNil() {
+		return nil
 	}
-	r, err := d.dec.DecodeInt64()
+	r, err := d.int64()
 	if err != nil || r < 0 || r > math.MaxUint32 {
 		return malformed(ReasonBatch, err, "data_parallel_rank is not nil or a uint32")
 	}
@@ -371,8 +397,8 @@ func (d *Decoder) dpRank(b *Batch) error {
 }
 
 func (d *Decoder) publisherID(b *Batch) error {
-	if d.isNil() {
-		return d.dec.DecodeNil()
+	if d.takeNil() {
+		return nil
 	}
 	id, err := d.bytesOrString()
 	if err != nil {
@@ -382,18 +408,18 @@ func (d *Decoder) publisherID(b *Batch) error {
 	return nil
 }
 
-func (d *Decoder) event() (Event, error) {
-	c, err := d.dec.PeekCode()
+func (d *Decoder) event(ev *Event) error {
+	c, err := d.peekCode()
 	if err != nil {
-		return Event{}, malformed(ReasonEvent, err, "truncated")
+		return malformed(ReasonEvent, err, "truncated")
 	}
 	switch {
 	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
-		return d.positional()
+		return d.positional(ev)
 	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
-		return d.named()
+		return d.named(ev)
 	}
-	return Event{}, malformed(ReasonEvent, nil, "neither a tagged array nor a map (code %#x)", c)
+	return malformed(ReasonEvent, nil, "neither a tagged array nor a map (code %#x)", c)
 }
 
 // Positional layouts (msgspec array_like, tag first), read as Dynamo's
@@ -424,31 +450,28 @@ var (
 // trailing tail starts.
 var trailingFrom = map[EventType]int{BlockStored: 8, BlockRemoved: 2}
 
-func (d *Decoder) positional() (Event, error) {
+func (d *Decoder) positional(ev *Event) error {
 	n, _ := d.arrayLen()
 	if n < 1 {
-		return Event{}, malformed(ReasonEvent, nil, "empty event array")
+		return malformed(ReasonEvent, nil, "empty event array")
 	}
 	tag, err := d.stringBytes()
 	if err != nil {
-		return Event{}, malformed(ReasonEvent, err, "tag is not a string")
+		return malformed(ReasonEvent, err, "tag is not a string")
 	}
-	ev := Event{Type: eventTags[string(tag)]}
-	if ev.Type == 0 {
-		ev.Type = Unknown
-	}
+	ev.Type = eventType(tag)
 	d.beginEvent()
 	fields := n - 1
 	var order []string
 	switch ev.Type {
 	case BlockStored:
 		if fields < 4 {
-			return Event{}, malformed(ReasonRequired, nil, "BlockStored has %d fields, want at least 4", fields)
+			return malformed(ReasonRequired, nil, "BlockStored has %d fields, want at least 4", fields)
 		}
 		order = storedOrder
 	case BlockRemoved:
 		if fields < 1 {
-			return Event{}, malformed(ReasonRequired, nil, "BlockRemoved has no block_hashes")
+			return malformed(ReasonRequired, nil, "BlockRemoved has no block_hashes")
 		}
 		order = removedOrder
 	case AllBlocksCleared:
@@ -460,23 +483,23 @@ func (d *Decoder) positional() (Event, error) {
 	}
 	i := 0
 	for ; i < fields && i < head; i++ {
-		if err := d.field(&ev, order[i]); err != nil {
-			return Event{}, err
+		if err := d.field(ev, order[i]); err != nil {
+			return err
 		}
 	}
 	if head < len(order) && i < fields {
 		n := min(fields-i, trailingFields)
-		if err := d.trailing(&ev, n); err != nil {
-			return Event{}, err
+		if err := d.trailing(ev, n); err != nil {
+			return err
 		}
 		i += n
 	}
 	for ; i < fields; i++ {
 		if err := d.skip(0); err != nil {
-			return Event{}, err
+			return err
 		}
 	}
-	return ev, d.endEvent(&ev)
+	return d.endEvent(ev)
 }
 
 // trailingFields is the length of the trailing tail.
@@ -501,14 +524,14 @@ func (d *Decoder) trailing(ev *Event, n int) error {
 	}
 	var vals [trailingFields]value
 	for i := range n {
-		c, err := d.dec.PeekCode()
+		c, err := d.peekCode()
 		switch {
 		case err != nil:
 			return malformed(ReasonEvent, err, "truncated")
 		case c == msgpcode.Nil:
-			_ = d.dec.DecodeNil()
+			d.consume(1)
 		case isInt(c):
-			v, err := d.dec.DecodeInt64()
+			v, err := d.int64()
 			if err != nil {
 				return malformed(ReasonField, err, "trailing field %d", i)
 			}
@@ -566,56 +589,53 @@ var knownKeys = []string{"type", "block_hashes", "parent_block_hash", "token_ids
 	"kv_cache_spec_sliding_window", "cache_salt", "block_mm_infos", "ownership"}
 
 // named decodes a map event tagged under "type". Unknown keys are skipped.
-func (d *Decoder) named() (Event, error) {
+func (d *Decoder) named(ev *Event) error {
 	n, _ := d.dec.DecodeMapLen()
-	var ev Event
 	d.beginEvent()
 	var seen uint32 // bit i: knownKeys[i] was read
 	for range n {
 		kb, err := d.stringBytes()
 		if err != nil {
-			return Event{}, malformed(ReasonEvent, err, "map key is not a string")
+			return malformed(ReasonEvent, err, "map key is not a string")
 		}
 		i := knownKey(kb)
 		if i < 0 {
 			if err := d.skip(0); err != nil {
-				return Event{}, err
+				return err
 			}
 			continue
 		}
 		if seen&(1<<i) != 0 {
-			return Event{}, malformed(ReasonField, nil, "duplicate key %q", kb)
+			return malformed(ReasonField, nil, "duplicate key %q", kb)
 		}
 		seen |= 1 << i
 		if k := knownKeys[i]; k != "type" {
-			if err := d.field(&ev, k); err != nil {
-				return Event{}, err
+			if err := d.field(ev, k); err != nil {
+				return err
 			}
 			continue
 		}
 		tag, err := d.stringBytes()
 		if err != nil {
-			return Event{}, malformed(ReasonField, err, "type is not a string")
+			return malformed(ReasonField, err, "type is not a string")
 		}
-		if ev.Type = eventTags[string(tag)]; ev.Type == 0 {
-			ev.Type = Unknown
-		}
+		ev.Type = eventType(tag)
 	}
 	switch ev.Type {
 	case 0:
-		return Event{}, malformed(ReasonRequired, nil, "map event without \"type\"")
+		return malformed(ReasonRequired, nil, "map event without \"type\"")
 	case BlockStored:
 		for _, k := range []string{"block_hashes", "token_ids", "block_size"} {
 			if seen&(1<<slices.Index(knownKeys, k)) == 0 {
-				return Event{}, malformed(ReasonRequired, nil, "BlockStored without %s", k)
+				return malformed(ReasonRequired, nil, "BlockStored without %s", k)
 			}
 		}
 	case BlockRemoved:
 		if seen&(1<<slices.Index(knownKeys, "block_hashes")) == 0 {
-			return Event{}, malformed(ReasonRequired, nil, "BlockRemoved without block_hashes")
+			return malformed(ReasonRequired, nil, "BlockRemoved without block_hashes")
 		}
 	}
-	return ev, d.endEvent(&ev)
+	return d.endEvent(ev)
 }
 
 func (d *Decoder) beginEvent() {
@@ -657,8 +677,8 @@ func (d *Decoder) field(ev *Event, name string) error {
 	case "block_hashes":
 		ev.BlockHashes, err = d.hashes()
 	case "parent_block_hash":
-		if d.isNil() {
-			return d.dec.DecodeNil()
+		if d.takeNil() {
+			return nil
 		}
 		ev.HasParent = true
 		ev.ParentHash, err = d.hash()
@@ -669,23 +689,23 @@ func (d *Decoder) field(ev *Event, name string) error {
 		err = d.tokens(ev)
 	case "block_size":
 		var v int64
-		v, err = d.dec.DecodeInt64()
+		v, err = d.int64()
 		if err != nil || v < 1 || v > math.MaxInt32 {
 			return malformed(ReasonField, err, "block_size is not a positive integer")
 		}
 		ev.BlockSize = int(v)
 	case "lora_id":
-		if d.isNil() {
-			return d.dec.DecodeNil()
+		if d.takeNil() {
+			return nil
 		}
-		if _, err = d.dec.DecodeInt64(); err != nil {
+		if _, err = d.int64(); err != nil {
 			return malformed(ReasonField, err, "lora_id is not nil or an integer")
 		}
 	case "group_idx", "kv_cache_spec_sliding_window":
-		if d.isNil() {
-			return d.dec.DecodeNil()
+		if d.takeNil() {
+			return nil
 		}
-		v, err := d.dec.DecodeInt64()
+		v, err := d.int64()
 		if err != nil || v < 0 || v > math.MaxUint32 {
 			return malformed(ReasonField, err, "%s is not nil or a uint32", name)
 		}
@@ -697,8 +717,8 @@ func (d *Decoder) field(ev *Event, name string) error {
 	case "block_mm_infos":
 		return d.blockMMInfos()
 	case "cache_salt":
-		if d.isNil() {
-			return d.dec.DecodeNil()
+		if d.takeNil() {
+			return nil
 		}
 		b, err := d.stringBytes()
 		if err != nil {
@@ -706,8 +726,8 @@ func (d *Decoder) field(ev *Event, name string) error {
 		}
 		d.salt, d.hasSalt = string(b), true
 	case "medium", "lora_name", "locality", "kv_cache_spec_kind", "ownership":
-		if d.isNil() {
-			return d.dec.DecodeNil()
+		if d.takeNil() {
+			return nil
 		}
 		var b []byte
 		if b, err = d.stringBytes(); err != nil {
@@ -740,7 +760,7 @@ func (d *Decoder) hashes() ([]uint64, error) {
 	if n > d.limits.MaxBlocks {
 		return nil, malformed(ReasonLimit, nil, "%d block hashes > limit %d", n, d.limits.MaxBlocks)
 	}
-	out := make([]uint64, 0, min(n, d.rd.Len()+1))
+	out := d.hashSpace.take(min(n, d.rd.Len()+1), d.rd.Len())
 	for range n {
 		h, err := d.hash()
 		if err != nil {
@@ -748,6 +768,7 @@ func (d *Decoder) hashes() ([]uint64, error) {
 		}
 		out = append(out, h)
 	}
+	d.hashSpace.commit(len(out))
 	return out, nil
 }
 
@@ -756,7 +777,20 @@ func (d *Decoder) hashes() ([]uint64, error) {
 // default, are read by wire's reader over the payload as token ids are; byte
 // and string hashes are read into the decoder's buffer, not a new slice.
 func (d *Decoder) hash() (uint64, error) {
-	c, err := d.dec.PeekCode()
+	if r := d.rest(); len(r) > 0 { // an unsigned integer, what engines send, read here directly
+		switch c := r[0]; {
+		case c <= msgpcode.PosFixedNumHigh:
+			d.consume(1)
+			return uint64(c), nil
+		case c == msgpcode.Uint64 && len(r) >= 9:
+			d.consume(9)
+			return binary.BigEndian.Uint64(r[1:]), nil
+		case c == msgpcode.Uint32 && len(r) >= 5:
+			d.consume(5)
+			return uint64(binary.BigEndian.Uint32(r[1:])), nil
+		}
+	}
+	c, err := d.peekCode()
 	if err != nil {
 		return 0, err
 	}
@@ -804,7 +838,7 @@ func (d *Decoder) tokens(ev *Event) error {
 		return malformed(ReasonLimit, nil, "%d token ids > limit %d", n, d.limits.MaxTokens)
 	}
 	if n > 0 {
-		c, err := d.dec.PeekCode()
+		c, err := d.peekCode()
 		if err != nil {
 			return malformed(ReasonField, err, "token_ids truncated")
 		}
@@ -821,25 +855,63 @@ func (d *Decoder) tokens(ev *Event) error {
 			return nil
 		}
 	}
-	// The msgpack decoder reads d.rd without buffering (a *bytes.Reader is
-	// an io.ByteScanner), so the reader's position is the decoder's.
-	rest := d.payload[len(d.payload)-d.rd.Len():]
-	out, used, err := appendTokenIDs(make([]uint32, 0, min(n, len(rest))), rest, n)
-	if err != nil {
-		if isStringAhead(rest, n) {
-			ev.StringTokens = true
-			for range n {
-				if err := d.skip(1); err != nil {
-					return err
+	rest := d.rest()
+	out, used := fastTokenIDs(d.tokenSpace.take(min(n, len(rest)), len(rest)), rest, n)
+	if len(out) < n { // a form the fast loop does not take: the rest through wire's reader
+		var more int
+		var err error
+		out, more, err = appendTokenIDs(out, rest[used:], n-len(out))
+		if err != nil {
+			if isStringAhead(rest, n) {
+				ev.StringTokens = true
+				for range n {
+					if err := d.skip(1); err != nil {
+						return err
+					}
 				}
+				return nil
 			}
-			return nil
+			return err
 		}
-		return err
+		used += more
 	}
-	_, _ = d.rd.Seek(int64(used), io.SeekCurrent)
+	d.consume(used)
+	d.tokenSpace.commit(len(out))
 	ev.TokenIDs = out
 	return nil
+}
+
+// fastTokenIDs appends to dst the leading run of the n msgpack values at the
+// start of b that are unsigned integers of at most 32 bits in their shortest
+// forms (positive fixint, uint8, uint16, uint32: what engines send), and
+// returns how many bytes they took. It stops at the first other value; the
+// caller reads the rest with [appendTokenIDs], which takes every integer
+// encoding in uint32 range and fails on anything else. Token ids are most of
+// an engine batch: this loop is the source's hottest.
+func fastTokenIDs(dst []uint32, b []byte, n int) ([]uint32, int) {
+	off := 0
+	for range n {
+		if off >= len(b) {
+			break
+		}
+		switch c := b[off]; {
+		case c <= msgpcode.PosFixedNumHigh:
+			dst = append(dst, uint32(c))
+			off++
+		case c == msgpcode.Uint32 && off+5 <= len(b):
+			dst = append(dst, binary.BigEndian.Uint32(b[off+1:]))
+			off += 5
+		case c == msgpcode.Uint16 && off+3 <= len(b):
+			dst = append(dst, uint32(binary.BigEndian.Uint16(b[off+1:])))
+			off += 3
+		case c == msgpcode.Uint8 && off+2 <= len(b):
+			dst = append(dst, uint32(b[off+1]))
+			off += 2
+		default:
+			return dst, off
+		}
+	}
+	return dst, off
 }
 
 // isStringAhead reports whether one of the n values at the start of b is a
@@ -869,7 +941,8 @@ func (d *Decoder) bigrams(ev *Event, n int) error {
 			return malformed(ReasonField, err, "token_ids mixes single ids and pairs, or a pair is not 2 ids")
 		}
 		rest := d.payload[len(d.payload)-d.rd.Len():]
-		pair, used, err := appendTokenIDs(nil, rest, 2)
+		var two [2]uint32
+		pair, used, err := appendTokenIDs(two[:0], rest, 2)
 		if err != nil {
 			return err
 		}
@@ -897,7 +970,7 @@ func appendTokenIDs(dst []uint32, b []byte, n int) ([]uint32, int, error) {
 }
 
 func (d *Decoder) number() (float64, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return 0, err
 	}
@@ -905,14 +978,14 @@ func (d *Decoder) number() (float64, error) {
 	case c == msgpcode.Float || c == msgpcode.Double:
 		return d.dec.DecodeFloat64()
 	case isInt(c):
-		v, err := d.dec.DecodeInt64()
+		v, err := d.int64()
 		return float64(v), err
 	}
 	return 0, fmt.Errorf("code %#x is not a number", c)
 }
 
 func (d *Decoder) bytesOrString() ([]byte, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return nil, err
 	}
@@ -951,10 +1024,17 @@ func intern(b []byte) string {
 }
 
 // stringBytes reads a string as msgpack/v5's DecodeString does (a str or
-// bin value; nil reads as empty) into the decoder's scratch buffer instead
-// of a new string: tags and keys are read once per field of every event. The
-// result is valid until the next call.
+// bin value; nil reads as empty): a fixstr, what tags, keys and field values
+// are, as a sub-slice of the payload; any other into the decoder's scratch
+// buffer instead of a new string. The result is valid until the next call
+// (callers copy what they keep) and must not be written to.
 func (d *Decoder) stringBytes() ([]byte, error) {
+	if r := d.rest(); len(r) > 0 && msgpcode.IsFixedString(r[0]) {
+		if n := int(r[0] & msgpcode.FixedStrMask); 1+n <= len(r) {
+			d.consume(1 + n)
+			return r[1 : 1+n : 1+n], nil
+		}
+	}
 	n, err := d.dec.DecodeBytesLen()
 	if err != nil {
 		return nil, err
@@ -970,7 +1050,11 @@ func (d *Decoder) stringBytes() ([]byte, error) {
 }
 
 func (d *Decoder) arrayLen() (int, error) {
-	c, err := d.dec.PeekCode()
+	if r := d.rest(); len(r) > 0 && msgpcode.IsFixedArray(r[0]) {
+		d.consume(1)
+		return int(r[0] & msgpcode.FixedArrayMask), nil
+	}
+	c, err := d.peekCode()
 	if err != nil {
 		return 0, err
 	}
@@ -980,13 +1064,46 @@ func (d *Decoder) arrayLen() (int, error) {
 	return d.dec.DecodeArrayLen()
 }
 
-func (d *Decoder) isNil() bool {
-	c, err := d.dec.PeekCode()
-	return err == nil && c == msgpcode.Nil
+// The hot path reads the payload directly, not through msgpack/v5's
+// byte-by-byte interface calls: the msgpack decoder reads d.rd without
+// buffering (a *bytes.Reader is an io.ByteScanner), so the reader's
+// position is the decoder's, and consume moves both. The library still reads
+// every form the fast paths do not take, with its own errors.
+
+// rest returns the payload not read yet.
+func (d *Decoder) rest() []byte { return d.payload[len(d.payload)-d.rd.Len():] }
+
+// consume moves the read position n bytes on (n ≤ len(d.rest())).
+func (d *Decoder) consume(n int) { _, _ = d.rd.Seek(int64(n), io.SeekCurrent) }
+
+// peekCode returns the next value's type byte without consuming it.
+func (d *Decoder) peekCode() (byte, error) {
+	if r := d.rest(); len(r) > 0 {
+		return r[0], nil
+	}
+	return d.dec.PeekCode() // its end-of-input error
+}
+
+// takeNil consumes a nil and reports true, or consumes nothing.
+func (d *Decoder) takeNil() bool {
+	if r := d.rest(); len(r) > 0 && r[0] == msgpcode.Nil {
+		d.consume(1)
+		return true
+	}
+	return false
+}
+
+// int64 reads an integer as msgpack/v5's DecodeInt64 does.
+func (d *Decoder) int64() (int64, error) {
+	if r := d.rest(); len(r) > 0 && r[0] <= msgpcode.PosFixedNumHigh {
+		d.consume(1)
+		return int64(r[0]), nil
+	}
+	return d.dec.DecodeInt64()
 }
 
 func (d *Decoder) isMap() bool {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	return err == nil && (msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32)
 }
 

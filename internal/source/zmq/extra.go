@@ -16,8 +16,8 @@ const NamespacePrefix = "dynamo-cache-salt:"
 // array of items (a string; an [identifier, offset] tuple; anything else,
 // ignored).
 func (d *Decoder) extraKeys() error {
-	if d.isNil() {
-		return d.dec.DecodeNil()
+	if d.takeNil() {
+		return nil
 	}
 	n, err := d.arrayLen()
 	if err != nil || n < 0 {
@@ -28,8 +28,7 @@ func (d *Decoder) extraKeys() error {
 	}
 	d.hasExtra = true
 	for range n {
-		if d.isNil() {
-			_ = d.dec.DecodeNil()
+		if d.takeNil() {
 			d.extra = append(d.extra, nil)
 			continue
 		}
@@ -51,7 +50,7 @@ func (d *Decoder) extraKeys() error {
 }
 
 func (d *Decoder) extraItem() (extraKey, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.peekCode()
 	if err != nil {
 		return extraKey{}, malformed(ReasonField, err, "extra_keys truncated")
 	}
@@ -67,13 +66,13 @@ func (d *Decoder) extraItem() (extraKey, error) {
 		// integer; any other array is ignored.
 		m, _ := d.arrayLen()
 		if m == 2 {
-			if c2, err := d.dec.PeekCode(); err == nil && msgpcode.IsString(c2) {
+			if c2, err := d.peekCode(); err == nil && msgpcode.IsString(c2) {
 				b, err := d.stringBytes()
 				if err != nil {
 					return extraKey{}, malformed(ReasonField, err, "extra_keys identifier")
 				}
 				id := string(b)
-				if c3, err := d.dec.PeekCode(); err == nil && isInt(c3) {
+				if c3, err := d.peekCode(); err == nil && isInt(c3) {
 					if err := d.skip(1); err != nil {
 						return extraKey{}, err
 					}
@@ -96,8 +95,8 @@ func (d *Decoder) extraItem() (extraKey, error) {
 // block, each nil or {"mm_objects": [{"mm_hash": u64, "offsets": …}, …]}
 // (structs also accepted as arrays, mm_objects / mm_hash first).
 func (d *Decoder) blockMMInfos() error {
-	if d.isNil() {
-		return d.dec.DecodeNil()
+	if d.takeNil() {
+		return nil
 	}
 	n, err := d.arrayLen()
 	if err != nil || n < 0 {
@@ -109,8 +108,7 @@ func (d *Decoder) blockMMInfos() error {
 	d.hasInfos = true
 	infos := make([][]uint64, 0, min(n, d.rd.Len()))
 	for range n {
-		if d.isNil() {
-			_ = d.dec.DecodeNil()
+		if d.takeNil() {
 			infos = append(infos, nil)
 			continue
 		}

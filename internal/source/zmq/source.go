@@ -692,6 +692,13 @@ func (s *Source) apply(ctx context.Context, sink source.Sink, r *rank, msg Messa
 	drops := batchDrops{events: len(b.Events)}
 	// The batch's events go to the pool as one command (one mailbox send).
 	evs := make([]ckf.RouterEvent, 0, len(b.Events))
+	blocks := 0
+	for i := range b.Events {
+		if b.Events[i].Type == BlockStored {
+			blocks += len(b.Events[i].BlockHashes)
+		}
+	}
+	s.cv.beginBatch(blocks)
 	for i := range b.Events {
 		ev := &b.Events[i]
 		if r.known != nil && ev.Type == BlockStored && ev.HasParent {
