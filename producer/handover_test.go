@@ -37,7 +37,7 @@ func distinctStored(n int) []ckf.RouterEvent {
 
 // TestActor_DeltasOfAWakeUpAreHandedOverTogether: the deltas published by
 // the Apply commands of one wake-up reach the subscriber together (when
-// maxHeldDeltas are held, and at the end of the wake-up), not one by one —
+// heldDeltas are held, and at the end of the wake-up), not one by one —
 // a parked subscriber is woken once per hand-over — and all of them arrive,
 // in order.
 func TestActor_DeltasOfAWakeUpAreHandedOverTogether(t *testing.T) {
@@ -46,13 +46,14 @@ func TestActor_DeltasOfAWakeUpAreHandedOverTogether(t *testing.T) {
 		h, _ := startActor(t, actorOpts{cadence: 1, mutate: func(c *Config) { c.Journal = j }})
 		sub := mustSubscribe(t, h, 1)
 		j.ch = sub.Deltas()
-		n := maxHeldDeltas + 4
+		held := heldDeltas(DefaultSubscriberBuffer)
+		n := held + 4
 		require.NoError(t, h.AdmitEvents(t.Context(), 0, distinctStored(n)))
 		require.NoError(t, h.Barrier(t.Context()))
 
 		want := make([]int, n)
-		for i := maxHeldDeltas - 1; i < n; i++ {
-			want[i] = maxHeldDeltas
+		for i := held - 1; i < n; i++ {
+			want[i] = held
 		}
 		assert.Equal(t, want, j.queued, "deltas in the channel as each event was journalled")
 		for i := range n {

@@ -75,7 +75,7 @@ func (s *stream) end(err error, marker *ckf.DrainMarker) {
 //
 // While holding (the actor running Apply commands of several events), the
 // sink keeps the deltas back and hands them over together: when
-// maxHeldDeltas are held, and when the actor stops holding (at the end of
+// heldDeltas are held, and when the actor stops holding (at the end of
 // its wake-up, before any other command and before it waits on the fault
 // channel). A parked
 // subscriber is woken once per hand-over instead of once per delta
@@ -88,14 +88,22 @@ func (s *stream) end(err error, marker *ckf.DrainMarker) {
 type streamSink struct {
 	cur     *stream
 	held    []ckf.Delta // accepted, not yet in cur's channel, in order
+	maxHeld int         // heldDeltas of the configured buffer
 	holding bool
 	handed  int // deltas handed over since the actor last parked or yielded
 }
 
-// maxHeldDeltas bounds the deltas the sink holds: a subscriber waits for at
-// most this many publications (256 events at the relay's cadence of 16)
-// beyond the end of the actor's wake-up.
-const maxHeldDeltas = 16
+// maxHeldDeltas bounds the deltas the sink holds (heldDeltas): 256 is
+// 4,096 events at the relay's cadence of 16, ≈ 1–2.5 ms of apply, which a
+// subscriber may wait beyond the moment a delta is cut — and only while the
+// actor is backlogged, when admitted commands already wait longer than
+// that in the mailbox.
+const maxHeldDeltas = 256
+
+// heldDeltas is how many deltas the sink holds for a subscriber buffer of
+// buffer deltas: a quarter of it, so a subscriber that keeps up never
+// lags for what the actor held, and at most maxHeldDeltas.
+func heldDeltas(buffer int) int { return min(maxHeldDeltas, max(1, buffer/4)) }
 
 var errNoStream = errors.New("producer: no subscriber stream")
 
@@ -110,7 +118,7 @@ func (k *streamSink) Enqueue(d ckf.Delta) error {
 		return ErrLagged
 	}
 	k.held = append(k.held, d)
-	if !k.holding || len(k.held) >= maxHeldDeltas {
+	if !k.holding || len(k.held) >= k.maxHeld {
 		k.handOver()
 	}
 	return nil
