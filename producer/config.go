@@ -37,8 +37,11 @@ type Config struct {
 	// FaultCapacity bounds the fault channel, > 0. A full channel blocks the
 	// actor until the owner reads or fences.
 	FaultCapacity int
-	// SubscriberBuffer bounds the deltas buffered for a subscriber, > 0. A
-	// subscriber that overflows it is closed with [ErrLagged].
+	// SubscriberBuffer bounds the deltas buffered for a subscriber, > 0,
+	// counting those the actor holds for its next hand-over (it hands the
+	// deltas of batch admissions over in groups of up to a quarter of it,
+	// at most 256). A subscriber that overflows it is closed with
+	// [ErrLagged].
 	SubscriberBuffer int
 	// RecoveryQuietWindow coalesces rank replacements arriving within it
 	// into one rebuild, > 0.

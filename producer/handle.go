@@ -104,6 +104,7 @@ func newActor(pool *ckf.Pool, scope Scope, cfg Config, sequence uint64) (*actor,
 	if cfg.Diagnostics {
 		a.diag = &diagnostics{}
 	}
+	a.sink.maxHeld = heldDeltas(cfg.SubscriberBuffer)
 	a.pub = NewPublisher(id, sequence, &a.sink)
 	_, a.takesCursors = cfg.Journal.(CursorJournal)
 	return a, nil
