@@ -88,19 +88,25 @@ func (h *holdBuffer) len() int { return len(h.msgs) }
 // over reports whether the buffer holds more than its bounds allow.
 func (h *holdBuffer) over() bool { return len(h.msgs) > h.maxMsgs || h.bytes > h.maxBytes }
 
-// expired returns the message with the earliest deadline when that
-// deadline is not after now, else nil.
-func (h *holdBuffer) expired(now time.Time) *heldMsg {
+// earliest returns the message with the earliest deadline: the first
+// held message of the oldest hole (nil when empty).
+func (h *holdBuffer) earliest() *heldMsg {
 	var first *heldMsg
 	for _, hm := range h.msgs {
 		if first == nil || hm.deadline.Before(first.deadline) {
 			first = hm
 		}
 	}
-	if first == nil || first.deadline.After(now) {
-		return nil
-	}
 	return first
+}
+
+// expired returns the earliest message when its deadline is not after
+// now, else nil.
+func (h *holdBuffer) expired(now time.Time) *heldMsg {
+	if first := h.earliest(); first != nil && !first.deadline.After(now) {
+		return first
+	}
+	return nil
 }
 
 // youngest returns a held message of the publisher whose hole opened last
@@ -125,12 +131,7 @@ func (h *holdBuffer) youngest() *heldMsg {
 // opened returns when the oldest hole opened: its first held message's
 // arrival (deadline − wait).
 func (h *holdBuffer) opened(wait time.Duration) (time.Time, bool) {
-	var first *heldMsg
-	for _, hm := range h.msgs {
-		if first == nil || hm.deadline.Before(first.deadline) {
-			first = hm
-		}
-	}
+	first := h.earliest()
 	if first == nil {
 		return time.Time{}, false
 	}
