@@ -607,7 +607,7 @@ func (e *aheadError) Error() string {
 }
 
 // handle admits one message and returns its envelope. With hold, a message
-// ahead of a hole in some member's sequence admits nothing and returns an
+// ahead of a hole in its publisher's sequence admits nothing and returns an
 // *aheadError.
 func (s *Source) handle(ctx context.Context, sink source.Sink, data []byte, hold bool) (Envelope, error) {
 	env, evs, err := DecodeLimited(data, s.evs[:0], s.cfg.Limits)
