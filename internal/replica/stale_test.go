@@ -204,6 +204,17 @@ func TestStartPool_StaleIndexWithoutLeadersIsNotStateLost(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the surviving node did not see the deletes and the purge")
 	nodes[1].Kill()
 	nodes[2].Kill()
+	// A node that led a stream goes on answering as its leader until its
+	// Raft group notices the lost quorum: wait until the survivor knows no
+	// leader for any of them (else the rebuild reads the whole state from
+	// a leader, as it should, and this test tests nothing).
+	for _, stream := range []string{DefaultStream, "OBJ_" + DefaultCheckpointBucket, "KV_" + DefaultCheckpointBucket + "_INDEX"} {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			leader, err := nodes[0].StreamLeader(stream)
+			require.NoError(c, err)
+			assert.Empty(c, leader, "%s still leads %s", leader, stream)
+		}, 30*time.Second, 50*time.Millisecond)
+	}
 
 	_, _, err = n.startPool(ctx)
 	require.Error(t, err)

@@ -188,3 +188,39 @@ func (n *ClusterNode) ServesDirectGets(stream string) (bool, error) {
 	}
 	return false, nil
 }
+
+// StreamLeader returns the leader the node knows for stream ("" while it
+// knows none: after it lost its quorum, a node that led keeps serving as
+// leader until its Raft group notices, and a test that needs no leader
+// waits for "").
+func (n *ClusterNode) StreamLeader(stream string) (string, error) {
+	resp, err := http.Get(n.monitor + "/jsz?accounts=true&streams=true")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Accounts []struct {
+			Streams []struct {
+				Name    string `json:"name"`
+				Cluster *struct {
+					Leader string `json:"leader"`
+				} `json:"cluster"`
+			} `json:"stream_detail"`
+		} `json:"account_details"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&jsz); err != nil {
+		return "", err
+	}
+	for _, a := range jsz.Accounts {
+		for _, s := range a.Streams {
+			if s.Name == stream {
+				if s.Cluster == nil {
+					return "", nil
+				}
+				return s.Cluster.Leader, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("natstest: %s does not know stream %s", n.Name, stream)
+}
