@@ -31,24 +31,13 @@ func (s staleIndex) Get(context.Context, string) (jetstream.KeyValueEntry, error
 	return s.entry, nil
 }
 
-// TestStartPool_StaleIndexIsNotStateLost: a replica's index read answered
-// from before the last two checkpoints names two checkpoints that were
-// deleted since, and the subject is purged below the newer ones. By those
-// answers the state is lost; by the streams' leaders it is not: the
-// replica loads the newest checkpoint instead of stopping for good.
-func TestStartPool_StaleIndexIsNotStateLost(t *testing.T) {
-	srv := natstest.Start(t, natstest.Options{})
-	_, js := srv.JetStream(t)
+// staleCheckpoints writes pool's chain of six records and checkpoints 2–5
+// of it (the index "5,4": 2 and 3 deleted, the subject purged below 4) and
+// returns a view of cs whose index reads answer from before 4 and 5 ("3,2").
+func staleCheckpoints(t *testing.T, js jetstream.JetStream, s jetstream.Stream, cs *Checkpoints) *Checkpoints {
+	t.Helper()
 	ctx := t.Context()
-	cs, err := EnsureCheckpoints(ctx, js, CheckpointConfig{Replicas: 1})
-	require.NoError(t, err)
-	ls, err := OpenLeases(ctx, js, LeaseConfig{TTL: time.Second, Replicas: 1})
-	require.NoError(t, err)
-	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
-	require.NoError(t, err)
 	subject, _ := Subject("", "pool")
-
-	// A chain of six records and an image to checkpoint.
 	app := NewAppender(js, s, subject, 1, 0, 0)
 	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
 	for i := range uint64(5) {
@@ -69,10 +58,28 @@ func TestStartPool_StaleIndexIsNotStateLost(t *testing.T) {
 	require.NoError(t, err)
 	put(4)
 	require.NoError(t, Purge(ctx, s, subject, put(5))) // index "5,4"; 2 and 3 deleted; purged below 4
-
 	view := *cs
 	view.index = staleIndex{KeyValue: cs.index, entry: stale}
-	n, err := NewNode(NodeConfig{Pool: "pool", Node: "x", JS: js, Stream: s, Leases: ls, Checkpoints: &view,
+	return &view
+}
+
+// TestStartPool_StaleIndexIsNotStateLost: a replica's index read answered
+// from before the last two checkpoints names two checkpoints that were
+// deleted since, and the subject is purged below the newer ones. By those
+// answers the state is lost; by the streams' leaders it is not: the
+// replica loads the newest checkpoint instead of stopping for good.
+func TestStartPool_StaleIndexIsNotStateLost(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	cs, err := EnsureCheckpoints(ctx, js, CheckpointConfig{Replicas: 1})
+	require.NoError(t, err)
+	ls, err := OpenLeases(ctx, js, LeaseConfig{TTL: time.Second, Replicas: 1})
+	require.NoError(t, err)
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	view := staleCheckpoints(t, js, s, cs)
+	n, err := NewNode(NodeConfig{Pool: "pool", Node: "x", JS: js, Stream: s, Leases: ls, Checkpoints: view,
 		NewPool: func() (Pool, error) { panic("the subject is purged: nothing replays it") },
 		PoolFromImage: func(img *producer.Image) (Pool, error) {
 			r, stop, err := startReplicaImage(64, img)
@@ -163,30 +170,8 @@ func TestStartPool_StaleIndexWithoutLeadersIsNotStateLost(t *testing.T) {
 		return err == nil
 	}, 30*time.Second, 200*time.Millisecond, "the cluster does not place R3")
 	subject, _ := Subject("", "pool")
-	app := NewAppender(js, s, subject, 1, 0, 0)
-	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
-	for i := range uint64(5) {
-		require.NoError(t, app.Append(ctx, i, []Command{{Kind: KindCursor, Cursor: producer.Cursor{Source: "s", Seq: i}}}))
-	}
-	r, stop := startReplica(t, 64)
-	img, err := r.h.ExportImage(ctx)
-	require.NoError(t, err)
-	stop()
-	put := func(seq uint64) uint64 {
-		_, below, err := cs.Put(ctx, "pool", &Checkpoint{Seq: seq, Term: 1, Image: img})
-		require.NoError(t, err)
-		return below
-	}
-	put(2)
-	put(3)
-	stale, err := cs.index.Get(ctx, "pool")
-	require.NoError(t, err)
-	put(4)
-	require.NoError(t, Purge(ctx, s, subject, put(5)))
-
-	view := *cs
-	view.index = staleIndex{KeyValue: cs.index, entry: stale}
-	n, err := NewNode(NodeConfig{Pool: "pool", Node: "x", JS: js, Stream: s, Leases: ls, Checkpoints: &view,
+	view := staleCheckpoints(t, js, s, cs)
+	n, err := NewNode(NodeConfig{Pool: "pool", Node: "x", JS: js, Stream: s, Leases: ls, Checkpoints: view,
 		NewPool:       func() (Pool, error) { panic("the subject is purged: nothing replays it") },
 		PoolFromImage: func(*producer.Image) (Pool, error) { panic("no checkpoint loads here") }})
 	require.NoError(t, err)
