@@ -76,14 +76,21 @@ func (tk *takeover) frozenLeader(t *testing.T, upTo int) {
 	require.Equal(t, upTo, got)
 }
 
-// run starts the next leader's source, resumed from the records' cursors.
-func (tk *takeover) run(t *testing.T, s *Source) {
+// start runs the next leader's source, resumed from the records' cursors;
+// configure, when set, adjusts it first (the test knobs).
+func (tk *takeover) start(t *testing.T, configure func(*Source)) *Source {
 	t.Helper()
+	s, err := New(tk.cfg)
+	require.NoError(t, err)
+	if configure != nil {
+		configure(s)
+	}
 	s.Resume(tk.keeper.list())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Run(ctx, tk.keeper) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return s
 }
 
 func blockRange(from, to uint64) []uint64 {
@@ -107,10 +114,7 @@ func blockRange(from, to uint64) []uint64 {
 func TestSource_RedeliveriesBehindNewerMessagesAreAdmittedInOrder(t *testing.T) {
 	tk := startTakeover(t, 10, 10, 500*time.Millisecond, 10*time.Second)
 	tk.frozenLeader(t, 5)
-	s, err := New(tk.cfg)
-	require.NoError(t, err)
-	s.noStartReset, s.noRewind = true, true
-	tk.run(t, s)
+	s := tk.start(t, func(s *Source) { s.noStartReset, s.noRewind = true, true })
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 5, s.Status().Held) }, 10*time.Second, time.Millisecond,
 		"5–9 are held ahead of the hole")
@@ -139,9 +143,7 @@ func TestSource_RedeliveriesBehindNewerMessagesAreAdmittedInOrder(t *testing.T) 
 func TestSource_StartTakesUpFromTheAckFloor(t *testing.T) {
 	tk := startTakeover(t, 10, 10, time.Minute, time.Minute)
 	tk.frozenLeader(t, 5)
-	s, err := New(tk.cfg)
-	require.NoError(t, err)
-	tk.run(t, s)
+	s := tk.start(t, nil)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, blockRange(101, 110), tk.pool.blocks(t, 1)) },
 		10*time.Second, time.Millisecond, "the frozen leader's messages waited for AckWait")
@@ -164,10 +166,7 @@ func TestSource_StartTakesUpFromTheAckFloor(t *testing.T) {
 func TestSource_AHoleRewindsTheConsumer(t *testing.T) {
 	tk := startTakeover(t, 10, 10, time.Minute, time.Minute)
 	tk.frozenLeader(t, 5)
-	s, err := New(tk.cfg)
-	require.NoError(t, err)
-	s.noStartReset = true
-	tk.run(t, s)
+	s := tk.start(t, func(s *Source) { s.noStartReset = true })
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, blockRange(101, 110), tk.pool.blocks(t, 1)) },
 		10*time.Second, time.Millisecond, "the other reader's messages waited for AckWait")
@@ -186,11 +185,10 @@ func TestSource_HoleNothingFillsIsAGapAfterGapWait(t *testing.T) {
 	const ackWait, gapWait = time.Second, 2500 * time.Millisecond
 	tk := startTakeover(t, 6, 2, ackWait, gapWait)
 	tk.frozenLeader(t, 2)
-	s, err := New(tk.cfg)
-	require.NoError(t, err)
-	s.noRewind = true // a rewind redelivers the held messages on purpose
 	start := time.Now()
-	tk.run(t, s)
+	s := tk.start(t, func(s *Source) {
+		s.noRewind = true // a rewind redelivers the held messages on purpose
+	})
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 3, s.Status().Held) }, 10*time.Second, time.Millisecond)
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, blockRange(104, 106), tk.pool.blocks(t, 1)) },
@@ -208,16 +206,13 @@ func TestSource_HoleNothingFillsIsAGapAfterGapWait(t *testing.T) {
 	assert.Zero(t, info.NumRedelivered, "a held message was redelivered: not kept in progress")
 }
 
-// TestSource_HoldIsBounded: past the hold buffer's bound the newest hole is
+// TestSource_HoldIsBounded: past the hold buffer's bound the youngest hole is
 // a gap at once (here GapWait is a minute): holes cannot pin more than
 // the bound's messages, nor stall the member for GapWait.
 func TestSource_HoldIsBounded(t *testing.T) {
 	tk := startTakeover(t, 9, 2, time.Second, time.Minute)
 	tk.frozenLeader(t, 2)
-	s, err := New(tk.cfg)
-	require.NoError(t, err)
-	s.holdBounds = [2]int{3, maxHeldBytes}
-	tk.run(t, s)
+	s := tk.start(t, func(s *Source) { s.holdBounds = [2]int{3, maxHeldBytes} })
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, blockRange(104, 109), tk.pool.blocks(t, 1)) },
 		10*time.Second, time.Millisecond)
@@ -256,9 +251,7 @@ func TestHoldBuffer_LowestIsLeastAheadAcrossTheWrap(t *testing.T) {
 func TestSource_DuplicatesOfAHeldMessageAreNotHeld(t *testing.T) {
 	tk := startTakeover(t, 4, 2, time.Second, time.Minute)
 	tk.frozenLeader(t, 2)
-	s, err := New(tk.cfg)
-	require.NoError(t, err)
-	tk.run(t, s)
+	s := tk.start(t, nil)
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 1, s.Status().Held) }, 10*time.Second, time.Millisecond)
 
 	ctx := context.Background()
@@ -280,7 +273,7 @@ func TestSource_DuplicatesOfAHeldMessageAreNotHeld(t *testing.T) {
 	assert.EqualValues(t, copies, st.Dropped)
 }
 
-// TestSource_AHoleFloodDoesNotForceAnOlderHole: past the bound the newest
+// TestSource_AHoleFloodDoesNotForceAnOlderHole: past the bound the youngest
 // hole is forced, so a flood of fresh holes (here five other publishers,
 // each skipping one sequence) pays for itself and the honest publisher's
 // older hole waits for the message that fills it. Forcing the oldest hole
@@ -289,10 +282,7 @@ func TestSource_DuplicatesOfAHeldMessageAreNotHeld(t *testing.T) {
 func TestSource_AHoleFloodDoesNotForceAnOlderHole(t *testing.T) {
 	tk := startTakeover(t, 6, 2, time.Second, time.Minute)
 	tk.frozenLeader(t, 2)
-	s, err := New(tk.cfg)
-	require.NoError(t, err)
-	s.holdBounds = [2]int{5, maxHeldBytes}
-	tk.run(t, s)
+	s := tk.start(t, func(s *Source) { s.holdBounds = [2]int{5, maxHeldBytes} })
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, 3, s.Status().Held) }, 10*time.Second, time.Millisecond)
 
 	ctx := context.Background()
@@ -302,7 +292,7 @@ func TestSource_AHoleFloodDoesNotForceAnOlderHole(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	_, err = tk.js.Publish(ctx, reorderSubject, envelope(t, 7, 2, stored(1, 3))) // the honest hole fills
+	_, err := tk.js.Publish(ctx, reorderSubject, envelope(t, 7, 2, stored(1, 3))) // the honest hole fills
 	require.NoError(t, err)
 	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, blockRange(101, 106), tk.pool.blocks(t, 1)) },
 		10*time.Second, time.Millisecond, "the honest member lost blocks to the flood")
