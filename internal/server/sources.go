@@ -93,7 +93,9 @@ func (s *Server) startSources() error {
 			rs := &runningSource{pool: p.spec.Name, src: src, done: make(chan struct{})}
 			go func() {
 				defer close(rs.done)
-				if err := src.Run(ctx, p.sink()); err != nil {
+				// Stopped by Shutdown is not an error (the Dynamo source
+				// returns its context's error then), as in ha.go.
+				if err := src.Run(ctx, p.sink()); err != nil && ctx.Err() == nil {
 					p.log.Error("source stopped", "source", src.Status().Name, "err", err)
 				}
 			}()

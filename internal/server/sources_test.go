@@ -1,9 +1,11 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/sim/engine"
 	"github.com/ckfrelay/ckfrelay/internal/source"
 	"github.com/ckfrelay/ckfrelay/internal/source/zmq"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 )
 
 // An engine's blocks reach a remote subscriber of the pool its ZMQ source
@@ -195,4 +198,24 @@ func TestSource_IngestOptionsReachTheSource(t *testing.T) {
 		_, _, err := ParseSourceFlag(bad)
 		assert.ErrorIs(t, err, ErrInvalidConfig, bad)
 	}
+}
+
+// A clean shutdown stops every source without an ERROR line: the source
+// that returns its context's error when it is stopped (the Dynamo source)
+// said "source stopped … context canceled" at ERROR on every SIGTERM.
+func TestServer_ShutdownStopsSourcesWithoutAnError(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	cfg := testConfig()
+	cfg.Pools[0].Sources = []SourceSpec{{Engine: "dynamo", URL: ns.URL(), Subject: "namespace.dynamo.kv_events"}}
+	var logs lockedBuffer
+	srv, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		sts := srv.SourceStatuses("dc-a")
+		return len(sts) == 1 && sts[0].State == "live"
+	}, 10*time.Second, time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, srv.Shutdown(ctx))
+	assert.NotContains(t, logs.String(), "level=ERROR")
 }
