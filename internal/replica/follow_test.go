@@ -169,3 +169,65 @@ func TestFollowerAnswersItsContextWhenItsNodeGoesSilent(t *testing.T) {
 	require.Equal(t, app.Last(), f.Applied())
 	require.Positive(t, f.Resets(), "the follower recreated its consumer")
 }
+
+// A consumer that stays silent while its NATS node is alive — its replica
+// of the stream is behind, so it has nothing to deliver but keeps sending
+// heartbeats — is abandoned once the stream's leader says the subject has
+// records after the last one read, and the next consumer delivers them.
+// A paused consumer is that silence on a single server: it sends its
+// heartbeats and delivers nothing (nats-server v2.15.2 consumer.go,
+// processWaiting beside loopAndGatherMsgs's pause check). Before the stall
+// check, the cluster e2e test's standby sat 30 s at one stream sequence
+// after a NATS node died while its leader went on appending.
+func TestFollowerAbandonsAConsumerSilentWithRecordsToDeliver(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	subject, err := Subject("", "stalled")
+	require.NoError(t, err)
+
+	app := NewAppender(js, s, subject, 1, 0, 0)
+	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
+	f, err := Follow(ctx, js, DefaultStream, subject, 0, 0, 0)
+	require.NoError(t, err)
+	t.Cleanup(f.Stop)
+	_, err = f.Next(ctx)
+	require.NoError(t, err)
+
+	// Quiet: an idle subject is not a stall.
+	qctx, cancel := context.WithTimeout(ctx, followStallCheck+followStallCheck/2)
+	_, err = f.Next(qctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Zero(t, f.Resets(), "an idle consumer was abandoned")
+
+	var stalled []uint64
+	f.OnStall(func(tail, applied uint64) { stalled = append(stalled, tail, applied) })
+	_, err = js.PauseConsumer(ctx, DefaultStream, f.cons.CachedInfo().Name, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	cmd := []Command{{Kind: KindAdmitted, SourceEpoch: 1, Event: ckf.RouterEvent{WorkerID: 1, EventID: 7, Kind: ckf.EventStored,
+		Blocks: []ckf.StoredBlock{{BlockHash: 7, TokensHash: 7}}}}}
+	require.NoError(t, app.Append(ctx, 0, cmd))
+
+	// Read as a standby does: in calls shorter than followStallCheck (it
+	// cancels its read every lease TTL to try the lease; a takeover's
+	// catch-up has what is left of the lease).
+	var rec Record
+	for deadline := time.Now().Add(4 * followStallCheck); ; {
+		rctx, cancel := context.WithTimeout(ctx, followStallCheck/4)
+		rec, err = f.Next(rctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.True(t, time.Now().Before(deadline), "the follower waited on a consumer that delivers nothing")
+	}
+	require.NotNil(t, rec.Batch)
+	require.Equal(t, uint64(7), rec.Batch.Commands[0].Event.EventID)
+	require.Equal(t, 1, f.Stalls())
+	require.Equal(t, []uint64{app.Last(), app.Last() - 1}, stalled, "OnStall: the tail and the last message read")
+	require.Equal(t, app.Last(), f.Applied())
+}

@@ -402,26 +402,36 @@ func (e *TermError) Error() string {
 // a standby sat there for tens of seconds, unable to catch up, take the
 // lease or stop. Here every request runs under the caller's context.
 type Follower struct {
-	js       jetstream.JetStream
-	stream   string
-	subject  string
-	name     string // consumer name prefix; the serial completes it
-	serial   int
-	cons     jetstream.Consumer // nil when the next Next must (re)create it
-	it       jetstream.MessagesContext
-	dseq     uint64 // the consumer's delivery sequence of the last message
-	resets   int    // consumers abandoned and recreated
-	applied  uint64 // stream sequence of the last message read
-	term     uint64
-	maxBatch int
-	asm      []byte
-	asmOpen  bool
-	asmBytes int // payload bytes of the open batch's fragments
+	js      jetstream.JetStream
+	stream  string
+	subject string
+	name    string // consumer name prefix; the serial completes it
+	serial  int
+	cons    jetstream.Consumer // nil when the next Next must (re)create it
+	it      jetstream.MessagesContext
+	dseq    uint64 // the consumer's delivery sequence of the last message
+	resets  int    // consumers abandoned and recreated
+	stalls  int    // of those, consumers that were silent with records to deliver
+	// quietSince is when the consumer was created or last delivered a
+	// message (or the last stall check found nothing to deliver).
+	quietSince time.Time
+	onStall    func(tail, applied uint64)
+	applied    uint64 // stream sequence of the last message read
+	term       uint64
+	maxBatch   int
+	asm        []byte
+	asmOpen    bool
+	asmBytes   int // payload bytes of the open batch's fragments
 }
 
 // followHeartbeat is the pull heartbeat: a consumer that died with its NATS
 // node is noticed after two missed ones, and recreated.
 const followHeartbeat = 500 * time.Millisecond
+
+// followStallCheck is how long a follower waits on a silent consumer
+// before it asks the stream's leader whether there is anything to read
+// (one request per interval while the pool is idle).
+const followStallCheck = 2 * time.Second
 
 // followCreateTimeout bounds one attempt to create the consumer: a request
 // placed on a node that just died is abandoned and retried, not waited out.
@@ -473,6 +483,7 @@ func (f *Follower) open(ctx context.Context) error {
 		return err
 	}
 	f.cons, f.it, f.dseq = cons, it, 0
+	f.quietSince = time.Now()
 	return nil
 }
 
@@ -511,6 +522,10 @@ func (f *Follower) Stop() {
 // Resets counts the consumers the follower abandoned and recreated.
 func (f *Follower) Resets() int { return f.resets }
 
+// Stalls counts the consumers the follower abandoned because they stayed
+// silent while the subject had records for them.
+func (f *Follower) Stalls() int { return f.stalls }
+
 // next returns the next message of the subject after the last one read,
 // recreating the consumer when it is lost (a missed heartbeat, a deleted
 // consumer, a delivery gap), until ctx ends.
@@ -536,14 +551,31 @@ func (f *Follower) next(ctx context.Context) (jetstream.Msg, *jetstream.MsgMetad
 				continue
 			}
 		}
-		msg, err := f.it.Next(jetstream.NextContext(ctx))
+		// The silence is measured across calls: a standby cancels its
+		// read every lease TTL (to try the lease) and a takeover's
+		// catch-up lasts what is left of the lease, both shorter than
+		// followStallCheck.
+		if time.Since(f.quietSince) >= followStallCheck {
+			f.quietSince = time.Now() // one check per interval while idle
+			if f.stalled(ctx) {
+				f.drop()
+				continue
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, followStallCheck-time.Since(f.quietSince))
+		msg, err := f.it.Next(jetstream.NextContext(wctx))
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				continue // silent for the interval: check at the top
+			}
 			f.drop()
 			continue
 		}
+		f.quietSince = time.Now()
 		md, err := msg.Metadata()
 		if err != nil {
 			return nil, nil, err
@@ -558,6 +590,31 @@ func (f *Follower) next(ctx context.Context) (jetstream.Msg, *jetstream.MsgMetad
 		return msg, md, nil
 	}
 }
+
+// stalled says whether the subject holds a message after the last one
+// read, as the stream's leader answers: the consumer has been silent for
+// followStallCheck although there is something to deliver. Heartbeats do
+// not tell: a consumer whose NATS node is alive but whose replica of the
+// stream is behind (catching up after another node died, or stuck) keeps
+// sending them and delivers nothing, and the next consumer may well be
+// placed on a current replica. A stream without a leader cannot say; the
+// follower then keeps waiting on its consumer.
+func (f *Follower) stalled(ctx context.Context) bool {
+	tail, err := lastSeq(leaderGet(ctx, f.js.Conn(), f.stream, leaderGetRequest{LastFor: f.subject}))
+	if err != nil || tail <= f.applied {
+		return false
+	}
+	f.stalls++
+	if f.onStall != nil {
+		f.onStall(tail, f.applied)
+	}
+	return true
+}
+
+// OnStall sets fn to be called (on the reading goroutine) each time the
+// follower abandons a consumer that stayed silent while the subject held
+// records up to stream sequence tail after applied.
+func (f *Follower) OnStall(fn func(tail, applied uint64)) { f.onStall = fn }
 
 // Applied is the stream sequence of the last message read; Term the term
 // of the last term record.

@@ -491,6 +491,10 @@ func (n *Node) standby(ctx context.Context, p Pool, from origin) (*Lease, *Appen
 		return nil, nil, fmt.Errorf("%w: %w", errNotFollowing, err)
 	}
 	defer f.Stop()
+	f.OnStall(func(tail, applied uint64) {
+		n.log.Warn("replica: the records consumer is silent although the subject holds more; recreating it",
+			"applied", applied, "tail", tail)
+	})
 	free, stopWatch, err := n.cfg.Leases.WatchFree(ctx, n.cfg.Pool)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", errNotFollowing, err)
