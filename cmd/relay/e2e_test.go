@@ -8,6 +8,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -104,7 +105,9 @@ func startRelay(t testing.TB, args ...string) *relay {
 // (wrap, then the relay's path and arguments), e.g. prlimit.
 func startRelayUnder(t testing.TB, wrap []string, args ...string) *relay {
 	t.Helper()
-	argv := append(append(slices.Clone(wrap), relayBinary(t), "serve", "--log-level", "warn"), args...)
+	// CKFRELAY_E2E_RELAY_LOG_LEVEL=info records the HA role changes too.
+	level := cmp.Or(os.Getenv("CKFRELAY_E2E_RELAY_LOG_LEVEL"), "warn")
+	argv := append(append(slices.Clone(wrap), relayBinary(t), "serve", "--log-level", level), args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, err := os.Create(filepath.Join(t.TempDir(), "relay.stderr"))
 	require.NoError(t, err)
@@ -164,6 +167,23 @@ func (r *relay) kill() {
 	}
 	_ = r.cmd.Process.Kill()
 	<-r.exited
+}
+
+// quit ends the relay with SIGQUIT, so that its stderr, printed when the
+// test failed, ends with every goroutine's stack: where a relay that
+// stopped making progress waits.
+func (r *relay) quit() {
+	select {
+	case <-r.exited:
+		return
+	default:
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-r.exited:
+	case <-time.After(5 * time.Second):
+		r.kill()
+	}
 }
 
 // rssBytes reads the process's resident set from /proc (0 where there is none).
