@@ -2,9 +2,6 @@ package replica
 
 import (
 	"context"
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,95 +12,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 )
-
-// pausableProxy forwards TCP connections to a target; while paused it
-// holds every byte in both directions without closing anything — to the
-// client, a NATS node that died without a FIN (a machine lost, a
-// partition) until its pings time out.
-type pausableProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cond   *sync.Cond
-	paused bool
-}
-
-func startPausableProxy(t *testing.T, target string) *pausableProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &pausableProxy{ln: ln, target: target}
-	p.cond = sync.NewCond(&p.mu)
-	var conns sync.WaitGroup
-	t.Cleanup(func() {
-		p.setPaused(false)
-		_ = ln.Close()
-		conns.Wait()
-	})
-	var open []net.Conn
-	var openMu sync.Mutex
-	t.Cleanup(func() {
-		openMu.Lock()
-		defer openMu.Unlock()
-		for _, c := range open {
-			_ = c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			openMu.Lock()
-			open = append(open, c, u)
-			openMu.Unlock()
-			conns.Add(2)
-			go func() { defer conns.Done(); p.pipe(u, c) }()
-			go func() { defer conns.Done(); p.pipe(c, u) }()
-		}
-	}()
-	return p
-}
-
-func (p *pausableProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-func (p *pausableProxy) setPaused(v bool) {
-	p.mu.Lock()
-	p.paused = v
-	p.cond.Broadcast()
-	p.mu.Unlock()
-}
-
-// pipe copies src to dst, holding what it read while paused.
-func (p *pausableProxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.paused {
-				p.cond.Wait()
-			}
-			p.mu.Unlock()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				_ = src.Close()
-			}
-			return
-		}
-	}
-}
 
 // A follower whose NATS node goes silent (its consumer with it) keeps
 // answering its context: Next returns when the caller's context ends, not
@@ -122,8 +30,8 @@ func TestFollowerAnswersItsContextWhenItsNodeGoesSilent(t *testing.T) {
 	subject, err := Subject("", "silent")
 	require.NoError(t, err)
 
-	proxy := startPausableProxy(t, srv.URL()[len("nats://"):])
-	nc, err := nats.Connect(proxy.url())
+	proxy := natstest.StartPausableProxy(t, srv.URL()[len("nats://"):])
+	nc, err := nats.Connect(proxy.URL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	fjs, err := jetstream.New(nc)
@@ -142,7 +50,7 @@ func TestFollowerAnswersItsContextWhenItsNodeGoesSilent(t *testing.T) {
 		return []Command{{Kind: KindAdmitted, SourceEpoch: 1, Event: ckf.RouterEvent{WorkerID: 1, EventID: i, Kind: ckf.EventStored,
 			Blocks: []ckf.StoredBlock{{BlockHash: i, TokensHash: i}}}}}
 	}
-	proxy.setPaused(true)
+	proxy.SetPaused(true)
 	require.NoError(t, app.Append(ctx, 0, cmd(1)))
 	// Long enough for the missed heartbeats (2 × 500 ms) and a recreate
 	// attempt, far shorter than nats.go's 10 s request timeout.
@@ -155,7 +63,7 @@ func TestFollowerAnswersItsContextWhenItsNodeGoesSilent(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, took, wait+time.Second, "Next ignored its context while its node was silent")
 
-	proxy.setPaused(false)
+	proxy.SetPaused(false)
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	rec, err = f.Next(rctx)
@@ -230,4 +138,38 @@ func TestFollowerAbandonsAConsumerSilentWithRecordsToDeliver(t *testing.T) {
 	require.Equal(t, 1, f.Stalls())
 	require.Equal(t, []uint64{app.Last(), app.Last() - 1}, stalled, "OnStall: the tail and the last message read")
 	require.Equal(t, app.Last(), f.Applied())
+}
+
+// A reader that pauses longer than followStallCheck (a lease request that
+// hangs, a failed takeover) finds what the consumer delivered meanwhile:
+// the records are read, the healthy consumer is kept, no stall is counted.
+// The red team's false stalls: 5 of 5 pauses of 2.5 s dropped a healthy
+// consumer when the check ran before the read.
+func TestFollowerThatPausedReadsWhatWasDeliveredBeforeCheckingForAStall(t *testing.T) {
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	subject, err := Subject("", "paused")
+	require.NoError(t, err)
+	app := NewAppender(js, s, subject, 1, 0, 0)
+	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
+	f, err := Follow(ctx, js, DefaultStream, subject, 0, 0, 0)
+	require.NoError(t, err)
+	t.Cleanup(f.Stop)
+	_, err = f.Next(ctx)
+	require.NoError(t, err)
+
+	cmd := []Command{{Kind: KindAdmitted, SourceEpoch: 1, Event: ckf.RouterEvent{WorkerID: 1, EventID: 9, Kind: ckf.EventStored,
+		Blocks: []ckf.StoredBlock{{BlockHash: 9, TokensHash: 9}}}}}
+	require.NoError(t, app.Append(ctx, 0, cmd))
+	time.Sleep(followStallCheck + followStallCheck/4) // the reader's pause, the condition under test
+	rctx, cancel := context.WithTimeout(ctx, followStallCheck)
+	defer cancel()
+	rec, err := f.Next(rctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(9), rec.Batch.Commands[0].Event.EventID)
+	require.Zero(t, f.Stalls(), "a healthy consumer was taken for a stalled one")
+	require.Zero(t, f.Resets())
 }

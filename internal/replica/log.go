@@ -433,6 +433,10 @@ const followHeartbeat = 500 * time.Millisecond
 // (one request per interval while the pool is idle).
 const followStallCheck = 2 * time.Second
 
+// followStallProbe is the least a read waits before a stall check, so
+// that the messages a consumer delivered while nobody read are read first.
+const followStallProbe = 100 * time.Millisecond
+
 // followCreateTimeout bounds one attempt to create the consumer: a request
 // placed on a node that just died is abandoned and retried, not waited out.
 const followCreateTimeout = 2 * time.Second
@@ -554,25 +558,27 @@ func (f *Follower) next(ctx context.Context) (jetstream.Msg, *jetstream.MsgMetad
 		// The silence is measured across calls: a standby cancels its
 		// read every lease TTL (to try the lease) and a takeover's
 		// catch-up lasts what is left of the lease, both shorter than
-		// followStallCheck.
-		if time.Since(f.quietSince) >= followStallCheck {
-			f.quietSince = time.Now() // one check per interval while idle
-			if f.stalled(ctx) {
-				f.drop()
-				continue
-			}
-		}
-		wctx, cancel := context.WithTimeout(ctx, followStallCheck-time.Since(f.quietSince))
+		// followStallCheck. The check follows a read that waited at least
+		// followStallProbe for nothing, so what the consumer delivered
+		// while nobody read is taken first, not mistaken for a stall.
+		wait := max(followStallCheck-time.Since(f.quietSince), followStallProbe)
+		wctx, cancel := context.WithTimeout(ctx, wait)
 		msg, err := f.it.Next(jetstream.NextContext(wctx))
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				continue // silent for the interval: check at the top
+			if !errors.Is(err, context.DeadlineExceeded) {
+				f.drop()
+				continue
 			}
-			f.drop()
+			if time.Since(f.quietSince) >= followStallCheck {
+				f.quietSince = time.Now() // one check per interval while idle
+				if f.stalled(ctx) {
+					f.drop()
+				}
+			}
 			continue
 		}
 		f.quietSince = time.Now()
