@@ -211,11 +211,7 @@ type haGroup struct {
 // and the lease bucket. Unlike the fan-out, HA needs NATS to start: a
 // replica that cannot reach the group can neither lead nor follow.
 func openHA(cfg HAConfig) (*haGroup, error) {
-	opts := []nats.Option{nats.Name("ckfrelay-ha"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
-	if cfg.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
-	}
-	nc, err := nats.Connect(cfg.NATSURL, opts...)
+	nc, err := nats.Connect(cfg.NATSURL, haConnOptions(cfg)...)
 	if err != nil {
 		return nil, fmt.Errorf("server: ha: nats: %w", err)
 	}
@@ -240,6 +236,24 @@ func openHA(cfg HAConfig) (*haGroup, error) {
 	}
 	nc.Close()
 	return nil, fmt.Errorf("server: ha: %w", err)
+}
+
+// haConnOptions are the HA connection's options. Its keep-alive follows
+// the lease: a NATS server that hangs (alive for TCP, silent) is left for
+// another after three unanswered pings, within about 2 lease TTLs (not
+// sooner: a loaded host answering late must not make replicas reconnect). With
+// nats.go's default (a ping every 2 minutes) a replica connected to a hung
+// server could neither renew, follow nor take the lease for minutes: a red
+// team's SIGSTOPped NATS node left a pool without a leader for 28 s of a
+// 30 s hang, and the stall check could not help, its read going out on the
+// same silent connection.
+func haConnOptions(cfg HAConfig) []nats.Option {
+	opts := []nats.Option{nats.Name("ckfrelay-ha"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.PingInterval(max(time.Duration(cfg.LeaseTTL)/2, 50*time.Millisecond)), nats.MaxPingsOutstanding(3)}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	return opts
 }
 
 // haPool runs one pool's replica: a replica.Node whose pools are this

@@ -605,3 +605,32 @@ func TestHA_StandbyThatCannotReadTheTailSaysItsLagIsUnknown(t *testing.T) {
 	cut.Store(false)
 	require.Eventually(t, func() bool { return !b.ha(t, "dc-a").HA.LagUnknown }, 10*time.Second, 50*time.Millisecond)
 }
+
+// The HA connection leaves a NATS server that hangs — alive for TCP, silent
+// — within about 2 lease TTLs (three unanswered pings at TTL/2), not after
+// nats.go's default of minutes.
+func TestHA_ConnectionLeavesAHungServerWithinTheLease(t *testing.T) {
+	ns := natstest.Start(t, natstest.Options{})
+	proxy := natstest.StartPausableProxy(t, strings.TrimPrefix(ns.URL(), "nats://"))
+	const ttl = 400 * time.Millisecond
+	cfg := HAConfig{NATSURL: proxy.URL(), LeaseTTL: Duration(ttl)}
+	disconnected := make(chan struct{}, 1)
+	opts := append(haConnOptions(cfg), nats.DisconnectErrHandler(func(*nats.Conn, error) {
+		select {
+		case disconnected <- struct{}{}:
+		default:
+		}
+	}))
+	nc, err := nats.Connect(cfg.NATSURL, opts...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	require.NoError(t, nc.Flush())
+	proxy.SetPaused(true)
+	paused := time.Now()
+	select {
+	case <-disconnected:
+		t.Logf("left the hung server after %v (lease TTL %v)", time.Since(paused), ttl)
+	case <-time.After(10 * ttl):
+		require.Fail(t, "the HA connection stayed on a hung server", "after %v", 10*ttl)
+	}
+}
