@@ -46,12 +46,8 @@ func TestFollowerAnswersItsContextWhenItsNodeGoesSilent(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, rec.Leader)
 
-	cmd := func(i uint64) []Command {
-		return []Command{{Kind: KindAdmitted, SourceEpoch: 1, Event: ckf.RouterEvent{WorkerID: 1, EventID: i, Kind: ckf.EventStored,
-			Blocks: []ckf.StoredBlock{{BlockHash: i, TokensHash: i}}}}}
-	}
 	proxy.SetPaused(true)
-	require.NoError(t, app.Append(ctx, 0, cmd(1)))
+	require.NoError(t, app.Append(ctx, 0, storedCommand(1)))
 	// Long enough for the missed heartbeats (2 × 500 ms) and a recreate
 	// attempt, far shorter than nats.go's 10 s request timeout.
 	const wait = 3 * time.Second
@@ -70,7 +66,7 @@ func TestFollowerAnswersItsContextWhenItsNodeGoesSilent(t *testing.T) {
 	require.NoError(t, err, "the follower did not resume after its node came back")
 	require.NotNil(t, rec.Batch)
 	require.Equal(t, uint64(1), rec.Batch.Commands[0].Event.EventID)
-	require.NoError(t, app.Append(ctx, 1, cmd(2)))
+	require.NoError(t, app.Append(ctx, 1, storedCommand(2)))
 	rec, err = f.Next(rctx)
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), rec.Batch.Commands[0].Event.EventID)
@@ -88,25 +84,12 @@ func TestFollowerAnswersItsContextWhenItsNodeGoesSilent(t *testing.T) {
 // check, the cluster e2e test's standby sat 30 s at one stream sequence
 // after a NATS node died while its leader went on appending.
 func TestFollowerAbandonsAConsumerSilentWithRecordsToDeliver(t *testing.T) {
-	srv := natstest.Start(t, natstest.Options{})
-	_, js := srv.JetStream(t)
 	ctx := t.Context()
-	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
-	require.NoError(t, err)
-	subject, err := Subject("", "stalled")
-	require.NoError(t, err)
-
-	app := NewAppender(js, s, subject, 1, 0, 0)
-	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
-	f, err := Follow(ctx, js, DefaultStream, subject, 0, 0, 0)
-	require.NoError(t, err)
-	t.Cleanup(f.Stop)
-	_, err = f.Next(ctx)
-	require.NoError(t, err)
+	js, app, f := followedPastTermRecord(t, "stalled")
 
 	// Quiet: an idle subject is not a stall.
 	qctx, cancel := context.WithTimeout(ctx, followStallCheck+followStallCheck/2)
-	_, err = f.Next(qctx)
+	_, err := f.Next(qctx)
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Zero(t, f.Resets(), "an idle consumer was abandoned")
@@ -115,9 +98,7 @@ func TestFollowerAbandonsAConsumerSilentWithRecordsToDeliver(t *testing.T) {
 	f.OnStall(func(tail, applied uint64) { stalled = append(stalled, tail, applied) })
 	_, err = js.PauseConsumer(ctx, DefaultStream, f.cons.CachedInfo().Name, time.Now().Add(time.Hour))
 	require.NoError(t, err)
-	cmd := []Command{{Kind: KindAdmitted, SourceEpoch: 1, Event: ckf.RouterEvent{WorkerID: 1, EventID: 7, Kind: ckf.EventStored,
-		Blocks: []ckf.StoredBlock{{BlockHash: 7, TokensHash: 7}}}}}
-	require.NoError(t, app.Append(ctx, 0, cmd))
+	require.NoError(t, app.Append(ctx, 0, storedCommand(7)))
 
 	// Read as a standby does: in calls shorter than followStallCheck (it
 	// cancels its read every lease TTL to try the lease; a takeover's
@@ -146,24 +127,10 @@ func TestFollowerAbandonsAConsumerSilentWithRecordsToDeliver(t *testing.T) {
 // The red team's false stalls: 5 of 5 pauses of 2.5 s dropped a healthy
 // consumer when the check ran before the read.
 func TestFollowerThatPausedReadsWhatWasDeliveredBeforeCheckingForAStall(t *testing.T) {
-	srv := natstest.Start(t, natstest.Options{})
-	_, js := srv.JetStream(t)
 	ctx := t.Context()
-	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
-	require.NoError(t, err)
-	subject, err := Subject("", "paused")
-	require.NoError(t, err)
-	app := NewAppender(js, s, subject, 1, 0, 0)
-	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
-	f, err := Follow(ctx, js, DefaultStream, subject, 0, 0, 0)
-	require.NoError(t, err)
-	t.Cleanup(f.Stop)
-	_, err = f.Next(ctx)
-	require.NoError(t, err)
+	_, app, f := followedPastTermRecord(t, "paused")
 
-	cmd := []Command{{Kind: KindAdmitted, SourceEpoch: 1, Event: ckf.RouterEvent{WorkerID: 1, EventID: 9, Kind: ckf.EventStored,
-		Blocks: []ckf.StoredBlock{{BlockHash: 9, TokensHash: 9}}}}}
-	require.NoError(t, app.Append(ctx, 0, cmd))
+	require.NoError(t, app.Append(ctx, 0, storedCommand(9)))
 	time.Sleep(followStallCheck + followStallCheck/4) // the reader's pause, the condition under test
 	rctx, cancel := context.WithTimeout(ctx, followStallCheck)
 	defer cancel()
@@ -172,4 +139,32 @@ func TestFollowerThatPausedReadsWhatWasDeliveredBeforeCheckingForAStall(t *testi
 	require.Equal(t, uint64(9), rec.Batch.Commands[0].Event.EventID)
 	require.Zero(t, f.Stalls(), "a healthy consumer was taken for a stalled one")
 	require.Zero(t, f.Resets())
+}
+
+// storedCommand is a batch of one admitted Stored event of worker 1 whose
+// event id, block hash and tokens hash are all id.
+func storedCommand(id uint64) []Command {
+	return []Command{{Kind: KindAdmitted, SourceEpoch: 1, Event: ckf.RouterEvent{WorkerID: 1, EventID: id, Kind: ckf.EventStored,
+		Blocks: []ckf.StoredBlock{{BlockHash: id, TokensHash: id}}}}}
+}
+
+// followedPastTermRecord starts a single NATS server, appends a term
+// record on the pool's subject and returns a follower that has read it.
+func followedPastTermRecord(t *testing.T, pool string) (jetstream.JetStream, *Appender, *Follower) {
+	t.Helper()
+	srv := natstest.Start(t, natstest.Options{})
+	_, js := srv.JetStream(t)
+	ctx := t.Context()
+	s, err := EnsureStream(ctx, js, StreamConfig{Replicas: 1})
+	require.NoError(t, err)
+	subject, err := Subject("", pool)
+	require.NoError(t, err)
+	app := NewAppender(js, s, subject, 1, 0, 0)
+	require.NoError(t, app.Term(ctx, TermRecord{Node: "a"}))
+	f, err := Follow(ctx, js, DefaultStream, subject, 0, 0, 0)
+	require.NoError(t, err)
+	t.Cleanup(f.Stop)
+	_, err = f.Next(ctx)
+	require.NoError(t, err)
+	return js, app, f
 }
