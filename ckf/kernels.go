@@ -146,8 +146,10 @@ type PrefixSearch struct {
 	Known []uint16
 
 	// formats: the format groups of a multi-group search
-	// (PrefixSearch.AddGroup).
+	// (PrefixSearch.AddGroup); runs: how many runs of same-seed groups
+	// they form (the wasm kernel pipelines the key hash when > 1).
 	formats []searchGroup
+	runs    int
 }
 
 // SearchPrefix runs s on the lane-minor table words (as for

@@ -267,7 +267,7 @@ func BenchmarkSearchGroups(b *testing.B) {
 		}
 		b.Run("layout=mixed4/seeds="+strconv.Itoa(seeds), func(b *testing.B) {
 			run(b, func(s *PrefixSearch) bool {
-				s.formats = gs.formats
+				s.formats, s.runs = gs.formats, gs.runs
 				return s.SearchGroups()
 			})
 		})

@@ -300,12 +300,22 @@ func TestKernel_SearchGroupsRefusesBrokenContract(t *testing.T) {
 	for v := range 256 {
 		maps[0][v] = uint16(v)
 	}
-	valid := func() *PrefixSearch {
-		s := &PrefixSearch{Seq: []uint64{1, 2, 3}, Memo: make([]uint16, 3), Stamp: make([]uint32, 3), Known: make([]uint16, 3),
-			Gen: 2, Ready: 0xF, Window: 2, Depth: &[MaxLanes]uint32{7, 7, 7}}
-		s.AddGroup(NewAddresser(DefaultSeed, buckets), make([]uint64, buckets*4), 4, maps, 0xF)
-		return s
+	for _, runs := range []int{1, 2} { // both multi-group kernels
+		valid := func() *PrefixSearch {
+			s := &PrefixSearch{Seq: []uint64{1, 2, 3}, Memo: make([]uint16, 3), Stamp: make([]uint32, 3), Known: make([]uint16, 3),
+				Gen: 2, Ready: 0xF, Window: 2, Depth: &[MaxLanes]uint32{7, 7, 7}}
+			for r := range runs {
+				s.AddGroup(NewAddresser(DefaultSeed+uint64(r), buckets), make([]uint64, buckets*4), 4, maps, 0xF<<(4*r))
+			}
+			s.Ready = 1<<(4*runs) - 1
+			require.Equal(t, runs, s.runs)
+			return s
+		}
+		testSearchGroupsContract(t, valid)
 	}
+}
+
+func testSearchGroupsContract(t *testing.T, valid func() *PrefixSearch) {
 	for _, tc := range []struct {
 		name string
 		edit func(*PrefixSearch)
@@ -330,7 +340,65 @@ func TestKernel_SearchGroupsRefusesBrokenContract(t *testing.T) {
 	require.Equal(t, runtime.GOARCH == "wasm", s.SearchGroups(), "valid call")
 	if runtime.GOARCH == "wasm" {
 		require.Equal(t, 1, s.Probes, "valid call: one probe (an empty table misses at position 0)")
-		require.Equal(t, uint16(0xF), s.Known[0], "position 0 answered for the ready lanes")
+		require.Equal(t, s.Ready, s.Known[0], "position 0 answered for the ready lanes")
 		require.Equal(t, s.Gen, s.Stamp[0], "position 0 stamped as answered for every ready lane")
 	}
+}
+
+// TestPrefixSearch_AddGroupCountsRuns: AddGroup counts the runs of
+// same-seed neighbours (what picks the wasm kernel that pipelines the key
+// hash) and ResetGroups forgets them.
+func TestPrefixSearch_AddGroupCountsRuns(t *testing.T) {
+	maps := new([2][256]uint16)
+	var s PrefixSearch
+	for i, seed := range []uint64{DefaultSeed, DefaultSeed, 7, DefaultSeed} {
+		s.AddGroup(NewAddresser(seed, 16), make([]uint64, 16), 1, maps, 1<<i)
+	}
+	require.Equal(t, 3, s.runs, "seeds A A B A: three runs")
+	s.ResetGroups()
+	require.Zero(t, s.runs)
+	s.AddGroup(NewAddresser(7, 16), make([]uint64, 16), 1, maps, 1)
+	require.Equal(t, 1, s.runs)
+}
+
+// TestKernel_SearchRunsEqualsSearchGroups: on groups of several seeds the
+// kernel that hashes the next run while a group's rows load
+// (prefixSearchRuns) leaves exactly what the one-run kernel
+// (prefixSearchGroups, forced by runs = 1) leaves: depths, probes, memo,
+// stamps and known lanes, for any ready lanes and window, over two
+// generations (the second reads the first's memo as stale). Off wasm there
+// is no kernel.
+func TestKernel_SearchRunsEqualsSearchGroups(t *testing.T) {
+	if runtime.GOARCH != "wasm" {
+		t.Skip("no search kernel off wasm")
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		c := drawGroups(t)
+		var gs PrefixSearch
+		for i := range c.ads {
+			gs.AddGroup(c.ads[i], c.words[i], c.widths[i], c.maps[i], c.member[i])
+		}
+		n := rapid.IntRange(1, 300).Draw(t, "n")
+		seq := make([]uint64, n)
+		for i := range seq {
+			seq[i] = c.keys[rapid.IntRange(0, len(c.keys)-1).Draw(t, "key")]
+		}
+		ready := rapid.OneOf(rapid.Just(uint16(0xFFFF)), rapid.Uint16()).Draw(t, "ready")
+		window := rapid.IntRange(0, 8).Draw(t, "window")
+		run := func(runs int) *PrefixSearch {
+			s := &PrefixSearch{Seq: seq, Memo: make([]uint16, n), Stamp: make([]uint32, n), Known: make([]uint16, n),
+				Ready: ready, Window: window, Depth: new([MaxLanes]uint32)}
+			s.formats, s.runs = gs.formats, runs
+			for range 2 {
+				s.Gen += 2
+				require.True(t, s.SearchGroups())
+			}
+			return s
+		}
+		got, want := run(gs.runs), run(1)
+		require.Equal(t, *want.Depth, *got.Depth, "depths (%d runs)", gs.runs)
+		require.Equal(t, want.Probes, got.Probes, "probes")
+		require.Equal(t, [3]any{want.Memo, want.Stamp, want.Known}, [3]any{got.Memo, got.Stamp, got.Known}, "memo, stamps, known")
+		require.Equal(t, [3]any{want.Fallback, want.Resume, want.Lo}, [3]any{got.Fallback, got.Resume, got.Lo}, "what the kernel leaves to Go")
+	})
 }

@@ -108,4 +108,16 @@ func groupHitsArch(gs []searchGroup, key uint64, want uint16) (hits, covered uin
 //go:noescape
 func prefixSearchGroups(s *PrefixSearch) bool
 
-func searchGroupsArch(s *PrefixSearch) bool { return prefixSearchGroups(s) }
+func searchGroupsArch(s *PrefixSearch) bool {
+	if s.runs > 1 {
+		return prefixSearchRuns(s)
+	}
+	return prefixSearchGroups(s)
+}
+
+// prefixSearchRuns is prefixSearchGroups with the key hash of the next run
+// of same-seed groups computed while a group's rows load (GROUPLOOPP), for
+// groups of several seeds; same contract and results.
+//
+//go:noescape
+func prefixSearchRuns(s *PrefixSearch) bool

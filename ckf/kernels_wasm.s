@@ -645,18 +645,19 @@ TEXT ·groupHits(SB), NOSPLIT, $0-40
 	Get SP; Get R4; I64Store ret+32(FP)
 	RET
 
-// PROBE (multi-group) sets R9 to the hit mask of position R12 for at least
+// GPROBE (multi-group PROBE) sets R9 to the hit mask of position R12 for at least
 // the ready lanes of NEED, as consumer's probeTable: a position every ready
 // lane was answered at (Stamp[p] == Gen) is the memo's, as in the one-table
 // PROBE; on a first visit it counts the probe and starts with no lane
 // answered; a position partly answered (Stamp[p] == Gen|1) starts from
 // Memo[p] and Known[p]. It then reads the groups of the needed lanes not
-// answered yet, adds their hits and lanes to Memo[p] and Known[p], and
-// stamps Gen when every ready lane is answered, Gen|1 otherwise.
+// answered yet (the group loop LOOP), adds their hits and lanes to Memo[p]
+// and Known[p], and stamps Gen when every ready lane is answered, Gen|1
+// otherwise.
 #undef PROBE
 #define KNOWN_P Get F25; I64ReinterpretF64
 #define GEN64 Get F17; I64ReinterpretF64
-#define PROBE(NEED) \
+#define GPROBE(NEED, LOOP) \
 	STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; I64Load32U $0; Tee R9; \
 	GEN64; I64Eq; \
 	If; \
@@ -674,7 +675,7 @@ TEXT ·groupHits(SB), NOSPLIT, $0-40
 		Get R9; I64Eqz; I32Eqz; \
 		If; \
 			SEQ_P; Get R12; I64Const $3; I64Shl; I64Add; I32WrapI64; I64Load $0; Set R1; \
-			GROUPLOOP; \
+			LOOP; \
 		End; \
 		Get R4; READY64; I64And; Set R9; \
 		MEMO_P; Get R12; I64Const $1; I64Shl; I64Add; I32WrapI64; Get R9; I64Store16 $0; \
@@ -683,30 +684,104 @@ TEXT ·groupHits(SB), NOSPLIT, $0-40
 		STAMP_P; Get R12; I64Const $2; I64Shl; I64Add; I32WrapI64; \
 		GEN32; Get R4; READY64; I64Ne; I32Or; I32Store $0; \
 	End
+#define PROBE(NEED) GPROBE(NEED, GROUPLOOP)
 
 #define S_FORMATS $PrefixSearch_formats
 #define S_NFORMATS $(PrefixSearch_formats+8)
 #define S_KNOWN $PrefixSearch_Known
 #define S_KNOWNLEN $(PrefixSearch_Known+8)
 
+// GROUPSCHECK sets R9 to 1 when the PrefixSearch at R11 keeps the
+// multi-group kernels' contract, 0 otherwise: SearchPrefix's on the query,
+// len(Known) ≥ n, and at least one group (each valid by construction:
+// PrefixSearch.AddGroup). GROUPSLOCALS then caches what the probe reads.
+#define GROUPSCHECK \
+	I64Const $0; Set R9; \
+	Block; \
+		LOADS(S_N); I64Eqz; BrIf $0; \
+		LOADS(S_MEMOLEN); LOADS(S_N); I64LtU; BrIf $0; \
+		LOADS(S_STAMPLEN); LOADS(S_N); I64LtU; BrIf $0; \
+		LOADS(S_KNOWNLEN); LOADS(S_N); I64LtU; BrIf $0; \
+		LOADS(S_DEPTH); I64Eqz; BrIf $0; \
+		LOADS(S_NFORMATS); I64Eqz; BrIf $0; \
+		I64Const $1; Set R9; \
+	End
+#define GROUPSLOCALS \
+	LOADS(S_FORMATS); F64ReinterpretI64; Set F21; \
+	LOADS(S_FORMATS); LOADS(S_NFORMATS); I64Const $searchGroup__size; I64Mul; I64Add; F64ReinterpretI64; Set F23; \
+	LOADS(S_KNOWN); F64ReinterpretI64; Set F25
+
 // func prefixSearchGroups(s *PrefixSearch) bool
 TEXT ·prefixSearchGroups(SB), NOSPLIT, $0-9
 	I64Load s+0(FP); Set R11
-	// The contract: SearchPrefix's on the query, len(Known) ≥ n, and at
-	// least one group (each valid by construction: PrefixSearch.AddGroup).
-	Get SP; I64Const $0; I64Store8 ret+8(FP)
-	Block
-		LOADS(S_N); I64Eqz; BrIf $0
-		LOADS(S_MEMOLEN); LOADS(S_N); I64LtU; BrIf $0
-		LOADS(S_STAMPLEN); LOADS(S_N); I64LtU; BrIf $0
-		LOADS(S_KNOWNLEN); LOADS(S_N); I64LtU; BrIf $0
-		LOADS(S_DEPTH); I64Eqz; BrIf $0
-		LOADS(S_NFORMATS); I64Eqz; BrIf $0
-		Get SP; I64Const $1; I64Store8 ret+8(FP)
-	End
-	Get SP; I64Load8U ret+8(FP); I64Eqz
+	GROUPSCHECK
+	Get SP; Get R9; I64Store8 ret+8(FP)
+	Get R9; I64Eqz
 	If; RET; End
-	LOADS(S_FORMATS); F64ReinterpretI64; Set F21
-	LOADS(S_FORMATS); LOADS(S_NFORMATS); I64Const $searchGroup__size; I64Mul; I64Add; F64ReinterpretI64; Set F23
-	LOADS(S_KNOWN); F64ReinterpretI64; Set F25
+	GROUPSLOCALS
+#include "search_wasm.h"
+
+// GKEYHASHN(F) is GKEYHASH for the group at R0 + F (its fields at F+…):
+// R2 = a, R3 = the displacement before masking, the fingerprint broadcast
+// in F27. It uses R9 and R10 only, so the rows (R7, R8) and fingerprint
+// (R5, R6) of the group being read survive it.
+#define GKEYHASHN(F) \
+	Get R1; I64Const $32; I64Rotl; Get R0; I32WrapI64; I64Load $(F+searchGroup_keyFlip); I64Xor; Tee R10; \
+	Get R10; I64Const $49; I64Rotl; I64Xor; Get R10; I64Const $24; I64Rotl; I64Xor; \
+	I64Const $0x9FB21C651E98DF25; I64Mul; Tee R10; Get R10; I64Const $35; I64ShrU; I64Const $8; I64Add; I64Xor; \
+	I64Const $0x9FB21C651E98DF25; I64Mul; Tee R10; Get R10; I64Const $28; I64ShrU; I64Xor; Set R10; \
+	Get R10; I64Const $16; I64ShrU; Set R2; \
+	Get R10; I64Const $0xFFFF; I64And; Tee R9; Get R9; I64Eqz; I64ExtendI32U; I64Or; Set R9; \
+	Get R9; I64Const $0xFF; I64And; I64Const $16; I64Shl; \
+	Get R9; I64Const $8; I64ShrU; Tee R10; I64Const $24; I64Shl; I64Or; Get R10; I64Or; I64Const $0x200; I64Or; \
+	Get R0; I32WrapI64; I64Load $(F+searchGroup_dispFlip); I64Xor; \
+	Tee R10; Get R10; I64Const $33; I64ShrU; I64Xor; I64Const $0xC2B2AE3D27D4EB4F; I64Mul; \
+	Tee R10; Get R10; I64Const $29; I64ShrU; I64Xor; I64Const $0x165667B19E3779F9; I64Mul; \
+	Tee R10; Get R10; I64Const $32; I64ShrU; I64Xor; Set R3; \
+	Get R9; I64Const $0x0001000100010001; I64Mul; F64ReinterpretI64; Set F27
+
+// GROUPLOOPP is GROUPLOOP with the key hash software-pipelined, for groups
+// of several seeds: the next group's run is hashed (into R2, R3 and F27)
+// once this group's row addresses are computed and before its slot tests,
+// so that hash's multiply chain overlaps this group's loads instead of
+// following them; the fingerprint moves to R6 (R5 = ^R6) at the end of the
+// iteration, and the first group's run is hashed before the loop. This
+// group's info waits in F28. The order costs a one-seed consumer ≈ 6–10%
+// (extra moves and tests per group, no hash to overlap), hence the two
+// kernels (BENCHMARKS.md, "Format groups", fourth pass).
+#define GROUPLOOPP \
+	GROUPS_P; Set R0; \
+	GFIELD($searchGroup_info); I64Const $32; I64ShrU; WANT; I64And; I64Eqz; I32Eqz; \
+	If; GKEYHASHN(0); Get F27; I64ReinterpretF64; Tee R6; I64Const $-1; I64Xor; Set R5; End; \
+	Loop; \
+		GFIELD($searchGroup_info); Tee R9; F64ReinterpretI64; Set F28; \
+		Get R9; WANT; I64And; I64Eqz; I32Eqz; \
+		If; \
+			Get R4; Get R9; I64Const $0xFFFF0000; I64And; I64Or; Set R4; \
+			Get R9; I64Const $48; I64ShrU; F64ReinterpretI64; Set F24; \
+			GROWS; \
+		End; \
+		Get R6; F64ReinterpretI64; Set F27; \
+		Get R0; I64Const $searchGroup__size; I64Add; GROUPS_END; I64LtU; \
+		If; \
+			Get R0; I32WrapI64; I64Load $(searchGroup__size+searchGroup_info); I64Const $32; I64ShrU; WANT; I64And; I64Eqz; I32Eqz; \
+			If; GKEYHASHN(searchGroup__size); End; \
+		End; \
+		Get F28; I64ReinterpretF64; WANT; I64And; I64Eqz; I32Eqz; \
+		If; GSLOTS; GMAP; End; \
+		Get F27; I64ReinterpretF64; Tee R6; I64Const $-1; I64Xor; Set R5; \
+		Get R0; I64Const $searchGroup__size; I64Add; Tee R0; GROUPS_END; I64LtU; BrIf $0; \
+	End
+
+#undef PROBE
+#define PROBE(NEED) GPROBE(NEED, GROUPLOOPP)
+
+// func prefixSearchRuns(s *PrefixSearch) bool
+TEXT ·prefixSearchRuns(SB), NOSPLIT, $0-9
+	I64Load s+0(FP); Set R11
+	GROUPSCHECK
+	Get SP; Get R9; I64Store8 ret+8(FP)
+	Get R9; I64Eqz
+	If; RET; End
+	GROUPSLOCALS
 #include "search_wasm.h"

@@ -135,6 +135,7 @@ type searchGroup struct {
 func (s *PrefixSearch) ResetGroups() {
 	clear(s.formats)
 	s.formats = s.formats[:0]
+	s.runs = 0
 }
 
 // AddGroup adds a format group for [PrefixSearch.GroupHits] and
@@ -162,6 +163,7 @@ func (s *PrefixSearch) AddGroup(ad Addresser, words []uint64, width int, maps *[
 	g.info = g.members | g.members<<16 | g.shift<<48
 	if g.sameSeed == 0 {
 		g.info |= g.members << 32
+		s.runs++
 	} else {
 		head := len(s.formats) - 1
 		for s.formats[head].sameSeed != 0 {
