@@ -120,27 +120,47 @@ func TestGate_RequestlessStreamsAreCut(t *testing.T) {
 	assert.Positive(t, r.g.gate.cut.Load())
 }
 
-// Issue #31 item 1/3: at max_pending_streams the longest-pending stream is
-// cancelled, and an honest call is served beside the flood.
+// Issue #31 item 1/3: at max_pending_streams the longest-pending streams
+// are cancelled, the younger ones stay pending, and an honest call is
+// served beside the flood.
+//
+// A stream is pending from when the relay reads its HEADERS, and the relay
+// reads each connection on a goroutine of its own: peers that send one
+// after another are not read in that order under load (a loaded CI read
+// peer 0's HEADERS after those of peers 1 and 2, so the bound cut theirs
+// and peer 0's first stream waited for its first-request deadline). Each
+// peer therefore pings after its HEADERS: the relay answers a PING after
+// reading every frame sent before it, so the relay reads the peers in
+// order.
 func TestGate_PendingStreamsAreBounded(t *testing.T) {
 	cfg := testConfig()
 	cfg.GRPC.MaxPendingStreams = 20
+	// No stream or connection reaches its first-request deadline during the
+	// test: every stream cut is cut by the bound.
+	cfg.GRPC.FirstRequestTimeout = server.Duration(time.Hour)
 	r := startRelay(t, cfg.WithDefaults())
-	var peers []*h2peer.Conn
-	var first uint32
-	for i := range 4 {
-		c := r.peer(t)
-		peers = append(peers, c)
-		for j := range 10 {
-			id, err := c.Open(methodCatalog)
+	peers := make([]*h2peer.Conn, 4)
+	ids := make([][]uint32, len(peers))
+	for i := range peers {
+		peers[i] = r.peer(t)
+		for range 10 {
+			id, err := peers[i].Open(methodCatalog)
 			require.NoError(t, err)
-			if i == 0 && j == 0 {
-				first = id
-			}
+			ids[i] = append(ids[i], id)
+		}
+		require.True(t, peers[i].Ping(5*time.Second), "the relay read peer %d's HEADERS", i)
+	}
+	assert.Equal(t, 20, r.g.gate.pendingLen(), "pending streams at max_pending_streams")
+	assert.Equal(t, uint64(20), r.g.gate.cut.Load(), "one stream cut per stream past the bound")
+	for i, c := range peers[:2] {
+		for _, id := range ids[i] {
+			assert.Equal(t, fmt.Sprint(int(codes.Canceled)), c.Wait(id, 5*time.Second),
+				"peer %d stream %d: the 20 longest-pending streams are cut", i, id)
 		}
 	}
-	assert.Equal(t, fmt.Sprint(int(codes.Canceled)), peers[0].Wait(first, 5*time.Second), "the longest-pending stream is cut")
-	require.Eventually(t, func() bool { return r.g.gate.pendingLen() <= 20 }, 5*time.Second, time.Millisecond)
+	for i, c := range peers[2:] {
+		assert.Zero(t, c.Ended(), "peer %d: the 20 youngest streams are still pending", i+2)
+	}
 	require.NoError(t, freshInfo(t, r.grpc, "", 2*time.Second), "an honest call beside 40 pending streams")
 }
 
