@@ -168,26 +168,40 @@ func TestGate_PendingStreamsAreBounded(t *testing.T) {
 // Issue #31 item 3: connections holding only request-less streams (also
 // without the bearer token, with auth on) cannot lock a router out at
 // max_connections, and are closed at the first-request deadline.
+//
+// Each half has a relay of its own. While the hostile connections must hold
+// every slot no deadline may be in reach: with a 1 s deadline, a scheduler
+// delay of a second between the dials and the count let the deadline close
+// them first and the count never read 8 (and a router could have been
+// served only because the deadline had freed slots, not by eviction).
 func TestListener_RequestlessConnectionsDoNotLockOut(t *testing.T) {
 	for _, token := range []string{"", "s3cret"} {
 		t.Run(fmt.Sprintf("auth=%v", token != ""), func(t *testing.T) {
-			cfg := testConfig()
-			cfg.AuthToken = token
-			cfg.GRPC.MaxConnections = 8
-			cfg.GRPC.FirstRequestTimeout = server.Duration(time.Second)
-			var dial []grpc.DialOption
-			if token != "" {
-				dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-					grpc.WithPerRPCCredentials(bearer(token))}
+			relay := func(firstRequest time.Duration) *testRelay {
+				cfg := testConfig()
+				cfg.AuthToken = token
+				cfg.GRPC.MaxConnections = 8
+				cfg.GRPC.FirstRequestTimeout = server.Duration(firstRequest)
+				var dial []grpc.DialOption
+				if token != "" {
+					dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+						grpc.WithPerRPCCredentials(bearer(token))}
+				}
+				return startRelay(t, cfg.WithDefaults(), dial...)
 			}
-			r := startRelay(t, cfg.WithDefaults(), dial...)
-			var hostile []*h2peer.Conn
-			for range 10 {
-				c := r.peer(t)
-				_, err := c.Open(methodCatalog)
-				require.NoError(t, err)
-				hostile = append(hostile, c)
+			requestless := func(r *testRelay, n int) []*h2peer.Conn {
+				var conns []*h2peer.Conn
+				for range n {
+					c := r.peer(t)
+					_, err := c.Open(methodCatalog)
+					require.NoError(t, err)
+					conns = append(conns, c)
+				}
+				return conns
 			}
+
+			r := relay(time.Hour)
+			requestless(r, 10)
 			require.Eventually(t, func() bool { return r.g.openConnections() == 8 }, 5*time.Second, time.Millisecond)
 			if token != "" {
 				require.Eventually(t, func() bool { return r.g.gate.refused.Load() >= 8 }, 5*time.Second, time.Millisecond,
@@ -198,7 +212,11 @@ func TestListener_RequestlessConnectionsDoNotLockOut(t *testing.T) {
 				require.NoError(t, freshInfo(t, r.grpc, token, 2*time.Second), "fresh GetRelayInfo %d beside 10 request-less connections", i)
 				t.Logf("fresh GetRelayInfo %d: %v", i, time.Since(start))
 			}
-			for i, c := range hostile {
+
+			// Fewer than max_connections, so no eviction closes them: the
+			// deadline does.
+			r = relay(time.Second)
+			for i, c := range requestless(r, 8) {
 				select {
 				case <-c.Closed():
 				case <-time.After(5 * time.Second):
