@@ -276,6 +276,14 @@ func TestListener_BusyConnectionsRefuseNewcomers(t *testing.T) {
 	}
 	err := freshInfo(t, r.grpc, "", 500*time.Millisecond)
 	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "every connection busy: the newcomer is refused (%v)", err)
+	// The relay closes a newcomer at once and has counted it by then. A raw
+	// connection checks it: the client above gives up after 500 ms, and on
+	// a loaded machine its dial can come later (a dial delayed 600 ms left
+	// the count at 0).
+	c, err := net.Dial("tcp", r.grpc)
+	require.NoError(t, err)
+	defer c.Close()
+	assert.True(t, closedWithin(c, 5*time.Second), "every connection busy: a newcomer is closed at once")
 	assert.Positive(t, r.g.RefusedConnections())
 }
 
