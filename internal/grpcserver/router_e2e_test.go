@@ -216,8 +216,12 @@ func TestRouter_FollowsRealRelayOverGRPC(t *testing.T) {
 	native, err := client.NewNative(m)
 	require.NoError(t, err)
 	lanes := &gatedLanes{Lanes: native}
+	// No idle timeout: while the lanes are held below, no frame moves the
+	// lane for as long as the 1000 posts take (over 5 s in a loaded -race
+	// run), and the router's own idle timer must not end the stream before
+	// the relay lags it.
 	r, err := client.New(client.Config{ConsumerInstance: 31, Targets: targets, MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
-		IdleTimeout: 5 * time.Second, Relays: []client.Relay{{Addrs: []string{rl.grpc}}}, GRPC: &client.GRPCConfig{
+		IdleTimeout: -1, Relays: []client.Relay{{Addrs: []string{rl.grpc}}}, GRPC: &client.GRPCConfig{
 			// Small flow-control windows, so a router that stops reading
 			// stalls the relay's sends and is lagged.
 			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
