@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"math"
-	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ApplyEvents applies evs in order and appends one outcome per event to dst:
@@ -97,7 +97,9 @@ type parallel struct {
 	// ownersWarmed is Pool.warmed for stage 2, which runs on one
 	// goroutine at a time (chunk.owners orders them).
 	ownersWarmed uint64
-	stop         atomic.Bool // the caller is done: helpers return
+	// calls counts the calls: a lingering helper polls it for the next.
+	calls atomic.Uint64
+	stop  atomic.Bool // the call is not open: helpers leave it
 	// hold, set by tests only, is called at the pause points below, so a
 	// test can force one schedule: the helper held until the call is done
 	// (the caller applies alone), or the caller held until the helper has
@@ -105,8 +107,9 @@ type parallel struct {
 	hold func(holdPoint)
 	// ran records, for tests, which goroutine took each stage-1 task and
 	// stage 2 of each chunk in the last call (their gor index).
-	ran  struct{ members, owners []int8 }
-	done sync.WaitGroup
+	ran struct{ members, owners []int8 }
+	// started counts the helper goroutines started (tests).
+	started int
 }
 
 // applyGoroutine is one goroutine's scratch; padded so that goroutines'
@@ -120,7 +123,10 @@ type applyGoroutine struct {
 	// sends the one token the goroutine then takes.
 	parked atomic.Bool
 	wake   chan struct{}
-	_      [64]byte
+	// alive (helpers): a goroutine runs this helper, in a call or
+	// lingering after one; busy: it is in a call.
+	alive, busy atomic.Bool
+	_           [64]byte
 }
 
 // job is stage 1 of one chunk: one task per member group, claimed by next,
@@ -231,11 +237,13 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 	}
 	par.cur.Store(nil)
 	par.ready.Store(0)
-	par.stop.Store(false)
 	par.ran.members, par.ran.owners = par.ran.members[:0], par.ran.owners[:0]
-	par.done.Add(workers - 1)
+	// The call's state is reset before stop opens it to the helpers.
+	par.stop.Store(false)
+	par.calls.Add(1)
 	for id := range workers {
-		if id != 1 {
+		if g := &par.gor[id]; id != 1 && g.alive.CompareAndSwap(false, true) {
+			par.started++
 			go p.help(id)
 		}
 	}
@@ -274,7 +282,11 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 	}
 	par.stop.Store(true)
 	par.wakeAll()
-	par.done.Wait()
+	for id := range par.gor {
+		if g := &par.gor[id]; id != 1 {
+			p.until(caller, func() bool { return !g.busy.Load() }, noWork)
+		}
+	}
 	p.warmed ^= par.ownersWarmed
 	for _, ch := range par.chunks[:len(cuts)] {
 		if par.hold == nil {
@@ -330,26 +342,94 @@ func (p *Pool) publish(j int, evs []RouterEvent, cuts []int, lo int) int {
 	return cuts[j]
 }
 
-// help is a helper goroutine of the call: until the caller is done, it
-// takes stage-1 tasks and the owner counts (stage 2) of every ready chunk
-// it can (see takeOwners).
+// help is a helper goroutine: in each call it joins, until the caller is
+// done, it takes stage-1 tasks and the owner counts (stage 2) of every
+// ready chunk it can (see takeOwners). Between calls it polls for the next
+// one for helperLinger, then returns; the next call starts a new helper.
 func (p *Pool) help(id int) {
-	defer p.par.done.Done()
 	par := p.par
 	g := &par.gor[id]
-	if par.hold != nil {
-		par.hold(holdHelper)
+	var seen uint64 // the last call it looked at
+	for {
+		if c := par.calls.Load(); c != seen {
+			seen = c
+			p.joinCall(g)
+			continue
+		}
+		if par.hold != nil {
+			par.hold(holdIdle)
+		}
+		if p.lingered(seen) {
+			continue
+		}
+		// Nothing came: leave, unless a call started after all and
+		// found this helper still alive (so started none).
+		g.alive.Store(false)
+		if par.hold != nil {
+			par.hold(holdLeave)
+		}
+		if par.calls.Load() == seen || !g.alive.CompareAndSwap(false, true) {
+			if par.hold != nil {
+				par.hold(holdGone)
+			}
+			return
+		}
 	}
-	owned := 0 // the chunks below it have their owner counts claimed
-	p.until(g, par.stop.Load, func() bool {
-		if p.runTask(g) {
+}
+
+// helperLinger is how long a helper polls for the next call before it
+// returns: an engine batch's call follows the previous one within
+// microseconds when events stream, and a helper that is still running
+// takes the new call's first tasks at once, where a new goroutine waits
+// for the runtime to wake a thread on the other core (tens to hundreds of
+// microseconds measured, a third of a 64-event batch).
+const helperLinger = 100 * time.Microsecond
+
+// lingered polls for a call after seen for up to helperLinger; it reports
+// whether one came.
+func (p *Pool) lingered(seen uint64) bool {
+	par := p.par
+	var deadline time.Time
+	for polls := 0; ; polls++ {
+		if par.calls.Load() != seen {
 			return true
 		}
-		var took bool
-		owned, took = p.takeOwners(g, owned, int(par.ready.Load()))
-		return took
-	})
+		if polls%256 == 0 {
+			if now := time.Now(); deadline.IsZero() {
+				deadline = now.Add(helperLinger)
+			} else if now.After(deadline) {
+				return false
+			}
+		}
+	}
 }
+
+// joinCall is g's share of the current call, if it is still open: busy
+// tells the caller to wait for g before it returns (set before stop is
+// read, so either g sees stop or the caller sees busy).
+func (p *Pool) joinCall(g *applyGoroutine) {
+	par := p.par
+	g.busy.Store(true)
+	if !par.stop.Load() {
+		if par.hold != nil {
+			par.hold(holdHelper)
+		}
+		owned := 0 // the chunks below it have their owner counts claimed
+		p.until(g, par.stop.Load, func() bool {
+			if p.runTask(g) {
+				return true
+			}
+			var took bool
+			owned, took = p.takeOwners(g, owned, int(par.ready.Load()))
+			return took
+		})
+	}
+	g.busy.Store(false)
+	par.wakeAll()
+}
+
+// noWork is until's work for a wait with nothing to take.
+func noWork() bool { return false }
 
 // takeOwners runs stage 2 of the ready chunks from..to-1 in order, for as
 // long as each is free and its predecessor's is done; it returns the chunk
@@ -384,6 +464,9 @@ const (
 	holdHelper    holdPoint = iota + 1 // a helper, before it takes anything
 	holdPublished                      // the caller, after it published a job
 	holdReady                          // the caller, after a chunk is ready
+	holdIdle                           // a helper, after it left a call
+	holdLeave                          // a helper that will return unless a call came
+	holdGone                           // a helper, as it returns
 )
 
 // parkAfterPolls is how many times a waiting goroutine with no task to take

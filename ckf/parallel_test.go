@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -333,4 +334,139 @@ func TestPool_ApplyEventsKeepsBoundedBuffers(t *testing.T) {
 		require.LessOrEqual(t, len(par.par.chunks), keptChunks, "chunk buffers kept after a batch of %d events", len(evs))
 		require.Equal(t, seq.Words(), par.Words(), "words")
 	}
+}
+
+// lingerPool returns a pool of 2 workers whose every batch goes through the
+// stages in several chunks, and batches of n events from 5 members.
+func lingerPool(t *testing.T) (par, seq *Pool, batch func(from uint64, n int) []RouterEvent) {
+	cfg := DefaultConfig()
+	cfg.ExpectedBlocks = 10000
+	cfg.ApplyWorkers = 2
+	par, err := NewPool(cfg)
+	require.NoError(t, err)
+	seq, err = NewPool(cfg)
+	require.NoError(t, err)
+	par.parallelMin, par.chunkBlocks = 0, 4
+	batch = func(from uint64, n int) []RouterEvent {
+		evs := make([]RouterEvent, n)
+		for i := range evs {
+			h := from + uint64(i)
+			evs[i] = *rootEv(Member{WorkerID: h % 5}, b(h, 1000+h), b(h+1<<32, 2000+h))
+		}
+		return evs
+	}
+	return par, seq, batch
+}
+
+// applyBoth applies evs to seq event by event and to par through
+// ApplyEvents and requires the same outcomes and words.
+func applyBoth(t *testing.T, par, seq *Pool, evs []RouterEvent) {
+	var want []ApplyOutcome
+	for i := range evs {
+		want = append(want, seq.ApplyEvent(&evs[i]))
+	}
+	require.Equal(t, want, par.ApplyEvents(nil, evs), "outcomes of %d events", len(evs))
+	require.Equal(t, seq.Words(), par.Words(), "words")
+}
+
+// TestPool_ApplyEventsHelperJoinsNextCall: a helper that is still lingering
+// after a call takes the next call's work itself: calls in a row start
+// one helper goroutine, not one per call. The helper is held after each
+// call until the next one has started (so it cannot have left), and the
+// schedule makes the caller wait until the helper took every task, so each
+// call is applied by the lingering helper.
+func TestPool_ApplyEventsHelperJoinsNextCall(t *testing.T) {
+	par, seq, batch := lingerPool(t)
+	force(par, helped)
+	st := par.par
+	helped := st.hold
+	done := make(chan struct{})
+	defer close(done)
+	st.hold = func(at holdPoint) {
+		if at != holdIdle {
+			helped(at)
+			return
+		}
+		// Hold the helper until the next call is open (or the test ends).
+		for c := st.calls.Load(); st.calls.Load() == c; {
+			select {
+			case <-done:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}
+	for i := range 5 {
+		applyBoth(t, par, seq, batch(uint64(100*i), 12))
+		require.NotEmpty(t, st.ran.members)
+		for _, g := range st.ran.members {
+			require.Equal(t, int8(0), g, "call %d: a stage-1 task not taken by the helper", i)
+		}
+	}
+	require.Equal(t, 1, st.started, "helper goroutines started for 5 calls in a row")
+}
+
+// TestPool_ApplyEventsHelperLeaveRace: a helper that gave up waiting (it
+// cleared alive) while a call started a new helper must return without
+// joining: one helper per slot. The old helper is held right after it
+// cleared alive, a call starts (and is applied by) a new one, the new one
+// is held before it lingers (alive), then the old one is let go: it must
+// return, and the next call goes to the new helper.
+func TestPool_ApplyEventsHelperLeaveRace(t *testing.T) {
+	par, seq, batch := lingerPool(t)
+	force(par, helped)
+	st := par.par
+	helped := st.hold
+	atLeave, gone := make(chan struct{}, 1), make(chan struct{}, 2)
+	release, resume := make(chan struct{}), make(chan struct{})
+	var leaves, idles int32
+	st.hold = func(at holdPoint) {
+		switch at {
+		case holdLeave:
+			if leaves++; leaves == 1 { // the first helper, alive cleared
+				atLeave <- struct{}{}
+				<-release
+			}
+		case holdIdle:
+			// The second helper, after its first call: held while alive
+			// until the old one has returned.
+			if idles++; idles == 2 {
+				<-resume
+			}
+		case holdGone:
+			gone <- struct{}{}
+		default:
+			helped(at)
+		}
+	}
+	applyBoth(t, par, seq, batch(1, 12)) // helper 1 joins, lingers, leaves
+	<-atLeave
+	applyBoth(t, par, seq, batch(100, 12)) // alive was clear: helper 2
+	require.Equal(t, 2, st.started, "helpers started")
+	close(release)
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		require.Fail(t, "the old helper did not return while the new one was alive")
+	}
+	close(resume)
+	applyBoth(t, par, seq, batch(200, 12))
+	require.Equal(t, 2, st.started, "helpers started")
+	for _, g := range st.ran.members {
+		require.Equal(t, int8(0), g, "a stage-1 task not taken by the helper")
+	}
+}
+
+// TestPool_ApplyEventsHelperLeavesWhenIdle: after the last call a helper
+// lingers only briefly, then returns: a pool that stops applying keeps no
+// goroutine running.
+func TestPool_ApplyEventsHelperLeavesWhenIdle(t *testing.T) {
+	par, seq, batch := lingerPool(t)
+	applyBoth(t, par, seq, batch(1, 12))
+	g := &par.par.gor[0]
+	require.Eventually(t, func() bool { return !g.alive.Load() }, 10*time.Second, time.Millisecond,
+		"the helper is still running long after the last call")
+	applyBoth(t, par, seq, batch(100, 12)) // a new helper for the next call
+	require.Equal(t, 2, par.par.started, "helpers started")
 }
