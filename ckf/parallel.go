@@ -40,7 +40,7 @@ import (
 // (MaxMembers, MaxTrackedBlocks, the owner-count ceiling): a batch that
 // could reach one, or a small one, is applied event by event instead.
 func (p *Pool) ApplyEvents(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutcome {
-	if len(p.members) == 1 || !p.parallelWorthIt(evs) {
+	if len(p.members) == 1 || len(evs) == 0 || !p.parallelWorthIt(evs) {
 		for i := range evs {
 			dst = append(dst, p.ApplyEvent(&evs[i]))
 		}
@@ -91,12 +91,10 @@ type parallel struct {
 	chunks  []*chunk
 	gor     []applyGoroutine // one per goroutine of the call: 1 the caller, the others helpers
 	jobs    []job            // one per chunk, each used once per call
+	cuts    []int            // the call's chunk ends
 	groupOf map[Member]int32 // the prologue's member → group index, one chunk at a time
 	cur     atomic.Pointer[job]
 	ready   atomic.Int32 // chunks through stage 1
-	// ownersWarmed is Pool.warmed for stage 2, which runs on one
-	// goroutine at a time (chunk.owners orders them).
-	ownersWarmed uint64
 	// calls counts the calls: a lingering helper polls it for the next.
 	calls atomic.Uint64
 	stop  atomic.Bool // the call is not open: helpers leave it
@@ -144,11 +142,22 @@ type job struct {
 type chunk struct {
 	recs   []eventRec
 	groups []memberGroup
-	// owners is the state of the chunk's owner counts (stage 2): ownersFree,
-	// then ownersClaimed by the goroutine that applies them, then
-	// ownersDone.
-	owners   atomic.Int32
-	ownersBy int8 // the goroutine that took them (tests)
+	// owners is stage 2 of the chunk, one task per block shard.
+	owners []ownersTask
+}
+
+// ownersTask is stage 2 of one chunk for one block shard: the owner counts
+// of the shard's blocks, in admission order. Its state is ownersFree, then
+// ownersClaimed by the goroutine that applies it, then ownersDone.
+type ownersTask struct {
+	state atomic.Int32
+	by    int8 // the goroutine that took it (tests)
+	// edges has a bit per ownership change of the chunk (in admission
+	// order; only the shard's are written): the change took the block's
+	// first owner (opOwn) or its last (opRelease). Whole cache lines, so
+	// that two shards' tasks do not write one line.
+	edges []uint64
+	_     [64]byte
 }
 
 const (
@@ -157,12 +166,20 @@ const (
 	ownersDone
 )
 
-// eventRec is one event of a parallel batch as the stages pass it on.
+// eventRec is one event of a parallel batch as the prologue sorts it:
+// stage 1 writes its results in its group (memberGroup.outs[slot]), so
+// that goroutines' tasks do not write the same lines.
 type eventRec struct {
 	ev    *RouterEvent
-	err   error // admission's refusal, or stage 1's validation error
+	err   error // admission's refusal
 	admit bool  // counts toward the cadence and applies (admission)
 	group int32
+	slot  int32 // its index in the group's recs
+}
+
+// stageOut is what stage 1 found for one event.
+type stageOut struct {
+	err error // validation's
 	// The event's ownership changes: its group's ops[opStart:opEnd].
 	opStart, opEnd int32
 	unknown        int
@@ -177,8 +194,9 @@ type memberGroup struct {
 	// task is done (nil: the member holds nothing); the caller applies
 	// the difference to the member shard.
 	before, ms      *memberState
-	ranBy           int8    // the goroutine that took the task (tests)
-	recs            []int32 // indices into the chunk's recs, in order
+	ranBy           int8       // the goroutine that took the task (tests)
+	recs            []int32    // indices into the chunk's recs, in order
+	outs            []stageOut // one per rec
 	ops             []ownOp
 	unknownRemovals uint64
 	parentNotFound  uint64
@@ -188,11 +206,9 @@ type memberGroup struct {
 
 // ownOp is one ownership change of one canonical block.
 type ownOp struct {
-	c    uint64
-	kind uint8 // opOwn, opHeld or opRelease
-	// Stage 2's verdict: the change took the block's first owner (opOwn)
-	// or its last (opRelease).
-	edge bool
+	c     uint64
+	kind  uint8 // opOwn, opHeld or opRelease
+	shard uint8 // c's block shard (MaxApplyWorkers fits)
 }
 
 const (
@@ -216,16 +232,16 @@ const keptChunks = 16
 func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutcome {
 	workers := len(p.members)
 	par := p.parallelState()
-	var cuts []int // chunk ends
-	blocks := 0
+	cuts, blocks := par.cuts[:0], 0 // chunk ends
 	for i := range evs {
 		if blocks += evs[i].BlockCount(); blocks >= p.chunkBlocks && i+1 < len(evs) {
 			cuts, blocks = append(cuts, i+1), 0
 		}
 	}
 	cuts = append(cuts, len(evs))
+	par.cuts = cuts
 	for len(par.chunks) < len(cuts) {
-		par.chunks = append(par.chunks, &chunk{})
+		par.chunks = append(par.chunks, &chunk{owners: make([]ownersTask, len(p.blocks))})
 	}
 	if cap(par.jobs) < len(cuts) {
 		par.jobs = make([]job, len(cuts))
@@ -272,12 +288,14 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 		}
 		ch := par.chunks[j-1]
 		// The owner counts of the chunks before j-1 are done (stage 3
-		// of j-2 needed them): take these unless a helper has.
-		if ch.owners.CompareAndSwap(ownersFree, ownersClaimed) {
-			p.stageOwners(caller, ch)
-		} else {
-			p.until(caller, func() bool { return ch.owners.Load() == ownersDone }, nil)
+		// of j-2 needed them): take the shards no helper has, then wait
+		// for the others.
+		for s := range ch.owners {
+			if ch.owners[s].state.CompareAndSwap(ownersFree, ownersClaimed) {
+				p.stageOwners(caller, ch, s)
+			}
 		}
+		p.until(caller, ch.ownersDone, nil)
 		dst = p.stageTable(ch, dst)
 	}
 	par.stop.Store(true)
@@ -287,7 +305,6 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 			p.until(caller, func() bool { return !g.busy.Load() }, noWork)
 		}
 	}
-	p.warmed ^= par.ownersWarmed
 	for _, ch := range par.chunks[:len(cuts)] {
 		if par.hold == nil {
 			break
@@ -295,7 +312,9 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 		for i := range ch.groups {
 			par.ran.members = append(par.ran.members, ch.groups[i].ranBy)
 		}
-		par.ran.owners = append(par.ran.owners, ch.ownersBy)
+		for s := range ch.owners {
+			par.ran.owners = append(par.ran.owners, ch.owners[s].by)
+		}
 	}
 	for i := range par.gor {
 		p.warmed ^= par.gor[i].warmed
@@ -304,7 +323,9 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 	for _, ch := range par.chunks[:len(cuts)] {
 		clear(ch.recs) // drop the references to the caller's events
 		ch.recs = ch.recs[:0]
-		ch.owners.Store(ownersFree)
+		for s := range ch.owners {
+			ch.owners[s].state.Store(ownersFree)
+		}
 	}
 	if len(par.chunks) > keptChunks { // an outsized batch's buffers go with it
 		clear(par.chunks[keptChunks:])
@@ -431,30 +452,43 @@ func (p *Pool) joinCall(g *applyGoroutine) {
 // noWork is until's work for a wait with nothing to take.
 func noWork() bool { return false }
 
-// takeOwners runs stage 2 of the ready chunks from..to-1 in order, for as
-// long as each is free and its predecessor's is done; it returns the chunk
-// below which every stage 2 is claimed (by g or another goroutine) when it
-// stops, and whether g took any.
+// takeOwners runs one stage-2 task of the ready chunks from..to-1, the
+// first that is free and whose shard is done in the chunk before; it
+// returns the chunk below which every task is claimed (by g or another
+// goroutine), and whether g took one.
 func (p *Pool) takeOwners(g *applyGoroutine, from, to int) (int, bool) {
-	chunks, took := p.par.chunks, false
+	chunks := p.par.chunks
 	for k := from; k < to; k++ {
-		ch := chunks[k]
-		switch ch.owners.Load() {
-		case ownersDone:
-			continue
-		case ownersClaimed:
-			return k + 1, took
+		ch, claimed := chunks[k], true
+		for s := range ch.owners {
+			t := &ch.owners[s]
+			if t.state.Load() != ownersFree {
+				continue
+			}
+			if k > 0 && chunks[k-1].owners[s].state.Load() != ownersDone {
+				claimed = false
+				continue
+			}
+			if t.state.CompareAndSwap(ownersFree, ownersClaimed) {
+				p.stageOwners(g, ch, s)
+				return from, true
+			}
 		}
-		if k > 0 && chunks[k-1].owners.Load() != ownersDone {
-			return k, took
+		if claimed && k == from {
+			from++
 		}
-		if !ch.owners.CompareAndSwap(ownersFree, ownersClaimed) {
-			return k + 1, took
-		}
-		p.stageOwners(g, ch)
-		took = true
 	}
-	return to, took
+	return from, false
+}
+
+// ownersDone reports whether every stage-2 task of ch is done.
+func (ch *chunk) ownersDone() bool {
+	for s := range ch.owners {
+		if ch.owners[s].state.Load() != ownersDone {
+			return false
+		}
+	}
+	return true
 }
 
 // holdPoint is where a test's parallel.hold is called.
@@ -558,8 +592,9 @@ func (p *Pool) prologue(ch *chunk, evs []RouterEvent) {
 			grp.m, grp.shard, grp.before, grp.ms = m, sh, ms, ms
 			grp.recs, grp.ops = grp.recs[:0], grp.ops[:0]
 		}
-		ch.groups[gi].recs = append(ch.groups[gi].recs, int32(i))
-		ch.recs = append(ch.recs, eventRec{ev: ev, admit: admit, err: err, group: gi})
+		grp := &ch.groups[gi]
+		ch.recs = append(ch.recs, eventRec{ev: ev, admit: admit, err: err, group: gi, slot: int32(len(grp.recs))})
+		grp.recs = append(grp.recs, int32(i))
 	}
 }
 
@@ -588,23 +623,25 @@ func (p *Pool) epilogue(ch *chunk) {
 // queued for stages 2 and 3.
 func (p *Pool) stageMember(g *applyGoroutine, ch *chunk, grp *memberGroup) {
 	ms := grp.ms
+	grp.outs = grp.outs[:0]
 	for _, ri := range grp.recs {
 		r := &ch.recs[ri]
-		r.opStart = int32(len(grp.ops))
+		out := stageOut{opStart: int32(len(grp.ops))}
 		if r.admit {
 			switch r.ev.Kind {
 			case EventStored:
-				ms, r.err = p.memberStored(g, grp, ms, r.ev)
+				ms, out.err = p.memberStored(g, grp, ms, r.ev)
 			case EventRemoved:
-				ms, r.unknown = p.memberRemoved(g, grp, ms, r.ev)
+				ms, out.unknown = p.memberRemoved(g, grp, ms, r.ev)
 			case EventCleared:
 				ms = p.memberCleared(g, grp, ms)
 			}
 		}
-		r.opEnd = int32(len(grp.ops))
+		out.opEnd = int32(len(grp.ops))
 		if ms != nil {
-			r.memberBlocks = ms.lineage.len()
+			out.memberBlocks = ms.lineage.len()
 		}
+		grp.outs = append(grp.outs, out)
 	}
 	grp.ms = ms
 }
@@ -641,7 +678,7 @@ func (p *Pool) memberStored(g *applyGoroutine, grp *memberGroup, ms *memberState
 			grp.contributions++
 			kind = opOwn
 		}
-		grp.ops = append(grp.ops, ownOp{c: c, kind: kind})
+		grp.ops = append(grp.ops, ownOp{c: c, kind: kind, shard: uint8(p.blockShard(c))})
 	}
 	return ms, nil
 }
@@ -666,7 +703,7 @@ func (p *Pool) memberRemoved(g *applyGoroutine, grp *memberGroup, ms *memberStat
 			continue
 		}
 		grp.contributions--
-		grp.ops = append(grp.ops, ownOp{c: c, kind: opRelease})
+		grp.ops = append(grp.ops, ownOp{c: c, kind: opRelease, shard: uint8(p.blockShard(c))})
 	}
 	if ms.lineage.len() == 0 {
 		return nil, unknown
@@ -683,47 +720,67 @@ func (p *Pool) memberCleared(g *applyGoroutine, grp *memberGroup, ms *memberStat
 	keys := sortedKeys(ms, &g.sc)
 	for _, h := range keys {
 		c, _ := ms.lineage.get(h)
-		grp.ops = append(grp.ops, ownOp{c: c, kind: opRelease})
+		grp.ops = append(grp.ops, ownOp{c: c, kind: opRelease, shard: uint8(p.blockShard(c))})
 	}
 	grp.contributions -= int64(len(keys))
 	return nil
 }
 
-// stageOwners is stage 2 of ch, in admission order: every ownership change
-// applied to its block's owner count; the changes that take a block's first
-// or last owner are marked for stage 3. The chunk's owners must be claimed
-// and the previous chunk's done.
-func (p *Pool) stageOwners(g *applyGoroutine, ch *chunk) {
-	ch.ownersBy = g.id
+// stageOwners is stage 2 of ch for block shard s, in admission order:
+// every ownership change of the shard's blocks applied to its owner count;
+// the changes that take a block's first or last owner are marked in the
+// task's edges for stage 3. The task must be claimed and the shard's task
+// of the previous chunk done.
+func (p *Pool) stageOwners(g *applyGoroutine, ch *chunk, s int) {
+	task := &ch.owners[s]
+	task.by = g.id
+	n := 0
+	for i := range ch.groups {
+		n += len(ch.groups[i].ops)
+	}
+	words := (n + 63) / 64
+	if cap(task.edges) < words {
+		task.edges = make([]uint64, (words+7)/8*8)
+	}
+	edges := task.edges[:words]
+	clear(edges)
+	bs := &p.blocks[s]
+	sh := uint8(s)
+	at := 0 // the chunk's ownership changes before this event's
 	for i := range ch.recs {
 		r := &ch.recs[i]
-		ops := ch.groups[r.group].ops[r.opStart:r.opEnd]
+		grp := &ch.groups[r.group]
+		out := &grp.outs[r.slot]
+		ops := grp.ops[out.opStart:out.opEnd]
 		var t uint64
 		for _, o := range ops {
-			if o.kind != opHeld {
-				t ^= p.blocks[p.blockShard(o.c)].touch(o.c)
+			if o.shard == sh && o.kind != opHeld {
+				t ^= bs.touch(o.c)
 			}
 		}
-		p.par.ownersWarmed ^= t
-		for j := range ops {
-			o := &ops[j]
-			if o.kind == opHeld {
+		g.warmed ^= t
+		for j, o := range ops {
+			if o.shard != sh || o.kind == opHeld {
 				continue
 			}
-			bs := &p.blocks[p.blockShard(o.c)]
 			n, _ := bs.get(o.c)
+			edge := false
 			if o.kind == opOwn {
 				bs.put(o.c, n+1)
-				o.edge = n == 0
+				edge = n == 0
 			} else if n--; n > 0 {
 				bs.put(o.c, n)
 			} else {
 				bs.del(o.c)
-				o.edge = true
+				edge = true
+			}
+			if edge {
+				edges[(at+j)/64] |= 1 << ((at + j) % 64)
 			}
 		}
+		at += len(ops)
 	}
-	ch.owners.Store(ownersDone)
+	task.state.Store(ownersDone)
 	p.par.wakeAll()
 }
 
@@ -731,29 +788,38 @@ func (p *Pool) stageOwners(g *applyGoroutine, ch *chunk) {
 // each event's table changes (applyStored's and release's), its cadence
 // count and drain, and its outcome.
 func (p *Pool) stageTable(ch *chunk, dst []ApplyOutcome) []ApplyOutcome {
+	at := 0 // the chunk's ownership changes before this event's
 	for i := range ch.recs {
 		r := &ch.recs[i]
-		out := ApplyOutcome{FirstError: r.err, UnknownRemovals: r.unknown, MemberBlocks: r.memberBlocks}
+		grp := &ch.groups[r.group]
+		so := &grp.outs[r.slot]
+		out := ApplyOutcome{FirstError: cmp.Or(r.err, so.err), UnknownRemovals: so.unknown, MemberBlocks: so.memberBlocks}
+		ops := grp.ops[so.opStart:so.opEnd]
+		base := at
+		edge := func(j int) bool {
+			k := base + j
+			return ch.owners[ops[j].shard].edges[k/64]&(1<<(k%64)) != 0
+		}
+		at += len(ops)
 		if !r.admit {
 			dst = append(dst, out)
 			continue
 		}
 		p.pendingEvents++
 		m := r.ev.Member()
-		ops := ch.groups[r.group].ops[r.opStart:r.opEnd]
 		var t uint64
-		for _, o := range ops {
-			if o.edge {
+		for j, o := range ops {
+			if o.kind != opHeld && edge(j) {
 				t ^= p.touchBucket(o.c)
 			}
 		}
 		p.warmed ^= t
-		for _, o := range ops {
+		for j, o := range ops {
 			switch {
-			case o.kind == opOwn && o.edge:
+			case o.kind == opOwn && edge(j):
 				out.FirstError = cmp.Or(out.FirstError, p.place(m, o.c))
 			case o.kind == opRelease:
-				if o.edge {
+				if edge(j) {
 					if err := p.unplace(m, o.c); err != nil && out.FirstError == nil {
 						out.FirstError = err
 					}

@@ -172,8 +172,11 @@ func force(p *Pool, s schedule) {
 					runtime.Gosched()
 				}
 			case holdReady:
-				for ch := par.chunks[par.ready.Load()-1]; ch.owners.Load() == ownersFree; {
-					runtime.Gosched()
+				ch := par.chunks[par.ready.Load()-1]
+				for s := range ch.owners {
+					for ch.owners[s].state.Load() == ownersFree {
+						runtime.Gosched()
+					}
 				}
 			}
 		}
