@@ -232,9 +232,18 @@ const keptChunks = 16
 func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutcome {
 	workers := len(p.members)
 	par := p.parallelState()
-	cuts, blocks := par.cuts[:0], 0 // chunk ends
+	// Chunk ends: every chunkBlocks blocks, and once more where a short
+	// last chunk of at most chunkBlocks/4 starts: its stages 2 and 3 are
+	// the part of the call no other goroutine overlaps.
+	rest := 0
 	for i := range evs {
-		if blocks += evs[i].BlockCount(); blocks >= p.chunkBlocks && i+1 < len(evs) {
+		rest += evs[i].BlockCount()
+	}
+	cuts, blocks, tail := par.cuts[:0], 0, p.chunkBlocks/4
+	for i := range evs[:len(evs)-1] {
+		n := evs[i].BlockCount()
+		blocks, rest = blocks+n, rest-n
+		if blocks >= p.chunkBlocks || (rest <= tail && rest+n > tail) {
 			cuts, blocks = append(cuts, i+1), 0
 		}
 	}
