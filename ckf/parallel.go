@@ -113,9 +113,9 @@ type parallel struct {
 // applyGoroutine is one goroutine's scratch; padded so that goroutines'
 // words do not share a cache line.
 type applyGoroutine struct {
-	id     int8 // index in parallel.gor
-	sc     applyScratch
-	warmed uint64 // as Pool.warmed
+	// What the other goroutines read (wakeAll, the end of a call), apart
+	// from what only this one writes.
+	id int8 // index in parallel.gor
 	// parked is set by the goroutine before it blocks on wake, cleared by
 	// whichever of it and a waker swaps it first; a waker that clears it
 	// sends the one token the goroutine then takes.
@@ -124,7 +124,10 @@ type applyGoroutine struct {
 	// alive (helpers): a goroutine runs this helper, in a call or
 	// lingering after one; busy: it is in a call.
 	alive, busy atomic.Bool
-	_           [64]byte
+	_           cacheLinePad
+	sc          applyScratch
+	warmed      uint64 // as Pool.warmed
+	_           cacheLinePad
 }
 
 // job is stage 1 of one chunk: one task per member group, claimed by next,
