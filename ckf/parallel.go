@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"sync/atomic"
-	"time"
 )
 
 // ApplyEvents applies evs in order and appends one outcome per event to dst:
@@ -37,7 +36,7 @@ import (
 // helper that gets no core leaves the caller applying alone, at the staged
 // work's cost (about 9% above the sequential apply's). The helpers are
 // started by the first parallel call and linger between calls
-// (helperLinger), so that the next call does not wait for the runtime to
+// (lingerPolls), so that the next call does not wait for the runtime to
 // start one on another core.
 //
 // Stage 1 decides alone only when no bound can refuse an event of the batch
@@ -382,7 +381,7 @@ func (p *Pool) publish(j int, evs []RouterEvent, cuts []int, lo int) int {
 // help is a helper goroutine: in each call it joins, until the caller is
 // done, it takes stage-1 tasks and the owner counts (stage 2) of every
 // ready chunk it can (see takeOwners). Between calls it polls for the next
-// one for helperLinger, then returns; the next call starts a new helper.
+// one for lingerPolls, then returns; the next call starts a new helper.
 func (p *Pool) help(id int) {
 	par := p.par
 	g := &par.gor[id]
@@ -414,15 +413,7 @@ func (p *Pool) help(id int) {
 	}
 }
 
-// helperLinger is how long a helper polls for the next call before it
-// returns: an engine batch's call follows the previous one within
-// microseconds when events stream, and a helper that is still running
-// takes the new call's first tasks at once, where a new goroutine waits
-// for the runtime to wake a thread on the other core (tens to hundreds of
-// microseconds measured, a third of a 64-event batch).
-const helperLinger = 100 * time.Microsecond // in polls: lingerPolls
-
-// lingered polls for a call after seen, up to helperLinger; it reports
+// lingered polls for a call after seen, up to lingerPolls; it reports
 // whether one came. The bound is a poll count, not a clock: under
 // testing/synctest the clock stands still while a goroutine runs, and a
 // helper waiting for it to move would never let the bubble settle.
@@ -436,8 +427,14 @@ func (p *Pool) lingered(seen uint64) bool {
 	return false
 }
 
-// lingerPolls is helperLinger in polls of the call counter (an atomic load
-// and a compare: about 1–2 ns each on the machines measured).
+// lingerPolls is how long a helper polls for the next call before it
+// returns: an engine batch's call follows the previous one within
+// microseconds when events stream, and a helper that is still running
+// takes the new call's first tasks at once, where a new goroutine waits
+// for the runtime to wake a thread on the other core (tens to hundreds of
+// microseconds measured, a third of a 64-event batch).
+// It is about 100 µs in polls of the call counter (an atomic load and a
+// compare, 1–2 ns each on the machines measured).
 const lingerPolls = 64 * 1024
 
 // joinCall is g's share of the current call, if it is still open: busy
