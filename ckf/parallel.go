@@ -106,6 +106,11 @@ type parallel struct {
 	// (the caller applies alone), or the caller held until the helper has
 	// taken a job's every task and each chunk's owner counts.
 	hold func(holdPoint)
+	// linger, set by tests only, replaces a helper's polls for the next
+	// call (lingered): it reports whether a call after seen came (the
+	// helper joins it) or the helper leaves, so that a test decides when
+	// a helper leaves instead of racing the poll count.
+	linger func(seen uint64) bool
 	// ran records, for tests, which goroutine took each stage-1 task and
 	// stage 2 of each chunk in the last call (their gor index).
 	ran struct{ members, owners []int8 }
@@ -419,6 +424,9 @@ func (p *Pool) help(id int) {
 // helper waiting for it to move would never let the bubble settle.
 func (p *Pool) lingered(seen uint64) bool {
 	par := p.par
+	if par.linger != nil {
+		return par.linger(seen)
+	}
 	for range lingerPolls {
 		if par.calls.Load() != seen {
 			return true

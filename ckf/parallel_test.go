@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,34 +373,35 @@ func applyBoth(t *testing.T, par, seq *Pool, evs []RouterEvent) {
 	require.Equal(t, seq.Words(), par.Words(), "words")
 }
 
+// untilCall returns a parallel.linger that holds the helper until a call
+// after seen opens (it joins it) or done is closed (it leaves).
+func untilCall(st *parallel, done <-chan struct{}) func(seen uint64) bool {
+	return func(seen uint64) bool {
+		for st.calls.Load() == seen {
+			select {
+			case <-done:
+				return false
+			default:
+				runtime.Gosched()
+			}
+		}
+		return true
+	}
+}
+
 // TestPool_ApplyEventsHelperJoinsNextCall: a helper that is still lingering
 // after a call takes the next call's work itself: calls in a row start
-// one helper goroutine, not one per call. The helper is held after each
-// call until the next one has started (so it cannot have left), and the
+// one helper goroutine, not one per call. The helper lingers (parallel.linger)
+// until the next call has started, however long that takes, and the
 // schedule makes the caller wait until the helper took every task, so each
 // call is applied by the lingering helper.
 func TestPool_ApplyEventsHelperJoinsNextCall(t *testing.T) {
 	par, seq, batch := lingerPool(t)
 	force(par, helped)
 	st := par.par
-	helped := st.hold
 	done := make(chan struct{})
 	defer close(done)
-	st.hold = func(at holdPoint) {
-		if at != holdIdle {
-			helped(at)
-			return
-		}
-		// Hold the helper until the next call is open (or the test ends).
-		for c := st.calls.Load(); st.calls.Load() == c; {
-			select {
-			case <-done:
-				return
-			default:
-				runtime.Gosched()
-			}
-		}
-	}
+	st.linger = untilCall(st, done)
 	for i := range 5 {
 		applyBoth(t, par, seq, batch(uint64(100*i), 12))
 		require.NotEmpty(t, st.ran.members)
@@ -412,30 +414,38 @@ func TestPool_ApplyEventsHelperJoinsNextCall(t *testing.T) {
 
 // TestPool_ApplyEventsHelperLeaveRace: a helper that gave up waiting (it
 // cleared alive) while a call started a new helper must return without
-// joining: one helper per slot. The old helper is held right after it
-// cleared alive, a call starts (and is applied by) a new one, the new one
-// is held before it lingers (alive), then the old one is let go: it must
-// return, and the next call goes to the new helper.
+// joining: one helper per slot. The first helper leaves as soon as its
+// first call is done (parallel.linger) and is held right after it cleared
+// alive; a call starts (and is applied by) a new one, which lingers until
+// the next call; then the old one is let go: it must return, and the next
+// call goes to the new helper. No step depends on how long a helper polls.
 func TestPool_ApplyEventsHelperLeaveRace(t *testing.T) {
 	par, seq, batch := lingerPool(t)
 	force(par, helped)
 	st := par.par
 	helped := st.hold
-	atLeave, gone := make(chan struct{}, 1), make(chan struct{}, 2)
+	atLeave, gone := make(chan struct{}, 1), make(chan struct{}, 3)
 	release, resume := make(chan struct{}), make(chan struct{})
-	var leaves, idles int32
+	var leaves, lingers atomic.Int32
+	waitCall := untilCall(st, nil)
+	st.linger = func(seen uint64) bool {
+		switch lingers.Add(1) {
+		case 1: // the first helper, after the first call: it leaves
+			return false
+		case 2: // the second helper, after the second call: held while
+			// alive until the old one has returned, then it waits for the
+			// third call
+			<-resume
+			return waitCall(seen)
+		}
+		return false
+	}
 	st.hold = func(at holdPoint) {
 		switch at {
 		case holdLeave:
-			if leaves++; leaves == 1 { // the first helper, alive cleared
+			if leaves.Add(1) == 1 { // the first helper, alive cleared
 				atLeave <- struct{}{}
 				<-release
-			}
-		case holdIdle:
-			// The second helper, after its first call: held while alive
-			// until the old one has returned.
-			if idles++; idles == 2 {
-				<-resume
 			}
 		case holdGone:
 			gone <- struct{}{}
@@ -443,7 +453,7 @@ func TestPool_ApplyEventsHelperLeaveRace(t *testing.T) {
 			helped(at)
 		}
 	}
-	applyBoth(t, par, seq, batch(1, 12)) // helper 1 joins, lingers, leaves
+	applyBoth(t, par, seq, batch(1, 12)) // helper 1 joins, then leaves
 	<-atLeave
 	applyBoth(t, par, seq, batch(100, 12)) // alive was clear: helper 2
 	require.Equal(t, 2, st.started, "helpers started")
@@ -462,14 +472,26 @@ func TestPool_ApplyEventsHelperLeaveRace(t *testing.T) {
 }
 
 // TestPool_ApplyEventsHelperLeavesWhenIdle: after the last call a helper
-// lingers only briefly, then returns: a pool that stops applying keeps no
-// goroutine running.
+// lingers only briefly (lingerPolls, the real bound), then returns: a pool
+// that stops applying keeps no goroutine running. The test waits for the
+// helper's return through its hold point, not a guess of how long the
+// polls take.
 func TestPool_ApplyEventsHelperLeavesWhenIdle(t *testing.T) {
 	par, seq, batch := lingerPool(t)
+	st := par.parallelState()
+	gone := make(chan struct{}, 2)
+	st.hold = func(at holdPoint) {
+		if at == holdGone {
+			gone <- struct{}{}
+		}
+	}
 	applyBoth(t, par, seq, batch(1, 12))
-	g := &par.par.gor[0]
-	require.Eventually(t, func() bool { return !g.alive.Load() }, 10*time.Second, time.Millisecond,
-		"the helper is still running long after the last call")
+	select {
+	case <-gone:
+	case <-time.After(time.Minute):
+		require.Fail(t, "the helper is still running a minute after the last call")
+	}
+	require.False(t, st.gor[0].alive.Load(), "a helper returned with its slot marked alive")
 	applyBoth(t, par, seq, batch(100, 12)) // a new helper for the next call
-	require.Equal(t, 2, par.par.started, "helpers started")
+	require.Equal(t, 2, st.started, "helpers started")
 }
