@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sync/atomic"
+	"time"
 )
 
 // ApplyEvents applies evs in order and appends one outcome per event to dst:
@@ -100,7 +101,10 @@ type parallel struct {
 	ready   atomic.Int32 // chunks through stage 1
 	// calls counts the calls: a lingering helper polls it for the next.
 	calls atomic.Uint64
-	stop  atomic.Bool // the call is not open: helpers leave it
+	// lingerFor is how many polls a helper lingers for after a call, set by
+	// the caller between lingerMinPolls and lingerPolls (adaptLinger).
+	lingerFor atomic.Int64
+	stop      atomic.Bool // the call is not open: helpers leave it
 	// hold, set by tests only, is called at the pause points below, so a
 	// test can force one schedule: the helper held until the call is done
 	// (the caller applies alone), or the caller held until the helper has
@@ -132,10 +136,15 @@ type applyGoroutine struct {
 	// alive (helpers): a goroutine runs this helper, in a call or
 	// lingering after one; busy: it is in a call.
 	alive, busy atomic.Bool
-	_           cacheLinePad
-	sc          applyScratch
-	warmed      uint64 // as Pool.warmed
-	_           cacheLinePad
+	// leftAt (helpers) is when the helper last left for want of a call
+	// (monotonicNanos), and fullLinger how long lingerPolls polls took
+	// then (its linger's time scaled to the longest): read by the next
+	// call that has to start one (adaptLinger).
+	leftAt, fullLinger atomic.Int64
+	_                  cacheLinePad
+	sc                 applyScratch
+	warmed             uint64 // as Pool.warmed
+	_                  cacheLinePad
 }
 
 // job is stage 1 of one chunk: one task per member group, claimed by next,
@@ -277,8 +286,13 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 	// The call's state is reset before stop opens it to the helpers.
 	par.stop.Store(false)
 	par.calls.Add(1)
+	restarted, now := false, monotonicNanos()
 	for id := range workers {
 		if g := &par.gor[id]; id != 1 && g.alive.CompareAndSwap(false, true) {
+			if left := g.leftAt.Load(); left != 0 && !restarted {
+				restarted = true
+				par.adaptLinger(time.Duration(now-left), time.Duration(g.fullLinger.Load()))
+			}
 			par.started++
 			go p.help(id)
 		}
@@ -359,6 +373,7 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 func (p *Pool) parallelState() *parallel {
 	if p.par == nil {
 		par := &parallel{gor: make([]applyGoroutine, len(p.members)), groupOf: make(map[Member]int32)}
+		par.lingerFor.Store(lingerPolls)
 		for i := range par.gor {
 			par.gor[i].id, par.gor[i].wake = int8(i), make(chan struct{}, 1)
 		}
@@ -400,11 +415,15 @@ func (p *Pool) help(id int) {
 		if par.hold != nil {
 			par.hold(holdIdle)
 		}
-		if p.lingered(seen) {
+		polls, from := par.lingerFor.Load(), monotonicNanos()
+		if p.lingered(seen, polls) {
 			continue
 		}
 		// Nothing came: leave, unless a call started after all and
 		// found this helper still alive (so started none).
+		now := monotonicNanos()
+		g.fullLinger.Store((now - from) * (lingerPolls / polls))
+		g.leftAt.Store(now)
 		g.alive.Store(false)
 		if par.hold != nil {
 			par.hold(holdLeave)
@@ -418,16 +437,16 @@ func (p *Pool) help(id int) {
 	}
 }
 
-// lingered polls for a call after seen, up to lingerPolls; it reports
+// lingered polls for a call after seen, up to polls times; it reports
 // whether one came. The bound is a poll count, not a clock: under
 // testing/synctest the clock stands still while a goroutine runs, and a
 // helper waiting for it to move would never let the bubble settle.
-func (p *Pool) lingered(seen uint64) bool {
+func (p *Pool) lingered(seen uint64, polls int64) bool {
 	par := p.par
 	if par.linger != nil {
 		return par.linger(seen)
 	}
-	for range lingerPolls {
+	for range polls {
 		if par.calls.Load() != seen {
 			return true
 		}
@@ -435,14 +454,46 @@ func (p *Pool) lingered(seen uint64) bool {
 	return false
 }
 
+// adaptLinger sets how long helpers linger from how long ago a helper left
+// when a call has to start one again, against how long the longest linger
+// (lingerPolls) takes on this host: a call that came within it would have
+// been caught by a longer linger, so the linger doubles (up to
+// lingerPolls); one that came later would have found it gone anyway, so
+// the linger halves (down to lingerMinPolls). A relay fed a steady stream
+// keeps its helpers; one fed a trickle (a batch every millisecond or
+// slower) stops paying every helper's full linger after each batch
+// (docs/RATIONALE.md "Why is apply_workers GOMAXPROCS by default?"). A
+// linger that catches its call leaves the length as it is.
+func (par *parallel) adaptLinger(sinceLeft, fullLinger time.Duration) {
+	n := par.lingerFor.Load()
+	if sinceLeft <= fullLinger {
+		n = min(2*n, lingerPolls)
+	} else {
+		n = max(n/2, lingerMinPolls)
+	}
+	par.lingerFor.Store(n)
+}
+
+// lingerMinPolls is the shortest linger (1/128 of lingerPolls, well under
+// a microsecond): at a trickle the helpers cost a goroutine start per call
+// and a moment of polling, instead of lingerPolls each.
+const lingerMinPolls = lingerPolls / 128
+
+// monotonicNanos is a monotonic clock reading in nanoseconds (time.Since a
+// fixed instant): the linger's adaptation compares two of them.
+func monotonicNanos() int64 { return int64(time.Since(clockBase)) }
+
+var clockBase = time.Now()
+
 // lingerPolls is how long a helper polls for the next call before it
 // returns: an engine batch's call follows the previous one within
 // microseconds when events stream, and a helper that is still running
 // takes the new call's first tasks at once, where a new goroutine waits
 // for the runtime to wake a thread on the other core (tens to hundreds of
 // microseconds measured, a third of a 64-event batch).
-// It is about 100 µs in polls of the call counter (an atomic load and a
-// compare, 1–2 ns each on the machines measured).
+// Each poll is an atomic load of the call counter and a compare: 64 Ki
+// polls took 18–36 µs on the 2-core VM measured (0.3–0.5 ns a poll), more
+// under -race. adaptLinger shortens it when calls come too seldom for it.
 const lingerPolls = 64 * 1024
 
 // joinCall is g's share of the current call, if it is still open: busy

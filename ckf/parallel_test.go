@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -494,4 +495,46 @@ func TestPool_ApplyEventsHelperLeavesWhenIdle(t *testing.T) {
 	require.False(t, st.gor[0].alive.Load(), "a helper returned with its slot marked alive")
 	applyBoth(t, par, seq, batch(100, 12)) // a new helper for the next call
 	require.Equal(t, 2, st.started, "helpers started")
+}
+
+// TestPool_ApplyEventsLingerAdapts: a pool fed a trickle stops paying a
+// full linger after every call, and one fed a stream gets it back. In a
+// synctest bubble (the clock moves only when every goroutine waits): each
+// call that comes a millisecond after the helper left halves the linger,
+// down to lingerMinPolls; calls that come at once after it left double it
+// again, up to lingerPolls. Every call still applies exactly.
+func TestPool_ApplyEventsLingerAdapts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		par, seq, batch := lingerPool(t)
+		st := par.parallelState()
+		gone := make(chan struct{}, 1)
+		st.hold = func(at holdPoint) {
+			if at == holdGone {
+				gone <- struct{}{}
+			}
+		}
+		call := 0
+		apply := func(gap time.Duration) int64 {
+			call++
+			applyBoth(t, par, seq, batch(uint64(100*call), 12))
+			<-gone // the helper lingered lingerFor polls and returned
+			time.Sleep(gap)
+			return st.lingerFor.Load()
+		}
+		require.Equal(t, int64(lingerPolls), apply(time.Millisecond), "the first call's linger")
+		want := int64(lingerPolls)
+		for want > lingerMinPolls {
+			want /= 2
+			got := apply(time.Millisecond)
+			require.Equal(t, want, got, "call %d, a millisecond after the helper left", call)
+		}
+		require.Equal(t, int64(lingerMinPolls), apply(0), "a trickle's linger stays at the floor")
+		for want < lingerPolls {
+			want *= 2
+			got := apply(0)
+			require.Equal(t, want, got, "call %d, as soon as the helper left", call)
+		}
+		require.Equal(t, int64(lingerPolls), apply(0), "a stream's linger stays at lingerPolls")
+		require.Equal(t, call, st.started, "one helper started per call: each left before the next")
+	})
 }
