@@ -104,7 +104,12 @@ type parallel struct {
 	// lingerFor is how many polls a helper lingers for after a call, set by
 	// the caller between lingerMinPolls and lingerPolls (adaptLinger).
 	lingerFor atomic.Int64
-	stop      atomic.Bool // the call is not open: helpers leave it
+	// pollPs is 1 + the fastest a helper's linger has polled, in
+	// picoseconds a poll (0: none measured yet): a linger's time over its
+	// polls, the fastest because a linger that lost its thread to another
+	// goroutine took longer than its polls.
+	pollPs atomic.Int64
+	stop   atomic.Bool // the call is not open: helpers leave it
 	// hold, set by tests only, is called at the pause points below, so a
 	// test can force one schedule: the helper held until the call is done
 	// (the caller applies alone), or the caller held until the helper has
@@ -137,14 +142,13 @@ type applyGoroutine struct {
 	// lingering after one; busy: it is in a call.
 	alive, busy atomic.Bool
 	// leftAt (helpers) is when the helper last left for want of a call
-	// (monotonicNanos), and fullLinger how long lingerPolls polls took
-	// then (its linger's time scaled to the longest): read by the next
-	// call that has to start one (adaptLinger).
-	leftAt, fullLinger atomic.Int64
-	_                  cacheLinePad
-	sc                 applyScratch
-	warmed             uint64 // as Pool.warmed
-	_                  cacheLinePad
+	// (monotonicNanos), read by the next call that has to start one
+	// (adaptLinger).
+	leftAt atomic.Int64
+	_      cacheLinePad
+	sc     applyScratch
+	warmed uint64 // as Pool.warmed
+	_      cacheLinePad
 }
 
 // job is stage 1 of one chunk: one task per member group, claimed by next,
@@ -291,7 +295,7 @@ func (p *Pool) applyParallel(dst []ApplyOutcome, evs []RouterEvent) []ApplyOutco
 		if g := &par.gor[id]; id != 1 && g.alive.CompareAndSwap(false, true) {
 			if left := g.leftAt.Load(); left != 0 && !restarted {
 				restarted = true
-				par.adaptLinger(time.Duration(now-left), time.Duration(g.fullLinger.Load()))
+				par.adaptLinger(time.Duration(now - left))
 			}
 			par.started++
 			go p.help(id)
@@ -422,7 +426,7 @@ func (p *Pool) help(id int) {
 		// Nothing came: leave, unless a call started after all and
 		// found this helper still alive (so started none).
 		now := monotonicNanos()
-		g.fullLinger.Store((now - from) * (lingerPolls / polls))
+		par.notePollTime((now - from) * 1000 / polls)
 		g.leftAt.Store(now)
 		g.alive.Store(false)
 		if par.hold != nil {
@@ -456,26 +460,39 @@ func (p *Pool) lingered(seen uint64, polls int64) bool {
 
 // adaptLinger sets how long helpers linger from how long ago a helper left
 // when a call has to start one again, against how long the longest linger
-// (lingerPolls) takes on this host: a call that came within it would have
+// (lingerPolls) takes on this host at the fastest poll measured: a call that came within it would have
 // been caught by a longer linger, so the linger doubles (up to
 // lingerPolls); one that came later would have found it gone anyway, so
-// the linger halves (down to lingerMinPolls). A relay fed a steady stream
-// keeps its helpers; one fed a trickle (a batch every millisecond or
+// the linger shrinks by a quarter (down to lingerMinPolls: 17 such calls
+// from the longest). It shrinks slower than it grows so that a stream
+// whose caller lost its core once keeps its helpers. A relay fed a steady
+// stream keeps its helpers; one fed a trickle (a batch every millisecond or
 // slower) stops paying every helper's full linger after each batch
 // (docs/RATIONALE.md "Why is apply_workers GOMAXPROCS by default?"). A
 // linger that catches its call leaves the length as it is.
-func (par *parallel) adaptLinger(sinceLeft, fullLinger time.Duration) {
-	n := par.lingerFor.Load()
-	if sinceLeft <= fullLinger {
+func (par *parallel) adaptLinger(sinceLeft time.Duration) {
+	n, ps := par.lingerFor.Load(), par.pollPs.Load()
+	if ps == 0 || sinceLeft <= time.Duration((ps-1)*lingerPolls/1000) {
 		n = min(2*n, lingerPolls)
 	} else {
-		n = max(n/2, lingerMinPolls)
+		n = max(n-n/4, lingerMinPolls)
 	}
 	par.lingerFor.Store(n)
 }
 
-// lingerMinPolls is the shortest linger (1/128 of lingerPolls, well under
-// a microsecond): at a trickle the helpers cost a goroutine start per call
+// notePollTime records a linger's picoseconds a poll if it is the fastest.
+func (par *parallel) notePollTime(ps int64) {
+	ps = max(ps, 0) + 1
+	for {
+		old := par.pollPs.Load()
+		if old != 0 && old <= ps || par.pollPs.CompareAndSwap(old, ps) {
+			return
+		}
+	}
+}
+
+// lingerMinPolls is the shortest linger (1/128 of lingerPolls, about a
+// microsecond): at a trickle the helpers cost a goroutine start per call
 // and a moment of polling, instead of lingerPolls each.
 const lingerMinPolls = lingerPolls / 128
 
@@ -491,10 +508,12 @@ var clockBase = time.Now()
 // takes the new call's first tasks at once, where a new goroutine waits
 // for the runtime to wake a thread on the other core (tens to hundreds of
 // microseconds measured, a third of a 64-event batch).
-// Each poll is an atomic load of the call counter and a compare: 64 Ki
-// polls took 18–36 µs on the 2-core VM measured (0.3–0.5 ns a poll), more
-// under -race. adaptLinger shortens it when calls come too seldom for it.
-const lingerPolls = 64 * 1024
+// Each poll is an atomic load of the call counter and a compare: 256 Ki
+// polls took 75–150 µs on the 2-core VM measured (0.3–0.6 ns a poll;
+// 2.6–3.9 ms under -race). 64 Ki (18–36 µs) missed the next call of a
+// stream of 64-event batches in 43–50% of calls, 256 Ki in 3–6%.
+// adaptLinger shortens it when calls come too seldom for it.
+const lingerPolls = 256 * 1024
 
 // joinCall is g's share of the current call, if it is still open: busy
 // tells the caller to wait for g before it returns (set before stop is

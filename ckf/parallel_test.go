@@ -500,9 +500,10 @@ func TestPool_ApplyEventsHelperLeavesWhenIdle(t *testing.T) {
 // TestPool_ApplyEventsLingerAdapts: a pool fed a trickle stops paying a
 // full linger after every call, and one fed a stream gets it back. In a
 // synctest bubble (the clock moves only when every goroutine waits): each
-// call that comes a millisecond after the helper left halves the linger,
-// down to lingerMinPolls; calls that come at once after it left double it
-// again, up to lingerPolls. Every call still applies exactly.
+// call that comes a millisecond after the helper left shortens the linger
+// by a quarter, down to lingerMinPolls; calls that come at once after it
+// left double it again, up to lingerPolls. Every call still applies
+// exactly.
 func TestPool_ApplyEventsLingerAdapts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		par, seq, batch := lingerPool(t)
@@ -524,13 +525,13 @@ func TestPool_ApplyEventsLingerAdapts(t *testing.T) {
 		require.Equal(t, int64(lingerPolls), apply(time.Millisecond), "the first call's linger")
 		want := int64(lingerPolls)
 		for want > lingerMinPolls {
-			want /= 2
+			want = max(want-want/4, lingerMinPolls)
 			got := apply(time.Millisecond)
 			require.Equal(t, want, got, "call %d, a millisecond after the helper left", call)
 		}
 		require.Equal(t, int64(lingerMinPolls), apply(0), "a trickle's linger stays at the floor")
 		for want < lingerPolls {
-			want *= 2
+			want = min(2*want, lingerPolls)
 			got := apply(0)
 			require.Equal(t, want, got, "call %d, as soon as the helper left", call)
 		}
