@@ -200,6 +200,22 @@ func checkSchedule(t *rapid.T, step string, p *Pool, s schedule) {
 	}
 }
 
+// shortLinger is a parallel.linger of a few thousand polls: the real one
+// (up to lingerPolls, milliseconds under -race) on the 7 helpers of an
+// 8-worker pool would keep the test's cores busy between its batches.
+// TestPool_ApplyEventsHelperLeavesWhenIdle and …LingerAdapts use the real
+// one.
+func shortLinger(st *parallel) func(seen uint64) bool {
+	return func(seen uint64) bool {
+		for range 4096 {
+			if st.calls.Load() != seen {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // TestPool_ApplyEventsMatchesSequential: random histories — rank
 // replacements, resets, flushes and barrier snapshots between batches of
 // random size, capacity omissions on small tables, member and tracked-block
@@ -231,6 +247,7 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 			require.NoError(t, err)
 			pools[i].parallelMin, pools[i].chunkBlocks = 0, chunk
 			force(pools[i], schedules[i])
+			pools[i].par.linger = shortLinger(pools[i].par)
 		}
 		g := &parHistory{t: t, held: map[Member][]uint64{}, stored: map[Member][]RouterEvent{}}
 		for w := range uint64(3) {
