@@ -47,8 +47,9 @@ type ApplyOutcome struct {
 // they project into, and the dirty window drained into publication batches.
 //
 // A Pool is owned by one goroutine. [Pool.ApplyEvents] may use
-// [Config.ApplyWorkers] goroutines inside one call; they have stopped when it
-// returns. The zero value is not usable; see [NewPool].
+// [Config.ApplyWorkers] goroutines inside one call; when it returns they
+// touch nothing of the pool, and they return after polling briefly for the
+// next call. The zero value is not usable; see [NewPool].
 type Pool struct {
 	// The fields a helper of ApplyEvents reads come first, apart from
 	// those the caller's stage 3 writes for every event (the table, the
