@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"testing"
@@ -701,7 +702,8 @@ func BenchmarkPoolApplyParallel(b *testing.B) {
 var scaleBytes = map[string][2]float64{}
 
 // BenchmarkPoolApplyScale measures the relay's apply (ApplyEvents on a pool
-// of the relay's default apply workers, 1, batches of 64 events) of the pool workload's
+// of the relay's default apply workers, ckf.DefaultApplyWorkers: GOMAXPROCS
+// capped at 4, so 2 on the 2-core machine; batches of 64 events) of the pool workload's
 // step at 1 M, 8 M and 32 M tracked blocks, each pool sized for its blocks
 // (ExpectedBlocks = n: 50% slot load), so the cost of a block as the pool
 // outgrows the caches shows. B/block is the live heap the fill added (the
@@ -726,7 +728,7 @@ func BenchmarkPoolApplyScale(b *testing.B) {
 				cfg := ckf.DefaultConfig()
 				cfg.ExpectedBlocks = uint64(n.blocks)
 				cfg.PublishEveryNEvents = poolCadence
-				cfg.ApplyWorkers = 1 // internal/server.DefaultApplyWorkers
+				cfg.ApplyWorkers = ckf.DefaultApplyWorkers() // as the relay's
 				p, err := ckf.NewPool(cfg)
 				require.NoError(b, err, "NewPool")
 				x := &batchIndex{p: p, evs: make([]ckf.RouterEvent, 0, batchEvents)}
@@ -756,5 +758,56 @@ func BenchmarkPoolApplyScale(b *testing.B) {
 			b.ReportMetric(scaleBytes[b.Name()][0], "B/block")
 			b.ReportMetric(scaleBytes[b.Name()][1], "est-B/block")
 		})
+	}
+}
+
+// BenchmarkPoolApplyTrickle measures what a pool's apply workers cost a
+// relay that receives a trickle: one engine batch of 64 events (32 steps of
+// the pool workload at 50% load) every 1 ms or 10 ms, applied through
+// ApplyEvents with 1 worker, 2, and GOMAXPROCS (run with -cpu to set it). One op is one batch and
+// the wait for the next tick. cpu-ms/s is the process CPU per second of
+// wall time (the apply, any helper's polling between batches, goroutine
+// starts and the ticker's wake-ups), cpu-us/batch the same per batch, and
+// idle-cpu-us/batch the part of it spent between one batch's return and
+// the next batch (the helpers' lingering, the ticker): what the workers add
+// there over 1 worker at the same cadence is the cost of keeping helpers
+// (docs/RATIONALE.md "Why is apply_workers GOMAXPROCS by default?").
+func BenchmarkPoolApplyTrickle(b *testing.B) {
+	for _, every := range []time.Duration{time.Millisecond, 10 * time.Millisecond} {
+		for _, workers := range slices.Compact([]int{1, 2, runtime.GOMAXPROCS(0)}) {
+			b.Run(fmt.Sprintf("every=%v/workers=%d", every, workers), func(b *testing.B) {
+				x, w := prefill(b, fmt.Sprintf("trickle/workers=%d", workers), func() blockIndex { return newBatchIndex(b, workers, false) }, poolExpected/2)
+				bx := x.(*batchIndex)
+				require.NoError(b, bx.flush(), "prefill tail")
+				// The collector off while timed: its marking of the
+				// prefilled pool (hundreds of MB) would land in whichever
+				// variant's idle time it happened to run.
+				runtime.GC()
+				defer debug.SetGCPercent(debug.SetGCPercent(-1))
+				tick := time.NewTicker(every)
+				defer tick.Stop()
+				b.ResetTimer()
+				cpu0 := processCPU()
+				var idle int64
+				for range b.N {
+					end := processCPU()
+					<-tick.C
+					idle += processCPU() - end
+					for range batchEvents / 2 {
+						if err := w.step(x); err != nil {
+							require.Fail(b, fmt.Sprintf("step: %v", err))
+						}
+					}
+				}
+				end := processCPU()
+				<-tick.C // the last batch's helpers have lingered
+				idle += processCPU() - end
+				b.StopTimer()
+				cpu := float64(processCPU() - cpu0)
+				b.ReportMetric(cpu/b.Elapsed().Seconds()/1e6, "cpu-ms/s")
+				b.ReportMetric(cpu/float64(b.N)/1e3, "cpu-us/batch")
+				b.ReportMetric(float64(idle)/float64(b.N)/1e3, "idle-cpu-us/batch")
+			})
+		}
 	}
 }

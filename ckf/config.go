@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
 )
 
 // Defaults and limits of SPEC §2.1.
@@ -58,6 +59,21 @@ type Config struct {
 // MaxApplyWorkers bounds [Config.ApplyWorkers]: the pool keeps one member
 // and one refcount shard per worker.
 const MaxApplyWorkers = 64
+
+// DefaultApplyWorkersCap caps [DefaultApplyWorkers]: stage 3 of the
+// parallel apply (the filter, the dirty window, the drains) and each
+// chunk's prologue run on the caller alone, about a quarter of a batch's
+// staged work, so helpers beyond three find nothing to take while the
+// caller finishes them (docs/RATIONALE.md "Why is apply_workers GOMAXPROCS
+// by default?").
+const DefaultApplyWorkersCap = 4
+
+// DefaultApplyWorkers is the relay's default [Config.ApplyWorkers]:
+// GOMAXPROCS, at most [DefaultApplyWorkersCap]; 1 (the sequential apply)
+// on a single-core process.
+func DefaultApplyWorkers() int {
+	return min(runtime.GOMAXPROCS(0), DefaultApplyWorkersCap)
+}
 
 // Defaults of the exact-state bounds (SPEC §4.6) that [Config.WithSizedLimits]
 // fills in. The library's [DefaultConfig] leaves both bounds off.

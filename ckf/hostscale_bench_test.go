@@ -29,7 +29,7 @@ func xorshift(x uint64) uint64 {
 
 // BenchmarkHostScaling measures how far this machine runs two independent
 // goroutines faster than one, the ceiling of any parallel apply on it
-// (docs/RATIONALE.md "Why is apply_workers 1 by default?"). One op is one
+// (docs/RATIONALE.md "Why is apply_workers GOMAXPROCS by default?"). One op is one
 // unit of work on each of two independent data sets: impl=one does both on
 // one goroutine, impl=two gives each to its own goroutine. work=map is the
 // exact state's shape (a random read-modify-write of a 4 M-entry

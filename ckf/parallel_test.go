@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -171,8 +174,11 @@ func force(p *Pool, s schedule) {
 					runtime.Gosched()
 				}
 			case holdReady:
-				for ch := par.chunks[par.ready.Load()-1]; ch.owners.Load() == ownersFree; {
-					runtime.Gosched()
+				ch := par.chunks[par.ready.Load()-1]
+				for s := range ch.owners {
+					for ch.owners[s].state.Load() == ownersFree {
+						runtime.Gosched()
+					}
 				}
 			}
 		}
@@ -191,6 +197,22 @@ func checkSchedule(t *rapid.T, step string, p *Pool, s schedule) {
 	}
 	for _, g := range ran.owners {
 		require.Equal(t, by, g, "%s: schedule %d: the goroutine of a chunk's owner counts", step, s)
+	}
+}
+
+// shortLinger is a parallel.linger of a few thousand polls: the real one
+// (up to lingerPolls, milliseconds under -race) on the 7 helpers of an
+// 8-worker pool would keep the test's cores busy between its batches.
+// TestPool_ApplyEventsHelperLeavesWhenIdle and …LingerAdapts use the real
+// one.
+func shortLinger(st *parallel) func(seen uint64) bool {
+	return func(seen uint64) bool {
+		for range 4096 {
+			if st.calls.Load() != seen {
+				return true
+			}
+		}
+		return false
 	}
 }
 
@@ -225,6 +247,7 @@ func TestPool_ApplyEventsMatchesSequential(t *testing.T) {
 			require.NoError(t, err)
 			pools[i].parallelMin, pools[i].chunkBlocks = 0, chunk
 			force(pools[i], schedules[i])
+			pools[i].par.linger = shortLinger(pools[i].par)
 		}
 		g := &parHistory{t: t, held: map[Member][]uint64{}, stored: map[Member][]RouterEvent{}}
 		for w := range uint64(3) {
@@ -333,4 +356,203 @@ func TestPool_ApplyEventsKeepsBoundedBuffers(t *testing.T) {
 		require.LessOrEqual(t, len(par.par.chunks), keptChunks, "chunk buffers kept after a batch of %d events", len(evs))
 		require.Equal(t, seq.Words(), par.Words(), "words")
 	}
+}
+
+// lingerPool returns a pool of 2 workers whose every batch goes through the
+// stages in several chunks, and batches of n events from 5 members.
+func lingerPool(t *testing.T) (par, seq *Pool, batch func(from uint64, n int) []RouterEvent) {
+	cfg := DefaultConfig()
+	cfg.ExpectedBlocks = 10000
+	cfg.ApplyWorkers = 2
+	par, err := NewPool(cfg)
+	require.NoError(t, err)
+	seq, err = NewPool(cfg)
+	require.NoError(t, err)
+	par.parallelMin, par.chunkBlocks = 0, 4
+	batch = func(from uint64, n int) []RouterEvent {
+		evs := make([]RouterEvent, n)
+		for i := range evs {
+			h := from + uint64(i)
+			evs[i] = *rootEv(Member{WorkerID: h % 5}, b(h, 1000+h), b(h+1<<32, 2000+h))
+		}
+		return evs
+	}
+	return par, seq, batch
+}
+
+// applyBoth applies evs to seq event by event and to par through
+// ApplyEvents and requires the same outcomes and words.
+func applyBoth(t *testing.T, par, seq *Pool, evs []RouterEvent) {
+	var want []ApplyOutcome
+	for i := range evs {
+		want = append(want, seq.ApplyEvent(&evs[i]))
+	}
+	require.Equal(t, want, par.ApplyEvents(nil, evs), "outcomes of %d events", len(evs))
+	require.Equal(t, seq.Words(), par.Words(), "words")
+}
+
+// untilCall returns a parallel.linger that holds the helper until a call
+// after seen opens (it joins it) or done is closed (it leaves).
+func untilCall(st *parallel, done <-chan struct{}) func(seen uint64) bool {
+	return func(seen uint64) bool {
+		for st.calls.Load() == seen {
+			select {
+			case <-done:
+				return false
+			default:
+				runtime.Gosched()
+			}
+		}
+		return true
+	}
+}
+
+// TestPool_ApplyEventsHelperJoinsNextCall: a helper that is still lingering
+// after a call takes the next call's work itself: calls in a row start
+// one helper goroutine, not one per call. The helper lingers (parallel.linger)
+// until the next call has started, however long that takes, and the
+// schedule makes the caller wait until the helper took every task, so each
+// call is applied by the lingering helper.
+func TestPool_ApplyEventsHelperJoinsNextCall(t *testing.T) {
+	par, seq, batch := lingerPool(t)
+	force(par, helped)
+	st := par.par
+	done := make(chan struct{})
+	defer close(done)
+	st.linger = untilCall(st, done)
+	for i := range 5 {
+		applyBoth(t, par, seq, batch(uint64(100*i), 12))
+		require.NotEmpty(t, st.ran.members)
+		for _, g := range st.ran.members {
+			require.Equal(t, int8(0), g, "call %d: a stage-1 task not taken by the helper", i)
+		}
+	}
+	require.Equal(t, 1, st.started, "helper goroutines started for 5 calls in a row")
+}
+
+// TestPool_ApplyEventsHelperLeaveRace: a helper that gave up waiting (it
+// cleared alive) while a call started a new helper must return without
+// joining: one helper per slot. The first helper leaves as soon as its
+// first call is done (parallel.linger) and is held right after it cleared
+// alive; a call starts (and is applied by) a new one, which lingers until
+// the next call; then the old one is let go: it must return, and the next
+// call goes to the new helper. No step depends on how long a helper polls.
+func TestPool_ApplyEventsHelperLeaveRace(t *testing.T) {
+	par, seq, batch := lingerPool(t)
+	force(par, helped)
+	st := par.par
+	helped := st.hold
+	atLeave, gone := make(chan struct{}, 1), make(chan struct{}, 3)
+	release, resume := make(chan struct{}), make(chan struct{})
+	var leaves, lingers atomic.Int32
+	waitCall := untilCall(st, nil)
+	st.linger = func(seen uint64) bool {
+		switch lingers.Add(1) {
+		case 1: // the first helper, after the first call: it leaves
+			return false
+		case 2: // the second helper, after the second call: held while
+			// alive until the old one has returned, then it waits for the
+			// third call
+			<-resume
+			return waitCall(seen)
+		}
+		return false
+	}
+	st.hold = func(at holdPoint) {
+		switch at {
+		case holdLeave:
+			if leaves.Add(1) == 1 { // the first helper, alive cleared
+				atLeave <- struct{}{}
+				<-release
+			}
+		case holdGone:
+			gone <- struct{}{}
+		default:
+			helped(at)
+		}
+	}
+	applyBoth(t, par, seq, batch(1, 12)) // helper 1 joins, then leaves
+	<-atLeave
+	applyBoth(t, par, seq, batch(100, 12)) // alive was clear: helper 2
+	require.Equal(t, 2, st.started, "helpers started")
+	close(release)
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		require.Fail(t, "the old helper did not return while the new one was alive")
+	}
+	close(resume)
+	applyBoth(t, par, seq, batch(200, 12))
+	require.Equal(t, 2, st.started, "helpers started")
+	for _, g := range st.ran.members {
+		require.Equal(t, int8(0), g, "a stage-1 task not taken by the helper")
+	}
+}
+
+// TestPool_ApplyEventsHelperLeavesWhenIdle: after the last call a helper
+// lingers only briefly (lingerPolls, the real bound), then returns: a pool
+// that stops applying keeps no goroutine running. The test waits for the
+// helper's return through its hold point, not a guess of how long the
+// polls take.
+func TestPool_ApplyEventsHelperLeavesWhenIdle(t *testing.T) {
+	par, seq, batch := lingerPool(t)
+	st := par.parallelState()
+	gone := make(chan struct{}, 2)
+	st.hold = func(at holdPoint) {
+		if at == holdGone {
+			gone <- struct{}{}
+		}
+	}
+	applyBoth(t, par, seq, batch(1, 12))
+	select {
+	case <-gone:
+	case <-time.After(time.Minute):
+		require.Fail(t, "the helper is still running a minute after the last call")
+	}
+	require.False(t, st.gor[0].alive.Load(), "a helper returned with its slot marked alive")
+	applyBoth(t, par, seq, batch(100, 12)) // a new helper for the next call
+	require.Equal(t, 2, st.started, "helpers started")
+}
+
+// TestPool_ApplyEventsLingerAdapts: a pool fed a trickle stops paying a
+// full linger after every call, and one fed a stream gets it back. In a
+// synctest bubble (the clock moves only when every goroutine waits): each
+// call that comes a millisecond after the helper left shortens the linger
+// by a quarter, down to lingerMinPolls; calls that come at once after it
+// left double it again, up to lingerPolls. Every call still applies
+// exactly.
+func TestPool_ApplyEventsLingerAdapts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		par, seq, batch := lingerPool(t)
+		st := par.parallelState()
+		gone := make(chan struct{}, 1)
+		st.hold = func(at holdPoint) {
+			if at == holdGone {
+				gone <- struct{}{}
+			}
+		}
+		call := 0
+		apply := func(gap time.Duration) int64 {
+			call++
+			applyBoth(t, par, seq, batch(uint64(100*call), 12))
+			<-gone // the helper lingered lingerFor polls and returned
+			time.Sleep(gap)
+			return st.lingerFor.Load()
+		}
+		require.Equal(t, int64(lingerPolls), apply(time.Millisecond), "the first call's linger")
+		want := int64(lingerPolls)
+		for want > lingerMinPolls {
+			want = max(want-want/4, lingerMinPolls)
+			got := apply(time.Millisecond)
+			require.Equal(t, want, got, "call %d, a millisecond after the helper left", call)
+		}
+		require.Equal(t, int64(lingerMinPolls), apply(0), "a trickle's linger stays at the floor")
+		for want < lingerPolls {
+			want = min(2*want, lingerPolls)
+			got := apply(0)
+			require.Equal(t, want, got, "call %d, as soon as the helper left", call)
+		}
+		require.Equal(t, int64(lingerPolls), apply(0), "a stream's linger stays at lingerPolls")
+		require.Equal(t, call, st.started, "one helper started per call: each left before the next")
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"unsafe"
 )
 
 // Batch is one publication: absolute images of the buckets whose words
@@ -46,23 +47,36 @@ type ApplyOutcome struct {
 // they project into, and the dirty window drained into publication batches.
 //
 // A Pool is owned by one goroutine. [Pool.ApplyEvents] may use
-// [Config.ApplyWorkers] goroutines inside one call; they have stopped when it
-// returns. The zero value is not usable; see [NewPool].
+// [Config.ApplyWorkers] goroutines inside one call; when it returns they
+// touch nothing of the pool, and they return after polling briefly for the
+// next call. The zero value is not usable; see [NewPool].
 type Pool struct {
-	cfg    Config
-	format Format
-	t      table
-	dirty  dirtyWindow
+	// The fields a helper of ApplyEvents reads come first, apart from
+	// those the caller's stage 3 writes for every event (the table, the
+	// window, the counters): on one cache line, each write would send the
+	// helper's next read to the caller's core (parallel.go).
 
 	// members and blocks are sharded, members by member and blocks by
 	// canonical hash, one shard of each per apply worker (one when the pool
 	// applies sequentially): smaller tables, each doubling on its own.
 	// ApplyEvents' stages do not rely on the split (parallel.go: stage 1
-	// works per member, stage 2 on one goroutine at a time). shardKey keys
-	// the shard choice.
+	// works per member, stage 2 per block shard). shardKey keys the shard
+	// choice.
 	members  []map[Member]*memberState
-	blocks   []u64Map // canonical → owners (lineage entries mapping to it), never 0
+	blocks   []ownerShard // canonical → owners (lineage entries mapping to it), never 0
 	shardKey uint64
+	par      *parallel // ApplyEvents' workers, made on first parallel use
+	cfg      Config
+	format   Format
+	// parallelMin and chunkBlocks are the constants of the same names;
+	// tests lower them to send small batches through the workers, in
+	// several chunks.
+	parallelMin uint64
+	chunkBlocks int
+	_           cacheLinePad
+
+	t     table
+	dirty dirtyWindow
 	// nonResident holds the tracked blocks whose fingerprint is not in the
 	// filter (capacity omissions, SPEC §4.3): empty unless the table ran
 	// out of room, so residency costs no lookup on the common path.
@@ -83,12 +97,19 @@ type Pool struct {
 	// warmed takes the words the apply loads ahead of its lookups (see
 	// u64Map.touch), so the compiler keeps the loads; nothing reads it.
 	warmed uint64
-	par    *parallel // ApplyEvents' workers, made on first parallel use
-	// parallelMin and chunkBlocks are the constants of the same names;
-	// tests lower them to send small batches through the workers, in
-	// several chunks.
-	parallelMin uint64
-	chunkBlocks int
+}
+
+// cacheLinePad keeps the fields before it and after it on different cache
+// lines (64 bytes on the CPUs the relay runs on).
+type cacheLinePad struct{ _ [64]byte }
+
+// ownerShard is one shard of the owner counts, its header alone on a
+// cache line: two shards' stage-2 tasks run on two goroutines at once, and
+// each writes its own header (the array's allocation size is a multiple of
+// 64, which Go's allocator aligns to 64).
+type ownerShard struct {
+	u64Map
+	_ [64 - unsafe.Sizeof(u64Map{})%64]byte
 }
 
 // applyScratch is one goroutine's reusable buffers for canonicalisation and
@@ -119,7 +140,7 @@ func newEmptyPool(cfg Config, f Format, shardKey uint64) *Pool {
 		t:           newTable(f.BucketCount, f.Seed, cfg.MaxKicks),
 		dirty:       newDirtyWindow(f.BucketCount),
 		members:     make([]map[Member]*memberState, n),
-		blocks:      make([]u64Map, n),
+		blocks:      make([]ownerShard, n),
 		shardKey:    shardKey,
 		nonResident: make(map[uint64]struct{}),
 		parallelMin: parallelMinBlocks,
@@ -127,7 +148,7 @@ func newEmptyPool(cfg Config, f Format, shardKey uint64) *Pool {
 	}
 	for i := range n {
 		p.members[i] = make(map[Member]*memberState)
-		p.blocks[i] = newU64Map(0)
+		p.blocks[i] = ownerShard{u64Map: newU64Map(0)}
 	}
 	return p
 }

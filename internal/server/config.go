@@ -50,10 +50,10 @@ type PoolSpec struct {
 	MaxTrackedBlocks uint64 `json:"max_tracked_blocks,omitempty"`
 	// ApplyWorkers is how many goroutines apply an engine batch to the
 	// pool's exact state (ckf.Config.ApplyWorkers: the result is the
-	// sequential apply's, word for word), 1..=64. Default 1: on the 2-core
-	// machine measured the parallel apply is no faster than the sequential
-	// one (docs/RATIONALE.md "Why is apply_workers 1 by default?"); set it
-	// after measuring ckf_pool_apply_parallel_vs_serial on the host.
+	// sequential apply's, word for word), 1..=64. Default (0):
+	// ckf.DefaultApplyWorkers, GOMAXPROCS capped at 4 (docs/RATIONALE.md
+	// "Why is apply_workers GOMAXPROCS by default?"); 1 applies on the
+	// pool's actor alone.
 	ApplyWorkers int `json:"apply_workers,omitempty"`
 	// BlockSize is the KV block size in tokens the pool's block keys are
 	// hashed with, published in the catalog's query_semantics so routers
@@ -316,12 +316,9 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 
 // Relay defaults (SPEC §2.1 relay column, §9, §11).
 const (
-	DefaultListen         = "127.0.0.1:7878"
-	DefaultExpectedBlocks = 1 << 20
-	DefaultPublishEveryN  = 16
-	// DefaultApplyWorkers applies on the pool's actor alone: the fastest
-	// measured (docs/RATIONALE.md "Why is apply_workers 1 by default?").
-	DefaultApplyWorkers      = 1
+	DefaultListen            = "127.0.0.1:7878"
+	DefaultExpectedBlocks    = 1 << 20
+	DefaultPublishEveryN     = 16
 	DefaultMaxFrameBytes     = 8 << 20
 	DefaultMaxRequestBytes   = 16 << 20
 	DefaultMaxEventsPerBatch = 4096
@@ -386,7 +383,7 @@ func (c Config) WithDefaults() Config {
 		setDefault(&p.PublishEveryNEvents, DefaultPublishEveryN)
 		setDefault(&p.PublicationDelay, Duration(time.Millisecond))
 		setDefault(&p.MaxKicks, ckf.DefaultMaxKicks)
-		setDefault(&p.ApplyWorkers, DefaultApplyWorkers)
+		setDefault(&p.ApplyWorkers, ckf.DefaultApplyWorkers())
 		setDefault(&p.HashFormat, HashFormatStandard)
 		sized := p.ckfConfig().WithSizedLimits() // exact-state bounds sized to the filter
 		p.MaxMembers, p.MaxTrackedBlocks = sized.MaxMembers, sized.MaxTrackedBlocks

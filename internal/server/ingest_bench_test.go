@@ -35,7 +35,7 @@ import (
 // the first frame after which the consumer holds its first block.
 // transport=pool-apply is the bare apply of the same events, no transport,
 // no decode, no actor: Pool.ApplyEvents per batch on a pool configured as
-// the relay's (server.DefaultApplyWorkers), after the same warm-up, so
+// the relay's (ckf.DefaultApplyWorkers), after the same warm-up, so
 // the cost of decode and transport shows beside it.
 func BenchmarkIngest(b *testing.B) {
 	for _, transport := range []string{"zmq", "http", "pool-apply"} {
@@ -119,7 +119,7 @@ func benchPoolApply(b *testing.B) {
 	pc := ckf.DefaultConfig()
 	pc.ExpectedBlocks = 1 << 22
 	pc.PublishEveryNEvents = server.DefaultPublishEveryN
-	pc.ApplyWorkers = server.DefaultApplyWorkers
+	pc.ApplyWorkers = ckf.DefaultApplyWorkers()
 	pool, err := ckf.NewPool(pc.WithSizedLimits())
 	require.NoError(b, err)
 	var next uint32

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -39,16 +40,22 @@ func TestConfig_ExactStateBoundsDefaultToTheFilter(t *testing.T) {
 	require.ErrorIs(t, bad.Validate(), ErrInvalidConfig)
 }
 
-// TestConfig_ApplyWorkersDefaultToOne: a pool's apply_workers defaults to 1
-// (the sequential apply, whatever GOMAXPROCS: docs/RATIONALE.md "Why is
-// apply_workers 1 by default?") and reaches the pool's ckf config; a set value, the
+// TestConfig_ApplyWorkersDefaultToGOMAXPROCS: a pool's apply_workers
+// defaults to GOMAXPROCS capped at ckf.DefaultApplyWorkersCap
+// (docs/RATIONALE.md "Why is apply_workers GOMAXPROCS by default?"), 1 in a
+// single-core process, and reaches the pool's ckf config; a set value, the
 // JSON key and the flag key are kept; a count outside 1..=64 is refused.
-func TestConfig_ApplyWorkersDefaultToOne(t *testing.T) {
-	c := Config{Pools: []PoolSpec{{Name: "a", DCID: 1}, {Name: "b", DCID: 2, ApplyWorkers: 3}}}.WithDefaults()
-	require.NoError(t, c.Validate())
-	assert.Equal(t, 1, c.Pools[0].ApplyWorkers)
-	assert.Equal(t, 1, c.Pools[0].ckfConfig().ApplyWorkers)
-	assert.Equal(t, 3, c.Pools[1].ckfConfig().ApplyWorkers)
+func TestConfig_ApplyWorkersDefaultToGOMAXPROCS(t *testing.T) {
+	for _, procs := range []int{1, 2, 3, ckf.DefaultApplyWorkersCap, ckf.DefaultApplyWorkersCap + 1, 64} {
+		prev := runtime.GOMAXPROCS(procs)
+		c := Config{Pools: []PoolSpec{{Name: "a", DCID: 1}, {Name: "b", DCID: 2, ApplyWorkers: 3}}}.WithDefaults()
+		runtime.GOMAXPROCS(prev)
+		require.NoError(t, c.Validate())
+		want := min(procs, ckf.DefaultApplyWorkersCap)
+		assert.Equal(t, want, c.Pools[0].ApplyWorkers, "GOMAXPROCS %d", procs)
+		assert.Equal(t, want, c.Pools[0].ckfConfig().ApplyWorkers, "GOMAXPROCS %d", procs)
+		assert.Equal(t, 3, c.Pools[1].ckfConfig().ApplyWorkers, "GOMAXPROCS %d", procs)
+	}
 
 	var fromJSON PoolSpec
 	require.NoError(t, json.Unmarshal([]byte(`{"name":"j","dc_id":1,"apply_workers":5}`), &fromJSON))
