@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/ckfrelay/ckfrelay/ckf"
 	"github.com/ckfrelay/ckfrelay/producer"
@@ -102,6 +103,7 @@ type Store struct {
 	failed error         // set once: the store takes no more writes
 	damage error         // the first corruption Pebble reported (ErrDamaged), or nil
 	dead   chan struct{} // closed when failed is set
+	broken chan struct{} // closed when a goroutine was parked inside Pebble (breakDown)
 	pools  []*PoolLog    // told when the store fails
 }
 
@@ -127,15 +129,21 @@ var ErrLowSpace = errors.New("persist: free space in the data directory is below
 // options. A directory another relay holds fails with [ErrLocked].
 func Open(dir string) (*Store, error) { return OpenWith(dir, StoreOptions{}) }
 
-// OpenWith is [Open] with options.
-func OpenWith(dir string, opt StoreOptions) (*Store, error) {
+// OpenWith is [Open] with options. A directory that fails a write while the
+// database is opened (a full disk) fails with [ErrWriteFailed].
+func OpenWith(dir string, opt StoreOptions) (*Store, error) { return open(dir, opt, vfs.Default, 0) }
+
+// open is [OpenWith] on the file system fs, with Pebble's memtable size
+// when memTable is not 0 (tests inject faults into fs, and make Pebble
+// flush and compact within a small workload).
+func open(dir string, opt StoreOptions, fs vfs.FS, memTable uint64) (*Store, error) {
 	if opt.ReserveBytes == 0 {
 		opt.ReserveBytes = DefaultReserveBytes
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.Default()
 	}
-	s := &Store{dir: dir, opt: opt, dead: make(chan struct{})}
+	s := &Store{dir: dir, opt: opt, dead: make(chan struct{}), broken: make(chan struct{})}
 	el := pebble.EventListener{BackgroundError: func(err error) {
 		// A flush or compaction that fails (a full disk) is retried by
 		// Pebble while commits stall behind it: stop writing now.
@@ -155,7 +163,7 @@ func OpenWith(dir string, opt StoreOptions) (*Store, error) {
 		s.mu.Unlock()
 		s.fail(fmt.Errorf("%w: %w", ErrWriteFailed, dmg))
 	}}
-	db, err := pebble.Open(dir, &pebble.Options{Logger: storeLogger{s}, EventListener: &el})
+	db, err := s.openDB(&pebble.Options{FS: &failFS{FS: fs, s: s}, Logger: storeLogger{s}, EventListener: &el, MemTableSize: memTable})
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
 		// Pebble's LOCK file is flock'ed by the process holding the
 		// database: another relay (or this one, twice).
@@ -177,17 +185,50 @@ func OpenWith(dir string, opt StoreOptions) (*Store, error) {
 	return s, nil
 }
 
+// openDB opens the database on a goroutine of its own: a write that fails
+// while Pebble opens it (the OPTIONS file, the MANIFEST, the first
+// write-ahead log on a full disk) parks that goroutine (failFS), and the
+// open then fails with the store's failure instead of hanging the relay's
+// start.
+func (s *Store) openDB(opts *pebble.Options) (*pebble.DB, error) {
+	type opened struct {
+		db  *pebble.DB
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		db, err := pebble.Open(s.dir, opts)
+		done <- opened{db, err}
+	}()
+	select {
+	case o := <-done:
+		return o.db, o.err
+	case <-s.broken:
+		return nil, s.failure()
+	}
+}
+
 // Close closes the database; close every pool's journal first. It returns
 // the error the store failed with, if any. A database that failed a write is
-// left as it is (Pebble after a fatal error may block or panic in Close):
-// the process's exit releases it. One stopped below the reserve is whole and
-// closed.
+// left as it is (a Pebble goroutine is parked inside it, and Pebble after a
+// fatal error may block or panic in Close): the process's exit releases it.
+// One stopped below the reserve is whole and closed. Close never waits on a
+// parked goroutine: a write that fails while Pebble closes (the last
+// write-ahead log's trailer and sync) parks the goroutine closing it, and
+// Close returns the failure.
 func (s *Store) Close() error {
 	err := s.failure()
 	if err != nil && !errors.Is(err, ErrLowSpace) {
 		return err
 	}
-	return cmp.Or(err, s.db.Close())
+	done := make(chan error, 1)
+	go func() { done <- s.db.Close() }()
+	select {
+	case cerr := <-done:
+		return cmp.Or(err, cerr)
+	case <-s.broken:
+		return s.failure()
+	}
 }
 
 // damaged returns the first corruption Pebble reported, or nil.
@@ -223,25 +264,48 @@ func (s *Store) fail(err error) {
 	}
 }
 
+// breakDown fails the store because a goroutine is about to be parked inside
+// Pebble (a failed write, failFS; a fatal error, storeLogger): Pebble's state
+// is no longer known, so the database is not even closed.
+func (s *Store) breakDown(err error) {
+	s.fail(err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.broken:
+	default:
+		close(s.broken)
+	}
+}
+
 // commit commits b with an fsync unless the store failed, and fails the
 // store on an error — also on one Pebble reported through Fatalf during the
-// commit. Pebble commits on a goroutine of its own here: a Fatalf on the
-// commit path parks the goroutine that called it (storeLogger), and the
-// caller must not be that goroutine — it learns of the failure from s.dead
-// and goes on without the database.
+// commit. Pebble commits on a goroutine of its own here: a failed write or
+// a Fatalf on the commit path parks the goroutine that met it (failFS,
+// storeLogger), and the caller must not be that goroutine — it learns of the
+// failure from s.dead and goes on without the database. commit owns b and
+// closes it once Pebble is done with it: a batch whose commit never returns
+// is never closed, so Pebble's pool never hands it out again while the
+// parked commit still holds it.
 func (s *Store) commit(b *pebble.Batch) error {
 	if err := s.failure(); err != nil {
+		_ = b.Close()
 		return err
 	}
 	if s.opt.ReserveBytes > 0 {
 		if free, err := freeBytes(s.dir); err == nil && free < uint64(s.opt.ReserveBytes)+uint64(len(b.Repr())) {
 			err := fmt.Errorf("%w: %d bytes free, reserve %d, commit %d", ErrLowSpace, free, s.opt.ReserveBytes, len(b.Repr()))
+			_ = b.Close()
 			s.fail(err)
 			return err
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- b.Commit(pebble.Sync) }()
+	go func() {
+		err := b.Commit(pebble.Sync)
+		_ = b.Close()
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -690,7 +754,16 @@ func (p *PoolLog) write() {
 
 func (p *PoolLog) commit(first uint64, batch []Record) error {
 	b := p.store.db.NewBatch()
-	defer b.Close()
+	if err := p.journalBatch(b, first, batch); err != nil {
+		_ = b.Close()
+		return err
+	}
+	return p.store.commit(b) // closes b
+}
+
+// journalBatch puts the commands of batch, the first at position first, and
+// the commit's time into b.
+func (p *PoolLog) journalBatch(b *pebble.Batch, first uint64, batch []Record) error {
 	var buf []byte
 	for i := range batch {
 		var err error
@@ -703,10 +776,7 @@ func (p *PoolLog) commit(first uint64, batch []Record) error {
 	}
 	var t [8]byte
 	binary.BigEndian.PutUint64(t[:], uint64(time.Now().UnixNano()))
-	if err := b.Set(poolKey(p.pool, 't'), t[:], nil); err != nil {
-		return err
-	}
-	return p.store.commit(b)
+	return b.Set(poolKey(p.pool, 't'), t[:], nil)
 }
 
 // takeCheckpoint exports the actor's state, waits until the journal up to it
@@ -747,7 +817,22 @@ func (p *PoolLog) WriteCheckpoint(st producer.ExactState) error {
 	}
 	p.mu.Unlock()
 	b := p.store.db.NewBatch()
-	defer b.Close()
+	if err := p.checkpointBatch(b, st); err != nil {
+		_ = b.Close()
+		return err
+	}
+	if err := p.store.commit(b); err != nil { // closes b
+		return err
+	}
+	p.mu.Lock()
+	p.checkpoint = max(p.checkpoint, st.JournalPosition)
+	p.mu.Unlock()
+	return nil
+}
+
+// checkpointBatch puts into b the replacement of the stored checkpoint by
+// st and the deletion of the journal it covers.
+func (p *PoolLog) checkpointBatch(b *pebble.Batch, st producer.ExactState) error {
 	if err := b.DeleteRange(poolKey(p.pool, 'c'), poolKey(p.pool, 'd'), nil); err != nil {
 		return err
 	}
@@ -763,16 +848,7 @@ func (p *PoolLog) WriteCheckpoint(st producer.ExactState) error {
 		return err
 	}
 	mv, _ := json.Marshal(meta{CheckpointPosition: st.JournalPosition, CheckpointUnixNano: time.Now().UnixNano()})
-	if err := b.Set(poolKey(p.pool, 'm'), mv, nil); err != nil {
-		return err
-	}
-	if err := p.store.commit(b); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	p.checkpoint = max(p.checkpoint, st.JournalPosition)
-	p.mu.Unlock()
-	return nil
+	return b.Set(poolKey(p.pool, 'm'), mv, nil)
 }
 
 // Close commits what is pending and stops the writer. Call it after the
@@ -890,13 +966,13 @@ func (l storeLogger) Errorf(format string, args ...any) {
 }
 
 func (l storeLogger) Fatalf(format string, args ...any) {
-	l.s.fail(fmt.Errorf("%w: pebble: %s", ErrWriteFailed, fmt.Sprintf(format, args...)))
+	l.s.breakDown(fmt.Errorf("%w: pebble: %s", ErrWriteFailed, fmt.Sprintf(format, args...)))
 	// Pebble's code after a Fatalf assumes the process has exited: run on,
-	// it panics or unlocks a mutex it no longer holds ("fatal error: sync:
-	// unlock of unlocked mutex", which no recover catches — seen in
-	// rotateWAL on a full disk). So the goroutine that reported it stops
-	// here for good. It is Pebble's (commit runs Commit on its own
-	// goroutine, background work has its own); the store is abandoned and
-	// never touched again, so what it holds is released by the exit.
+	// it goes on with a commit pipeline or a MANIFEST it calls broken. So
+	// the goroutine that reported it stops here for good, as failFS stops
+	// one whose write failed. It is Pebble's (the store calls Open, Commit
+	// and Close on goroutines of their own, background work has its own);
+	// the store is abandoned and never touched again, so what it holds is
+	// released by the exit.
 	select {}
 }
