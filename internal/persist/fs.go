@@ -1,7 +1,10 @@
 package persist
 
 import (
+	"errors"
 	"fmt"
+	iofs "io/fs"
+	"os"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -40,7 +43,14 @@ type failFile struct {
 // park fails the store with the error op on name returned and stops the
 // calling goroutine for good.
 func (fs *failFS) park(op, name string, err error) {
-	fs.s.breakDown(fmt.Errorf("%w: %s %s: %w", ErrWriteFailed, op, name, err))
+	var pathErr *iofs.PathError
+	var linkErr *os.LinkError
+	if errors.As(err, &pathErr) || errors.As(err, &linkErr) {
+		err = fmt.Errorf("%w: %w", ErrWriteFailed, err) // it names the operation and the file
+	} else {
+		err = fmt.Errorf("%w: %s %s: %w", ErrWriteFailed, op, name, err) // a bare errno (fdatasync)
+	}
+	fs.s.breakDown(err)
 	select {}
 }
 

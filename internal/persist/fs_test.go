@@ -65,12 +65,6 @@ func (fs *faultFS) failed() []faultOp {
 	return append([]faultOp(nil), fs.failures...)
 }
 
-func (fs *faultFS) counted() int {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	return fs.ops
-}
-
 func (fs *faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	if err := fs.check("create", name, 0); err != nil {
 		return nil, err

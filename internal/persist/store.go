@@ -104,6 +104,7 @@ type Store struct {
 	damage error         // the first corruption Pebble reported (ErrDamaged), or nil
 	dead   chan struct{} // closed when failed is set
 	broken chan struct{} // closed when a goroutine was parked inside Pebble (breakDown)
+	opened bool          // pebble.Open returned: a failure now leaves the pools without persistence
 	pools  []*PoolLog    // told when the store fails
 }
 
@@ -176,11 +177,20 @@ func open(dir string, opt StoreOptions, fs vfs.FS, memTable uint64) (*Store, err
 		return nil, fmt.Errorf("persist: open %s: %w", dir, err)
 	}
 	s.db = db
+	s.mu.Lock()
+	s.opened = true
+	failed := s.failed
+	s.mu.Unlock()
 	if dmg := s.damaged(); dmg != nil {
 		// Found while opening (a compaction read a damaged table): refuse
 		// the directory now rather than run on a store that takes no writes.
-		_ = db.Close()
+		_ = s.closeDB()
 		return nil, fmt.Errorf("persist: open %s: %w", dir, dmg)
+	}
+	if failed != nil {
+		// A background write failed while Pebble opened (and returned):
+		// said now, as fail says it once the store is open.
+		s.logFailure(failed)
 	}
 	return s, nil
 }
@@ -221,11 +231,25 @@ func (s *Store) Close() error {
 	if err != nil && !errors.Is(err, ErrLowSpace) {
 		return err
 	}
+	return cmp.Or(err, s.closeDB())
+}
+
+// closeDB closes the database on a goroutine of its own and returns its
+// error, or the store's failure once a goroutine is parked inside Pebble
+// (then or before): the database is then left to the process's exit.
+func (s *Store) closeDB() error {
 	done := make(chan error, 1)
-	go func() { done <- s.db.Close() }()
+	go func() {
+		select {
+		case <-s.broken:
+			done <- s.failure()
+		default:
+			done <- s.db.Close()
+		}
+	}()
 	select {
-	case cerr := <-done:
-		return cmp.Or(err, cerr)
+	case err := <-done:
+		return err
 	case <-s.broken:
 		return s.failure()
 	}
@@ -245,6 +269,11 @@ func (s *Store) failure() error {
 	return s.failed
 }
 
+func (s *Store) logFailure(err error) {
+	s.opt.Logger.Error("persist: the data directory stopped taking writes; every pool goes on without persistence until a restart",
+		"dir", s.dir, "err", err)
+}
+
 // fail abandons the store (once): no write reaches the database from now
 // on, and every pool's journal stops.
 func (s *Store) fail(err error) {
@@ -256,9 +285,12 @@ func (s *Store) fail(err error) {
 	s.failed = err
 	close(s.dead)
 	pools := slices.Clone(s.pools)
+	opened := s.opened
 	s.mu.Unlock()
-	s.opt.Logger.Error("persist: the data directory stopped taking writes; every pool goes on without persistence until a restart",
-		"dir", s.dir, "err", err)
+	if !opened {
+		return // Open fails with err, or says it when it returns
+	}
+	s.logFailure(err)
 	for _, p := range pools {
 		p.abandon(err)
 	}
