@@ -261,7 +261,7 @@ func within(t *testing.T, limit time.Duration, what string, f func()) {
 	select {
 	case <-done:
 	case <-time.After(limit):
-		t.Fatalf("%s did not return within %v; goroutines:\n%s", what, limit, stacks())
+		require.Failf(t, "did not return in time", "%s did not return within %v; goroutines:\n%s", what, limit, stacks())
 	}
 }
 
@@ -418,7 +418,7 @@ func fillUntilTheStoreFails(t *testing.T, pl *PoolLog, h producer.Handle) int {
 			return b + 1
 		}
 	}
-	t.Fatalf("the store never failed; journal %+v", pl.Stats())
+	require.Failf(t, "the store never failed", "journal %+v", pl.Stats())
 	return 0
 }
 
