@@ -27,10 +27,14 @@ import (
 )
 
 // storeTokens posts one Stored event of tokens' complete blocks (block size
-// 16, the base model's salt) and returns their local hashes.
+// 16, the base model's salt) and returns their local hashes once the event is
+// on the pool's stream (sync=published): a 202 alone means admitted, and a
+// router that converged with the relay's snapshot before the pool published
+// answered from the empty table (TestE2E_RouterFollowsAResize, 3 of 30 runs
+// under load).
 func storeTokens(t *testing.T, base, pool string, tokens []uint32, worker uint64) []uint64 {
 	t.Helper()
-	return storeTokensQuery(t, base, pool, "source_epoch=1", tokens, worker)
+	return storeTokensQuery(t, base, pool, "source_epoch=1&sync=published", tokens, worker)
 }
 
 // storeTokensQuery is storeTokens with the events URL's query string.
