@@ -36,6 +36,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/consumer"
 	"github.com/ckfrelay/ckfrelay/internal/catalog"
 	"github.com/ckfrelay/ckfrelay/internal/server"
+	"github.com/ckfrelay/ckfrelay/internal/testing/natstest"
 	"github.com/ckfrelay/ckfrelay/wasm/host"
 	"github.com/ckfrelay/ckfrelay/wire"
 )
@@ -369,65 +370,15 @@ func TestE2E_BurstConverges(t *testing.T) {
 	assert.False(t, res.Mask&1 == 0 || res.Depths[0] != 8, "query of dc-a's last chain: mask %b depth %d, want lane 0 at depth 8", res.Mask, res.Depths[0])
 }
 
-// proxy is a loopback TCP proxy whose connections the test can cut.
-type proxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &proxy{ln: ln}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, u)
-			p.mu.Unlock()
-			p.wg.Add(2)
-			go func() { defer p.wg.Done(); _, _ = io.Copy(u, c); u.Close() }()
-			go func() { defer p.wg.Done(); _, _ = io.Copy(c, u); c.Close() }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.cut(); p.wg.Wait() })
-	return p
-}
-
-// cut closes every proxied connection; returns how many pairs were open.
-func (p *proxy) cut() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	n := len(p.conns) / 2
-	p.conns = nil
-	return n
-}
-
 func TestE2E_DroppedConnectionReconverges(t *testing.T) {
 	rl := startRelay(t, "--listen", "127.0.0.1:0", "--pool", "p:dc=1,expected=65536")
-	px := startProxy(t, rl.addr)
+	px := natstest.StartPausableProxy(t, rl.addr)
 	pools := []string{"p"}
-	r := startRouter(t, "http://"+px.ln.Addr().String(), pools, wasmLanes(t, rl.base, pools), nil)
+	r := startRouter(t, "http://"+px.Addr(), pools, wasmLanes(t, rl.base, pools), nil)
 	postBurst(t, rl.base, "p", 500, 4)
 	converge(t, r, rl.base, "p", 0)
 	before := r.Lane(0).Resubscribes
-	require.NotEqual(t, 0, px.cut(), "no proxied connection to cut")
+	require.NotEqual(t, 0, px.Cut(), "no proxied connection to cut")
 	postBurst(t, rl.base, "p", 500, 4) // published while the router is cut off
 	converge(t, r, rl.base, "p", 0)
 	li := r.Lane(0)

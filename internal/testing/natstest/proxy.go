@@ -7,16 +7,18 @@ import (
 	"testing"
 )
 
-// PausableProxy forwards TCP connections to a target; while paused it
-// holds every byte in both directions without closing anything — to the
-// client, a NATS node that died without a FIN (a machine lost, a
-// partition) until its pings time out.
+// PausableProxy forwards TCP connections to a target (a NATS server, or any
+// TCP server such as a relay); while paused it holds every byte in both
+// directions without closing anything — to the client, a peer that died
+// without a FIN (a machine lost, a partition) until its pings time out —
+// and Cut closes every connection, as a peer that reset them.
 type PausableProxy struct {
 	ln     net.Listener
-	target string
 	mu     sync.Mutex
 	cond   *sync.Cond
 	paused bool
+	openMu sync.Mutex
+	open   []net.Conn // both ends of each connection since the last Cut
 }
 
 // StartPausableProxy listens on a loopback port and forwards each connection
@@ -27,7 +29,7 @@ func StartPausableProxy(t testing.TB, target string) *PausableProxy {
 	if err != nil {
 		t.Fatalf("natstest: proxy: %v", err)
 	}
-	p := &PausableProxy{ln: ln, target: target}
+	p := &PausableProxy{ln: ln}
 	p.cond = sync.NewCond(&p.mu)
 	var conns sync.WaitGroup
 	t.Cleanup(func() {
@@ -35,15 +37,7 @@ func StartPausableProxy(t testing.TB, target string) *PausableProxy {
 		_ = ln.Close()
 		conns.Wait()
 	})
-	var open []net.Conn
-	var openMu sync.Mutex
-	t.Cleanup(func() {
-		openMu.Lock()
-		defer openMu.Unlock()
-		for _, c := range open {
-			_ = c.Close()
-		}
-	})
+	t.Cleanup(func() { p.Cut() }) // runs first: the pipes then end
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -55,9 +49,9 @@ func StartPausableProxy(t testing.TB, target string) *PausableProxy {
 				_ = c.Close()
 				continue
 			}
-			openMu.Lock()
-			open = append(open, c, u)
-			openMu.Unlock()
+			p.openMu.Lock()
+			p.open = append(p.open, c, u)
+			p.openMu.Unlock()
 			conns.Add(2)
 			go func() { defer conns.Done(); p.pipe(u, c) }()
 			go func() { defer conns.Done(); p.pipe(c, u) }()
@@ -66,8 +60,24 @@ func StartPausableProxy(t testing.TB, target string) *PausableProxy {
 	return p
 }
 
+// Addr is the proxy's host:port.
+func (p *PausableProxy) Addr() string { return p.ln.Addr().String() }
+
 // URL is the proxy's NATS URL.
-func (p *PausableProxy) URL() string { return "nats://" + p.ln.Addr().String() }
+func (p *PausableProxy) URL() string { return "nats://" + p.Addr() }
+
+// Cut closes every connection the proxy opened since the last Cut and
+// returns how many there were; new connections are still accepted.
+func (p *PausableProxy) Cut() int {
+	p.openMu.Lock()
+	defer p.openMu.Unlock()
+	for _, c := range p.open {
+		_ = c.Close()
+	}
+	n := len(p.open) / 2
+	p.open = nil
+	return n
+}
 
 // SetPaused holds (true) or releases (false) every byte in both directions.
 func (p *PausableProxy) SetPaused(v bool) {
