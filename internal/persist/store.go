@@ -49,7 +49,8 @@ type Options struct {
 	// the journal a restart replays. Defaults 262,144 and 1,048,576.
 	CheckpointEvery       uint64
 	CheckpointEveryBlocks uint64
-	// Logger receives write errors; nil means slog.Default().
+	// Logger receives write errors, each with the pool's name ("pool");
+	// nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -417,7 +418,9 @@ type PoolLog struct {
 
 // Pool returns the journal of the named pool.
 func (s *Store) Pool(name string, opt Options) *PoolLog {
-	p := &PoolLog{store: s, pool: name, opt: opt.withDefaults(), paused: true,
+	opt = opt.withDefaults()
+	opt.Logger = opt.Logger.With("pool", name) // once, for every line of the journal
+	p := &PoolLog{store: s, pool: name, opt: opt, paused: true,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	p.cond = sync.NewCond(&p.mu)
 	s.mu.Lock()
@@ -440,7 +443,7 @@ func (p *PoolLog) abandon(err error) {
 	defer p.mu.Unlock()
 	if p.writeErr == nil {
 		p.writeErr = err
-		p.opt.Logger.Error("persist: journal stopped; the pool's state is no longer kept", "pool", p.pool, "err", err)
+		p.opt.Logger.Error("persist: journal stopped; the pool's state is no longer kept", "err", err)
 	}
 	p.pending = nil
 	p.markLost()
@@ -579,7 +582,7 @@ func (p *PoolLog) load() (Recovered, error) {
 		rec.Unverified = why
 		p.opt.Logger.Error("persist: the journal's high-water mark is "+why+": whether the newest write-ahead log lost commands cannot be checked; "+
 			"the recovered state is kept, and the catalog's persistence says \"recovery\": \"unverified\"",
-			"pool", p.pool, "journal_position", rec.Position, "file", markPath(p.store.dir, p.pool))
+			"journal_position", rec.Position, "file", markPath(p.store.dir, p.pool))
 	}
 	p.mu.Lock()
 	p.position, p.durable, p.checkpoint, p.blocks = rec.Position, rec.Position, m.CheckpointPosition, blocks
@@ -614,7 +617,7 @@ func (p *PoolLog) Restore(ctx context.Context, h producer.Handle, rec Recovered)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			p.opt.Logger.Warn("persist: a journalled command was refused on replay", "pool", p.pool, "kind", string(r.Kind), "err", err)
+			p.opt.Logger.Warn("persist: a journalled command was refused on replay", "kind", string(r.Kind), "err", err)
 		}
 	}
 	if err := h.Flush(ctx); err != nil && ctx.Err() != nil {
@@ -826,7 +829,7 @@ func (p *PoolLog) takeCheckpoint() {
 		return // the actor stopped; the journal still holds everything
 	}
 	if err := p.WriteCheckpoint(st); err != nil {
-		p.opt.Logger.Error("persist: checkpoint failed; the journal keeps growing", "pool", p.pool, "err", err)
+		p.opt.Logger.Error("persist: checkpoint failed; the journal keeps growing", "err", err)
 	}
 }
 

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,13 +47,16 @@ func TestPoolSink_DurableWaitsForTheJournal(t *testing.T) {
 
 // TestServer_DataDirReserve: data_dir_reserve_bytes reaches the store: a
 // reserve larger than the disk stops the journal at the first commit, the
-// pool goes on (admission is answered) and says why.
+// pool goes on (admission is answered) and says why, in a log line that
+// names the pool once (a JSON object with a key twice is ambiguous to log
+// pipelines).
 func TestServer_DataDirReserve(t *testing.T) {
 	ctx := context.Background()
 	cfg := testConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.DataDirReserveBytes = 1 << 62
-	srv, err := New(cfg, nil)
+	var logs lockedBuffer
+	srv, err := New(cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	p := srv.pools["dc-a"]
@@ -63,4 +68,13 @@ func TestServer_DataDirReserve(t *testing.T) {
 	require.Eventually(t, func() bool { return p.journal.Stats().WriteError != "" }, 5*time.Second, time.Millisecond)
 	assert.Contains(t, p.journal.Stats().WriteError, "below the reserve")
 	assert.Zero(t, p.journal.Stats().Durable)
+	var stopped string
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "persist: journal stopped") && strings.Contains(line, `"dc-a"`) {
+			stopped = line
+		}
+	}
+	require.NotEmpty(t, stopped, "no journal-stopped line of dc-a in:\n%s", logs.String())
+	assert.Equal(t, 1, strings.Count(stopped, `"pool":`), "the pool named once: %s", stopped)
+	assert.Contains(t, stopped, `"pool":"dc-a"`)
 }

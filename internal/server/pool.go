@@ -98,7 +98,7 @@ func startPool(spec PoolSpec, cfg Config, domain ckf.Domain, incarnation uint64,
 	var journal *persist.PoolLog
 	var recovered persist.Recovered
 	if store != nil {
-		journal = store.Pool(spec.Name, persist.Options{Logger: log.With("pool", spec.Name)})
+		journal = store.Pool(spec.Name, persist.Options{Logger: log})
 		var err error
 		if recovered, err = journal.Load(); err != nil {
 			return nil, err
